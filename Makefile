@@ -1,0 +1,56 @@
+# tidemark: every target is self-sufficient on a fresh clone. The venv is (re)built from
+# requirements.txt whenever it is missing or older than requirements.txt / pyproject.toml.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.tidemark-installed
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help venv java lint unit test demo up down status lock bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt pyproject.toml scripts/ensure_venv.sh
+	@scripts/ensure_venv.sh
+	@touch $@
+
+venv: java $(STAMP)  ## build or refresh .venv from requirements.txt
+
+java:  ## fail early, and clearly, without Java 17+
+	@scripts/check_java.sh
+
+lint: venv  ## ruff + mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: venv  ## the fast tier only
+	$(BIN)/pytest -m unit -q
+
+test: lint  ## lint, then the whole test suite (README's test command; what CI runs)
+	$(BIN)/pytest -q
+
+demo: venv  ## the main job end to end on embedded defaults
+	$(BIN)/tidemark demo
+
+up: venv  ## start the broker and Airflow standalone (UI on 127.0.0.1:8080)
+	$(BIN)/tidemark services start broker airflow
+
+down: venv  ## stop everything `make up` started
+	$(BIN)/tidemark services stop all
+
+status: venv  ## what is running
+	$(BIN)/tidemark services status all
+
+lock:  ## re-resolve requirements.in into the pinned requirements.txt
+	@test -x $(BIN)/uv || scripts/ensure_venv.sh
+	$(BIN)/uv pip compile --python 3.11 --quiet requirements.in -o requirements.txt --custom-compile-command "make lock"
+
+bench: venv  ## run the benchmarks in bench/ (prints figures; not part of the test suite)
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:  ## remove the venv and the local state (.tidemark/)
+	rm -rf $(VENV) .tidemark .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,123 @@
+"""The ``tidemark`` command line: local services, table configs, and (growing) pipeline jobs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from tidemark import __version__
+from tidemark.errors import TidemarkError
+
+log = logging.getLogger("tidemark")
+
+DESCRIPTION = """\
+tidemark lands message-queue (Kafka-protocol) data in Hive-partitioned tables, exactly once,
+by event time, with Airflow orchestrating idempotent Spark jobs.
+
+Deployment settings come from TIDEMARK_* environment variables (TIDEMARK_HOME,
+TIDEMARK_KAFKA_BOOTSTRAP, TIDEMARK_SPARK_MASTER, ...); tables from conf/tables/*.yaml.
+"""
+
+EPILOG = """\
+examples:
+  tidemark services start            start the local tansu broker
+  tidemark services start all        broker + Airflow standalone (what `make up` runs)
+  tidemark services status all       which local services run and answer
+  tidemark tables validate           check every table YAML, listing all problems
+"""
+
+
+def _cmd_services(args: argparse.Namespace) -> int:
+    from tidemark.services import SERVICES, AirflowService, resolve
+    from tidemark.settings import Settings
+
+    settings = Settings.from_env()
+    names = resolve(args.names)
+    if args.action == "start":
+        for name in names:
+            service = SERVICES[name](settings)
+            print(f"starting {name} ...", flush=True)
+            print(service.start().line())
+            if isinstance(service, AirflowService):
+                print(service.login_hint())
+    elif args.action == "stop":
+        for name in reversed(names):
+            stopped = SERVICES[name](settings).stop()
+            print(f"{name:8} {'stopped' if stopped else 'was not running'}")
+    else:
+        statuses = [SERVICES[n](settings).status() for n in names]
+        if args.json:
+            print(json.dumps([{**s.__dict__, "log_file": str(s.log_file)} for s in statuses], indent=2))
+        else:
+            for status in statuses:
+                print(status.line())
+        return 0 if all(s.answering for s in statuses) else 3
+    return 0
+
+
+def _cmd_tables(args: argparse.Namespace) -> int:
+    from tidemark.config import load_table_file, table_files
+    from tidemark.errors import ConfigError
+
+    failures = 0
+    for path in table_files():
+        try:
+            config = load_table_file(path)
+        except ConfigError as exc:
+            failures += 1
+            print(exc, file=sys.stderr)
+            continue
+        if args.action == "show":
+            print(json.dumps(config.model_dump(mode="json", by_alias=True), indent=2, default=str))
+        else:
+            print(f"{config.table:16} topic={config.source.topic:16} {path}  ok")
+    return 1 if failures else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidemark",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    services = sub.add_parser(
+        "services",
+        help="start, stop or check the local broker and Airflow",
+        description="Manage local services (pid and log files under $TIDEMARK_HOME). "
+        "Names: broker (default), airflow, all.",
+    )
+    services.add_argument("action", choices=["start", "stop", "status"])
+    services.add_argument("names", nargs="*", metavar="NAME", help="broker | airflow | all (default: broker)")
+    services.add_argument("--json", action="store_true", help="status as JSON")
+    services.set_defaults(func=_cmd_services)
+
+    tables = sub.add_parser("tables", help="list, validate or show table configs")
+    tables.add_argument("action", choices=["list", "validate", "show"])
+    tables.set_defaults(func=_cmd_tables)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except TidemarkError as exc:
+        print(f"tidemark: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

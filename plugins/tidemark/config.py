@@ -1,0 +1,287 @@
+"""Table configuration: one YAML file per table, validated into a typed model.
+
+A data engineer describes a table once (topic, schema, event-time field, partitioning,
+watermark tolerances, primary key, quality rules); every DAG, job and CLI command reads it
+through :func:`load_table`. Validation errors name the file, the key and what was expected,
+all problems at once.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tidemark.durations import parse_duration, parse_size
+from tidemark.errors import ConfigError
+from tidemark.schema import TIMESTAMP_TYPES, Column, parse_column
+from tidemark.settings import Settings
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+Size = Annotated[int, BeforeValidator(parse_size)]
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(_Strict):
+    """Where the table's records come from: a Kafka-protocol topic of JSON messages."""
+
+    topic: str = Field(min_length=1)
+    format: Literal["json"] = "json"
+    consumer_group: str = ""
+    starting_offsets: Literal["earliest", "latest"] | dict[int, int] = "earliest"
+    max_records_per_partition: int = Field(default=1_000_000, gt=0)
+    max_message_bytes: Size = 1024 * 1024
+    on_data_loss: Literal["fail", "record_and_continue"] = "fail"
+    # librdkafka properties (security.protocol, sasl.*, ssl.*); values like "${ENV_VAR}" are
+    # read from the environment at run time so secrets never sit in the YAML.
+    kafka_properties: dict[str, str] = Field(default_factory=dict)
+
+
+class EventTimeConfig(_Strict):
+    field: str
+    time_zone: str = "UTC"
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone_exists(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}; expected an IANA name such as 'UTC' or 'Europe/Berlin'"
+            ) from None
+        return value
+
+
+class PartitioningConfig(_Strict):
+    granularity: Literal["hour"] = "hour"
+    # Extra partition columns whose values come from the data (e.g. app); validated per row.
+    columns: list[str] = Field(default_factory=list)
+    max_values_per_column: int = Field(default=64, gt=0)
+
+
+class WatermarkConfig(_Strict):
+    max_out_of_orderness: Duration = timedelta(minutes=5)
+    idle_timeout: Duration = timedelta(minutes=30)
+    max_future_skew: Duration = timedelta(minutes=15)
+    commit_delay: Duration = timedelta(0)
+
+
+class DirtyConfig(_Strict):
+    max_dirty_ratio: float = Field(default=0.05, ge=0, le=1)
+
+
+class OutputConfig(_Strict):
+    target_file_size: Size = 128 * 1024 * 1024
+
+
+class CdcConfig(_Strict):
+    """For change-data-capture tables: which fields carry the operation and the version."""
+
+    op_field: str = "op"
+    version_field: str = "version"
+    delete_ops: list[str] = Field(default_factory=lambda: ["d"])
+
+
+class QualityConfig(_Strict):
+    policy: Literal["block", "warn"] = "block"
+    default_expectations: bool = True
+    expectations: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TableConfig(_Strict):
+    """A validated table description (see conf/tables/*.yaml for annotated examples)."""
+
+    table: str
+    description: str = ""
+    source: SourceConfig
+    columns: dict[str, InstanceOf[Column]] = Field(alias="schema")
+    event_time: EventTimeConfig
+    partitioning: PartitioningConfig = PartitioningConfig()
+    watermark: WatermarkConfig = WatermarkConfig()
+    primary_key: list[str] = Field(default_factory=list)
+    late_policy: Literal["side_table", "amend"] = "side_table"
+    dirty: DirtyConfig = DirtyConfig()
+    output: OutputConfig = OutputConfig()
+    cdc: CdcConfig | None = None
+    quality: QualityConfig = QualityConfig()
+    schedule: str = "*/10 * * * *"
+    tags: list[str] = Field(default_factory=list)
+    owner: str = "data-eng"
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(
+                f"expected a lower-case table name (letters, digits, underscores; max 63), got {value!r}"
+            )
+        return value
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _parse_schema(cls, value: object) -> dict[str, Column]:
+        if not isinstance(value, dict) or not value:
+            raise ValueError("expected a mapping of column name -> Spark SQL type, e.g. {event_id: string}")
+        columns: dict[str, Column] = {}
+        problems = []
+        for name, spec in value.items():
+            try:
+                columns[str(name)] = parse_column(str(name), spec)
+            except ValueError as exc:
+                problems.append(f"column {name!r}: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return columns
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> TableConfig:
+        problems: list[str] = []
+        ts = self.columns.get(self.event_time.field)
+        if ts is None:
+            problems.append(
+                f"event_time.field: {self.event_time.field!r} is not a column of the schema "
+                f"(columns: {', '.join(self.columns)})"
+            )
+        elif ts.type.name not in TIMESTAMP_TYPES:
+            problems.append(
+                f"event_time.field: column {ts.name!r} has type {ts.type.ddl()}; expected timestamp"
+            )
+        for key in self.primary_key:
+            if key not in self.columns:
+                problems.append(f"primary_key: {key!r} is not a column of the schema")
+        for col in self.partitioning.columns:
+            spec = self.columns.get(col)
+            if spec is None:
+                problems.append(f"partitioning.columns: {col!r} is not a column of the schema")
+            elif spec.type.name != "string":
+                problems.append(
+                    f"partitioning.columns: {col!r} must be a string column, not {spec.type.ddl()}"
+                )
+        if self.cdc is not None:
+            for key in (self.cdc.op_field, self.cdc.version_field):
+                if key not in self.columns:
+                    problems.append(f"cdc: {key!r} is not a column of the schema")
+        if problems:
+            # One line per problem; each line already names its key (see _describe).
+            raise ValueError("\n".join(problems))
+        return self
+
+    # Derived names, one place so jobs, DAGs and the CLI agree.
+    @property
+    def schema_columns(self) -> list[Column]:
+        return list(self.columns.values())
+
+    @property
+    def dirty_table(self) -> str:
+        return f"{self.table}__dirty"
+
+    @property
+    def late_table(self) -> str:
+        return f"{self.table}__late"
+
+    @property
+    def consumer_group(self) -> str:
+        return self.source.consumer_group or f"tidemark-{self.table}"
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.event_time.time_zone)
+
+
+def _allowed_keys(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys a model accepts at ``loc`` (to say what was expected for an unknown key)."""
+    model: Any = TableConfig
+    for part in loc[:-1]:
+        fields = getattr(model, "model_fields", None)
+        if not fields:
+            return []
+        by_alias = {f.alias or n: f for n, f in fields.items()}
+        info = by_alias.get(str(part))
+        if info is None:
+            return []
+        model = info.annotation
+        if getattr(model, "__args__", None):  # Optional[X] -> X
+            model = next((a for a in model.__args__ if hasattr(a, "model_fields")), None)
+    fields = getattr(model, "model_fields", {})
+    return sorted((f.alias or n) for n, f in fields.items())
+
+
+def _describe(error: Any) -> str:
+    loc = tuple(error["loc"])
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    kind = error["type"]
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    if not loc:  # cross-field checks name their own keys, one per line
+        return msg
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc)
+        return f"{key}: unknown key" + (f"; expected one of: {', '.join(allowed)}" if allowed else "")
+    if kind == "missing":
+        return f"{key}: missing required key"
+    if kind in {"literal_error", "int_parsing", "float_parsing", "greater_than", "less_than_equal"}:
+        return f"{key}: {msg} (got {error.get('input')!r})"
+    return f"{key}: {msg}"
+
+
+def parse_table(data: object, source: str) -> TableConfig:
+    """Validate already-loaded YAML data; ``source`` names the file in errors."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["(top level): expected a mapping of keys such as table, source, schema"])
+    try:
+        return TableConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = [line for e in exc.errors() for line in _describe(e).splitlines()]
+        raise ConfigError(source, problems) from None
+
+
+def load_table_file(path: Path) -> TableConfig:
+    """Load and validate one table YAML; the table name must match the file name."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"(top level): not valid YAML: {exc}"]) from None
+    config = parse_table(data, str(path))
+    if config.table != path.stem:
+        raise ConfigError(str(path), [f"table: {config.table!r} must match the file name {path.stem!r}"])
+    return config
+
+
+def table_files(settings: Settings | None = None) -> list[Path]:
+    settings = settings or Settings.from_env()
+    return sorted(settings.conf_dir.glob("*.yaml"))
+
+
+def load_table(name: str, settings: Settings | None = None) -> TableConfig:
+    """Load table ``name`` from the configured conf dir."""
+    settings = settings or Settings.from_env()
+    path = settings.conf_dir / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(p.stem for p in table_files(settings)) or "none"
+        raise ConfigError(str(path), [f"(file): no such table config; known tables: {known}"])
+    return load_table_file(path)
+
+
+def load_tables(settings: Settings | None = None) -> list[TableConfig]:
+    """All table configs, sorted by name."""
+    return [load_table_file(p) for p in table_files(settings)]

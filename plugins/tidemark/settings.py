@@ -1,0 +1,125 @@
+"""Deployment settings: where state lives, which broker and Spark master to use.
+
+Everything deployment-specific comes from the environment, so one checkout runs on a laptop
+(embedded defaults), in CI and against a real cluster. Table semantics live in the table YAML.
+
+| variable | default |
+|---|---|
+| ``TIDEMARK_HOME`` | ``<checkout>/.tidemark`` (git-ignored): state, warehouse, metastore, logs |
+| ``TIDEMARK_CONF_DIR`` | ``<checkout>/conf/tables`` |
+| ``TIDEMARK_KAFKA_BOOTSTRAP`` | ``127.0.0.1:19092`` (the local tansu broker) |
+| ``TIDEMARK_SPARK_MASTER`` | ``local[2]`` |
+| ``TIDEMARK_SPARK_CONF`` | ``{}``: a JSON object of extra Spark conf, e.g. a Postgres metastore |
+| ``TIDEMARK_WAREHOUSE`` | ``$TIDEMARK_HOME/warehouse`` (any Hadoop filesystem URI) |
+| ``TIDEMARK_HIVE_METASTORE_URIS`` | unset: embedded Derby under ``$TIDEMARK_HOME/metastore_db`` |
+| ``TIDEMARK_AIRFLOW_PORT`` | ``8080`` |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidemark.errors import ConfigError
+
+# plugins/tidemark/settings.py -> the checkout root (editable install keeps the source path).
+_CHECKOUT = Path(__file__).resolve().parents[2]
+DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
+
+
+def project_root() -> Path:
+    """The checkout holding dags/, spark_jobs/ and conf/ (``TIDEMARK_PROJECT_ROOT`` overrides)."""
+    return Path(os.environ.get("TIDEMARK_PROJECT_ROOT", _CHECKOUT)).resolve()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved deployment settings; build with :meth:`from_env`."""
+
+    home: Path
+    conf_dir: Path
+    kafka_bootstrap: str
+    spark_master: str
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    warehouse: str = ""
+    hive_metastore_uris: str = ""
+    airflow_port: int = 8080
+    python: str = sys.executable
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read ``TIDEMARK_*`` variables; a malformed value raises ConfigError naming it."""
+        env = os.environ if env is None else env
+        root = Path(env.get("TIDEMARK_PROJECT_ROOT", str(project_root())))
+        home = Path(env.get("TIDEMARK_HOME", str(root / ".tidemark"))).expanduser().resolve()
+        problems: list[str] = []
+        spark_conf: dict[str, str] = {}
+        raw_conf = env.get("TIDEMARK_SPARK_CONF", "").strip()
+        if raw_conf:
+            try:
+                parsed = json.loads(raw_conf)
+                if not isinstance(parsed, dict):
+                    raise ValueError("not an object")
+                spark_conf = {str(k): str(v) for k, v in parsed.items()}
+            except ValueError:
+                problems.append(
+                    "TIDEMARK_SPARK_CONF: expected a JSON object such as "
+                    '{"spark.executor.memory": "2g"}, got text that is not one'
+                )
+        port_text = env.get("TIDEMARK_AIRFLOW_PORT", "8080")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            problems.append(f"TIDEMARK_AIRFLOW_PORT: expected a TCP port number, got {port_text!r}")
+        bootstrap = env.get("TIDEMARK_KAFKA_BOOTSTRAP", DEFAULT_BOOTSTRAP).strip()
+        if not bootstrap:
+            problems.append("TIDEMARK_KAFKA_BOOTSTRAP: expected host:port[,host:port...], got an empty value")
+        if problems:
+            raise ConfigError("environment", problems)
+        return cls(
+            home=home,
+            conf_dir=Path(env.get("TIDEMARK_CONF_DIR", str(root / "conf" / "tables"))).resolve(),
+            kafka_bootstrap=bootstrap,
+            spark_master=env.get("TIDEMARK_SPARK_MASTER", "local[2]"),
+            spark_conf=spark_conf,
+            warehouse=env.get("TIDEMARK_WAREHOUSE", str(home / "warehouse")),
+            hive_metastore_uris=env.get("TIDEMARK_HIVE_METASTORE_URIS", ""),
+            airflow_port=int(port_text),
+            python=env.get("PYSPARK_PYTHON", sys.executable),
+        )
+
+    @property
+    def project_root(self) -> Path:
+        return project_root()
+
+    @property
+    def state_dir(self) -> Path:
+        """Commit logs and partition state, per table."""
+        return self.home / "state"
+
+    @property
+    def run_dir(self) -> Path:
+        """Pid files of local services."""
+        return self.home / "run"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def metastore_dir(self) -> Path:
+        """Embedded Derby metastore database (one process at a time)."""
+        return self.home / "metastore_db"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.home / "airflow"
+
+    @property
+    def broker_port(self) -> int:
+        """Port of the local broker: the first bootstrap server's port."""
+        first = self.kafka_bootstrap.split(",")[0]
+        _, _, port = first.rpartition(":")
+        return int(port) if port.isdigit() else 9092

@@ -1,0 +1,66 @@
+"""Shared fixtures. Heavy parts (broker, Spark, Airflow DB) are session-scoped and real; every
+test run gets its own TIDEMARK_HOME so it never touches the developer's .tidemark/."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tidemark.settings import Settings
+
+pytest_plugins = ["tests.tiers", "pytester"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def tidemark_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh TIDEMARK_HOME for the whole run, exported so subprocesses (spark-submit,
+    Airflow tasks) see it too."""
+    home = tmp_path_factory.mktemp("tidemark_home")
+    os.environ["TIDEMARK_HOME"] = str(home)
+    return home
+
+
+@pytest.fixture(scope="session")
+def broker_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def settings(tidemark_home: Path, broker_port: int) -> Settings:
+    os.environ["TIDEMARK_KAFKA_BOOTSTRAP"] = f"127.0.0.1:{broker_port}"
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def broker(settings: Settings) -> Iterator[str]:
+    """A real tansu broker on its own port; yields the bootstrap servers."""
+    from tidemark.services import BrokerService
+
+    service = BrokerService(settings)
+    service.start()
+    try:
+        yield settings.kafka_bootstrap
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(request: pytest.FixtureRequest, settings: Settings) -> Iterator[object]:
+    """Session-scoped local Spark with Hive support on the test run's own Derby metastore."""
+    from tidemark.spark import build_session
+
+    session = build_session("tidemark-tests", settings)
+    try:
+        yield session
+    finally:
+        session.stop()

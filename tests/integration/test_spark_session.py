@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+from tidemark.config import load_tables
+from tidemark.schema import to_struct
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def test_python_side_matches_loaded_spark_jars(spark: Any) -> None:
+    """The pyspark/pyspark-client trap: both must be one version, and match the JVM's jars."""
+    jvm = spark.sparkContext._jvm
+    jar = Path(
+        jvm.org.apache.spark.SparkContext.getOrCreate()
+        .getClass()
+        .getProtectionDomain()
+        .getCodeSource()
+        .getLocation()
+        .getPath()
+    )
+    assert spark.version == pyspark.__version__
+    assert jar.name == f"spark-core_2.13-{pyspark.__version__}.jar"
+    from importlib.metadata import version
+
+    assert version("pyspark") == version("pyspark-client") == pyspark.__version__
+
+
+def test_hive_table_lands_in_the_test_warehouse(spark: Any, settings: Settings) -> None:
+    spark.sql("CREATE TABLE IF NOT EXISTS smoke_hive (id BIGINT, name STRING) STORED AS PARQUET")
+    spark.sql("INSERT OVERWRITE TABLE smoke_hive VALUES (1, 'a'), (2, 'b')")
+    assert sorted(r.id for r in spark.table("smoke_hive").collect()) == [1, 2]
+    location = spark.sql("DESCRIBE FORMATTED smoke_hive").where("col_name = 'Location'").first().data_type
+    assert location.startswith(f"file:{settings.warehouse}")
+    assert (settings.metastore_dir / "service.properties").exists()  # Derby under TIDEMARK_HOME
+    assert spark.catalog.tableExists("smoke_hive")
+
+
+def test_executors_run_the_venv_python_and_import_tidemark(spark: Any, settings: Settings) -> None:
+    def probe(_: Any) -> list[str]:
+        import sys
+
+        import tidemark
+
+        return [sys.executable, tidemark.__file__]
+
+    executable, module = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()
+    assert executable == settings.python
+    assert module.endswith("tidemark/__init__.py")
+
+
+def test_schema_parser_agrees_with_spark(spark: Any) -> None:
+    """Our JVM-free type parser must give what Spark's own DDL parser gives."""
+    from pyspark.sql.types import StructType
+
+    for table in load_tables():
+        ours = to_struct(table.schema_columns)
+        ddl = ", ".join(
+            f"{c.name} {c.type.ddl()}" + ("" if c.nullable else " NOT NULL") for c in table.schema_columns
+        )
+        theirs = (
+            StructType.fromDDL(ddl)
+            if hasattr(StructType, "fromDDL")
+            else spark.createDataFrame([], ddl).schema
+        )
+        assert ours == theirs, table.table

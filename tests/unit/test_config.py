@@ -1,0 +1,206 @@
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tidemark.config import load_table, load_table_file, load_tables
+from tidemark.errors import ConfigError
+from tidemark.settings import DEFAULT_BOOTSTRAP, Settings
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+MINIMAL: dict[str, Any] = {
+    "table": "clicks",
+    "source": {"topic": "clicks"},
+    "schema": {"id": "string not null", "ts": "timestamp not null", "app": "string"},
+    "event_time": {"field": "ts"},
+}
+
+
+def write(tmp_path: Path, data: dict[str, Any], name: str = "clicks") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def problems_of(tmp_path: Path, data: dict[str, Any]) -> tuple[str, list[str]]:
+    path = write(tmp_path, data)
+    with pytest.raises(ConfigError) as info:
+        load_table_file(path)
+    assert str(path) in str(info.value)  # the file is named
+    return str(info.value), info.value.problems
+
+
+def variant(**changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(MINIMAL)
+    for dotted, value in changes.items():
+        target = data
+        *parents, last = dotted.split("__")
+        for key in parents:
+            target = target.setdefault(key, {})
+        target[last] = value
+    return data
+
+
+def test_minimal_table_gets_sane_defaults(tmp_path: Path) -> None:
+    config = load_table_file(write(tmp_path, MINIMAL))
+    assert config.event_time.time_zone == "UTC"
+    assert config.watermark.max_out_of_orderness == timedelta(minutes=5)
+    assert config.late_policy == "side_table"
+    assert config.consumer_group == "tidemark-clicks"
+    assert config.dirty_table == "clicks__dirty" and config.late_table == "clicks__late"
+    assert [c.name for c in config.schema_columns] == ["id", "ts", "app"]
+    assert not config.columns["id"].nullable
+
+
+def test_unknown_key_names_key_and_allowed_keys(tmp_path: Path) -> None:
+    _, problems = problems_of(tmp_path, variant(source__topik="x"))
+    assert problems == [
+        "source.topik: unknown key; expected one of: consumer_group, format, kafka_properties, "
+        "max_message_bytes, max_records_per_partition, on_data_loss, starting_offsets, topic"
+    ]
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    _, problems = problems_of(tmp_path, variant(watermarks={"idle_timeout": "1m"}))
+    assert problems[0].startswith("watermarks: unknown key; expected one of: ")
+    assert "watermark" in problems[0]
+
+
+def test_bad_duration(tmp_path: Path) -> None:
+    _, problems = problems_of(tmp_path, variant(watermark__idle_timeout="10 minutes"))
+    assert problems == [
+        "watermark.idle_timeout: expected a duration such as '30s', '10m', '1h' or '1h30m' "
+        "(units: ms, s, m, h, d), got '10 minutes'"
+    ]
+
+
+def test_schema_spark_cannot_parse(tmp_path: Path) -> None:
+    data = variant()
+    data["schema"]["amount"] = "decimal(12,2"
+    _, problems = problems_of(tmp_path, data)
+    assert len(problems) == 1
+    assert problems[0].startswith("schema: column 'amount': cannot parse type 'decimal(12,2'")
+    assert "expected a Spark SQL type" in problems[0]
+
+
+def test_event_time_field_missing_from_schema(tmp_path: Path) -> None:
+    _, problems = problems_of(tmp_path, variant(event_time__field="event_ts"))
+    assert problems == ["event_time.field: 'event_ts' is not a column of the schema (columns: id, ts, app)"]
+
+
+def test_event_time_field_must_be_timestamp(tmp_path: Path) -> None:
+    _, problems = problems_of(tmp_path, variant(event_time__field="id"))
+    assert problems == ["event_time.field: column 'id' has type string; expected timestamp"]
+
+
+def test_time_zone_that_does_not_exist(tmp_path: Path) -> None:
+    _, problems = problems_of(tmp_path, variant(event_time__time_zone="Europe/Atlantis"))
+    assert problems == [
+        "event_time.time_zone: unknown time zone 'Europe/Atlantis'; expected an IANA name such as "
+        "'UTC' or 'Europe/Berlin'"
+    ]
+
+
+def test_all_problems_reported_at_once(tmp_path: Path) -> None:
+    message, problems = problems_of(
+        tmp_path,
+        variant(source__bogus=1, watermark__commit_delay="soon", late_policy="append"),
+    )
+    assert len(problems) == 3, message
+    assert any(p.startswith("late_policy: Input should be 'side_table' or 'amend'") for p in problems)
+
+
+def test_missing_required_key(tmp_path: Path) -> None:
+    data = variant()
+    del data["source"]
+    _, problems = problems_of(tmp_path, data)
+    assert problems == ["source: missing required key"]
+
+
+def test_partition_columns_and_primary_key_are_checked(tmp_path: Path) -> None:
+    _, problems = problems_of(
+        tmp_path, variant(partitioning={"columns": ["ts", "nope"]}, primary_key=["missing"])
+    )
+    assert "primary_key: 'missing' is not a column of the schema" in problems
+    assert "partitioning.columns: 'ts' must be a string column, not timestamp" in problems
+    assert "partitioning.columns: 'nope' is not a column of the schema" in problems
+
+
+def test_table_name_must_match_file(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL, name="other")
+    with pytest.raises(ConfigError, match="table: 'clicks' must match the file name 'other'"):
+        load_table_file(path)
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "clicks.yaml"
+    path.write_text("table: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_table_file(path)
+
+
+def test_example_tables_are_valid() -> None:
+    settings = Settings.from_env({"TIDEMARK_CONF_DIR": str(ROOT / "conf" / "tables")})
+    tables = {t.table: t for t in load_tables(settings)}
+    assert set(tables) >= {"events", "orders"}
+    events, orders = tables["events"], tables["orders"]
+    assert [c.name for c in events.schema_columns] == [
+        "event_id",
+        "user_id",
+        "app",
+        "event_type",
+        "amount",
+        "event_time",
+    ]
+    assert events.event_time.field == "event_time"
+    assert orders.primary_key == ["order_id"]
+    assert orders.cdc is not None and orders.cdc.version_field == "version"
+    assert [c.name for c in orders.schema_columns] == [
+        "op",
+        "order_id",
+        "version",
+        "customer_id",
+        "status",
+        "amount",
+        "updated_at",
+    ]
+
+
+def test_unknown_table_lists_known_ones(tmp_path: Path) -> None:
+    write(tmp_path, MINIMAL)
+    settings = Settings.from_env({"TIDEMARK_CONF_DIR": str(tmp_path)})
+    with pytest.raises(ConfigError, match="known tables: clicks"):
+        load_table("nope", settings)
+
+
+def test_environment_overrides(tmp_path: Path) -> None:
+    defaults = Settings.from_env({})
+    assert defaults.kafka_bootstrap == DEFAULT_BOOTSTRAP
+    assert defaults.home == (ROOT / ".tidemark").resolve()
+    custom = Settings.from_env(
+        {
+            "TIDEMARK_HOME": str(tmp_path),
+            "TIDEMARK_KAFKA_BOOTSTRAP": "kafka-1:9093,kafka-2:9093",
+            "TIDEMARK_SPARK_MASTER": "spark://10.0.0.1:7077",
+            "TIDEMARK_SPARK_CONF": '{"spark.executor.memory": "4g"}',
+        }
+    )
+    assert custom.home == tmp_path.resolve()
+    assert custom.warehouse == str(tmp_path.resolve() / "warehouse")
+    assert custom.kafka_bootstrap == "kafka-1:9093,kafka-2:9093"
+    assert custom.spark_master == "spark://10.0.0.1:7077"
+    assert custom.spark_conf == {"spark.executor.memory": "4g"}
+
+
+def test_bad_environment_is_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"TIDEMARK_SPARK_CONF": "[1,2]", "TIDEMARK_AIRFLOW_PORT": "http"})
+    assert info.value.source == "environment"
+    assert [p.split(":")[0] for p in info.value.problems] == ["TIDEMARK_SPARK_CONF", "TIDEMARK_AIRFLOW_PORT"]

@@ -1,0 +1,48 @@
+"""The tier markers are enforced: an unmarked or mis-filed test fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _project_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
+def test_unmarked_test_fails(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest('pytest_plugins = ["tests.tiers"]')
+    pytester.makeini("[pytest]\nmarkers =\n    unit: u\n    integration: i\n    e2e: e\n")
+    pytester.makepyfile(
+        test_sample="""
+import pytest
+
+def test_unmarked():
+    pass
+
+@pytest.mark.unit
+def test_marked():
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*test_unmarked: a test needs exactly one tier marker*"])
+
+
+def test_misfiled_test_fails(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest('pytest_plugins = ["tests.tiers"]')
+    pytester.makeini("[pytest]\nmarkers =\n    unit: u\n    integration: i\n    e2e: e\n")
+    pytester.mkpydir("unit")
+    (pytester.path / "unit" / "test_wrong.py").write_text(
+        "import pytest\n\n@pytest.mark.integration\ndef test_x():\n    pass\n"
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*marked integration but lives in tests/unit/*"])
