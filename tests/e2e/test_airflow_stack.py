@@ -1,0 +1,61 @@
+"""`make up` / `make down`: Airflow standalone answers on loopback, the printed password logs in,
+the metastore pool and Spark connection exist, and stopping leaves no process of ours."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import free_port
+from tidemark.airflow_env import HIVE_METASTORE_POOL, admin_password
+from tidemark.services import AirflowService
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+
+def api(url: str, token: str | None = None, body: dict[str, str] | None = None) -> dict[str, object]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if body else "GET")
+    with urllib.request.urlopen(request, timeout=20) as response:
+        return dict(json.loads(response.read()))
+
+
+def test_airflow_standalone_up_login_and_clean_down(tmp_path: Path, settings: Settings) -> None:
+    service = AirflowService(replace(settings, home=tmp_path, airflow_port=free_port()))
+    family: list[psutil.Process] = []
+    try:
+        status = service.start()
+        assert status.answering and status.pid
+        base = service.address()
+        assert base.startswith("http://127.0.0.1:")
+        password = admin_password(service.settings)
+        assert password, "SimpleAuthManager did not write the admin password"
+        assert password in service.login_hint()
+        token = str(
+            api(f"{base}/auth/token", body={"username": "admin", "password": password})["access_token"]
+        )
+        pools = api(f"{base}/api/v2/pools", token)["pools"]
+        assert {"name": HIVE_METASTORE_POOL, "slots": 1}.items() <= next(
+            p
+            for p in pools
+            if p["name"] == HIVE_METASTORE_POOL  # type: ignore[attr-defined,index]
+        ).items()
+        connection = api(f"{base}/api/v2/connections/spark_default", token)
+        assert connection["conn_type"] == "spark" and connection["host"] == settings.spark_master
+        root = psutil.Process(status.pid)
+        family = [root, *root.children(recursive=True)]
+        assert len(family) >= 4  # scheduler, dag-processor, api-server, triggerer
+    finally:
+        service.stop()
+    alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], f"processes left behind: {alive}"
+    assert not service.status().running
