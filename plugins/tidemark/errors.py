@@ -24,3 +24,39 @@ class ConfigError(TidemarkError):
 
 class ServiceError(TidemarkError):
     """A local service (broker, Airflow) failed to start, answer or stop."""
+
+
+class BrokerUnavailableError(TidemarkError):
+    """The Kafka-protocol broker did not answer; names the bootstrap servers and topic."""
+
+
+class DataLossError(TidemarkError):
+    """Offsets the commit log expects to read are gone from the broker (retention)."""
+
+    def __init__(self, topic: str, partition: int, missing_from: int, missing_to: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.missing_from = missing_from
+        self.missing_to = missing_to
+        super().__init__(
+            f"data loss on {topic}[{partition}]: offsets {missing_from}..{missing_to - 1} "
+            f"({missing_to - missing_from} records) were removed by retention before they were "
+            "committed; set source.on_data_loss: record_and_continue to skip them (the gap is "
+            "recorded in the commit record)"
+        )
+
+
+class BatchConflictError(TidemarkError):
+    """Another process holds the table's batch lock or won the race to a create-only record."""
+
+
+class ReconciliationError(TidemarkError):
+    """Records read != rows written + dirty (+ late) for some MQ partition; nothing committed."""
+
+
+class DirtyRatioExceededError(TidemarkError):
+    """A batch has more dirty records than the table's max_dirty_ratio allows."""
+
+
+class InjectedFault(TidemarkError):
+    """Raised (or exited with) at a TIDEMARK_FAIL_AT crash point in tests."""

@@ -1,0 +1,342 @@
+"""The exactly-once micro-batch dump: one batch per Airflow run id.
+
+Protocol (seeds 000/003: commit, rollback and recommit of an in-flight instant):
+
+1. take the table's batch lock; a committed run is a no-op ("already committed");
+2. plan (or reuse the run's plan) and persist it before reading anything;
+3. roll back whatever an earlier uncommitted attempt of this batch left (staging files and
+   files it had already moved into the table, found through its publish manifest);
+4. read exactly the planned ranges, classify rows/dirty, write both to a staging dir named by
+   batch and attempt;
+5. reconcile per MQ partition: records read (source receipts) == rows + dirty; check the dirty
+   ratio;
+6. publish: write the manifest of deterministic target names, then move the files in;
+7. write the commit record (create-only): the batch is now visible;
+8. commit consumer-group offsets (lag monitoring only).
+A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark.commitlog import Commit, CommitLog, PartitionStats, Plan, TableLock
+from tidemark.config import TableConfig
+from tidemark.errors import DirtyRatioExceededError, ReconciliationError
+from tidemark.faults import crash_point
+from tidemark.kafka import client_properties, commit_group_offsets, masked
+from tidemark.planner import plan_batch
+from tidemark.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DumpResult:
+    table: str
+    batch_id: int
+    run_id: str
+    status: str  # committed | already_committed
+    read: int
+    rows: int
+    dirty: int
+    offsets: dict[int, list[int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class Layout:
+    """Where a table's files live (one filesystem: staging renames into the table)."""
+
+    def __init__(self, settings: Settings, table: str) -> None:
+        self.warehouse = Path(settings.warehouse)
+        self.table_dir = self.warehouse / table
+        self.dirty_dir = self.warehouse / f"{table}__dirty"
+        self.staging_root = self.warehouse / ".tidemark_staging" / table
+
+    def batch_staging(self, batch_id: int) -> Path:
+        return self.staging_root / f"b{batch_id:010d}"
+
+
+class Publisher:
+    """Moves a batch's staged files into the table under deterministic names, and undoes an
+    uncommitted attempt's moves through the manifest it wrote before moving anything."""
+
+    def __init__(self, layout: Layout, batch_id: int) -> None:
+        self.layout = layout
+        self.batch_id = batch_id
+        self.batch_dir = layout.batch_staging(batch_id)
+        self.attempt_dir = self.batch_dir / f"attempt-{uuid.uuid4().hex[:12]}"
+
+    def rollback(self) -> int:
+        """Delete files earlier uncommitted attempts of this batch published or staged."""
+        removed = 0
+        for manifest in sorted(self.batch_dir.glob("attempt-*/publish.json")):
+            for _, target in json.loads(manifest.read_text())["moves"]:
+                path = self.layout.warehouse / target
+                if path.exists():
+                    path.unlink()
+                    removed += 1
+        if self.batch_dir.exists():
+            shutil.rmtree(self.batch_dir)
+        if removed:
+            log.warning("batch %s: rolled back %s files of an uncommitted attempt", self.batch_id, removed)
+        return removed
+
+    def targets(self) -> list[tuple[str, str]]:
+        """(staged, target) pairs relative to the warehouse, in a deterministic order."""
+        moves = []
+        rows = self.attempt_dir / "rows"
+        for i, staged in enumerate(sorted(rows.rglob("*.parquet"))):
+            hour_dir = staged.parent.relative_to(rows)
+            target = self.layout.table_dir / hour_dir / f"part-b{self.batch_id:010d}-{i:05d}.parquet"
+            moves.append((staged, target))
+        dirty = self.attempt_dir / "dirty"
+        for i, staged in enumerate(sorted(dirty.rglob("*.parquet"))):
+            target = self.layout.dirty_dir / f"batch_id={self.batch_id}" / f"part-{i:05d}.parquet"
+            moves.append((staged, target))
+        base = self.layout.warehouse
+        return [(str(s.relative_to(base)), str(t.relative_to(base))) for s, t in moves]
+
+    def publish(self) -> list[str]:
+        moves = self.targets()
+        self.attempt_dir.mkdir(parents=True, exist_ok=True)
+        (self.attempt_dir / "publish.json").write_text(json.dumps({"moves": moves}))
+        base = self.layout.warehouse
+        for i, (staged, target) in enumerate(moves):
+            if i == len(moves) // 2:
+                crash_point("mid_move")
+            (base / target).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(base / staged, base / target)
+        return [t for _, t in moves]
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.batch_dir, ignore_errors=True)
+
+
+def _stats(
+    classified: Any, config: TableConfig
+) -> tuple[dict[int, dict[str, Any]], dict[str, int], dict[str, int]]:
+    from pyspark.sql import functions as F
+
+    ts = config.event_time.field
+    good = F.col("_reason").isNull()
+    per_partition = {
+        r["_mq_partition"]: r.asDict()
+        for r in classified.groupBy("_mq_partition")
+        .agg(
+            F.sum(F.when(good, 1).otherwise(0)).alias("rows"),
+            F.sum(F.when(good, 0).otherwise(1)).alias("dirty"),
+            F.min(F.when(good, F.col(ts))).alias("min_ts"),
+            F.max(F.when(good, F.col(ts))).alias("max_ts"),
+        )
+        .collect()
+    }
+    per_hour = {
+        f"dt={r['dt']}/hr={r['hr']}": int(r["count"])
+        for r in classified.where(good).groupBy("dt", "hr").count().collect()
+    }
+    reasons = {
+        r["_reason"]: int(r["count"]) for r in classified.where(~good).groupBy("_reason").count().collect()
+    }
+    return per_partition, per_hour, reasons
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def reconcile(
+    plan: Plan, receipts: list[dict[str, Any]], per_partition: dict[int, dict[str, Any]]
+) -> list[PartitionStats]:
+    """read == rows + dirty per MQ partition, and every planned sub-range has a receipt."""
+    from tidemark.source import DEFAULT_SUBRANGE, split_ranges
+
+    expected = {
+        (s.partition, s.start, s.end)
+        for s in split_ranges([r.__dict__ for r in plan.ranges], DEFAULT_SUBRANGE)
+    }
+    seen = {(r["partition"], r["start"], r["end"]) for r in receipts}
+    problems = [f"{plan.topic}[{p}] {s}..{e - 1}: no read receipt" for p, s, e in sorted(expected - seen)]
+    stats = []
+    for r in plan.ranges:
+        read = sum(x["read"] for x in receipts if x["partition"] == r.partition)
+        got = per_partition.get(r.partition, {})
+        rows, dirty = int(got.get("rows") or 0), int(got.get("dirty") or 0)
+        if read != rows + dirty:
+            problems.append(
+                f"{plan.topic}[{r.partition}] offsets {r.start}..{r.end - 1}: read {read} != rows {rows} + dirty {dirty}"
+            )
+        stats.append(
+            PartitionStats(
+                partition=r.partition,
+                read=read,
+                rows=rows,
+                dirty=dirty,
+                min_event_time=_iso(got.get("min_ts")),
+                max_event_time=_iso(got.get("max_ts")),
+            )
+        )
+    if problems:
+        raise ReconciliationError(
+            f"{plan.table} batch {plan.batch_id} (run {plan.run_id}) not committed: " + "; ".join(problems)
+        )
+    return stats
+
+
+def read_and_stage(
+    spark: SparkSession,
+    config: TableConfig,
+    settings: Settings,
+    plan: Plan,
+    publisher: Publisher,
+    kafka_conf: dict[str, Any],
+) -> tuple[list[PartitionStats], dict[str, int], dict[str, int]]:
+    """Read the plan's ranges, classify, stage rows and dirty records; return reconciled stats."""
+    from pyspark import StorageLevel
+
+    from tidemark.source import KafkaRangeDataSource, read_receipts
+    from tidemark.transform import classify, dirty_rows, good_rows
+
+    spark.dataSource.register(KafkaRangeDataSource)
+    receipts_dir = publisher.attempt_dir / "receipts"
+    raw = (
+        spark.read.format(KafkaRangeDataSource.name())
+        .option("topic", plan.topic)
+        .option("ranges", json.dumps([r.__dict__ for r in plan.ranges if r.size]))
+        .option("secret.kafka_conf", json.dumps(kafka_conf))
+        .option("receipts", str(receipts_dir))
+        .load()
+    )
+    classified = classify(
+        raw,
+        config,
+        topic=plan.topic,
+        batch_id=plan.batch_id,
+        run_id=plan.run_id,
+        processing_time=datetime.fromisoformat(plan.processing_time),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        good_rows(classified, config).write.partitionBy("dt", "hr").parquet(
+            str(publisher.attempt_dir / "rows")
+        )
+        dirty_rows(classified).write.parquet(str(publisher.attempt_dir / "dirty"))
+        crash_point("after_staging")
+        per_partition, per_hour, reasons = _stats(classified, config)
+    finally:
+        classified.unpersist()
+    stats = reconcile(plan, read_receipts(receipts_dir), per_partition)
+    return stats, per_hour, reasons
+
+
+def run_dump(
+    spark: SparkSession | None,
+    config: TableConfig,
+    settings: Settings,
+    run_id: str,
+    processing_time: datetime,
+) -> DumpResult:
+    """Run (or finish, or confirm) the batch of ``run_id``. Safe to call any number of times."""
+    commit_log = CommitLog(settings.state_dir, config.table)
+    layout = Layout(settings, config.table)
+    kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+    log.info("%s: dump for run %s, broker %s", config.table, run_id, masked(kafka_conf))
+    with TableLock(settings.state_dir, config.table).hold(run_id):
+        bound = commit_log.batch_of_run(run_id)
+        done = commit_log.commit(bound) if bound is not None else None
+        if done is None:
+            plan = plan_batch(config, commit_log, run_id, processing_time.isoformat(), kafka_conf)
+            crash_point("after_plan")
+            done = commit_log.commit(plan.batch_id)
+        if done is not None:
+            log.info(
+                "%s: batch %s already committed (run %s): nothing to do",
+                config.table,
+                done.batch_id,
+                done.run_id,
+            )
+            Publisher(layout, done.batch_id).cleanup()
+            _commit_group(config, kafka_conf, done)
+            return _result(done, "already_committed")
+        publisher = Publisher(layout, plan.batch_id)
+        publisher.rollback()
+        if plan.records_planned:
+            if spark is None:
+                raise ValueError("a Spark session is required to read a non-empty batch")
+            stats, per_hour, reasons = read_and_stage(spark, config, settings, plan, publisher, kafka_conf)
+        else:
+            stats = [PartitionStats(r.partition, 0, 0, 0) for r in plan.ranges]
+            per_hour, reasons = {}, {}
+        read = sum(s.read for s in stats)
+        dirty = sum(s.dirty for s in stats)
+        ratio = dirty / read if read else 0.0
+        if ratio > config.dirty.max_dirty_ratio:
+            raise DirtyRatioExceededError(
+                f"{config.table} batch {plan.batch_id} (run {run_id}): {dirty} of {read} records dirty "
+                f"({ratio:.1%} > max_dirty_ratio {config.dirty.max_dirty_ratio:.1%}); reasons {reasons}; "
+                f"offsets {plan.describe()}; nothing committed"
+            )
+        files = publisher.publish()
+        crash_point("before_commit_record")
+        commit = Commit(
+            table=config.table,
+            batch_id=plan.batch_id,
+            run_id=plan.run_id,
+            committed_by_run=run_id,
+            topic=plan.topic,
+            processing_time=plan.processing_time,
+            ranges=plan.ranges,
+            files=tuple(files),
+            rows_per_partition=per_hour,
+            partitions=tuple(stats),
+            dirty=dirty,
+            rows=sum(s.rows for s in stats),
+            extra={"dirty_reasons": reasons},
+        )
+        commit_log.write_commit(commit)
+        publisher.cleanup()
+        log.info(
+            "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, files %s, hours %s",
+            config.table,
+            commit.batch_id,
+            run_id,
+            read,
+            commit.rows,
+            dirty,
+            reasons,
+            len(files),
+            sorted(per_hour),
+        )
+    crash_point("before_group_commit")
+    _commit_group(config, kafka_conf, commit)
+    return _result(commit, "committed")
+
+
+def _commit_group(config: TableConfig, kafka_conf: dict[str, Any], commit: Commit) -> None:
+    if commit.ranges:
+        commit_group_offsets(kafka_conf, config.consumer_group, commit.topic, commit.end_offsets)
+
+
+def _result(commit: Commit, status: str) -> DumpResult:
+    return DumpResult(
+        table=commit.table,
+        batch_id=commit.batch_id,
+        run_id=commit.committed_by_run,
+        status=status,
+        read=sum(p.read for p in commit.partitions),
+        rows=commit.rows,
+        dirty=commit.dirty,
+        offsets={r.partition: [r.start, r.end] for r in commit.ranges},
+    )

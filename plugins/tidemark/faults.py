@@ -1,0 +1,31 @@
+"""Crash points for fault-injection tests: ``TIDEMARK_FAIL_AT=<point>`` kills the job there.
+
+The process exits at once (no cleanup, no finally blocks), like a lost executor or a killed
+driver, so a retry with the same run id must recover from exactly that state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+POINTS = (
+    "after_plan",
+    "mid_read",
+    "after_staging",
+    "mid_move",
+    "before_commit_record",
+    "before_group_commit",
+)
+EXIT_CODE = 86
+
+
+def crash_point(point: str) -> None:
+    """Exit the process if ``TIDEMARK_FAIL_AT`` names ``point``."""
+    assert point in POINTS, point
+    if os.environ.get("TIDEMARK_FAIL_AT") == point:
+        log.error("TIDEMARK_FAIL_AT=%s: simulating a crash here", point)
+        logging.shutdown()
+        os._exit(EXIT_CODE)

@@ -1,0 +1,126 @@
+"""A realistic generated clickstream for the demo, tests and benchmarks.
+
+Deterministic for a seed (no clock inside: the caller passes the start time). Produces one
+message per request by default, because tansu's high watermark lags the tail of a multi-record
+producer batch (see STACK.md); the delivery reports are the truth of what landed where.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+DIRTY_KINDS = ("invalid_json", "missing_field", "type_mismatch", "null_event_time", "oversized")
+APPS = ("web", "ios", "android")
+EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
+
+
+@dataclass(frozen=True)
+class Message:
+    partition: int
+    value: bytes
+    dirty_kind: str | None
+    event_time: datetime | None
+
+
+def events(
+    count: int,
+    *,
+    start: datetime,
+    partitions: int = 4,
+    span: timedelta = timedelta(hours=1),
+    disorder: timedelta = timedelta(minutes=2),
+    dirty_fraction: float = 0.0,
+    seed: int = 7,
+    max_message_bytes: int = 1024 * 1024,
+) -> Iterator[Message]:
+    """``count`` events spread over ``span`` from ``start``, round-robin over partitions, each
+    jittered back by up to ``disorder``; ``dirty_fraction`` of them broken in rotating ways."""
+    rng = random.Random(seed)
+    for i in range(count):
+        partition = i % partitions
+        base = start + span * (i / max(count, 1))
+        event_time = base - timedelta(seconds=rng.uniform(0, disorder.total_seconds()))
+        record: dict[str, Any] = {
+            "event_id": f"e{seed}-{i}",
+            "user_id": rng.randint(1, 50_000),
+            "app": rng.choice(APPS),
+            "event_type": rng.choice(EVENT_TYPES),
+            "amount": f"{rng.uniform(0, 500):.2f}",
+            "event_time": event_time.isoformat(),
+        }
+        kind = None
+        if dirty_fraction and rng.random() < dirty_fraction:
+            kind = DIRTY_KINDS[i % len(DIRTY_KINDS)]
+        if kind == "invalid_json":
+            yield Message(partition, b'{"event_id": "broken', kind, None)
+            continue
+        if kind == "missing_field":
+            del record["event_type"]
+        elif kind == "type_mismatch":
+            record["user_id"] = "not-a-number"
+        elif kind == "null_event_time":
+            record["event_time"] = None
+        elif kind == "oversized":
+            record["padding"] = "x" * (max_message_bytes + 1)
+        yield Message(partition, json.dumps(record).encode(), kind, event_time if kind is None else None)
+
+
+def produce(
+    bootstrap: str, topic: str, messages: Iterator[Message] | list[Message], *, one_per_request: bool = True
+) -> list[tuple[int, int, Message]]:
+    """Produce messages; return (partition, offset, message) from the delivery reports."""
+    from confluent_kafka import Producer
+
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "linger.ms": 0,
+        "message.max.bytes": 16 * 1024 * 1024,
+    }
+    if one_per_request:
+        conf["batch.num.messages"] = 1
+    producer = Producer(conf)
+    delivered: list[tuple[int, int, Message]] = []
+    errors: list[str] = []
+
+    def report(err: Any, msg: Any, message: Message) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            delivered.append((msg.partition(), msg.offset(), message))
+
+    for message in messages:
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=message.value,
+                    partition=message.partition,
+                    on_delivery=lambda err, msg, m=message: report(err, msg, m),
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(60)
+    if errors or remaining:
+        raise RuntimeError(f"produce to {topic} failed: {remaining} undelivered, errors {errors[:3]}")
+    return delivered
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` (no-op if it exists)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+    try:
+        future.result(15)
+    except KafkaException as exc:
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise

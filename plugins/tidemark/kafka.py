@@ -1,0 +1,123 @@
+"""Broker access for planning and lag: partitions, earliest/latest offsets, group commits.
+
+Reads use ``assign()`` only (no consumer-group membership, no rebalancing). Client properties
+from the table YAML may reference the environment as ``${VAR}`` so secrets stay out of files,
+and every message that shows properties masks secret values.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from tidemark.errors import BrokerUnavailableError, ConfigError
+
+log = logging.getLogger(__name__)
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_KEYS = ("password", "secret", "jaas", "token", "key.pem", "private")
+TIMEOUT_S = 15.0
+
+
+def client_properties(bootstrap: str, properties: Mapping[str, str], **extra: Any) -> dict[str, Any]:
+    """librdkafka config: bootstrap + table properties (``${VAR}`` resolved) + ``extra``."""
+    resolved: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 3}
+    missing = []
+    for key, value in properties.items():
+
+        def lookup(match: re.Match[str], key: str = key) -> str:
+            name = match.group(1)
+            if name not in os.environ:
+                missing.append(f"source.kafka_properties.{key}: environment variable {name} is not set")
+                return ""
+            return os.environ[name]
+
+        resolved[key] = _ENV_REF.sub(lookup, str(value))
+    if missing:
+        raise ConfigError("environment", missing)
+    resolved.update(extra)
+    return resolved
+
+
+def masked(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Properties safe to log: secret-looking values replaced by ***."""
+    return {k: ("***" if any(s in k.lower() for s in _SECRET_KEYS) else v) for k, v in properties.items()}
+
+
+def _consumer(conf: dict[str, Any]) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer({"group.id": "tidemark-planner", "enable.auto.commit": False, **conf})
+
+
+def _unavailable(conf: Mapping[str, Any], topic: str, exc: BaseException) -> BrokerUnavailableError:
+    return BrokerUnavailableError(
+        f"broker not reachable at {conf['bootstrap.servers']} (topic {topic}): {exc}; "
+        "check TIDEMARK_KAFKA_BOOTSTRAP / the broker (`tidemark services status`)"
+    )
+
+
+def _probe(bootstrap: str) -> None:
+    """Fail fast with a clear error when nothing listens (librdkafka would retry for minutes)."""
+    import socket
+
+    errors = []
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+            return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{server}: {exc}")
+    raise BrokerUnavailableError(f"broker not reachable at {bootstrap}: {'; '.join(errors)}")
+
+
+def partition_offsets(conf: dict[str, Any], topic: str) -> dict[int, tuple[int, int]]:
+    """{partition: (earliest, latest)} for every partition of ``topic``."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    _probe(conf["bootstrap.servers"])
+    consumer = _consumer(conf)
+    try:
+        metadata = consumer.list_topics(topic, timeout=TIMEOUT_S)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None:
+            raise BrokerUnavailableError(
+                f"topic {topic!r} not found on {conf['bootstrap.servers']}"
+                + (f": {info.error}" if info is not None else "")
+            )
+        result = {}
+        for partition in sorted(info.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
+            result[partition] = (int(low), int(high))
+        return result
+    except KafkaException as exc:
+        raise _unavailable(conf, topic, exc) from exc
+    finally:
+        consumer.close()
+
+
+def commit_group_offsets(conf: dict[str, Any], group: str, topic: str, ends: Mapping[int, int]) -> None:
+    """Commit ``ends`` for ``group`` (lag monitoring only: the commit log is the truth)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer({**conf, "group.id": group})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in ends.items()], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def group_offsets(conf: dict[str, Any], group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    """Committed offsets of ``group`` (-1 where none)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer({**conf, "group.id": group})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=TIMEOUT_S)
+        return {tp.partition: int(tp.offset) for tp in committed}
+    finally:
+        consumer.close()

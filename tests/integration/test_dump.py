@@ -1,0 +1,95 @@
+"""The dump against the real broker and real Spark: exact multisets, dirty reasons, status."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.dump_helpers import PROCESSING, START, fresh_table, landed
+from tidemark.commitlog import CommitLog
+from tidemark.dump import run_dump
+from tidemark.generator import create_topic, events, produce
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+def test_batches_land_exactly_once_with_dirty_reasons(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(
+        settings, tmp_path, source__max_records_per_partition=40, dirty__max_dirty_ratio=0.5
+    )
+    create_topic(broker, config.source.topic, 4)
+    delivered = produce(broker, config.source.topic, events(200, start=START, dirty_fraction=0.1))
+    results = []
+    for i in range(3):  # 200 records / 4 partitions = 50 per partition; cap 40 -> 2 batches + 1 empty
+        results.append(run_dump(spark, config, settings, f"run-{i}", PROCESSING))
+    assert [r.batch_id for r in results] == [0, 1, 2]
+    assert [r.read for r in results] == [160, 40, 0]
+    more = produce(broker, config.source.topic, events(60, start=START, seed=8))
+    results.append(run_dump(spark, config, settings, "run-3", PROCESSING))
+    assert results[-1].read == 60
+
+    rows, dirty, reasons = landed(settings, config.table)
+    expected = Counter((p, o) for p, o, _ in delivered + more)
+    assert rows + dirty == expected  # every offset exactly once, nothing lost
+    assert max((rows + dirty).values()) == 1
+    expected_dirty = {(p, o): m.dirty_kind for p, o, m in delivered + more if m.dirty_kind}
+    assert reasons == expected_dirty
+    assert set(reasons.values()) == {
+        "invalid_json",
+        "missing_field",
+        "type_mismatch",
+        "null_event_time",
+        "oversized",
+    }
+
+    state = CommitLog(settings.state_dir, config.table).state()
+    assert state.rows == sum(rows.values()) and state.dirty == sum(dirty.values())
+    assert state.end_offsets == {p: 65 for p in range(4)}
+
+
+def test_retry_of_committed_run_is_a_noop(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 2)
+    produce(broker, config.source.topic, events(20, start=START, partitions=2))
+    first = run_dump(spark, config, settings, "manual__1", PROCESSING)
+    produce(broker, config.source.topic, events(10, start=START, partitions=2, seed=9))
+    again = run_dump(spark, config, settings, "manual__1", PROCESSING)
+    assert first.status == "committed" and again.status == "already_committed"
+    assert again.batch_id == first.batch_id and again.read == 20
+    rows, _, _ = landed(settings, config.table)
+    assert sum(rows.values()) == 20
+
+
+def test_future_event_time_is_dirty(spark: Any, broker: str, settings: Settings, tmp_path: Path) -> None:
+    config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=1.0)
+    create_topic(broker, config.source.topic, 1)
+    far_future = PROCESSING.replace(year=2030)
+    delivered = produce(broker, config.source.topic, events(5, start=far_future, partitions=1))
+    produce(broker, config.source.topic, events(5, start=START, partitions=1, seed=3))
+    result = run_dump(spark, config, settings, "r", PROCESSING)
+    _, _, reasons = landed(settings, config.table)
+    assert result.dirty == 5
+    assert reasons == {(p, o): "future_event_time" for p, o, _ in delivered}
+
+
+def test_dirty_ratio_exceeded_fails_and_commits_nothing(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    from tidemark.errors import DirtyRatioExceededError
+
+    config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=0.01)
+    create_topic(broker, config.source.topic, 1)
+    produce(broker, config.source.topic, events(30, start=START, partitions=1, dirty_fraction=0.5))
+    with pytest.raises(DirtyRatioExceededError, match=r"dirty \(.*> max_dirty_ratio 1.0%\)"):
+        run_dump(spark, config, settings, "r", PROCESSING)
+    assert CommitLog(settings.state_dir, config.table).state().batches == 0
+    rows, dirty, _ = landed(settings, config.table)
+    assert not rows and not dirty
