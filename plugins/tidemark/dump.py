@@ -198,8 +198,8 @@ def reconcile(
 
 def read_and_stage(
     spark: SparkSession,
+    *,
     config: TableConfig,
-    settings: Settings,
     plan: Plan,
     publisher: Publisher,
     kafka_conf: dict[str, Any],
@@ -275,7 +275,9 @@ def run_dump(
         if plan.records_planned:
             if spark is None:
                 raise ValueError("a Spark session is required to read a non-empty batch")
-            stats, per_hour, reasons = read_and_stage(spark, config, settings, plan, publisher, kafka_conf)
+            stats, per_hour, reasons = read_and_stage(
+                spark, config=config, plan=plan, publisher=publisher, kafka_conf=kafka_conf
+            )
         else:
             stats = [PartitionStats(r.partition, 0, 0, 0) for r in plan.ranges]
             per_hour, reasons = {}, {}

@@ -7,6 +7,7 @@ producer batch (see STACK.md); the delivery reports are the truth of what landed
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Iterator
@@ -87,7 +88,7 @@ def produce(
     delivered: list[tuple[int, int, Message]] = []
     errors: list[str] = []
 
-    def report(err: Any, msg: Any, message: Message) -> None:
+    def report(err: Any, msg: Any, *, message: Message) -> None:
         if err is not None:
             errors.append(str(err))
         else:
@@ -100,7 +101,7 @@ def produce(
                     topic,
                     value=message.value,
                     partition=message.partition,
-                    on_delivery=lambda err, msg, m=message: report(err, msg, m),
+                    on_delivery=functools.partial(report, message=message),
                 )
                 break
             except BufferError:

@@ -31,7 +31,7 @@ STALL_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
-class SubRange(InputPartition):  # type: ignore[misc]
+class SubRange(InputPartition):
     partition: int
     start: int
     end: int
@@ -49,7 +49,7 @@ def split_ranges(ranges: Sequence[dict[str, int]], max_size: int) -> list[SubRan
     return out
 
 
-class KafkaRangeDataSource(DataSource):  # type: ignore[misc]
+class KafkaRangeDataSource(DataSource):
     """Options: ``topic``, ``ranges`` (JSON list of {partition,start,end}), ``receipts`` (dir),
     ``subrange`` (max offsets per task) and ``secret.kafka_conf`` (JSON librdkafka config; the
     option name matches Spark's redaction pattern so it never shows in plans or the UI)."""
@@ -65,7 +65,7 @@ class KafkaRangeDataSource(DataSource):  # type: ignore[misc]
         return KafkaRangeReader(dict(self.options))
 
 
-class KafkaRangeReader(DataSourceReader):  # type: ignore[misc]
+class KafkaRangeReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.topic = options["topic"]
         self.ranges = json.loads(options["ranges"])
@@ -136,11 +136,11 @@ def read_subrange(topic: str, sub: SubRange, conf: dict[str, Any], receipts: Pat
                     if err.code() == KafkaError._PARTITION_EOF:
                         # Gaps at the end (compaction, transaction markers): the partition has
                         # nothing more up to its high watermark.
-                        if msg.offset() >= sub.end:
+                        if (msg.offset() or 0) >= sub.end:
                             position = sub.end
                         continue
                     raise RuntimeError(f"reading {where}: {err}")
-                offset = msg.offset()
+                offset = int(msg.offset() or 0)
                 if offset >= sub.end:
                     position = sub.end
                     break
