@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,10 @@ import pytest
 from tidemark.settings import Settings
 
 pytest_plugins = ["tests.tiers", "pytester"]
+
+# Airflow reads its config at import: give the test run its own home, no example DAGs.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="tidemark-airflow-"))
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
 
 def free_port() -> int:

@@ -27,6 +27,9 @@ examples:
   tidemark services start all        broker + Airflow standalone (what `make up` runs)
   tidemark services status all       which local services run and answer
   tidemark tables validate           check every table YAML, listing all problems
+  tidemark dump --table events --run-id manual__1
+                                     one exactly-once micro-batch (retry-safe)
+  tidemark status --table events     batches, offsets, lag per MQ partition, dirty counts
 """
 
 
@@ -77,6 +80,45 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from tidemark.config import load_table
+    from tidemark.settings import Settings
+    from tidemark.status import render, table_status
+
+    settings = Settings.from_env()
+    status = table_status(load_table(args.table, settings), settings)
+    print(json.dumps(status, indent=2, default=str) if args.json else render(status))
+    return 0
+
+
+def _cmd_dump(args: argparse.Namespace) -> int:
+    """spark-submit spark_jobs/dump.py with the configured master (what the DAG runs)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from tidemark.config import load_table
+    from tidemark.settings import Settings
+
+    settings = Settings.from_env()
+    load_table(args.table, settings)  # fail fast on a bad config, before a JVM starts
+    submit = shutil.which("spark-submit") or str(Path(settings.python).parent / "spark-submit")
+    command = [submit, "--master", settings.spark_master]
+    for key, value in settings.spark_conf.items():
+        command += ["--conf", f"{key}={value}"]
+    command += [
+        str(settings.project_root / "spark_jobs" / "dump.py"),
+        "--table",
+        args.table,
+        "--run-id",
+        args.run_id,
+    ]
+    if args.processing_time:
+        command += ["--processing-time", args.processing_time]
+    log.info("running %s", " ".join(command))
+    return subprocess.call(command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark",
@@ -98,6 +140,22 @@ def build_parser() -> argparse.ArgumentParser:
     services.add_argument("names", nargs="*", metavar="NAME", help="broker | airflow | all (default: broker)")
     services.add_argument("--json", action="store_true", help="status as JSON")
     services.set_defaults(func=_cmd_services)
+
+    dump = sub.add_parser(
+        "dump",
+        help="run one exactly-once micro-batch of a table (spark-submit)",
+        description="Dump the next micro-batch of TABLE, keyed by RUN_ID: re-running the same run id "
+        "re-does (or confirms) the same batch, never a second one.",
+    )
+    dump.add_argument("--table", required=True)
+    dump.add_argument("--run-id", required=True, help="idempotency key (the Airflow run id)")
+    dump.add_argument("--processing-time", help="ISO timestamp recorded in the plan (default: now)")
+    dump.set_defaults(func=_cmd_dump)
+
+    status = sub.add_parser("status", help="batches, committed offsets, lag and dirty counts of a table")
+    status.add_argument("--table", required=True)
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=_cmd_status)
 
     tables = sub.add_parser("tables", help="list, validate or show table configs")
     tables.add_argument("action", choices=["list", "validate", "show"])

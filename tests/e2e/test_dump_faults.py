@@ -1,0 +1,127 @@
+"""Crash injection: the real dump job (spark_jobs/dump.py in its own process) is killed at each
+named point, then retried with the same run id: exactly N records, no duplicate, no orphan file.
+Also: two processes with one run id at once, and a broker that is down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from tests.integration.dump_helpers import PROCESSING, START, fresh_table, landed
+from tidemark.commitlog import CommitLog
+from tidemark.dump import Layout
+from tidemark.faults import EXIT_CODE, POINTS
+from tidemark.generator import create_topic, events, produce
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+JOB = Path(__file__).resolve().parents[2] / "spark_jobs" / "dump.py"
+
+
+def dump_process(
+    settings: Settings, table: str, run_id: str, fail_at: str | None = None
+) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "TIDEMARK_HOME": str(settings.home),
+        "TIDEMARK_CONF_DIR": str(settings.conf_dir),
+        "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+    }
+    env.pop("TIDEMARK_FAIL_AT", None)
+    if fail_at:
+        env["TIDEMARK_FAIL_AT"] = fail_at
+    args = [
+        sys.executable,
+        str(JOB),
+        "--table",
+        table,
+        "--run-id",
+        run_id,
+        "--processing-time",
+        PROCESSING.isoformat(),
+    ]
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run(settings: Settings, table: str, run_id: str, fail_at: str | None = None) -> tuple[int, str, str]:
+    proc = dump_process(settings, table, run_id, fail_at)
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out, err
+
+
+def assert_exact(settings: Settings, table: str, delivered: Sequence[tuple[int, int, object]]) -> None:
+    rows, dirty, _ = landed(settings, table)
+    assert rows + dirty == Counter((p, o) for p, o, _ in delivered)
+    layout = Layout(settings, table)
+    on_disk = {
+        str(p.relative_to(layout.warehouse))
+        for d in (layout.table_dir, layout.dirty_dir)
+        for p in d.rglob("*.parquet")
+    }
+    committed = {f for c in CommitLog(settings.state_dir, table).iter_commits() for f in c.files}
+    assert on_disk == committed, f"orphans: {on_disk - committed}, missing: {committed - on_disk}"
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_crash_then_retry_same_run_is_exact(
+    point: str, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 4)
+    delivered = produce(broker, config.source.topic, events(400, start=START, dirty_fraction=0.02))
+    code, _, err = run(settings, config.table, "scheduled__crash", fail_at=point)
+    assert code != 0, f"no crash at {point}"
+    if point != "mid_read":  # a Python worker crash surfaces as a Spark task failure instead
+        assert code == EXIT_CODE, err[-2000:]
+    code, out, err = run(settings, config.table, "scheduled__crash")
+    assert code == 0, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    expected_status = "already_committed" if point == "before_group_commit" else "committed"
+    assert result["status"] == expected_status and result["read"] == 400
+    assert_exact(settings, config.table, delivered)
+    if point == "before_group_commit":  # the retry still brings lag monitoring up to date
+        from tidemark.kafka import client_properties, group_offsets
+
+        conf = client_properties(settings.kafka_bootstrap, {})
+        assert group_offsets(conf, config.consumer_group, config.source.topic, [0, 1, 2, 3]) == {
+            p: 100 for p in range(4)
+        }
+
+
+def test_two_processes_same_run_id(broker: str, settings: Settings, tmp_path: Path) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 4)
+    delivered = produce(broker, config.source.topic, events(200, start=START))
+    procs = [dump_process(settings, config.table, "manual__twice") for _ in range(2)]
+    outcomes = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    codes = sorted(code for code, _, _ in outcomes)
+    statuses = [json.loads(out.strip().splitlines()[-1])["status"] for code, out, _ in outcomes if code == 0]
+    # Either one fails cleanly on the batch lock, or the second ran after the first committed.
+    if codes == [0, 0]:
+        assert sorted(statuses) == ["already_committed", "committed"]
+    else:
+        assert codes[0] == 0 and statuses == ["committed"]
+        loser = next(err for code, _, err in outcomes if code != 0)
+        assert "another dump is running" in loser
+    assert CommitLog(settings.state_dir, config.table).state().batches == 1
+    assert_exact(settings, config.table, delivered)
+
+
+def test_broker_down_fails_clearly_and_commits_nothing(settings: Settings, tmp_path: Path) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    from dataclasses import replace
+
+    dead = replace(settings, kafka_bootstrap=f"127.0.0.1:{free_port()}")
+    code, _, err = run(dead, config.table, "r1")
+    assert code != 0
+    assert f"broker not reachable at {dead.kafka_bootstrap}" in err
+    assert CommitLog(settings.state_dir, config.table).state().batches == 0

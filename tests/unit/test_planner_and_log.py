@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tidemark.commitlog import CHECKPOINT_EVERY, Commit, CommitLog, PartitionRange, Plan, TableLock, run_key
+from tidemark.config import TableConfig, parse_table
+from tidemark.errors import BatchConflictError, DataLossError
+from tidemark.planner import next_ranges
+
+pytestmark = pytest.mark.unit
+
+
+def table(**source: object) -> TableConfig:
+    return parse_table(
+        {
+            "table": "t",
+            "source": {"topic": "t", **source},
+            "schema": {"id": "string", "ts": "timestamp"},
+            "event_time": {"field": "ts"},
+        },
+        "t.yaml",
+    )
+
+
+def test_first_batch_starts_at_earliest_and_is_capped() -> None:
+    ranges = next_ranges(table(max_records_per_partition=10), {}, {0: (5, 100), 1: (0, 3)})
+    assert ranges == [PartitionRange(0, 5, 15), PartitionRange(1, 0, 3)]
+
+
+def test_next_batch_starts_at_committed_end() -> None:
+    ranges = next_ranges(table(), {0: 40, 1: 3}, {0: (0, 50), 1: (0, 3)})
+    assert ranges == [PartitionRange(0, 40, 50), PartitionRange(1, 3, 3)]
+
+
+def test_latest_and_explicit_starting_offsets() -> None:
+    assert next_ranges(table(starting_offsets="latest"), {}, {0: (0, 9)}) == [PartitionRange(0, 9, 9)]
+    explicit = table(starting_offsets={0: 4})
+    assert next_ranges(explicit, {}, {0: (0, 9), 1: (2, 9)}) == [
+        PartitionRange(0, 4, 9),
+        PartitionRange(1, 2, 9),
+    ]
+
+
+def test_retention_gap_fails_with_data_loss_error() -> None:
+    with pytest.raises(DataLossError) as info:
+        next_ranges(table(), {0: 10}, {0: (25, 40)})
+    assert (info.value.topic, info.value.partition, info.value.missing_from, info.value.missing_to) == (
+        "t",
+        0,
+        10,
+        25,
+    )
+    assert "t[0]: offsets 10..24 (15 records)" in str(info.value)
+
+
+def test_retention_gap_recorded_when_policy_allows() -> None:
+    ranges = next_ranges(table(on_data_loss="record_and_continue"), {0: 10}, {0: (25, 40)})
+    assert ranges == [PartitionRange(0, 25, 40, gap_from=10, gap_to=25)]
+
+
+def plan(batch: int, run: str) -> Plan:
+    return Plan(
+        "t", batch, run, "t", "2026-11-22T12:00:00+00:00", (PartitionRange(0, batch * 10, batch * 10 + 10),)
+    )
+
+
+def commit(p: Plan) -> Commit:
+    return Commit(
+        table="t",
+        batch_id=p.batch_id,
+        run_id=p.run_id,
+        committed_by_run=p.run_id,
+        topic="t",
+        processing_time=p.processing_time,
+        ranges=p.ranges,
+        files=(),
+        rows_per_partition={},
+        partitions=(),
+        dirty=1,
+        rows=9,
+    )
+
+
+def test_records_are_create_only(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path, "t")
+    log.write_plan(plan(0, "a"))
+    with pytest.raises(BatchConflictError, match="planned concurrently"):
+        log.write_plan(plan(0, "b"))
+    assert log.plan(0) == plan(0, "a")
+    log.write_commit(commit(plan(0, "a")))
+    with pytest.raises(BatchConflictError, match="committed by another process"):
+        log.write_commit(commit(plan(0, "b")))
+    assert log.bind_run("a", 0) == 0
+    assert log.bind_run("a", 5) == 0  # first binding wins
+
+
+def test_state_uses_checkpoint_and_probes_only_newer_commits(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path, "t")
+    for b in range(CHECKPOINT_EVERY + 3):
+        log.write_plan(plan(b, f"r{b}"))
+        log.write_commit(commit(plan(b, f"r{b}")))
+    assert log.checkpoint_file.exists()
+    # Remove an old commit: the state must not need it any more (it is in the checkpoint).
+    (log.commits / f"{0:010d}.json").unlink()
+    state = log.state()
+    assert state.last_committed == CHECKPOINT_EVERY + 2
+    assert state.batches == CHECKPOINT_EVERY + 3 and state.rows == 9 * state.batches
+    assert state.end_offsets == {0: (CHECKPOINT_EVERY + 3) * 10}
+
+
+def test_run_key_is_safe_and_unique() -> None:
+    a, b = run_key("scheduled__2026-11-22T10:00:00+00:00"), run_key("scheduled__2026-11-22T10_00_00_00_00")
+    assert "/" not in a and ":" not in a and a != b
+
+
+def test_table_lock_blocks_live_holder_and_breaks_dead_one(tmp_path: Path) -> None:
+    lock = TableLock(tmp_path, "t")
+    with lock.hold("r1"), pytest.raises(BatchConflictError, match="another dump is running"), lock.hold("r2"):
+        pass
+    assert not lock.path.exists()
+    lock.path.parent.mkdir(parents=True, exist_ok=True)
+    import json
+    import socket
+
+    lock.path.write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 17, "run_id": "dead"}))
+    with lock.hold("r3"):
+        assert "r3" in lock.path.read_text()
