@@ -119,6 +119,12 @@ def _cmd_dump(args: argparse.Namespace) -> int:
     return subprocess.call(command)
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tidemark.demo import run_demo
+
+    return run_demo(records=args.records)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark",
@@ -156,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--table", required=True)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_cmd_status)
+
+    demo = sub.add_parser("demo", help="the dump end to end on embedded defaults (what `make demo` runs)")
+    demo.add_argument("--records", type=int, default=20_000, help="messages to generate (default 20000)")
+    demo.set_defaults(func=_cmd_demo)
 
     tables = sub.add_parser("tables", help="list, validate or show table configs")
     tables.add_argument("action", choices=["list", "validate", "show"])
