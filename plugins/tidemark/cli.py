@@ -83,10 +83,15 @@ def _cmd_tables(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from tidemark.config import load_table
     from tidemark.settings import Settings
-    from tidemark.status import render, table_status
+    from tidemark.status import explain_partition, render, render_partition, table_status
 
     settings = Settings.from_env()
-    status = table_status(load_table(args.table, settings), settings)
+    config = load_table(args.table, settings)
+    if args.partition:
+        info = explain_partition(config, settings, args.partition)
+        print(json.dumps(info, indent=2, default=str) if args.json else render_partition(info))
+        return 0
+    status = table_status(config, settings)
     print(json.dumps(status, indent=2, default=str) if args.json else render(status))
     return 0
 
@@ -161,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="batches, committed offsets, lag and dirty counts of a table")
     status.add_argument("--table", required=True)
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--partition",
+        metavar="YYYY-MM-DDTHH",
+        help="explain one hour: sealed or not, and if not which MQ partition's watermark holds it",
+    )
     status.set_defaults(func=_cmd_status)
 
     demo = sub.add_parser("demo", help="the dump end to end on embedded defaults (what `make demo` runs)")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.errors import BatchConflictError
+from tidemark.watermarks import PartitionWatermark, ReadyTime
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ class Plan:
     topic: str
     processing_time: str
     ranges: tuple[PartitionRange, ...]
+    # Records with an event time before this instant belong to sealed hours: they are late.
+    # Decided at planning time so a retry classifies exactly as the first attempt did.
+    sealed_through: str | None = None
 
     @property
     def records_planned(self) -> int:
@@ -107,6 +111,10 @@ class Commit:
     partitions: tuple[PartitionStats, ...]
     dirty: int
     rows: int
+    late: int = 0
+    late_per_partition: dict[str, int] = field(default_factory=dict)
+    watermarks: tuple[PartitionWatermark, ...] = ()
+    ready: ReadyTime | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -118,6 +126,8 @@ class Commit:
         data["ranges"] = tuple(PartitionRange(**r) for r in data["ranges"])
         data["partitions"] = tuple(PartitionStats(**p) for p in data["partitions"])
         data["files"] = tuple(data["files"])
+        data["watermarks"] = tuple(PartitionWatermark(**w) for w in data.get("watermarks", ()))
+        data["ready"] = ReadyTime.from_json(data["ready"]) if data.get("ready") else None
         return cls(**data)
 
     @property
@@ -127,20 +137,47 @@ class Commit:
 
 @dataclass
 class LogState:
-    """Summary of everything committed: next offsets and running totals."""
+    """Summary of everything committed: next offsets, watermarks and running totals."""
 
     last_committed: int = -1
     end_offsets: dict[int, int] = field(default_factory=dict)
     rows: int = 0
     dirty: int = 0
+    late: int = 0
     batches: int = 0
+    rows_per_hour: dict[str, int] = field(default_factory=dict)
+    late_per_hour: dict[str, int] = field(default_factory=dict)
+    watermarks: dict[int, PartitionWatermark] = field(default_factory=dict)
+    ready: ReadyTime | None = None
 
     def apply(self, commit: Commit) -> None:
         self.last_committed = commit.batch_id
         self.end_offsets.update(commit.end_offsets)
         self.rows += commit.rows
         self.dirty += commit.dirty
+        self.late += commit.late
         self.batches += 1
+        for hour, n in commit.rows_per_partition.items():
+            self.rows_per_hour[hour] = self.rows_per_hour.get(hour, 0) + n
+        for hour, n in commit.late_per_partition.items():
+            self.late_per_hour[hour] = self.late_per_hour.get(hour, 0) + n
+        if commit.watermarks:
+            self.watermarks = {w.partition: w for w in commit.watermarks}
+        if commit.ready is not None:
+            self.ready = commit.ready
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["watermarks"] = [asdict(w) for w in self.watermarks.values()]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LogState:
+        data = dict(data)
+        data["end_offsets"] = {int(k): int(v) for k, v in data["end_offsets"].items()}
+        data["watermarks"] = {w["partition"]: PartitionWatermark(**w) for w in data.get("watermarks", [])}
+        data["ready"] = ReadyTime.from_json(data["ready"]) if data.get("ready") else None
+        return cls(**data)
 
 
 def _name(batch_id: int) -> str:
@@ -172,6 +209,19 @@ def create_only(path: Path, payload: dict[str, Any]) -> bool:
     return True
 
 
+def replace_atomically(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``path`` whole or not at all (temp file + rename); for derived, rebuildable data."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A record, or None if it does not exist."""
+    return _read(path)
+
+
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         return dict(json.loads(path.read_text()))
@@ -184,6 +234,7 @@ class CommitLog:
 
     def __init__(self, state_dir: Path, table: str) -> None:
         self.table = table
+        self.state_dir = state_dir
         self.root = state_dir / table / "log"
         self.plans = self.root / "plans"
         self.commits = self.root / "commits"
@@ -205,10 +256,7 @@ class CommitLog:
 
     def _checkpoint(self) -> LogState:
         data = _read(self.checkpoint_file)
-        if not data:
-            return LogState()
-        data["end_offsets"] = {int(k): int(v) for k, v in data["end_offsets"].items()}
-        return LogState(**data)
+        return LogState.from_json(data) if data else LogState()
 
     def state(self) -> LogState:
         """Checkpoint + the commits after it, probed by name."""
@@ -257,9 +305,7 @@ class CommitLog:
     def write_checkpoint(self) -> LogState:
         """Compact the committed state into checkpoint.json (atomic replace)."""
         state = self.state()
-        tmp = self.checkpoint_file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(state), sort_keys=True))
-        os.replace(tmp, self.checkpoint_file)
+        replace_atomically(self.checkpoint_file, state.to_json())
         log.info("%s: commit log checkpoint at batch %s", self.table, state.last_committed)
         return state
 

@@ -24,7 +24,7 @@ import os
 import shutil
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from tidemark.faults import crash_point
 from tidemark.kafka import client_properties, commit_group_offsets, masked
 from tidemark.planner import plan_batch
 from tidemark.settings import Settings
+from tidemark.watermarks import BatchObservation, PartitionWatermark, ReadyTime, advance, ready_time
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,12 +59,18 @@ class DumpResult:
 
 
 class Layout:
-    """Where a table's files live (one filesystem: staging renames into the table)."""
+    """Where a table's files live (one filesystem: staging renames into the table).
+
+    Batches land in ``<table>/_open/dt=/hr=`` (hidden from path-based readers by the leading
+    underscore); sealing compacts an hour into ``<table>/dt=/hr=`` and registers it.
+    """
 
     def __init__(self, settings: Settings, table: str) -> None:
         self.warehouse = Path(settings.warehouse)
         self.table_dir = self.warehouse / table
+        self.open_dir = self.table_dir / "_open"
         self.dirty_dir = self.warehouse / f"{table}__dirty"
+        self.late_dir = self.warehouse / f"{table}__late"
         self.staging_root = self.warehouse / ".tidemark_staging" / table
 
     def batch_staging(self, batch_id: int) -> Path:
@@ -98,11 +105,12 @@ class Publisher:
     def targets(self) -> list[tuple[str, str]]:
         """(staged, target) pairs relative to the warehouse, in a deterministic order."""
         moves = []
-        rows = self.attempt_dir / "rows"
-        for i, staged in enumerate(sorted(rows.rglob("*.parquet"))):
-            hour_dir = staged.parent.relative_to(rows)
-            target = self.layout.table_dir / hour_dir / f"part-b{self.batch_id:010d}-{i:05d}.parquet"
-            moves.append((staged, target))
+        for kind, base_dir in (("rows", self.layout.open_dir), ("late", self.layout.late_dir)):
+            staged_root = self.attempt_dir / kind
+            for i, staged in enumerate(sorted(staged_root.rglob("*.parquet"))):
+                hour_dir = staged.parent.relative_to(staged_root)
+                target = base_dir / hour_dir / f"part-b{self.batch_id:010d}-{i:05d}.parquet"
+                moves.append((staged, target))
         dirty = self.attempt_dir / "dirty"
         for i, staged in enumerate(sorted(dirty.rglob("*.parquet"))):
             target = self.layout.dirty_dir / f"batch_id={self.batch_id}" / f"part-{i:05d}.parquet"
@@ -128,40 +136,44 @@ class Publisher:
 
 def _stats(
     classified: Any, config: TableConfig
-) -> tuple[dict[int, dict[str, Any]], dict[str, int], dict[str, int]]:
+) -> tuple[dict[int, dict[str, Any]], dict[str, dict[str, int]], dict[str, int]]:
     from pyspark.sql import functions as F
 
     ts = config.event_time.field
-    good = F.col("_reason").isNull()
+    valid = F.col("_reason").isNull()
+    on_time = valid & ~F.col("_late")
     per_partition = {
         r["_mq_partition"]: r.asDict()
         for r in classified.groupBy("_mq_partition")
         .agg(
-            F.sum(F.when(good, 1).otherwise(0)).alias("rows"),
-            F.sum(F.when(good, 0).otherwise(1)).alias("dirty"),
-            F.min(F.when(good, F.col(ts))).alias("min_ts"),
-            F.max(F.when(good, F.col(ts))).alias("max_ts"),
+            F.sum(F.when(on_time, 1).otherwise(0)).alias("rows"),
+            F.sum(F.when(valid, 0).otherwise(1)).alias("dirty"),
+            F.sum(F.when(valid & F.col("_late"), 1).otherwise(0)).alias("late"),
+            F.min(F.when(valid, F.col(ts))).alias("min_ts"),
+            F.max(F.when(valid, F.col(ts))).alias("max_ts"),
         )
         .collect()
     }
-    per_hour = {
-        f"dt={r['dt']}/hr={r['hr']}": int(r["count"])
-        for r in classified.where(good).groupBy("dt", "hr").count().collect()
-    }
+    per_hour: dict[str, dict[str, int]] = {"rows": {}, "late": {}}
+    for r in classified.where(valid).groupBy("dt", "hr", "_late").count().collect():
+        per_hour["late" if r["_late"] else "rows"][f"dt={r['dt']}/hr={r['hr']}"] = int(r["count"])
     reasons = {
-        r["_reason"]: int(r["count"]) for r in classified.where(~good).groupBy("_reason").count().collect()
+        r["_reason"]: int(r["count"]) for r in classified.where(~valid).groupBy("_reason").count().collect()
     }
     return per_partition, per_hour, reasons
 
 
 def _iso(value: Any) -> str | None:
-    return value.isoformat() if value is not None else None
+    """Spark hands out naive datetimes in the session zone (UTC): make them explicit."""
+    if value is None:
+        return None
+    return str(value.replace(tzinfo=UTC).isoformat() if value.tzinfo is None else value.isoformat())
 
 
 def reconcile(
     plan: Plan, receipts: list[dict[str, Any]], per_partition: dict[int, dict[str, Any]]
 ) -> list[PartitionStats]:
-    """read == rows + dirty per MQ partition, and every planned sub-range has a receipt."""
+    """read == rows + dirty + late per MQ partition, and every planned sub-range has a receipt."""
     from tidemark.source import DEFAULT_SUBRANGE, split_ranges
 
     expected = {
@@ -174,10 +186,11 @@ def reconcile(
     for r in plan.ranges:
         read = sum(x["read"] for x in receipts if x["partition"] == r.partition)
         got = per_partition.get(r.partition, {})
-        rows, dirty = int(got.get("rows") or 0), int(got.get("dirty") or 0)
-        if read != rows + dirty:
+        rows, dirty, late = (int(got.get(k) or 0) for k in ("rows", "dirty", "late"))
+        if read != rows + dirty + late:
             problems.append(
-                f"{plan.topic}[{r.partition}] offsets {r.start}..{r.end - 1}: read {read} != rows {rows} + dirty {dirty}"
+                f"{plan.topic}[{r.partition}] offsets {r.start}..{r.end - 1}: "
+                f"read {read} != rows {rows} + dirty {dirty} + late {late}"
             )
         stats.append(
             PartitionStats(
@@ -185,6 +198,7 @@ def reconcile(
                 read=read,
                 rows=rows,
                 dirty=dirty,
+                late=late,
                 min_event_time=_iso(got.get("min_ts")),
                 max_event_time=_iso(got.get("max_ts")),
             )
@@ -203,12 +217,12 @@ def read_and_stage(
     plan: Plan,
     publisher: Publisher,
     kafka_conf: dict[str, Any],
-) -> tuple[list[PartitionStats], dict[str, int], dict[str, int]]:
+) -> tuple[list[PartitionStats], dict[str, dict[str, int]], dict[str, int]]:
     """Read the plan's ranges, classify, stage rows and dirty records; return reconciled stats."""
     from pyspark import StorageLevel
 
     from tidemark.source import KafkaRangeDataSource, read_receipts
-    from tidemark.transform import classify, dirty_rows, good_rows
+    from tidemark.transform import classify, dirty_rows, good_rows, late_rows, partition_columns
 
     spark.dataSource.register(KafkaRangeDataSource)
     receipts_dir = publisher.attempt_dir / "receipts"
@@ -227,11 +241,12 @@ def read_and_stage(
         batch_id=plan.batch_id,
         run_id=plan.run_id,
         processing_time=datetime.fromisoformat(plan.processing_time),
+        sealed_through=datetime.fromisoformat(plan.sealed_through) if plan.sealed_through else None,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        good_rows(classified, config).write.partitionBy("dt", "hr").parquet(
-            str(publisher.attempt_dir / "rows")
-        )
+        parts = partition_columns(config)
+        good_rows(classified, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "rows"))
+        late_rows(classified, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "late"))
         dirty_rows(classified).write.parquet(str(publisher.attempt_dir / "dirty"))
         crash_point("after_staging")
         per_partition, per_hour, reasons = _stats(classified, config)
@@ -280,7 +295,7 @@ def run_dump(
             )
         else:
             stats = [PartitionStats(r.partition, 0, 0, 0) for r in plan.ranges]
-            per_hour, reasons = {}, {}
+            per_hour, reasons = {"rows": {}, "late": {}}, {}
         read = sum(s.read for s in stats)
         dirty = sum(s.dirty for s in stats)
         ratio = dirty / read if read else 0.0
@@ -292,6 +307,7 @@ def run_dump(
             )
         files = publisher.publish()
         crash_point("before_commit_record")
+        watermarks, ready = _watermarks(config, commit_log, plan, stats)
         commit = Commit(
             table=config.table,
             batch_id=plan.batch_id,
@@ -301,16 +317,21 @@ def run_dump(
             processing_time=plan.processing_time,
             ranges=plan.ranges,
             files=tuple(files),
-            rows_per_partition=per_hour,
+            rows_per_partition=per_hour["rows"],
             partitions=tuple(stats),
             dirty=dirty,
             rows=sum(s.rows for s in stats),
+            late=sum(s.late for s in stats),
+            late_per_partition=per_hour["late"],
+            watermarks=watermarks,
+            ready=ready,
             extra={"dirty_reasons": reasons},
         )
         commit_log.write_commit(commit)
         publisher.cleanup()
         log.info(
-            "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, files %s, hours %s",
+            "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, late %s, files %s, hours %s; "
+            "global ready time %s (held by partition %s, idle %s)",
             config.table,
             commit.batch_id,
             run_id,
@@ -318,12 +339,43 @@ def run_dump(
             commit.rows,
             dirty,
             reasons,
+            commit.late,
             len(files),
-            sorted(per_hour),
+            sorted(per_hour["rows"]),
+            ready.time,
+            ready.holding,
+            list(ready.idle),
         )
     crash_point("before_group_commit")
     _commit_group(config, kafka_conf, commit)
     return _result(commit, "committed")
+
+
+def _watermarks(
+    config: TableConfig, commit_log: CommitLog, plan: Plan, stats: list[PartitionStats]
+) -> tuple[tuple[PartitionWatermark, ...], ReadyTime]:
+    """Advance the watermarks from the last committed state with what this batch saw."""
+    state = commit_log.state()
+    processing_time = datetime.fromisoformat(plan.processing_time)
+    if state.ready is not None:  # processing time never goes back, even on a backfilled run
+        processing_time = max(processing_time, datetime.fromisoformat(state.ready.processing_time))
+    by_partition = {s.partition: s for s in stats}
+    observed = [
+        BatchObservation(r.partition, r.end, by_partition[r.partition].max_event_time) for r in plan.ranges
+    ]
+    wm = advance(
+        state.watermarks,
+        observed,
+        processing_time=processing_time,
+        max_out_of_orderness=config.watermark.max_out_of_orderness,
+    )
+    ready = ready_time(
+        wm,
+        processing_time=processing_time,
+        idle_timeout=config.watermark.idle_timeout,
+        previous=state.ready.instant if state.ready else None,
+    )
+    return tuple(wm[p] for p in sorted(wm)), ready
 
 
 def _commit_group(config: TableConfig, kafka_conf: dict[str, Any], commit: Commit) -> None:

@@ -60,3 +60,14 @@ class DirtyRatioExceededError(TidemarkError):
 
 class InjectedFault(TidemarkError):
     """Raised (or exited with) at a TIDEMARK_FAIL_AT crash point in tests."""
+
+
+class QualityGateError(TidemarkError):
+    """An hour failed expectations under the ``block`` policy: it is not registered."""
+
+    def __init__(self, table: str, hour: str, failures: list[str]) -> None:
+        self.table, self.hour, self.failures = table, hour, failures
+        super().__init__(
+            f"{table} hour {hour}: quality gate failed ({'; '.join(failures)}); the hour is quarantined, "
+            f"not registered (release it with: tidemark release --table {table} --partition {hour})"
+        )

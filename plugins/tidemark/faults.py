@@ -11,7 +11,7 @@ import os
 
 log = logging.getLogger(__name__)
 
-POINTS = (
+DUMP_POINTS = (
     "after_plan",
     "mid_read",
     "after_staging",
@@ -19,6 +19,9 @@ POINTS = (
     "before_commit_record",
     "before_group_commit",
 )
+SEAL_POINTS = ("mid_compaction", "after_registration")
+ANNOUNCE_POINTS = ("before_announce",)
+POINTS = DUMP_POINTS + SEAL_POINTS + ANNOUNCE_POINTS
 EXIT_CODE = 86
 
 

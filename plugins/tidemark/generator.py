@@ -125,3 +125,24 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     except KafkaException as exc:
         if "TOPIC_ALREADY_EXISTS" not in str(exc):
             raise
+
+
+def records(items: list[tuple[Any, ...]], *, prefix: str = "r") -> list[Message]:
+    """Hand-placed events: (MQ partition, event time[, field overrides]) each; for tests that
+    need a precise watermark per partition."""
+    out = []
+    for i, item in enumerate(items):
+        partition: int = item[0]
+        event_time: datetime = item[1]
+        record: dict[str, Any] = {
+            "event_id": f"{prefix}-{i}",
+            "user_id": i,
+            "app": "web",
+            "event_type": "view",
+            "amount": "1.00",
+            "event_time": event_time.isoformat(),
+        }
+        if len(item) > 2:
+            record.update(item[2])
+        out.append(Message(partition, json.dumps(record).encode(), None, event_time))
+    return out

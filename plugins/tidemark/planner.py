@@ -10,6 +10,7 @@ from tidemark.commitlog import CommitLog, PartitionRange, Plan
 from tidemark.config import TableConfig
 from tidemark.errors import DataLossError
 from tidemark.kafka import partition_offsets
+from tidemark.partitions import PartitionJournal
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ def plan_batch(
         commit_log.bind_run(run_id, pending.batch_id)
         return pending
     offsets = partition_offsets(client_conf, config.source.topic)
+    sealed_through = PartitionJournal(commit_log.state_dir, config.table).state().sealed_through
     plan = Plan(
         table=config.table,
         batch_id=state.last_committed + 1,
@@ -87,6 +89,7 @@ def plan_batch(
         topic=config.source.topic,
         processing_time=processing_time,
         ranges=tuple(next_ranges(config, state.end_offsets, offsets)),
+        sealed_through=sealed_through,
     )
     commit_log.write_plan(plan)
     bound_batch = commit_log.bind_run(run_id, plan.batch_id)
@@ -94,5 +97,11 @@ def plan_batch(
         other = commit_log.plan(bound_batch)
         assert other is not None
         return other
-    log.info("%s: planned %s (%s records)", config.table, plan.describe(), plan.records_planned)
+    log.info(
+        "%s: planned %s (%s records; hours before %s are sealed, older records are late)",
+        config.table,
+        plan.describe(),
+        plan.records_planned,
+        sealed_through,
+    )
     return plan

@@ -13,6 +13,11 @@ applies, in this order:
 | ``missing_field`` | a ``not null`` column is missing or null |
 | ``type_mismatch`` | a value cannot be converted to its column's type |
 | ``future_event_time`` | event time > the batch's processing time + ``watermark.max_future_skew`` |
+| ``invalid_partition_value`` | a value of a ``partitioning.columns`` column is null, longer than 64, or \
+not made of ``[A-Za-z0-9_.-]`` (so no path separators, ``..``, quotes or spaces) |
+
+Good records whose event time is before the plan's ``sealed_through`` belong to an hour that
+is already sealed: they are *late* (``_late``) and go to the late files, never to the table.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tidemark.config import TableConfig
+from tidemark.hours import spark_hour_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
@@ -34,7 +40,10 @@ REASONS = (
     "missing_field",
     "type_mismatch",
     "future_event_time",
+    "invalid_partition_value",
 )
+# Values of data-derived partition columns: safe in paths and in quoted metastore DDL.
+PARTITION_VALUE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 CORRUPT = "_tidemark_corrupt"
 META_COLUMNS = ("_mq_partition", "_mq_offset", "_mq_timestamp", "_batch_id")
 HOUR_COLUMNS = ("dt", "hr")
@@ -68,6 +77,7 @@ def classify(
     batch_id: int,
     run_id: str,
     processing_time: datetime,
+    sealed_through: datetime | None = None,
 ) -> DataFrame:
     """Parse raw records (RAW_SCHEMA of the source) into typed columns plus ``_reason``
     (null for good rows) and ``_detail``, keeping MQ coordinates for lineage and dedup."""
@@ -94,6 +104,13 @@ def classify(
     missing_list = F.concat_ws(",", *missing) if missing else F.lit("")
     mismatch_list = F.concat_ws(",", *mismatch)
     future_limit = F.lit(processing_time + config.watermark.max_future_skew).cast("timestamp")
+    bad_values = [
+        F.when(
+            typed[c].isNull() | ~typed[c].rlike(PARTITION_VALUE_PATTERN) | typed[c].contains(".."), F.lit(c)
+        )
+        for c in config.partitioning.columns
+    ]
+    bad_value_list = F.concat_ws(",", *bad_values) if bad_values else F.lit("")
     reason = (
         F.when(F.length("value") > config.source.max_message_bytes, F.lit("oversized"))
         .when(F.col("value").isNull(), F.lit("null_value"))
@@ -102,18 +119,26 @@ def classify(
         .when(missing_list != "", F.lit("missing_field"))
         .when(mismatch_list != "", F.lit("type_mismatch"))
         .when(typed[ts_field] > future_limit, F.lit("future_event_time"))
+        .when(bad_value_list != "", F.lit("invalid_partition_value"))
     )
     detail = (
         F.when(reason == "oversized", F.concat(F.lit("bytes="), F.length("value").cast("string")))
         .when(reason == "missing_field", F.concat(F.lit("fields="), missing_list))
         .when(reason == "type_mismatch", F.concat(F.lit("fields="), mismatch_list))
         .when(reason == "future_event_time", F.concat(F.lit("limit="), future_limit.cast("string")))
+        .when(reason == "invalid_partition_value", F.concat(F.lit("fields="), bad_value_list))
     )
-    local = F.from_utc_timestamp(typed[ts_field], config.event_time.time_zone)
+    dt, hr = spark_hour_columns(typed[ts_field], config.event_time.time_zone)
+    late = (
+        typed[ts_field] < F.lit(sealed_through).cast("timestamp")
+        if sealed_through is not None
+        else F.lit(False)
+    )
     return parsed.select(
         *[typed[c.name].alias(c.name) for c in columns],
-        F.date_format(local, "yyyy-MM-dd").alias("dt"),
-        F.date_format(local, "HH").alias("hr"),
+        dt.alias("dt"),
+        hr.alias("hr"),
+        (reason.isNull() & late).alias("_late"),
         F.col("mq_partition").alias("_mq_partition"),
         F.col("mq_offset").alias("_mq_offset"),
         F.col("mq_timestamp").alias("_mq_timestamp"),
@@ -131,8 +156,24 @@ def good_rows(classified: DataFrame, config: TableConfig) -> DataFrame:
     """Rows of the table: schema columns, MQ lineage columns and the hour partition columns."""
     from pyspark.sql import functions as F
 
-    names = [c.name for c in config.schema_columns]
-    return classified.where(F.col("_reason").isNull()).select(*names, *META_COLUMNS, *HOUR_COLUMNS)
+    return classified.where(F.col("_reason").isNull() & ~F.col("_late")).select(*table_columns(config))
+
+
+def late_rows(classified: DataFrame, config: TableConfig) -> DataFrame:
+    """Valid rows of hours sealed before the batch was planned, with the table's columns."""
+    from pyspark.sql import functions as F
+
+    return classified.where(F.col("_reason").isNull() & F.col("_late")).select(*table_columns(config))
+
+
+def table_columns(config: TableConfig) -> list[str]:
+    """Column order of the table files: schema, MQ lineage, then partition columns."""
+    names = [c.name for c in config.schema_columns if c.name not in config.partitioning.columns]
+    return [*names, *META_COLUMNS, *partition_columns(config)]
+
+
+def partition_columns(config: TableConfig) -> list[str]:
+    return [*HOUR_COLUMNS, *config.partitioning.columns]
 
 
 def dirty_rows(classified: DataFrame) -> DataFrame:

@@ -18,7 +18,7 @@ from tests.conftest import free_port
 from tests.integration.dump_helpers import PROCESSING, START, fresh_table, landed
 from tidemark.commitlog import CommitLog
 from tidemark.dump import Layout
-from tidemark.faults import EXIT_CODE, POINTS
+from tidemark.faults import DUMP_POINTS, EXIT_CODE
 from tidemark.generator import create_topic, events, produce
 from tidemark.settings import Settings
 
@@ -71,7 +71,7 @@ def assert_exact(settings: Settings, table: str, delivered: Sequence[tuple[int, 
     assert on_disk == committed, f"orphans: {on_disk - committed}, missing: {committed - on_disk}"
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", DUMP_POINTS)
 def test_crash_then_retry_same_run_is_exact(
     point: str, broker: str, settings: Settings, tmp_path: Path
 ) -> None:

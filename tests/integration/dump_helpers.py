@@ -57,3 +57,12 @@ def landed(
             dirty[(p, o)] += 1
             reasons[(p, o)] = r
     return rows, dirty, reasons
+
+
+def late_landed(settings: Settings, table: str) -> Counter[tuple[int, int]]:
+    """(partition, offset) multiset of the late files of a table."""
+    late: Counter[tuple[int, int]] = Counter()
+    for path in Layout(settings, table).late_dir.rglob("*.parquet"):
+        t = pq.read_table(path, columns=["_mq_partition", "_mq_offset"])
+        late.update(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+    return late

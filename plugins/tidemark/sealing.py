@@ -1,0 +1,368 @@
+"""Sealing: turn complete hours into registered Hive partitions, in hour order, idempotently.
+
+An hour H is complete when the global ready time (from the commit log) >= H.end +
+``commit_delay``. For each complete hour, in order:
+
+1. compact its batch files (``<table>/_open/<hour>``) into ``target_file_size`` files in
+   ``<table>/<hour>`` (not registered yet, so invisible to metastore readers); a marker file
+   records the result so a retry after registration never rewrites a visible partition;
+2. reconcile the compacted row count against the commit log's count for the hour;
+3. run the quality gate;
+4. register the partition (``ADD IF NOT EXISTS``), creating the table if missing;
+5. write ``_SUCCESS``;
+6. append the journal entry (create-only): the hour is sealed;
+7. remove the hour's batch files.
+
+A crash at any step is repaired by running seal again for any run id. Hours with no data are
+sealed empty. Late rows (records of hours sealed before their batch was planned) are either
+registered in ``<table>__late`` (``side_table``) or folded into the sealed partition as a new
+version of its files (``amend``), which re-announces it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark.commitlog import CommitLog, LogState, TableLock, read_json, replace_atomically
+from tidemark.config import TableConfig
+from tidemark.dump import Layout
+from tidemark.errors import QualityGateError, ReconciliationError
+from tidemark.faults import crash_point
+from tidemark.hours import Hour, hour_of, hours_from, parse_path
+from tidemark.metastore import Metastore
+from tidemark.partitions import JournalEntry, PartitionJournal, PartitionState
+from tidemark.quality import QualityOutcome, gate
+from tidemark.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+COMPACTED_MARKER = "_tidemark_compacted.json"
+SUCCESS = "_SUCCESS"
+_BATCH_OF_FILE = re.compile(r"part-b(\d{10})-\d+\.parquet$")
+
+
+@dataclass
+class SealResult:
+    table: str
+    run_id: str
+    status: str  # sealed | nothing_to_seal | waiting_for_batch | no_ready_time
+    ready_time: str | None = None
+    sealed_through: str | None = None
+    sealed: list[str] = field(default_factory=list)
+    amended: list[str] = field(default_factory=list)
+    late_registered: list[str] = field(default_factory=list)
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def seal_limit(config: TableConfig, state: LogState) -> datetime | None:
+    """Hours ending at or before this instant are complete."""
+    if state.ready is None or state.ready.instant is None:
+        return None
+    return state.ready.instant - config.watermark.commit_delay
+
+
+def hours_to_seal(config: TableConfig, state: LogState, partitions: PartitionState) -> list[Hour]:
+    """Consecutive hours from the sealed frontier (or the first hour with data) up to the limit."""
+    limit = seal_limit(config, state)
+    zone = config.event_time.time_zone
+    if limit is None:
+        return []
+    if partitions.sealed_through:
+        first = hour_of(datetime.fromisoformat(partitions.sealed_through), zone)
+    else:
+        with_data = [parse_path(p, zone) for p, n in state.rows_per_hour.items() if n]
+        if not with_data:
+            return []
+        first = min(with_data)
+    return list(hours_from(first, ending_by=limit))
+
+
+class Sealer:
+    """Seals and amends the hours of one table (I/O: files, Spark, metastore, journal)."""
+
+    def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> None:
+        self.spark = spark
+        self.config = config
+        self.run_id = run_id
+        self.layout = Layout(settings, config.table)
+        self.commit_log = CommitLog(settings.state_dir, config.table)
+        self.journal = PartitionJournal(settings.state_dir, config.table)
+        self.metastore = Metastore(spark, config)
+        self.zone = config.event_time.time_zone
+        self.extra_columns = list(config.partitioning.columns)
+
+    # -- the whole run --------------------------------------------------------------------
+    def run(self) -> SealResult:
+        state = self.commit_log.state()
+        pending = self.commit_log.pending_plan(state)
+        result = SealResult(self.config.table, self.run_id, "nothing_to_seal")
+        result.ready_time = state.ready.time if state.ready else None
+        if pending is not None:
+            result.status = "waiting_for_batch"
+            result.message = (
+                f"batch {pending.batch_id} (run {pending.run_id}) is planned but not committed; "
+                "its rows may belong to the next hours, so nothing is sealed until it commits"
+            )
+            log.warning("%s: %s", self.config.table, result.message)
+            return result
+        partitions = self.journal.state()
+        self._sweep_sealed_leftovers(partitions)
+        hours = hours_to_seal(self.config, state, partitions)
+        if not hours and seal_limit(self.config, state) is None:
+            result.status = "no_ready_time"
+            result.message = "no global ready time yet (see tidemark status --partition)"
+        for hour in hours:
+            entry = self._seal_hour(hour, state, partitions)
+            partitions.apply(entry)
+            result.sealed.append(hour.key)
+            result.status = "sealed"
+        if self.config.late_policy == "side_table":
+            result.late_registered = self._register_late(state, partitions)
+        else:
+            for entry in self._amend(state, partitions):
+                partitions.apply(entry)
+                result.amended.append(entry.hour)
+        result.sealed_through = partitions.sealed_through
+        log.info(
+            "%s: seal run %s: ready time %s, sealed %s, amended %s, late partitions registered %s; "
+            "sealed through %s",
+            self.config.table,
+            self.run_id,
+            result.ready_time,
+            result.sealed or "nothing",
+            result.amended or "nothing",
+            result.late_registered or "none",
+            result.sealed_through,
+        )
+        return result
+
+    # -- one hour -------------------------------------------------------------------------
+    def _seal_hour(self, hour: Hour, state: LogState, partitions: PartitionState) -> JournalEntry:
+        expected = state.rows_per_hour.get(hour.path, 0)
+        target = self.layout.table_dir / hour.path
+        log.info(
+            "%s: sealing hour %s (%s rows expected from the commit log)", self.config.table, hour, expected
+        )
+        files, rows = self._compact(hour, target)
+        if rows != expected:
+            raise ReconciliationError(
+                f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
+                f"committed for {hour.path} by batches <= {state.last_committed}; nothing registered"
+            )
+        quality = self._quality(hour, target, rows)
+        self.metastore.ensure_table(self.config.table, self.layout.table_dir)
+        self.metastore.add_partitions(self.config.table, self._partition_specs(hour, target))
+        crash_point("after_registration")
+        (target / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": 1}))
+        entry = JournalEntry(
+            seq=partitions.last_seq + 1,
+            table=self.config.table,
+            hour=hour.key,
+            hour_start=hour.start.isoformat(),
+            hour_end=hour.end.isoformat(),
+            kind="seal",
+            version=1,
+            rows=rows,
+            late=0,
+            files=tuple(files),
+            sealed_at=datetime.now(UTC).isoformat(),  # audit only: freshness in reports
+            run_id=self.run_id,
+            ready_time=state.ready.time if state.ready else None,
+            processing_time=state.ready.processing_time if state.ready else "",
+            folded_through_batch=state.last_committed,
+            quality=quality.to_json(),
+        )
+        self.journal.append(entry)
+        shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
+        return entry
+
+    def _compact(self, hour: Hour, target: Path) -> tuple[list[str], int]:
+        """Rewrite the hour's batch files as few files of about target_file_size."""
+        marker = target / COMPACTED_MARKER
+        done = read_json(marker)
+        if done is not None:
+            log.info(
+                "%s: hour %s already compacted (%s files)", self.config.table, hour.key, len(done["files"])
+            )
+            return list(done["files"]), int(done["rows"])
+        if target.exists():  # residue of a crashed attempt; never registered, so invisible
+            shutil.rmtree(target)
+        source = self.layout.open_dir / hour.path
+        inputs = sorted(source.rglob("*.parquet")) if source.exists() else []
+        target.mkdir(parents=True, exist_ok=True)
+        files: list[str] = []
+        rows = 0
+        if inputs:
+            size = sum(p.stat().st_size for p in inputs)
+            n_files = max(1, math.ceil(size / self.config.output.target_file_size))
+            frame = self._read_hour(source)
+            staging = self.layout.staging_root / f"seal-{hour.key}-{self.run_id_key}"
+            shutil.rmtree(staging, ignore_errors=True)
+            frame.repartition(n_files).write.partitionBy(*self.extra_columns).parquet(str(staging))
+            crash_point("mid_compaction")
+            rows = self.spark.read.parquet(str(staging)).count()
+            for i, staged in enumerate(sorted(staging.rglob("*.parquet"))):
+                final = target / staged.parent.relative_to(staging) / f"part-{i:05d}.parquet"
+                final.parent.mkdir(parents=True, exist_ok=True)
+                staged.replace(final)
+                files.append(str(final.relative_to(self.layout.warehouse)))
+            shutil.rmtree(staging, ignore_errors=True)
+            log.info(
+                "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows",
+                self.config.table,
+                hour.key,
+                len(inputs),
+                size,
+                len(files),
+                rows,
+            )
+        replace_atomically(marker, {"files": files, "rows": rows})
+        return files, rows
+
+    @property
+    def run_id_key(self) -> str:
+        from tidemark.commitlog import run_key
+
+        return run_key(self.run_id)
+
+    def _read_hour(self, hour_dir: Path) -> DataFrame:
+        """The rows under an hour directory, extra partition columns read back from the path."""
+        self.spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+        frame = self.spark.read.option("basePath", str(hour_dir)).parquet(str(hour_dir))
+        return frame
+
+    def _partition_specs(self, hour: Hour, target: Path) -> list[tuple[dict[str, str], Path]]:
+        """(spec, location) of the metastore partitions of an hour: one per extra-column value."""
+        if not self.extra_columns:
+            return [(hour.spec, target)]
+        specs = []
+        depth = len(self.extra_columns)
+        pattern = "/".join("*" for _ in range(depth))
+        for leaf in sorted(p for p in target.glob(pattern) if p.is_dir()):
+            values = dict(part.split("=", 1) for part in leaf.relative_to(target).parts)
+            specs.append(({**hour.spec, **{c: values[c] for c in self.extra_columns}}, leaf))
+        return specs
+
+    def _quality(self, hour: Hour, target: Path, rows: int) -> QualityOutcome:
+        frame = self._read_hour(target) if rows else None
+        outcome = gate(self.config, hour, frame)
+        if outcome.blocks:
+            raise QualityGateError(self.config.table, hour.key, list(outcome.failures))
+        return outcome
+
+    def _sweep_sealed_leftovers(self, partitions: PartitionState) -> None:
+        """Batch files of hours already sealed (a crash between journal and cleanup)."""
+        if not partitions.sealed_through or not self.layout.open_dir.exists():
+            return
+        frontier = datetime.fromisoformat(partitions.sealed_through)
+        for hour_dir in self.layout.open_dir.glob("dt=*/hr=*"):
+            hour = parse_path(str(hour_dir.relative_to(self.layout.open_dir)), self.zone)
+            if hour.end <= frontier and hour.key in partitions.hours:
+                log.warning("%s: removing batch files left by a sealed hour %s", self.config.table, hour.key)
+                shutil.rmtree(hour_dir)
+
+    # -- late rows ------------------------------------------------------------------------
+    def _late_hours(self, state: LogState) -> list[Hour]:
+        return sorted(parse_path(p, self.zone) for p, n in state.late_per_hour.items() if n)
+
+    def _register_late(self, state: LogState, partitions: PartitionState) -> list[str]:
+        """side_table: every hour with late rows is a partition of <table>__late."""
+        registry_file = self.journal.root / "late_registered.json"
+        registered = set((read_json(registry_file) or {}).get("hours", []))
+        todo = [h for h in self._late_hours(state) if h.key not in registered]
+        if not todo:
+            return []
+        late_table = self.config.late_table
+        self.metastore.ensure_table(late_table, self.layout.late_dir)
+        for hour in todo:
+            location = self.layout.late_dir / hour.path
+            self.metastore.add_partitions(late_table, self._partition_specs(hour, location))
+            registered.add(hour.key)
+        replace_atomically(registry_file, {"hours": sorted(registered)})
+        return [h.key for h in todo]
+
+    def _amend(self, state: LogState, partitions: PartitionState) -> list[JournalEntry]:
+        """amend: fold late rows not yet in a sealed partition into it as a new file version."""
+        entries: list[JournalEntry] = []
+        for hour in self._late_hours(state):
+            current = partitions.hours.get(hour.key)
+            folded = current.folded_through_batch if current else -1
+            late_dir = self.layout.late_dir / hour.path
+            new_files = [
+                p
+                for p in sorted(late_dir.rglob("*.parquet"))
+                if (m := _BATCH_OF_FILE.search(p.name)) and int(m.group(1)) > folded
+            ]
+            if not new_files:
+                continue
+            version = (current.version if current else 0) + 1
+            target = self.layout.table_dir / hour.path
+            through = max(int(m.group(1)) for p in new_files if (m := _BATCH_OF_FILE.search(p.name)))
+            staging = self.layout.staging_root / f"amend-{hour.key}-v{version}"
+            shutil.rmtree(staging, ignore_errors=True)
+            frame = self.spark.read.option("basePath", str(late_dir)).parquet(*map(str, new_files))
+            frame.coalesce(1).write.partitionBy(*self.extra_columns).parquet(str(staging))
+            added = self.spark.read.parquet(str(staging)).count()
+            files = list(current.files) if current else []
+            for i, staged in enumerate(sorted(staging.rglob("*.parquet"))):
+                # One rename per file: readers see the old version or the new one, never half.
+                final = target / staged.parent.relative_to(staging) / f"part-v{version:04d}-{i:05d}.parquet"
+                final.parent.mkdir(parents=True, exist_ok=True)
+                staged.replace(final)
+                files.append(str(final.relative_to(self.layout.warehouse)))
+            shutil.rmtree(staging, ignore_errors=True)
+            self.metastore.ensure_table(self.config.table, self.layout.table_dir)
+            self.metastore.add_partitions(self.config.table, self._partition_specs(hour, target))
+            self.spark.catalog.refreshTable(self.config.table)
+            rows = (current.rows if current else 0) + added
+            (target / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": version}))
+            entry = JournalEntry(
+                seq=partitions.last_seq + 1 + len(entries),
+                table=self.config.table,
+                hour=hour.key,
+                hour_start=hour.start.isoformat(),
+                hour_end=hour.end.isoformat(),
+                kind="amend",
+                version=version,
+                rows=rows,
+                late=(current.late if current else 0) + added,
+                files=tuple(files),
+                sealed_at=datetime.now(UTC).isoformat(),
+                run_id=self.run_id,
+                ready_time=state.ready.time if state.ready else None,
+                processing_time=state.ready.processing_time if state.ready else "",
+                folded_through_batch=through,
+                quality=current.quality if current else {},
+            )
+            self.journal.append(entry)
+            log.info(
+                "%s: hour %s amended to version %s with %s late rows of batches %s..%s",
+                self.config.table,
+                hour.key,
+                version,
+                added,
+                folded + 1,
+                through,
+            )
+            entries.append(entry)
+        return entries
+
+
+def run_seal(spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> SealResult:
+    """Seal every complete hour of ``config.table``; safe to run any number of times."""
+    with TableLock(settings.state_dir, config.table).hold(run_id):
+        return Sealer(spark, config, settings, run_id).run()

@@ -1,0 +1,242 @@
+"""Sealing against the real broker, Spark and the Hive metastore (embedded Derby):
+watermarks, idle partitions, late data in both policies, DST, empty hours, hostile values."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.dump_helpers import fresh_table, landed, late_landed
+from tidemark.commitlog import CommitLog
+from tidemark.config import TableConfig
+from tidemark.dump import Layout, run_dump
+from tidemark.generator import create_topic, produce, records
+from tidemark.hours import hour_of, spark_hour_columns
+from tidemark.partitions import PartitionJournal
+from tidemark.sealing import run_seal
+from tidemark.settings import Settings
+from tidemark.status import explain_partition
+
+pytestmark = pytest.mark.integration
+
+DAY = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def at(hh: int, mm: int = 0) -> datetime:
+    return DAY + timedelta(hours=hh, minutes=mm)
+
+
+def cycle(spark: Any, config: TableConfig, settings: Settings, run: str, processing: datetime) -> Any:
+    """One ingest DAG run: dump then seal, with the same run id."""
+    run_dump(spark, config, settings, run, processing)
+    return run_seal(spark, config, settings, run)
+
+
+def registered(spark: Any, table: str) -> list[str]:
+    return sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS `{table}`").collect())
+
+
+def hour_count(spark: Any, table: str, dt: str, hr: str) -> int:
+    spark.catalog.refreshTable(table)  # this session may have listed the files before an amend
+    return int(spark.sql(f"SELECT count(*) FROM `{table}` WHERE dt = '{dt}' AND hr = '{hr}'").first()[0])
+
+
+def test_disorder_within_tolerance_on_time_late_rows_to_side_table(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 2)
+    first = produce(
+        broker,
+        config.source.topic,
+        records(
+            [(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 5)]  # hour 10
+            + [(0, at(11, 50)), (1, at(11, 45)), (0, at(11, 20)), (1, at(11, 5))]
+            + [(0, at(10, 58))]  # out of order, inside the 10 minute tolerance: on time
+        ),
+    )
+    result = cycle(spark, config, settings, "run-1", at(12))
+    # ready = min(11:50, 11:45) - 10m = 11:35 -> hour 10 (ends 11:00 + 5m delay) sealed, 11 open
+    assert result.sealed == ["2026-11-22T10"]
+    assert registered(spark, config.table) == ["dt=2026-11-22/hr=10"]
+    assert hour_count(spark, config.table, "2026-11-22", "10") == 25
+
+    second = produce(
+        broker,
+        config.source.topic,
+        records(
+            # the first two are for hour 10, sealed already: late
+            [(0, at(10, 30)), (1, at(10, 59)), (0, at(11, 59)), (0, at(12, 30)), (1, at(12, 20))],
+            prefix="b",
+        ),
+    )
+    result = cycle(spark, config, settings, "run-2", at(12, 30))
+    assert result.sealed == ["2026-11-22T11"]  # ready = 12:10 >= 12:00 + 5m
+    assert result.late_registered == ["2026-11-22T10"]
+    assert registered(spark, config.table) == ["dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"]
+    assert registered(spark, config.late_table) == ["dt=2026-11-22/hr=10"]
+    assert hour_count(spark, config.table, "2026-11-22", "10") == 25  # sealed hour untouched
+    assert hour_count(spark, config.table, "2026-11-22", "11") == 5
+    assert hour_count(spark, config.late_table, "2026-11-22", "10") == 2
+
+    rows, dirty, _ = landed(settings, config.table)
+    late = late_landed(settings, config.table)
+    produced = Counter((p, o) for p, o, _ in first + second)
+    assert rows + dirty + late == produced and max((rows + late).values()) == 1
+    state = CommitLog(settings.state_dir, config.table).state()
+    assert state.late == 2 and state.late_per_hour == {"dt=2026-11-22/hr=10": 2}
+    assert not (Layout(settings, config.table).open_dir / "dt=2026-11-22/hr=10").exists()
+
+
+def test_amend_folds_late_rows_into_a_new_version(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path, late_policy="amend")
+    create_topic(broker, config.source.topic, 1)
+    produce(
+        broker, config.source.topic, records([(0, at(10, m)) for m in range(0, 60, 10)] + [(0, at(11, 30))])
+    )
+    assert cycle(spark, config, settings, "run-1", at(12)).sealed == ["2026-11-22T10"]
+    produce(broker, config.source.topic, records([(0, at(10, 15)), (0, at(10, 45))], prefix="late"))
+    result = cycle(spark, config, settings, "run-2", at(12, 10))
+    assert result.amended == ["2026-11-22T10"]
+    assert hour_count(spark, config.table, "2026-11-22", "10") == 8
+    entries = list(PartitionJournal(settings.state_dir, config.table).entries())
+    assert [(e.kind, e.version, e.rows, e.late) for e in entries] == [("seal", 1, 6, 0), ("amend", 2, 8, 2)]
+    again = run_seal(spark, config, settings, "run-2")  # retry: nothing new to fold
+    assert again.amended == [] and hour_count(spark, config.table, "2026-11-22", "10") == 8
+    assert registered(spark, config.table) == ["dt=2026-11-22/hr=10"]
+
+
+def test_slow_partition_holds_idle_one_is_released_then_held_again(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 2)
+    produce(broker, config.source.topic, records([(0, at(10, 5)), (0, at(11, 40)), (1, at(10, 10))]))
+    result = cycle(spark, config, settings, "run-1", at(12))
+    assert result.sealed == []  # partition 1's watermark (10:00) holds hour 10
+    why = explain_partition(config, settings, "2026-11-22T10")
+    assert why["sealed"] is False and why["held_by"]["partition"] == 1
+    assert why["held_by"]["must_advance_by_seconds"] == 3900  # watermark 10:00, needs 11:05
+
+    produce(broker, config.source.topic, records([(0, at(12, 40))], prefix="p0"))
+    result = cycle(spark, config, settings, "run-2", at(12, 30))  # partition 1 quiet for 30 minutes
+    assert result.sealed == ["2026-11-22T10", "2026-11-22T11"]  # ready 12:30 with p1 idle
+    why = explain_partition(config, settings, "2026-11-22T12")
+    assert why["sealed"] is False and why["idle_partitions"] == [1]
+
+    produce(broker, config.source.topic, records([(1, at(12, 20)), (0, at(13, 0))], prefix="back"))
+    cycle(spark, config, settings, "run-3", at(12, 50))
+    state = CommitLog(settings.state_dir, config.table).state()
+    assert state.ready is not None and state.ready.idle == () and state.ready.holding == 1
+    assert state.ready.time == at(12, 30).isoformat()  # held by p1 (12:10), never moved back
+
+
+def test_future_timestamp_is_dirty_and_seals_nothing_early(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=0.5)
+    create_topic(broker, config.source.topic, 1)
+    produce(broker, config.source.topic, records([(0, at(10, 20)), (0, at(23, 0)), (0, at(10, 40))]))
+    result = cycle(spark, config, settings, "run-1", at(11))
+    assert result.sealed == [] and result.ready_time == at(10, 30).isoformat()
+    _, _, reasons = landed(settings, config.table)
+    assert list(reasons.values()) == ["future_event_time"]
+
+
+def test_empty_hours_sealed_empty_and_reseal_is_a_noop(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 1)
+    produce(broker, config.source.topic, records([(0, at(10, 30)), (0, at(13, 30))]))
+    result = cycle(spark, config, settings, "run-1", at(14))
+    assert result.sealed == ["2026-11-22T10", "2026-11-22T11", "2026-11-22T12"]
+    layout = Layout(settings, config.table)
+    for hr, rows in (("10", 1), ("11", 0), ("12", 0)):
+        assert (layout.table_dir / f"dt=2026-11-22/hr={hr}/_SUCCESS").exists()
+        assert hour_count(spark, config.table, "2026-11-22", hr) == rows
+    files_before = sorted(p for p in layout.table_dir.rglob("*") if p.is_file())
+    journal = PartitionJournal(settings.state_dir, config.table)
+    again = run_seal(spark, config, settings, "run-1")
+    assert again.sealed == [] and again.status == "nothing_to_seal"
+    assert sorted(p for p in layout.table_dir.rglob("*") if p.is_file()) == files_before
+    assert len(list(journal.entries())) == 3
+
+
+def test_dst_fall_back_seals_the_right_local_hours(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path, event_time__time_zone="America/New_York")
+    create_topic(broker, config.source.topic, 1)
+    utc0 = datetime(2026, 11, 1, 4, 0, tzinfo=UTC)  # 00:00 EDT; 01:00 happens twice
+    times = [utc0 + timedelta(minutes=15 * i) for i in range(16)]  # 4 UTC hours, 4 rows each
+    produce(
+        broker,
+        config.source.topic,
+        records([(0, t) for t in times] + [(0, utc0 + timedelta(hours=4, minutes=30))]),
+    )
+    result = cycle(spark, config, settings, "run-1", utc0 + timedelta(hours=5))
+    assert result.sealed == ["2026-11-01T00", "2026-11-01T01", "2026-11-01T01b", "2026-11-01T02"]
+    assert registered(spark, config.table) == [
+        "dt=2026-11-01/hr=00",
+        "dt=2026-11-01/hr=01",
+        "dt=2026-11-01/hr=01b",
+        "dt=2026-11-01/hr=02",
+    ]
+    for hr in ("00", "01", "01b", "02"):
+        assert hour_count(spark, config.table, "2026-11-01", hr) == 4
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "Europe/Berlin", "Asia/Kolkata"])
+def test_spark_and_python_hour_labels_agree_across_dst_days(spark: Any, zone: str) -> None:
+    from pyspark.sql import functions as F
+
+    instants = [
+        day + timedelta(minutes=10 * i)
+        for day in (
+            datetime(2026, 3, 8, tzinfo=UTC),
+            datetime(2026, 3, 29, tzinfo=UTC),
+            datetime(2026, 10, 25, tzinfo=UTC),
+            datetime(2026, 11, 1, tzinfo=UTC),
+        )
+        for i in range(6 * 30)
+    ]
+    frame = spark.createDataFrame([(t,) for t in instants], "ts timestamp")
+    dt, hr = spark_hour_columns(F.col("ts"), zone)
+    got = [(r[0], r[1]) for r in frame.select(dt, hr).collect()]
+    assert got == [(hour_of(t, zone).dt, hour_of(t, zone).hr) for t in instants]
+
+
+def test_hostile_partition_values_are_dirty_and_the_metastore_untouched(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(
+        settings, tmp_path, partitioning__columns=["app"], dirty__max_dirty_ratio=0.9
+    )
+    create_topic(broker, config.source.topic, 1)
+    hostile = ["../x", "a'b", "'; DROP TABLE x; --", "a/b", "..", " web", "x" * 65]
+    produce(
+        broker,
+        config.source.topic,
+        records(
+            [(0, at(10, i), {"app": v}) for i, v in enumerate(hostile)]
+            + [
+                (0, at(10, 30), {"app": "web"}),
+                (0, at(10, 31), {"app": "ios"}),
+                (0, at(11, 30), {"app": "web"}),
+            ]
+        ),
+    )
+    result = cycle(spark, config, settings, "run-1", at(12))
+    assert result.sealed == ["2026-11-22T10"]
+    _, _, reasons = landed(settings, config.table)
+    assert sorted(reasons.values()) == ["invalid_partition_value"] * len(hostile)
+    assert registered(spark, config.table) == ["dt=2026-11-22/hr=10/app=ios", "dt=2026-11-22/hr=10/app=web"]
+    warehouse = Path(settings.warehouse)
+    assert not (warehouse / "x").exists() and not list(warehouse.rglob("*DROP*"))
