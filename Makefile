@@ -33,7 +33,7 @@ unit: venv  ## the fast tier only
 test: lint  ## lint, then the whole test suite (README's test command; what CI runs)
 	$(BIN)/pytest -q
 
-demo: venv  ## broker + generated stream + exactly-once dump batches + status (Airflow-driven demo: next issues)
+demo: venv  ## the ingest DAG through Airflow (dag.test): broker, generated stream, 3 runs, sealed hours, report
 	$(BIN)/tidemark demo
 
 up: venv  ## start the broker and Airflow standalone (UI on 127.0.0.1:8080)

@@ -18,6 +18,19 @@ pytest_plugins = ["tests.tiers", "pytester"]
 # Airflow reads its config at import: give the test run its own home, no example DAGs.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="tidemark-airflow-"))
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """The test run's own Airflow metadata DB (SQLite under the temp AIRFLOW_HOME)."""
+    from airflow.models.pool import Pool
+    from airflow.utils.db import initdb
+
+    from tidemark.airflow_env import HIVE_METASTORE_POOL
+
+    initdb()
+    Pool.create_or_update_pool(HIVE_METASTORE_POOL, 1, "one Derby metastore client at a time", False)
 
 
 def free_port() -> int:

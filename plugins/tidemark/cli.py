@@ -127,7 +127,7 @@ def _cmd_dump(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from tidemark.demo import run_demo
 
-    return run_demo(records=args.records)
+    return run_demo(scale=args.scale)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,8 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.set_defaults(func=_cmd_status)
 
-    demo = sub.add_parser("demo", help="the dump end to end on embedded defaults (what `make demo` runs)")
-    demo.add_argument("--records", type=int, default=20_000, help="messages to generate (default 20000)")
+    demo = sub.add_parser(
+        "demo", help="the ingest DAG through Airflow end to end on embedded defaults (what `make demo` runs)"
+    )
+    demo.add_argument("--scale", type=int, default=6_000, help="messages of the first run (default 6000)")
     demo.set_defaults(func=_cmd_demo)
 
     tables = sub.add_parser("tables", help="list, validate or show table configs")

@@ -124,6 +124,8 @@ class TableConfig(_Strict):
     cdc: CdcConfig | None = None
     quality: QualityConfig = QualityConfig()
     schedule: str = "*/10 * * * *"
+    retries: int = Field(default=3, ge=0)
+    retry_delay: Duration = timedelta(minutes=1)
     tags: list[str] = Field(default_factory=list)
     owner: str = "data-eng"
 

@@ -21,17 +21,23 @@ PROCESSING_TIME = "{{ (data_interval_end or dag_run.run_after).isoformat() }}"
 def default_args(config: TableConfig) -> dict[str, Any]:
     return {
         "owner": config.owner,
-        "retries": 3,
-        "retry_delay": timedelta(minutes=1),
+        "retries": config.retries,
+        "retry_delay": config.retry_delay,
         "retry_exponential_backoff": True,
         "max_retry_delay": timedelta(minutes=10),
     }
 
 
 def ingest_dag(config: TableConfig, settings: Settings) -> Any:
-    """``tidemark_ingest_<table>``: one exactly-once micro-batch dump per run."""
+    """``tidemark_ingest_<table>``: dump one micro-batch, seal complete hours, announce them."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-    from airflow.sdk import DAG
+    from airflow.sdk import DAG, task
+
+    from tidemark.airflow_env import HIVE_METASTORE_POOL
+    from tidemark.announce import table_asset
+
+    asset = table_asset(config, settings)
+    table = config.table
 
     doc = f"""
 ### Ingest `{config.table}` from topic `{config.source.topic}`
@@ -40,7 +46,14 @@ def ingest_dag(config: TableConfig, settings: Settings) -> Any:
 Each run dumps one micro-batch, keyed by the run id: the offsets it reads are planned once and
 persisted, so **retrying or clearing the task is always safe** (a committed run is a no-op).
 Rows land under the table's hourly partitions; malformed records go to `{config.dirty_table}`
-with a reason code. Inspect progress with `tidemark status --table {config.table}`.
+with a reason code.
+
+`seal` registers every hour whose end + commit delay the global watermark has passed (in the
+`{HIVE_METASTORE_POOL}` pool); late rows go to `{config.late_table}` or amend the hour
+(`late_policy: {config.late_policy}`). `announce` emits an event of asset `{asset.name}` per
+sealed hour, with the hour (e.g. `2026-11-22T10`) as partition key.
+
+Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH` for one hour.
 """
     with DAG(
         dag_id=f"tidemark_ingest_{config.table}",
@@ -53,7 +66,7 @@ with a reason code. Inspect progress with `tidemark status --table {config.table
         tags=["tidemark", "ingest", *config.tags],
         doc_md=doc,
     ) as dag:
-        SparkSubmitOperator(
+        dump = SparkSubmitOperator(
             task_id="dump",
             doc_md="spark-submit spark_jobs/dump.py for this run id (idempotent).",
             application=str(settings.project_root / "spark_jobs" / "dump.py"),
@@ -69,6 +82,39 @@ with a reason code. Inspect progress with `tidemark status --table {config.table
             ],
             execution_timeout=timedelta(hours=1),
         )
+        seal = SparkSubmitOperator(
+            task_id="seal",
+            doc_md="spark-submit spark_jobs/seal.py: compact, reconcile, register and mark complete hours.",
+            application=str(settings.project_root / "spark_jobs" / "seal.py"),
+            conn_id="spark_default",
+            name=f"tidemark-seal-{config.table}",
+            application_args=["--table", config.table, "--run-id", "{{ run_id }}"],
+            pool=HIVE_METASTORE_POOL,
+            execution_timeout=timedelta(hours=1),
+        )
+
+        @task(task_id="announce", inlets=[asset], outlets=[asset])
+        def announce(**context: Any) -> list[str]:
+            """Asset events for the hours sealed or amended since the last announcement; skipped
+            when there is none (a successful task with an outlet would emit a keyless event)."""
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            from tidemark.announce import announce_sealed
+            from tidemark.config import load_table
+
+            current = Settings.from_env()
+            announced = announce_sealed(
+                load_table(table, current),
+                current,
+                outlet_events=context["outlet_events"],
+                inlet_events=context["inlet_events"],
+                run_id=context["run_id"],
+            )
+            if not announced:
+                raise AirflowSkipException(f"{table}: no newly sealed or amended hour to announce")
+            return announced
+
+        dump >> seal >> announce()
     return dag
 
 

@@ -1,13 +1,16 @@
 """Crash points for fault-injection tests: ``TIDEMARK_FAIL_AT=<point>`` kills the job there.
 
 The process exits at once (no cleanup, no finally blocks), like a lost executor or a killed
-driver, so a retry with the same run id must recover from exactly that state.
+driver, so a retry with the same run id must recover from exactly that state. With
+``TIDEMARK_FAIL_MODE=raise`` it raises InjectedFault instead (for tasks that run in-process).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+
+from tidemark.errors import InjectedFault
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +32,8 @@ def crash_point(point: str) -> None:
     """Exit the process if ``TIDEMARK_FAIL_AT`` names ``point``."""
     assert point in POINTS, point
     if os.environ.get("TIDEMARK_FAIL_AT") == point:
+        if os.environ.get("TIDEMARK_FAIL_MODE") == "raise":  # for in-process tasks (dag.test)
+            raise InjectedFault(f"TIDEMARK_FAIL_AT={point}: injected failure")
         log.error("TIDEMARK_FAIL_AT=%s: simulating a crash here", point)
         logging.shutdown()
         os._exit(EXIT_CODE)

@@ -78,3 +78,13 @@ def test_ingest_dag_passes_templated_run_id(dagbag: Any) -> None:
     assert dag.max_active_runs == 1
     assert "{{ run_id }}" in dump.application_args
     assert dump.application.endswith("spark_jobs/dump.py")
+
+
+def test_ingest_dag_is_dump_seal_announce_with_the_metastore_pool(dagbag: Any) -> None:
+    dag = dagbag.dags["tidemark_ingest_events"]
+    dump, seal, announce = (dag.get_task(t) for t in ("dump", "seal", "announce"))
+    assert dump.downstream_task_ids == {"seal"} and seal.downstream_task_ids == {"announce"}
+    assert seal.pool == "hive_metastore"
+    assert seal.application.endswith("spark_jobs/seal.py") and "{{ run_id }}" in seal.application_args
+    assert [a.name for a in announce.outlets] == ["tidemark.events"]
+    assert [a.name for a in announce.inlets] == ["tidemark.events"]

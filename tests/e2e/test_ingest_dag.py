@@ -1,0 +1,103 @@
+"""The ingest DAG through Airflow (dag.test): dump -> seal -> announce with the real
+SparkSubmitOperator (spark-submit processes), the real broker and the Derby metastore.
+Asset events carry the sealed hours as partition keys, once each, even when the announce task
+failed in an earlier run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.dump_helpers import fresh_table, landed
+from tidemark.generator import create_topic, produce, records
+from tidemark.partitions import PartitionJournal
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+DAY = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def at(hh: int, mm: int = 0) -> datetime:
+    return DAY + timedelta(hours=hh, minutes=mm)
+
+
+@pytest.fixture
+def dag_env(
+    airflow_db: None, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """Its own TIDEMARK_HOME (the in-process Spark of other tests holds the shared Derby)."""
+    home = tmp_path / "home"
+    own = replace(settings, home=home, warehouse=str(home / "warehouse"))
+    bin_dir = str(Path(sys.executable).parent)
+    monkeypatch.setenv("TIDEMARK_HOME", str(home))
+    monkeypatch.setenv("TIDEMARK_WAREHOUSE", own.warehouse)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+    return own
+
+
+def asset_events(dag_id: str) -> list[Any]:
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = session.query(AssetEvent).filter(AssetEvent.source_dag_id == dag_id).all()
+        return [(e.partition_key, e.extra.get("versions", {}).get(e.partition_key)) for e in events]
+
+
+def run_dag(config_dir: Path, dag_id: str, when: datetime) -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag(dag_id)
+    assert dag is not None, f"{dag_id} not built from {config_dir}"
+    return dag.test(logical_date=when, run_after=when)
+
+
+def test_ingest_dag_seals_and_announces_each_hour_once(
+    dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, settings = fresh_table(dag_env, tmp_path, retries=2, retry_delay="0s")
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
+    dag_id = f"tidemark_ingest_{config.table}"
+    create_topic(broker, config.source.topic, 2)
+    sent = produce(
+        broker,
+        config.source.topic,
+        records([(p, at(10, m)) for p in (0, 1) for m in (5, 25, 45)] + [(0, at(11, 50)), (1, at(11, 40))]),
+    )
+    # Run 1: hour 10 is sealed, but the announce task fails (injected) before emitting.
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "before_announce")
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    first = run_dag(settings.conf_dir, dag_id, at(12))
+    states = {ti.task_id: ti.state for ti in first.get_task_instances()}
+    assert states == {"dump": "success", "seal": "success", "announce": "failed"}
+    assert asset_events(dag_id) == []
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+
+    # Run 2: more data seals hour 11; announce catches up on hour 10 too.
+    sent += produce(broker, config.source.topic, records([(0, at(12, 30)), (1, at(12, 25))], prefix="b"))
+    second = run_dag(settings.conf_dir, dag_id, at(12, 30))
+    assert {ti.task_id: ti.state for ti in second.get_task_instances()} == dict.fromkeys(
+        ("dump", "seal", "announce"), "success"
+    )
+    assert sorted(asset_events(dag_id)) == [("2026-11-22T10", 1), ("2026-11-22T11", 1)]
+
+    # Run 3: nothing new: no event, and the announced pointer covers both hours.
+    third = run_dag(settings.conf_dir, dag_id, at(12, 40))
+    assert {ti.task_id: ti.state for ti in third.get_task_instances()}["announce"] == "skipped"
+    assert Counter(k for k, _ in asset_events(dag_id)) == {"2026-11-22T10": 1, "2026-11-22T11": 1}
+    journal = PartitionJournal(settings.state_dir, config.table)
+    assert journal.announced_through() == 1
+
+    rows, dirty, _ = landed(settings, config.table)
+    assert rows == Counter((p, o) for p, o, _ in sent) and not dirty

@@ -1,0 +1,79 @@
+"""Crash injection inside sealing: the real seal job (spark_jobs/seal.py in its own process)
+is killed mid-compaction and after registration (before _SUCCESS), then run again: the hour is
+sealed exactly once with exact rows, no duplicate or stray file, one journal entry."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.integration.dump_helpers import fresh_table
+from tidemark.dump import Layout, run_dump
+from tidemark.faults import EXIT_CODE, SEAL_POINTS
+from tidemark.generator import create_topic, produce, records
+from tidemark.partitions import PartitionJournal
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+JOB = Path(__file__).resolve().parents[2] / "spark_jobs" / "seal.py"
+DAY = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def seal_process(
+    settings: Settings, table: str, run_id: str, fail_at: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "TIDEMARK_HOME": str(settings.home),
+        "TIDEMARK_WAREHOUSE": settings.warehouse,
+        "TIDEMARK_CONF_DIR": str(settings.conf_dir),
+    }
+    env.pop("TIDEMARK_FAIL_AT", None)
+    if fail_at:
+        env["TIDEMARK_FAIL_AT"] = fail_at
+    args = [sys.executable, str(JOB), "--table", table, "--run-id", run_id]
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("point", SEAL_POINTS)
+def test_seal_crash_then_retry_is_exact(
+    point: str, spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"  # own Derby: the in-process session holds the shared one
+    own = replace(settings, home=home, warehouse=str(home / "warehouse"))
+    config, own = fresh_table(own, tmp_path, output__target_file_size="1KiB")
+    create_topic(broker, config.source.topic, 1)
+    times = [DAY + timedelta(hours=10, minutes=m) for m in range(0, 60, 2)] + [
+        DAY + timedelta(hours=11, minutes=30)
+    ]
+    produce(broker, config.source.topic, records([(0, t) for t in times]))
+    run_dump(spark, config, own, "run-1", DAY + timedelta(hours=12))
+
+    crashed = seal_process(own, config.table, "run-1", fail_at=point)
+    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    retried = seal_process(own, config.table, "run-1")
+    assert retried.returncode == 0, retried.stderr[-2000:]
+    assert '"sealed": ["2026-11-22T10"]' in retried.stdout
+
+    layout = Layout(own, config.table)
+    hour_dir = layout.table_dir / "dt=2026-11-22/hr=10"
+    files = sorted(hour_dir.rglob("*.parquet"))
+    assert len(files) > 1  # 1 KiB target: compaction split the hour into several files
+    rows = [r for f in files for r in pq.read_table(f, columns=["_mq_offset"]).column(0).to_pylist()]
+    assert sorted(rows) == list(range(30))  # exactly the 30 records of hour 10, once each
+    assert (hour_dir / "_SUCCESS").exists()
+    assert not (layout.open_dir / "dt=2026-11-22/hr=10").exists()
+    assert not list(layout.staging_root.rglob("*.parquet"))
+    entries = list(PartitionJournal(own.state_dir, config.table).entries())
+    assert [(e.hour, e.kind, e.rows, len(e.files)) for e in entries] == [
+        ("2026-11-22T10", "seal", 30, len(files))
+    ]
