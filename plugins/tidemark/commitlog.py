@@ -219,10 +219,6 @@ def replace_atomically(path: Path, payload: dict[str, Any]) -> None:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     """A record, or None if it does not exist."""
-    return _read(path)
-
-
-def _read(path: Path) -> dict[str, Any] | None:
     try:
         return dict(json.loads(path.read_text()))
     except FileNotFoundError:
@@ -243,19 +239,19 @@ class CommitLog:
 
     # -- reading -------------------------------------------------------------------------
     def plan(self, batch_id: int) -> Plan | None:
-        data = _read(self.plans / _name(batch_id))
+        data = read_json(self.plans / _name(batch_id))
         return Plan.from_json(data) if data else None
 
     def commit(self, batch_id: int) -> Commit | None:
-        data = _read(self.commits / _name(batch_id))
+        data = read_json(self.commits / _name(batch_id))
         return Commit.from_json(data) if data else None
 
     def batch_of_run(self, run_id: str) -> int | None:
-        data = _read(self.runs / f"{run_key(run_id)}.json")
+        data = read_json(self.runs / f"{run_key(run_id)}.json")
         return int(data["batch_id"]) if data else None
 
     def _checkpoint(self) -> LogState:
-        data = _read(self.checkpoint_file)
+        data = read_json(self.checkpoint_file)
         return LogState.from_json(data) if data else LogState()
 
     def state(self) -> LogState:
@@ -329,7 +325,7 @@ class TableLock:
         self.path = state_dir / table / "batch.lock"
 
     def _owner(self) -> LockOwner | None:
-        data = _read(self.path)
+        data = read_json(self.path)
         return LockOwner(**data) if data else None
 
     @contextmanager

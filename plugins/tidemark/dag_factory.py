@@ -28,9 +28,31 @@ def default_args(config: TableConfig) -> dict[str, Any]:
     }
 
 
+def _spark_job(
+    config: TableConfig,
+    settings: Settings,
+    job: str,
+    doc: str,
+    extra_args: list[str] | None = None,
+    **operator_kwargs: Any,
+) -> Any:
+    """A SparkSubmitOperator running ``spark_jobs/<job>.py`` for this table and run id."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    return SparkSubmitOperator(
+        task_id=job,
+        doc_md=doc,
+        application=str(settings.project_root / "spark_jobs" / f"{job}.py"),
+        conn_id="spark_default",
+        name=f"tidemark-{job}-{config.table}",
+        application_args=["--table", config.table, "--run-id", "{{ run_id }}", *(extra_args or [])],
+        execution_timeout=timedelta(hours=1),
+        **operator_kwargs,
+    )
+
+
 def ingest_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_ingest_<table>``: dump one micro-batch, seal complete hours, announce them."""
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk import DAG, task
 
     from tidemark.airflow_env import HIVE_METASTORE_POOL
@@ -66,31 +88,19 @@ Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH
         tags=["tidemark", "ingest", *config.tags],
         doc_md=doc,
     ) as dag:
-        dump = SparkSubmitOperator(
-            task_id="dump",
-            doc_md="spark-submit spark_jobs/dump.py for this run id (idempotent).",
-            application=str(settings.project_root / "spark_jobs" / "dump.py"),
-            conn_id="spark_default",
-            name=f"tidemark-dump-{config.table}",
-            application_args=[
-                "--table",
-                config.table,
-                "--run-id",
-                "{{ run_id }}",
-                "--processing-time",
-                PROCESSING_TIME,
-            ],
-            execution_timeout=timedelta(hours=1),
+        dump = _spark_job(
+            config,
+            settings,
+            "dump",
+            "spark-submit spark_jobs/dump.py for this run id (idempotent).",
+            ["--processing-time", PROCESSING_TIME],
         )
-        seal = SparkSubmitOperator(
-            task_id="seal",
-            doc_md="spark-submit spark_jobs/seal.py: compact, reconcile, register and mark complete hours.",
-            application=str(settings.project_root / "spark_jobs" / "seal.py"),
-            conn_id="spark_default",
-            name=f"tidemark-seal-{config.table}",
-            application_args=["--table", config.table, "--run-id", "{{ run_id }}"],
+        seal = _spark_job(
+            config,
+            settings,
+            "seal",
+            "spark-submit spark_jobs/seal.py: compact, reconcile, register and mark complete hours.",
             pool=HIVE_METASTORE_POOL,
-            execution_timeout=timedelta(hours=1),
         )
 
         @task(task_id="announce", inlets=[asset], outlets=[asset])

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.commitlog import CommitLog, LogState, TableLock, read_json, replace_atomically
+from tidemark.commitlog import CommitLog, LogState, TableLock, read_json, replace_atomically, run_key
 from tidemark.config import TableConfig
 from tidemark.dump import Layout
 from tidemark.errors import QualityGateError, ReconciliationError
@@ -131,7 +131,7 @@ class Sealer:
             result.sealed.append(hour.key)
             result.status = "sealed"
         if self.config.late_policy == "side_table":
-            result.late_registered = self._register_late(state, partitions)
+            result.late_registered = self._register_late(state)
         else:
             for entry in self._amend(state, partitions):
                 partitions.apply(entry)
@@ -210,17 +210,12 @@ class Sealer:
             size = sum(p.stat().st_size for p in inputs)
             n_files = max(1, math.ceil(size / self.config.output.target_file_size))
             frame = self._read_hour(source)
-            staging = self.layout.staging_root / f"seal-{hour.key}-{self.run_id_key}"
+            staging = self.layout.staging_root / f"seal-{hour.key}-{run_key(self.run_id)}"
             shutil.rmtree(staging, ignore_errors=True)
             frame.repartition(n_files).write.partitionBy(*self.extra_columns).parquet(str(staging))
             crash_point("mid_compaction")
             rows = self.spark.read.parquet(str(staging)).count()
-            for i, staged in enumerate(sorted(staging.rglob("*.parquet"))):
-                final = target / staged.parent.relative_to(staging) / f"part-{i:05d}.parquet"
-                final.parent.mkdir(parents=True, exist_ok=True)
-                staged.replace(final)
-                files.append(str(final.relative_to(self.layout.warehouse)))
-            shutil.rmtree(staging, ignore_errors=True)
+            files = self._move_staged(staging, target, "part")
             log.info(
                 "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows",
                 self.config.table,
@@ -233,11 +228,17 @@ class Sealer:
         replace_atomically(marker, {"files": files, "rows": rows})
         return files, rows
 
-    @property
-    def run_id_key(self) -> str:
-        from tidemark.commitlog import run_key
-
-        return run_key(self.run_id)
+    def _move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
+        """Rename staged Parquet files into ``target`` as ``<prefix>-NNNNN.parquet`` (keeping
+        extra partition subdirectories); returns their warehouse-relative paths."""
+        moved = []
+        for i, staged in enumerate(sorted(staging.rglob("*.parquet"))):
+            final = target / staged.parent.relative_to(staging) / f"{prefix}-{i:05d}.parquet"
+            final.parent.mkdir(parents=True, exist_ok=True)
+            staged.replace(final)
+            moved.append(str(final.relative_to(self.layout.warehouse)))
+        shutil.rmtree(staging, ignore_errors=True)
+        return moved
 
     def _read_hour(self, hour_dir: Path) -> DataFrame:
         """The rows under an hour directory, extra partition columns read back from the path."""
@@ -279,7 +280,7 @@ class Sealer:
     def _late_hours(self, state: LogState) -> list[Hour]:
         return sorted(parse_path(p, self.zone) for p, n in state.late_per_hour.items() if n)
 
-    def _register_late(self, state: LogState, partitions: PartitionState) -> list[str]:
+    def _register_late(self, state: LogState) -> list[str]:
         """side_table: every hour with late rows is a partition of <table>__late."""
         registry_file = self.journal.root / "late_registered.json"
         registered = set((read_json(registry_file) or {}).get("hours", []))
@@ -317,14 +318,11 @@ class Sealer:
             frame = self.spark.read.option("basePath", str(late_dir)).parquet(*map(str, new_files))
             frame.coalesce(1).write.partitionBy(*self.extra_columns).parquet(str(staging))
             added = self.spark.read.parquet(str(staging)).count()
-            files = list(current.files) if current else []
-            for i, staged in enumerate(sorted(staging.rglob("*.parquet"))):
-                # One rename per file: readers see the old version or the new one, never half.
-                final = target / staged.parent.relative_to(staging) / f"part-v{version:04d}-{i:05d}.parquet"
-                final.parent.mkdir(parents=True, exist_ok=True)
-                staged.replace(final)
-                files.append(str(final.relative_to(self.layout.warehouse)))
-            shutil.rmtree(staging, ignore_errors=True)
+            # One rename per file: readers see the old version or the new one, never half.
+            files = [
+                *(current.files if current else ()),
+                *self._move_staged(staging, target, f"part-v{version:04d}"),
+            ]
             self.metastore.ensure_table(self.config.table, self.layout.table_dir)
             self.metastore.add_partitions(self.config.table, self._partition_specs(hour, target))
             self.spark.catalog.refreshTable(self.config.table)

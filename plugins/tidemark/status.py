@@ -54,7 +54,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "ready_held_by": ready.holding if ready else None,
         "idle_partitions": list(ready.idle) if ready else [],
         "sealed_through": journal.sealed_through,
-        "hours_sealed": sum(1 for e in journal.hours.values()),
+        "hours_sealed": len(journal.hours),
         "late": state.late,
         "watermarks": {w.partition: w.watermark for w in ready.partitions} if ready else {},
         "batches_committed": state.batches,
