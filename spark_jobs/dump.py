@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -40,12 +41,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if processing_time.tzinfo is None:
         processing_time = processing_time.replace(tzinfo=UTC)
+    started = time.perf_counter()
     spark = build_session(f"tidemark-dump-{config.table}", settings, hive=False)
+    session_start = time.perf_counter() - started
     try:
         result = run_dump(spark, config, settings, args.run_id, processing_time)
     finally:
         spark.stop()
-    print(json.dumps(result.to_json()))
+    print(json.dumps({**result.to_json(), "session_start_s": round(session_start, 3)}))
     return 0
 
 

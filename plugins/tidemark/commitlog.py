@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tidemark.cardinality import merge
 from tidemark.errors import BatchConflictError
 from tidemark.watermarks import PartitionWatermark, ReadyTime
 
@@ -115,6 +116,8 @@ class Commit:
     late_per_partition: dict[str, int] = field(default_factory=dict)
     watermarks: tuple[PartitionWatermark, ...] = ()
     ready: ReadyTime | None = None
+    # values of data-derived partition columns this batch admitted, per hour (cardinality.py)
+    partition_values: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -149,6 +152,7 @@ class LogState:
     late_per_hour: dict[str, int] = field(default_factory=dict)
     watermarks: dict[int, PartitionWatermark] = field(default_factory=dict)
     ready: ReadyTime | None = None
+    partition_values: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     def apply(self, commit: Commit) -> None:
         self.last_committed = commit.batch_id
@@ -165,6 +169,8 @@ class LogState:
             self.watermarks = {w.partition: w for w in commit.watermarks}
         if commit.ready is not None:
             self.ready = commit.ready
+        if commit.partition_values:
+            self.partition_values = merge(self.partition_values, commit.partition_values)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -22,13 +22,16 @@ import json
 import logging
 import os
 import shutil
+import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.commitlog import Commit, CommitLog, PartitionStats, Plan, TableLock
+from tidemark.commitlog import Commit, CommitLog, LogState, PartitionStats, Plan, TableLock
 from tidemark.config import TableConfig
 from tidemark.errors import DirtyRatioExceededError, ReconciliationError
 from tidemark.faults import crash_point
@@ -53,9 +56,29 @@ class DumpResult:
     rows: int
     dirty: int
     offsets: dict[int, list[int]] = field(default_factory=dict)
+    # seconds per phase of this attempt (plan, rollback, read_stage, reconcile, publish, commit)
+    timings: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__.copy()
+
+
+class Stopwatch:
+    """Seconds spent per named phase: logged with the commit and printed by the benchmark."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.seconds.items()}
 
 
 class Layout:
@@ -132,6 +155,16 @@ class Publisher:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.batch_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What a batch's staged files hold, reconciled against the read receipts."""
+
+    stats: list[PartitionStats]
+    per_hour: dict[str, dict[str, int]]
+    reasons: dict[str, int]
+    partition_values: dict[str, dict[str, list[str]]]
 
 
 def _stats(
@@ -217,10 +250,13 @@ def read_and_stage(
     plan: Plan,
     publisher: Publisher,
     kafka_conf: dict[str, Any],
-) -> tuple[list[PartitionStats], dict[str, dict[str, int]], dict[str, int]]:
+    state: LogState,
+    stopwatch: Stopwatch,
+) -> Staged:
     """Read the plan's ranges, classify, stage rows and dirty records; return reconciled stats."""
     from pyspark import StorageLevel
 
+    from tidemark import cardinality
     from tidemark.source import KafkaRangeDataSource, read_receipts
     from tidemark.transform import classify, dirty_rows, good_rows, late_rows, partition_columns
 
@@ -234,7 +270,7 @@ def read_and_stage(
         .option("receipts", str(receipts_dir))
         .load()
     )
-    classified = classify(
+    parsed = classify(
         raw,
         config,
         topic=plan.topic,
@@ -243,17 +279,31 @@ def read_and_stage(
         processing_time=datetime.fromisoformat(plan.processing_time),
         sealed_through=datetime.fromisoformat(plan.sealed_through) if plan.sealed_through else None,
     ).persist(StorageLevel.MEMORY_AND_DISK)
+    classified = parsed
+    admitted: cardinality.PartitionValues = {}
     try:
-        parts = partition_columns(config)
-        good_rows(classified, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "rows"))
-        late_rows(classified, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "late"))
-        dirty_rows(classified).write.parquet(str(publisher.attempt_dir / "dirty"))
-        crash_point("after_staging")
-        per_partition, per_hour, reasons = _stats(classified, config)
+        with stopwatch.phase("read_stage"):  # the first action reads the broker
+            if config.partitioning.columns:
+                known = state.partition_values
+                candidates = cardinality.candidate_values(parsed, config, known)
+                admitted = cardinality.admit(known, candidates, config.partitioning.max_values_per_column)
+                classified = cardinality.apply_bound(parsed, config, cardinality.merge(known, admitted))
+            parts = partition_columns(config)
+            good_rows(classified, config).write.partitionBy(*parts).parquet(
+                str(publisher.attempt_dir / "rows")
+            )
+            late_rows(classified, config).write.partitionBy(*parts).parquet(
+                str(publisher.attempt_dir / "late")
+            )
+            dirty_rows(classified).write.parquet(str(publisher.attempt_dir / "dirty"))
+            crash_point("after_staging")
+        with stopwatch.phase("reconcile"):
+            per_partition, per_hour, reasons = _stats(classified, config)
     finally:
-        classified.unpersist()
-    stats = reconcile(plan, read_receipts(receipts_dir), per_partition)
-    return stats, per_hour, reasons
+        parsed.unpersist()
+    with stopwatch.phase("reconcile"):
+        stats = reconcile(plan, read_receipts(receipts_dir), per_partition)
+    return Staged(stats, per_hour, reasons, admitted)
 
 
 def run_dump(
@@ -268,13 +318,15 @@ def run_dump(
     layout = Layout(settings, config.table)
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
     log.info("%s: dump for run %s, broker %s", config.table, run_id, masked(kafka_conf))
+    watch = Stopwatch()
     with TableLock(settings.state_dir, config.table).hold(run_id):
-        bound = commit_log.batch_of_run(run_id)
-        done = commit_log.commit(bound) if bound is not None else None
-        if done is None:
-            plan = plan_batch(config, commit_log, run_id, processing_time.isoformat(), kafka_conf)
-            crash_point("after_plan")
-            done = commit_log.commit(plan.batch_id)
+        with watch.phase("plan"):
+            bound = commit_log.batch_of_run(run_id)
+            done = commit_log.commit(bound) if bound is not None else None
+            if done is None:
+                plan = plan_batch(config, commit_log, run_id, processing_time.isoformat(), kafka_conf)
+                crash_point("after_plan")
+                done = commit_log.commit(plan.batch_id)
         if done is not None:
             log.info(
                 "%s: batch %s already committed (run %s): nothing to do",
@@ -286,16 +338,26 @@ def run_dump(
             _commit_group(config, kafka_conf, done)
             return _result(done, "already_committed")
         publisher = Publisher(layout, plan.batch_id)
-        publisher.rollback()
+        with watch.phase("rollback"):
+            publisher.rollback()
+            state = commit_log.state()  # everything before this batch: the lock is held
         if plan.records_planned:
             if spark is None:
                 raise ValueError("a Spark session is required to read a non-empty batch")
-            stats, per_hour, reasons = read_and_stage(
-                spark, config=config, plan=plan, publisher=publisher, kafka_conf=kafka_conf
+            staged = read_and_stage(
+                spark,
+                config=config,
+                plan=plan,
+                publisher=publisher,
+                kafka_conf=kafka_conf,
+                state=state,
+                stopwatch=watch,
             )
         else:
-            stats = [PartitionStats(r.partition, 0, 0, 0) for r in plan.ranges]
-            per_hour, reasons = {"rows": {}, "late": {}}, {}
+            staged = Staged(
+                [PartitionStats(r.partition, 0, 0, 0) for r in plan.ranges], {"rows": {}, "late": {}}, {}, {}
+            )
+        stats, per_hour, reasons = staged.stats, staged.per_hour, staged.reasons
         read = sum(s.read for s in stats)
         dirty = sum(s.dirty for s in stats)
         ratio = dirty / read if read else 0.0
@@ -305,33 +367,36 @@ def run_dump(
                 f"({ratio:.1%} > max_dirty_ratio {config.dirty.max_dirty_ratio:.1%}); reasons {reasons}; "
                 f"offsets {plan.describe()}; nothing committed"
             )
-        files = publisher.publish()
+        with watch.phase("publish"):
+            files = publisher.publish()
         crash_point("before_commit_record")
-        watermarks, ready = _watermarks(config, commit_log, plan, stats)
-        commit = Commit(
-            table=config.table,
-            batch_id=plan.batch_id,
-            run_id=plan.run_id,
-            committed_by_run=run_id,
-            topic=plan.topic,
-            processing_time=plan.processing_time,
-            ranges=plan.ranges,
-            files=tuple(files),
-            rows_per_partition=per_hour["rows"],
-            partitions=tuple(stats),
-            dirty=dirty,
-            rows=sum(s.rows for s in stats),
-            late=sum(s.late for s in stats),
-            late_per_partition=per_hour["late"],
-            watermarks=watermarks,
-            ready=ready,
-            extra={"dirty_reasons": reasons},
-        )
-        commit_log.write_commit(commit)
+        with watch.phase("commit"):
+            watermarks, ready = _watermarks(config, state, plan, stats)
+            commit = Commit(
+                table=config.table,
+                batch_id=plan.batch_id,
+                run_id=plan.run_id,
+                committed_by_run=run_id,
+                topic=plan.topic,
+                processing_time=plan.processing_time,
+                ranges=plan.ranges,
+                files=tuple(files),
+                rows_per_partition=per_hour["rows"],
+                partitions=tuple(stats),
+                dirty=dirty,
+                rows=sum(s.rows for s in stats),
+                late=sum(s.late for s in stats),
+                late_per_partition=per_hour["late"],
+                watermarks=watermarks,
+                ready=ready,
+                partition_values=staged.partition_values,
+                extra={"dirty_reasons": reasons},
+            )
+            commit_log.write_commit(commit)
         publisher.cleanup()
         log.info(
             "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, late %s, files %s, hours %s; "
-            "global ready time %s (held by partition %s, idle %s)",
+            "global ready time %s (held by partition %s, idle %s); seconds %s",
             config.table,
             commit.batch_id,
             run_id,
@@ -345,17 +410,17 @@ def run_dump(
             ready.time,
             ready.holding,
             list(ready.idle),
+            watch.rounded(),
         )
     crash_point("before_group_commit")
     _commit_group(config, kafka_conf, commit)
-    return _result(commit, "committed")
+    return replace(_result(commit, "committed"), timings=watch.rounded())
 
 
 def _watermarks(
-    config: TableConfig, commit_log: CommitLog, plan: Plan, stats: list[PartitionStats]
+    config: TableConfig, state: LogState, plan: Plan, stats: list[PartitionStats]
 ) -> tuple[tuple[PartitionWatermark, ...], ReadyTime]:
     """Advance the watermarks from the last committed state with what this batch saw."""
-    state = commit_log.state()
     processing_time = datetime.fromisoformat(plan.processing_time)
     if state.ready is not None:  # processing time never goes back, even on a backfilled run
         processing_time = max(processing_time, datetime.fromisoformat(state.ready.processing_time))

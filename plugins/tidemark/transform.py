@@ -15,6 +15,8 @@ applies, in this order:
 | ``future_event_time`` | event time > the batch's processing time + ``watermark.max_future_skew`` |
 | ``invalid_partition_value`` | a value of a ``partitioning.columns`` column is null, longer than 64, or \
 not made of ``[A-Za-z0-9_.-]`` (so no path separators, ``..``, quotes or spaces) |
+| ``partition_cardinality`` | the value would exceed ``partitioning.max_values_per_column`` distinct \
+values of its column in its hour (decided after this classification, see ``cardinality.py``) |
 
 Good records whose event time is before the plan's ``sealed_through`` belong to an hour that
 is already sealed: they are *late* (``_late``) and go to the late files, never to the table.
@@ -41,6 +43,7 @@ REASONS = (
     "type_mismatch",
     "future_event_time",
     "invalid_partition_value",
+    "partition_cardinality",
 )
 # Values of data-derived partition columns: safe in paths and in quoted metastore DDL.
 PARTITION_VALUE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"

@@ -240,3 +240,62 @@ def test_hostile_partition_values_are_dirty_and_the_metastore_untouched(
     assert registered(spark, config.table) == ["dt=2026-11-22/hr=10/app=ios", "dt=2026-11-22/hr=10/app=web"]
     warehouse = Path(settings.warehouse)
     assert not (warehouse / "x").exists() and not list(warehouse.rglob("*DROP*"))
+
+
+def test_partition_values_are_bounded_per_hour_and_a_retry_admits_the_same(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tidemark.errors import InjectedFault
+
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        partitioning__columns=["app"],
+        partitioning__max_values_per_column=3,
+        dirty__max_dirty_ratio=0.9,
+    )
+    create_topic(broker, config.source.topic, 1)
+    apps = ["web", "zeta", "ios", "alpha", "web"]
+    first = produce(
+        broker,
+        config.source.topic,
+        records([(0, at(10, i), {"app": a}) for i, a in enumerate(apps)] + [(0, at(11, 1), {"app": "zeta"})]),
+    )
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "before_commit_record")
+    with pytest.raises(InjectedFault):
+        run_dump(spark, config, settings, "run-1", at(11, 30))
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    run_dump(spark, config, settings, "run-1", at(11, 30))  # the retry decides the same
+    _, _, reasons = landed(settings, config.table)
+    assert {o: r for (_, o), r in reasons.items()} == {1: "partition_cardinality"}  # zeta, hour 10
+    log = CommitLog(settings.state_dir, config.table)
+    assert log.state().partition_values == {
+        "dt=2026-11-22/hr=10": {"app": ["alpha", "ios", "web"]},
+        "dt=2026-11-22/hr=11": {"app": ["zeta"]},
+    }
+
+    second = produce(
+        broker,
+        config.source.topic,
+        records(
+            [(0, at(10, 40), {"app": "aaa"}), (0, at(10, 41), {"app": "web"})]  # hour 10 is full
+            + [(0, at(11, 10 + i), {"app": a}) for i, a in enumerate(["d", "c", "b"])]  # room for 2
+            + [(0, at(12, 30))],
+            prefix="b",
+        ),
+    )
+    result = cycle(spark, config, settings, "run-2", at(12, 40))
+    assert result.sealed == ["2026-11-22T10", "2026-11-22T11"]
+    rows, dirty, reasons = landed(settings, config.table)
+    assert sorted(reasons.values()) == ["partition_cardinality"] * 3  # zeta@10, aaa@10, d@11
+    assert rows + dirty == Counter((p, o) for p, o, _ in first + second)
+    assert registered(spark, config.table) == [
+        "dt=2026-11-22/hr=10/app=alpha",
+        "dt=2026-11-22/hr=10/app=ios",
+        "dt=2026-11-22/hr=10/app=web",
+        "dt=2026-11-22/hr=11/app=b",
+        "dt=2026-11-22/hr=11/app=c",
+        "dt=2026-11-22/hr=11/app=zeta",
+    ]
+    assert hour_count(spark, config.table, "2026-11-22", "10") == 5
