@@ -57,7 +57,7 @@ def announce_sealed(
     config: TableConfig, settings: Settings, *, outlet_events: Any, inlet_events: Any, run_id: str
 ) -> list[str]:
     """Emit one Asset event per hour sealed or amended since the last confirmed announcement."""
-    journal = PartitionJournal(settings.state_dir, config.table)
+    journal = PartitionJournal(settings.state_location, config.table)
     pending = list(journal.entries(journal.announced_through() + 1))
     if not pending:
         log.info("%s: nothing new to announce", config.table)

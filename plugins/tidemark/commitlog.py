@@ -1,6 +1,7 @@
 """The per-table commit log: the source of truth for what each batch read and wrote.
 
-Layout under ``$TIDEMARK_HOME/state/<table>/log``::
+Layout under ``<state dir>/<table>/log`` (``$TIDEMARK_HOME/state`` or ``TIDEMARK_STATE_DIR``,
+which may be an ``hdfs://`` URI: every record goes through ``tidemark.storage``)::
 
     plans/<batch>.json      offset plan, written before any data is read (create-only)
     commits/<batch>.json    commit record; its existence makes the batch visible (create-only)
@@ -16,7 +17,6 @@ Spark's file-sink metadata log).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -29,6 +29,7 @@ from typing import Any
 
 from tidemark.cardinality import merge
 from tidemark.errors import BatchConflictError
+from tidemark.storage import Location, create_only, delete, read_json, replace_atomically
 from tidemark.watermarks import PartitionWatermark, ReadyTime
 
 log = logging.getLogger(__name__)
@@ -197,47 +198,13 @@ def run_key(run_id: str) -> str:
     return f"{readable}-{digest}"
 
 
-def create_only(path: Path, payload: dict[str, Any]) -> bool:
-    """Write ``path`` only if it does not exist; False if somebody else did first.
-
-    The content is written to a temp file and hard-linked into place: ``link`` fails if the
-    target exists (atomic on POSIX filesystems), and readers never see a half-written record.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(payload)}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True, default=str))
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-    return True
-
-
-def replace_atomically(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``path`` whole or not at all (temp file + rename); for derived, rebuildable data."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A record, or None if it does not exist."""
-    try:
-        return dict(json.loads(path.read_text()))
-    except FileNotFoundError:
-        return None
-
-
 class CommitLog:
     """Plans and commits of one table."""
 
-    def __init__(self, state_dir: Path, table: str) -> None:
+    def __init__(self, state_dir: Location | Path, table: str) -> None:
         self.table = table
-        self.state_dir = state_dir
-        self.root = state_dir / table / "log"
+        self.state_dir = Location(state_dir)
+        self.root = self.state_dir / table / "log"
         self.plans = self.root / "plans"
         self.commits = self.root / "commits"
         self.runs = self.root / "runs"
@@ -326,9 +293,9 @@ class TableLock:
     process makes the second writer fail cleanly with the holder's identity.
     """
 
-    def __init__(self, state_dir: Path, table: str) -> None:
+    def __init__(self, state_dir: Location | Path, table: str) -> None:
         self.table = table
-        self.path = state_dir / table / "batch.lock"
+        self.path = Location(state_dir) / table / "batch.lock"
 
     def _owner(self) -> LockOwner | None:
         data = read_json(self.path)
@@ -346,7 +313,7 @@ class TableLock:
                     owner.pid,
                     owner.run_id,
                 )
-                self.path.unlink(missing_ok=True)
+                delete(self.path)
                 if not create_only(self.path, asdict(me)):
                     raise BatchConflictError(f"{self.table}: lost the race for the batch lock")
             else:
@@ -359,7 +326,7 @@ class TableLock:
             yield
         finally:
             if self._owner() == me:
-                self.path.unlink(missing_ok=True)
+                delete(self.path)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -134,7 +134,7 @@ def _report(config: Any, settings: Settings, produced: int) -> int:
     from tidemark.commitlog import CommitLog
     from tidemark.spark import build_session
 
-    state = CommitLog(settings.state_dir, config.table).state()
+    state = CommitLog(settings.state_location, config.table).state()
     spark = build_session("tidemark-demo-report", settings, hive=True)
     try:
         print("\nhours registered in the metastore (Spark SQL):")

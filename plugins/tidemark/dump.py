@@ -170,29 +170,34 @@ class Staged:
 def _stats(
     classified: Any, config: TableConfig
 ) -> tuple[dict[int, dict[str, Any]], dict[str, dict[str, int]], dict[str, int]]:
+    """Counts per MQ partition, per hour and per dirty reason, from one aggregation pass (a
+    handful of groups: partitions x hours x reasons) folded in Python."""
     from pyspark.sql import functions as F
 
-    ts = config.event_time.field
-    valid = F.col("_reason").isNull()
-    on_time = valid & ~F.col("_late")
-    per_partition = {
-        r["_mq_partition"]: r.asDict()
-        for r in classified.groupBy("_mq_partition")
-        .agg(
-            F.sum(F.when(on_time, 1).otherwise(0)).alias("rows"),
-            F.sum(F.when(valid, 0).otherwise(1)).alias("dirty"),
-            F.sum(F.when(valid & F.col("_late"), 1).otherwise(0)).alias("late"),
-            F.min(F.when(valid, F.col(ts))).alias("min_ts"),
-            F.max(F.when(valid, F.col(ts))).alias("max_ts"),
-        )
+    ts = F.col(config.event_time.field)
+    groups = (
+        classified.groupBy("_mq_partition", "dt", "hr", "_late", "_reason")
+        .agg(F.count(F.lit(1)).alias("n"), F.min(ts).alias("min_ts"), F.max(ts).alias("max_ts"))
         .collect()
-    }
+    )
+    per_partition: dict[int, dict[str, Any]] = {}
     per_hour: dict[str, dict[str, int]] = {"rows": {}, "late": {}}
-    for r in classified.where(valid).groupBy("dt", "hr", "_late").count().collect():
-        per_hour["late" if r["_late"] else "rows"][f"dt={r['dt']}/hr={r['hr']}"] = int(r["count"])
-    reasons = {
-        r["_reason"]: int(r["count"]) for r in classified.where(~valid).groupBy("_reason").count().collect()
-    }
+    reasons: dict[str, int] = {}
+    for g in groups:
+        n = int(g["n"])
+        part = per_partition.setdefault(
+            g["_mq_partition"], {"rows": 0, "dirty": 0, "late": 0, "min_ts": None, "max_ts": None}
+        )
+        if g["_reason"] is not None:
+            part["dirty"] += n
+            reasons[g["_reason"]] = reasons.get(g["_reason"], 0) + n
+            continue
+        kind = "late" if g["_late"] else "rows"
+        part[kind] += n
+        hour = f"dt={g['dt']}/hr={g['hr']}"
+        per_hour[kind][hour] = per_hour[kind].get(hour, 0) + n
+        part["min_ts"] = g["min_ts"] if part["min_ts"] is None else min(part["min_ts"], g["min_ts"])
+        part["max_ts"] = g["max_ts"] if part["max_ts"] is None else max(part["max_ts"], g["max_ts"])
     return per_partition, per_hour, reasons
 
 
@@ -314,12 +319,12 @@ def run_dump(
     processing_time: datetime,
 ) -> DumpResult:
     """Run (or finish, or confirm) the batch of ``run_id``. Safe to call any number of times."""
-    commit_log = CommitLog(settings.state_dir, config.table)
+    commit_log = CommitLog(settings.state_location, config.table)
     layout = Layout(settings, config.table)
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
     log.info("%s: dump for run %s, broker %s", config.table, run_id, masked(kafka_conf))
     watch = Stopwatch()
-    with TableLock(settings.state_dir, config.table).hold(run_id):
+    with TableLock(settings.state_location, config.table).hold(run_id):
         with watch.phase("plan"):
             bound = commit_log.batch_of_run(run_id)
             done = commit_log.commit(bound) if bound is not None else None

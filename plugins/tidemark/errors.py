@@ -71,3 +71,7 @@ class QualityGateError(TidemarkError):
             f"{table} hour {hour}: quality gate failed ({'; '.join(failures)}); the hour is quarantined, "
             f"not registered (release it with: tidemark release --table {table} --partition {hour})"
         )
+
+
+class StorageError(TidemarkError):
+    """A state location that cannot be served with create-only semantics."""

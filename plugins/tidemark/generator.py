@@ -72,7 +72,12 @@ def events(
 
 
 def produce(
-    bootstrap: str, topic: str, messages: Iterator[Message] | list[Message], *, one_per_request: bool = True
+    bootstrap: str,
+    topic: str,
+    messages: Iterator[Message] | list[Message],
+    *,
+    one_per_request: bool = True,
+    producer_conf: dict[str, Any] | None = None,
 ) -> list[tuple[int, int, Message]]:
     """Produce messages; return (partition, offset, message) from the delivery reports."""
     from confluent_kafka import Producer
@@ -84,6 +89,7 @@ def produce(
     }
     if one_per_request:
         conf["batch.num.messages"] = 1
+    conf.update(producer_conf or {})
     producer = Producer(conf)
     delivered: list[tuple[int, int, Message]] = []
     errors: list[str] = []

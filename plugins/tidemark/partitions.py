@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidemark.commitlog import create_only, read_json, replace_atomically
 from tidemark.errors import BatchConflictError
+from tidemark.storage import Location, create_only, read_json, replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +89,9 @@ def _name(seq: int) -> str:
 
 
 class PartitionJournal:
-    def __init__(self, state_dir: Path, table: str) -> None:
+    def __init__(self, state_dir: Location | Path, table: str) -> None:
         self.table = table
-        self.root = state_dir / table / "partitions"
+        self.root = Location(state_dir) / table / "partitions"
         self.journal = self.root / "journal"
         self.checkpoint_file = self.root / "checkpoint.json"
         self.announced_file = self.root / "announced.json"

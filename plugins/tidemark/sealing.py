@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.commitlog import CommitLog, LogState, TableLock, read_json, replace_atomically, run_key
+from tidemark.commitlog import CommitLog, LogState, TableLock, run_key
 from tidemark.config import TableConfig
 from tidemark.dump import Layout
 from tidemark.errors import QualityGateError, ReconciliationError
@@ -41,6 +41,7 @@ from tidemark.metastore import Metastore
 from tidemark.partitions import JournalEntry, PartitionJournal, PartitionState
 from tidemark.quality import QualityOutcome, gate
 from tidemark.settings import Settings
+from tidemark.storage import read_json, replace_atomically
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,8 +100,8 @@ class Sealer:
         self.config = config
         self.run_id = run_id
         self.layout = Layout(settings, config.table)
-        self.commit_log = CommitLog(settings.state_dir, config.table)
-        self.journal = PartitionJournal(settings.state_dir, config.table)
+        self.commit_log = CommitLog(settings.state_location, config.table)
+        self.journal = PartitionJournal(settings.state_location, config.table)
         self.metastore = Metastore(spark, config)
         self.zone = config.event_time.time_zone
         self.extra_columns = list(config.partitioning.columns)
@@ -362,5 +363,5 @@ class Sealer:
 
 def run_seal(spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> SealResult:
     """Seal every complete hour of ``config.table``; safe to run any number of times."""
-    with TableLock(settings.state_dir, config.table).hold(run_id):
+    with TableLock(settings.state_location, config.table).hold(run_id):
         return Sealer(spark, config, settings, run_id).run()

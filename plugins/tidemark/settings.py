@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidemark.errors import ConfigError
+from tidemark.storage import Location
 
 # plugins/tidemark/settings.py -> the checkout root (editable install keeps the source path).
 _CHECKOUT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,8 @@ class Settings:
     hive_metastore_uris: str = ""
     airflow_port: int = 8080
     python: str = sys.executable
+    # commit logs, journals and locks; a path or an hdfs:// URI (TIDEMARK_STATE_DIR)
+    state_uri: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -88,6 +91,7 @@ class Settings:
             hive_metastore_uris=env.get("TIDEMARK_HIVE_METASTORE_URIS", ""),
             airflow_port=int(port_text),
             python=env.get("PYSPARK_PYTHON", sys.executable),
+            state_uri=env.get("TIDEMARK_STATE_DIR", ""),
         )
 
     @property
@@ -96,8 +100,16 @@ class Settings:
 
     @property
     def state_dir(self) -> Path:
-        """Commit logs and partition state, per table."""
-        return self.home / "state"
+        """Commit logs and partition state, per table, when they are on local disk."""
+        location = self.state_location
+        if location.scheme not in ("", "file"):
+            raise ConfigError("environment", [f"TIDEMARK_STATE_DIR: {location} is not a local path"])
+        return location.local_path()
+
+    @property
+    def state_location(self) -> Location:
+        """Commit logs and partition state, per table: local or on the Hadoop FileSystem API."""
+        return Location(self.state_uri or self.home / "state")
 
     @property
     def run_dir(self) -> Path:

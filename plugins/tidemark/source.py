@@ -28,6 +28,14 @@ RAW_SCHEMA = "mq_partition int, mq_offset bigint, mq_timestamp bigint, key binar
 DEFAULT_SUBRANGE = 250_000
 ARROW_BATCH_ROWS = 20_000
 STALL_TIMEOUT_S = 60.0
+# librdkafka settings of a range reader (the benchmark's baselines use the same)
+READER_SETTINGS: dict[str, Any] = {
+    "group.id": "tidemark-reader",
+    "enable.auto.commit": False,
+    "enable.partition.eof": True,
+    "fetch.queue.backoff.ms": 1,  # the default (1000) idles the consumer 60% of the time
+    "auto.offset.reset": "error",
+}
 
 
 @dataclass(frozen=True)
@@ -104,16 +112,7 @@ def read_subrange(topic: str, sub: SubRange, conf: dict[str, Any], receipts: Pat
 
     from tidemark.faults import crash_point
 
-    consumer = Consumer(
-        {
-            "group.id": "tidemark-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.queue.backoff.ms": 1,  # the default (1000) idles the consumer 60% of the time
-            "auto.offset.reset": "error",
-            **conf,
-        }
-    )
+    consumer = Consumer({**READER_SETTINGS, **conf})
     where = f"{topic}[{sub.partition}] offsets {sub.start}..{sub.end - 1}"
     consumer.assign([TopicPartition(topic, sub.partition, sub.start)])
     columns: list[list[Any]] = [[], [], [], [], []]

@@ -16,7 +16,7 @@ from tidemark.settings import Settings
 
 def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) -> dict[str, Any]:
     """Batches, committed offsets, lag per MQ partition and dirty counts."""
-    log = CommitLog(settings.state_dir, config.table)
+    log = CommitLog(settings.state_location, config.table)
     state = log.state()
     pending = log.pending_plan(state)
     first_recent = max(0, state.last_committed - recent + 1)
@@ -45,7 +45,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
             entry["lag"] = latest - (entry["committed_end"] or 0)
     except BrokerUnavailableError as exc:
         broker_error = str(exc)
-    journal = PartitionJournal(settings.state_dir, config.table).state()
+    journal = PartitionJournal(settings.state_location, config.table).state()
     ready = state.ready
     return {
         "table": config.table,
@@ -100,8 +100,8 @@ def render(status: dict[str, Any]) -> str:
 def explain_partition(config: TableConfig, settings: Settings, key: str) -> dict[str, Any]:
     """Is hour ``key`` sealed? If not: which MQ partition holds it and by how much."""
     hour = parse_key(key, config.event_time.time_zone)
-    state = CommitLog(settings.state_dir, config.table).state()
-    journal = PartitionJournal(settings.state_dir, config.table).state()
+    state = CommitLog(settings.state_location, config.table).state()
+    journal = PartitionJournal(settings.state_location, config.table).state()
     entry = journal.hours.get(hour.key)
     needed = hour.end + config.watermark.commit_delay
     out: dict[str, Any] = {

@@ -137,6 +137,10 @@ def classify(
         if sealed_through is not None
         else F.lit(False)
     )
+    # Raw bytes are kept only where the dirty table needs them: the batch is cached, and a copy
+    # of every message doubled its size. The cardinality bound decides dirt after this, so a
+    # table with data-derived partition columns keeps them all.
+    keep_raw = reason.isNotNull() | F.lit(bool(config.partitioning.columns))
     return parsed.select(
         *[typed[c.name].alias(c.name) for c in columns],
         dt.alias("dt"),
@@ -147,8 +151,8 @@ def classify(
         F.col("mq_timestamp").alias("_mq_timestamp"),
         F.lit(batch_id).cast("bigint").alias("_batch_id"),
         reason.alias("_reason"),
-        F.col("key").alias("_raw_key"),
-        F.col("value").alias("_raw_value"),
+        F.when(keep_raw, F.col("key")).alias("_raw_key"),
+        F.when(keep_raw, F.col("value")).alias("_raw_value"),
         F.lit(topic).alias("_topic"),
         F.lit(run_id).alias("_run_id"),
         detail.alias("_detail"),

@@ -101,9 +101,9 @@ def test_state_uses_checkpoint_and_probes_only_newer_commits(tmp_path: Path) -> 
     for b in range(CHECKPOINT_EVERY + 3):
         log.write_plan(plan(b, f"r{b}"))
         log.write_commit(commit(plan(b, f"r{b}")))
-    assert log.checkpoint_file.exists()
+    assert log.checkpoint_file.local_path().exists()
     # Remove an old commit: the state must not need it any more (it is in the checkpoint).
-    (log.commits / f"{0:010d}.json").unlink()
+    (log.commits / f"{0:010d}.json").local_path().unlink()
     state = log.state()
     assert state.last_committed == CHECKPOINT_EVERY + 2
     assert state.batches == CHECKPOINT_EVERY + 3 and state.rows == 9 * state.batches
@@ -119,11 +119,12 @@ def test_table_lock_blocks_live_holder_and_breaks_dead_one(tmp_path: Path) -> No
     lock = TableLock(tmp_path, "t")
     with lock.hold("r1"), pytest.raises(BatchConflictError, match="another dump is running"), lock.hold("r2"):
         pass
-    assert not lock.path.exists()
-    lock.path.parent.mkdir(parents=True, exist_ok=True)
+    path = lock.path.local_path()
+    assert not path.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
     import json
     import socket
 
-    lock.path.write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 17, "run_id": "dead"}))
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 17, "run_id": "dead"}))
     with lock.hold("r3"):
-        assert "r3" in lock.path.read_text()
+        assert "r3" in path.read_text()

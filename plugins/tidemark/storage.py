@@ -1,0 +1,285 @@
+"""Where state records live, and the three record operations the protocol needs.
+
+The commit log, the partition journal and the table lock are small JSON records that must be
+*create-only* (the second writer of a record loses cleanly) and never seen half-written. Two
+backends give that:
+
+- ``LocalStorage`` (paths and ``file:`` URIs, the default): temp file + ``os.link``, which
+  fails if the target exists.
+- ``HadoopStorage`` (``hdfs://``, ``viewfs://``, and any path when ``TIDEMARK_STORAGE=hadoop``):
+  the Hadoop FileSystem API the data is written with, through the JVM (a Spark session's, or a
+  bare Py4J gateway outside Spark jobs). Temp file, then ``FileContext.rename`` with
+  ``Rename.NONE``, which HDFS's NameNode refuses atomically when the target exists.
+
+``s3a://`` is refused for state: S3 rename is a copy, so create-only cannot be had that way;
+keep the state dir on HDFS or local disk and the warehouse wherever Spark writes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import posixpath
+import uuid
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from tidemark.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+LOCAL_SCHEMES = ("", "file")
+REFUSED_SCHEMES = {"s3a": "S3 rename is a copy, so records cannot be created atomically exclusive"}
+
+
+class Location:
+    """A path or URI of the state store, joined with ``/`` like ``pathlib.Path``.
+
+    ``pathlib`` collapses ``hdfs://nn/x`` to ``hdfs:/nn/x``; this keeps the URI intact.
+    """
+
+    __slots__ = ("uri",)
+    uri: str
+
+    def __init__(self, uri: str | Path | Location) -> None:
+        text = uri.uri if isinstance(uri, Location) else str(uri)
+        self.uri = text.rstrip("/") if len(text) > 1 else text
+
+    def __truediv__(self, part: str) -> Location:
+        return Location(f"{self.uri}/{part}")
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.uri)
+
+    @property
+    def parent(self) -> Location:
+        return Location(posixpath.dirname(self.uri))
+
+    @property
+    def scheme(self) -> str:
+        return urlparse(self.uri).scheme if "://" in self.uri or self.uri.startswith("file:") else ""
+
+    def local_path(self) -> Path:
+        return Path(urlparse(self.uri).path) if self.scheme == "file" else Path(self.uri)
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def __repr__(self) -> str:
+        return f"Location({self.uri!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Location) and other.uri == self.uri
+
+    def __hash__(self) -> int:
+        return hash(self.uri)
+
+
+class Storage(ABC):
+    """Record operations on one kind of filesystem."""
+
+    name: str
+
+    @abstractmethod
+    def read(self, location: Location) -> bytes | None:
+        """The record's bytes, or None if it does not exist."""
+
+    @abstractmethod
+    def create_only(self, location: Location, data: bytes) -> bool:
+        """Write the record whole if it does not exist; False if somebody else did first."""
+
+    @abstractmethod
+    def replace(self, location: Location, data: bytes) -> None:
+        """Write the record whole, replacing any previous version (derived, rebuildable data)."""
+
+    @abstractmethod
+    def delete(self, location: Location) -> None:
+        """Remove the record if it exists."""
+
+
+class LocalStorage(Storage):
+    name = "local"
+
+    def read(self, location: Location) -> bytes | None:
+        try:
+            return location.local_path().read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def create_only(self, location: Location, data: bytes) -> bool:
+        # link() fails if the target exists (atomic on POSIX); readers never see a partial file
+        path = location.local_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_bytes(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+        return True
+
+    def replace(self, location: Location, data: bytes) -> None:
+        path = location.local_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def delete(self, location: Location) -> None:
+        location.local_path().unlink(missing_ok=True)
+
+
+class HadoopStorage(Storage):
+    """The Hadoop FileSystem API through Py4J: the same client and configuration as the data."""
+
+    name = "hadoop"
+
+    def __init__(self, jvm: Any, hadoop_conf: Any) -> None:
+        self.jvm = jvm
+        self.conf = hadoop_conf
+
+    @classmethod
+    def from_spark_or_gateway(cls) -> HadoopStorage:
+        """Use the active Spark session's JVM; outside Spark jobs, start a bare gateway (~2 s)."""
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is not None:
+            jsc = spark.sparkContext._jsc
+            assert jsc is not None
+            return cls(spark.sparkContext._jvm, jsc.hadoopConfiguration())
+        from pyspark.java_gateway import launch_gateway
+
+        gateway = launch_gateway()
+        log.info("state store: started a JVM gateway for the Hadoop FileSystem API")
+        return cls(gateway.jvm, gateway.jvm.org.apache.hadoop.conf.Configuration())
+
+    def _path(self, location: Location) -> Any:
+        uri = location.uri if location.scheme else f"file://{os.path.abspath(location.uri)}"
+        return self.jvm.org.apache.hadoop.fs.Path(uri)
+
+    def _fs(self, path: Any) -> Any:
+        return path.getFileSystem(self.conf)
+
+    def _java_exception(self, exc: Exception) -> str:
+        java = getattr(exc, "java_exception", None)
+        return str(java.getClass().getName()) if java is not None else ""
+
+    def read(self, location: Location) -> bytes | None:
+        from py4j.protocol import Py4JJavaError
+
+        path = self._path(location)
+        try:
+            stream = self._fs(path).open(path)
+        except Py4JJavaError as exc:
+            if self._java_exception(exc) == "java.io.FileNotFoundException":
+                return None
+            raise
+        try:
+            return bytes(self.jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+
+    def _write(self, path: Any, data: bytes) -> None:
+        out = self._fs(path).create(path, True)
+        try:
+            out.write(bytearray(data))
+        finally:
+            out.close()
+
+    def _temp(self, path: Any) -> Any:
+        return self.jvm.org.apache.hadoop.fs.Path(
+            path.getParent(), f".{path.getName()}.{uuid.uuid4().hex}.tmp"
+        )
+
+    def create_only(self, location: Location, data: bytes) -> bool:
+        from py4j.protocol import Py4JJavaError
+
+        path = self._path(location)
+        fs = self._fs(path)
+        tmp = self._temp(path)
+        self._write(tmp, data)
+        context = self.jvm.org.apache.hadoop.fs.FileContext.getFileContext(path.toUri(), self.conf)
+        none = self.jvm.org.apache.hadoop.fs.Options.Rename.NONE
+        try:
+            context.rename(tmp, path, _varargs(self.jvm, none))
+        except Py4JJavaError as exc:
+            fs.delete(tmp, False)
+            if self._java_exception(exc) == "org.apache.hadoop.fs.FileAlreadyExistsException":
+                return False
+            raise
+        return True
+
+    def replace(self, location: Location, data: bytes) -> None:
+        path = self._path(location)
+        tmp = self._temp(path)
+        self._write(tmp, data)
+        context = self.jvm.org.apache.hadoop.fs.FileContext.getFileContext(path.toUri(), self.conf)
+        context.rename(tmp, path, _varargs(self.jvm, self.jvm.org.apache.hadoop.fs.Options.Rename.OVERWRITE))
+
+    def delete(self, location: Location) -> None:
+        path = self._path(location)
+        self._fs(path).delete(path, False)
+
+
+def _varargs(jvm: Any, option: Any) -> Any:
+    """A Java ``Options.Rename[]`` holding ``option`` (Py4J does not spread varargs)."""
+    array = jvm.java.lang.reflect.Array.newInstance(option.getClass(), 1)
+    array[0] = option
+    return array
+
+
+_LOCAL = LocalStorage()
+
+
+def storage_for(location: Location) -> Storage:
+    """The backend of ``location``: local paths use the OS unless ``TIDEMARK_STORAGE=hadoop``."""
+    scheme = location.scheme
+    if scheme in REFUSED_SCHEMES:
+        raise StorageError(
+            f"state location {location}: {REFUSED_SCHEMES[scheme]}; put TIDEMARK_STATE_DIR on HDFS "
+            "or a local/NFS disk"
+        )
+    if scheme in LOCAL_SCHEMES and os.environ.get("TIDEMARK_STORAGE", "local") != "hadoop":
+        return _LOCAL
+    return _hadoop_storage()
+
+
+@functools.cache
+def _hadoop_storage() -> HadoopStorage:
+    return HadoopStorage.from_spark_or_gateway()
+
+
+def _dumps(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, indent=1, sort_keys=True, default=str).encode()
+
+
+def create_only(location: Location | Path, payload: dict[str, Any]) -> bool:
+    """Write the JSON record only if it does not exist; False if somebody else did first."""
+    loc = Location(location)
+    return storage_for(loc).create_only(loc, _dumps(payload))
+
+
+def replace_atomically(location: Location | Path, payload: dict[str, Any]) -> None:
+    """Write the JSON record whole or not at all; for derived, rebuildable data."""
+    loc = Location(location)
+    storage_for(loc).replace(loc, _dumps(payload))
+
+
+def read_json(location: Location | Path) -> dict[str, Any] | None:
+    """A JSON record, or None if it does not exist."""
+    loc = Location(location)
+    data = storage_for(loc).read(loc)
+    return None if data is None else dict(json.loads(data))
+
+
+def delete(location: Location | Path) -> None:
+    loc = Location(location)
+    storage_for(loc).delete(loc)
