@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+
+
 def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
     """The Spark conf tidemark sets (before user overrides from TIDEMARK_SPARK_CONF)."""
     derby_home = settings.home
@@ -36,7 +39,10 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby_home}",
+        # The dump's classification compiles to generated methods over HotSpot's 8000-byte JIT
+        # limit; left interpreted they made it 2.6x slower (docs/benchmarks.md).
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby_home} {JIT_HUGE_METHODS}",
+        "spark.executor.extraJavaOptions": JIT_HUGE_METHODS,
         "spark.executorEnv.PYSPARK_PYTHON": settings.python,
         "spark.pyspark.python": settings.python,
         "spark.pyspark.driver.python": settings.python,
