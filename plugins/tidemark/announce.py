@@ -35,10 +35,12 @@ def table_asset(config: TableConfig, settings: Settings) -> Any:
 
 
 def latest_versions(entries: Iterable[JournalEntry]) -> dict[str, int]:
-    """Hour -> the newest version among the entries (an amend supersedes the seal)."""
+    """Hour -> the newest published version among the entries (an amend supersedes the seal;
+    a quarantined hour is not published until it is released)."""
     versions: dict[str, int] = {}
     for entry in entries:
-        versions[entry.hour] = max(versions.get(entry.hour, 0), entry.version)
+        if entry.kind != "quarantine":
+            versions[entry.hour] = max(versions.get(entry.hour, 0), entry.version)
     return versions
 
 
@@ -67,10 +69,13 @@ def announce_sealed(
     seen = already_announced(inlet_events[asset].after(since.isoformat()))
     versions = latest_versions(pending)
     todo = {hour: v for hour, v in versions.items() if (hour, v) not in seen}
-    confirmed = [e.seq for e in pending if (e.hour, versions[e.hour]) in seen]
-    if confirmed:
-        # Everything up to the last entry whose hour's newest version Airflow already holds.
-        prefix = next((e.seq - 1 for e in pending if (e.hour, versions[e.hour]) not in seen), pending[-1].seq)
+
+    def settled(entry: JournalEntry) -> bool:  # nothing (more) to announce for this entry
+        return entry.kind == "quarantine" or (entry.hour, versions[entry.hour]) in seen
+
+    if any(settled(e) for e in pending):
+        # Everything up to the last entry before the first one Airflow does not hold yet.
+        prefix = next((e.seq - 1 for e in pending if not settled(e)), pending[-1].seq)
         journal.mark_announced(prefix)
     if not todo:
         log.info("%s: all %s pending hours were announced by an earlier attempt", config.table, len(versions))

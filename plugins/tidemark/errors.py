@@ -63,14 +63,23 @@ class InjectedFault(TidemarkError):
 
 
 class QualityGateError(TidemarkError):
-    """An hour failed expectations under the ``block`` policy: it is not registered."""
+    """Hours failed expectations under the ``block`` policy: quarantined, not registered.
 
-    def __init__(self, table: str, hour: str, failures: list[str]) -> None:
-        self.table, self.hour, self.failures = table, hour, failures
+    ``failures`` maps each hour key to its failed expectations (the validation result)."""
+
+    def __init__(self, table: str, failures: dict[str, list[str]]) -> None:
+        self.table, self.failures = table, failures
+        hours = "; ".join(f"{hour}: {' | '.join(lines)}" for hour, lines in sorted(failures.items()))
+        first = min(failures)
         super().__init__(
-            f"{table} hour {hour}: quality gate failed ({'; '.join(failures)}); the hour is quarantined, "
-            f"not registered (release it with: tidemark release --table {table} --partition {hour})"
+            f"{table}: {len(failures)} hour(s) quarantined by the quality gate, not registered nor "
+            f"announced ({hours}). Later hours were sealed. After checking the data, release with: "
+            f"tidemark release --table {table} --partition {first}"
         )
+
+
+class ReleaseError(TidemarkError):
+    """``tidemark release`` was asked for an hour that is not quarantined."""
 
 
 class StorageError(TidemarkError):

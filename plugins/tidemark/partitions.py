@@ -2,7 +2,8 @@
 
 Layout under ``$TIDEMARK_HOME/state/<table>/partitions``::
 
-    journal/<seq>.json   one entry per seal or amend of an hour (create-only, sequential)
+    journal/<seq>.json   one entry per seal, amend, quarantine or release of an hour
+                         (create-only, sequential)
     checkpoint.json      per-hour latest state up to some seq (atomically replaced)
     announced.json       the highest seq whose Asset event Airflow is known to hold
 
@@ -28,14 +29,16 @@ CHECKPOINT_EVERY = 50
 
 @dataclass(frozen=True)
 class JournalEntry:
-    """One seal (version 1) or amend (version > 1) of an hour partition."""
+    """One step of an hour partition: ``seal`` (version 1), ``amend`` (version > 1),
+    ``quarantine`` (blocked by the quality gate: version 0, not registered) or ``release``
+    (a quarantined hour registered after a person's decision: version 1)."""
 
     seq: int
     table: str
     hour: str  # partition key, e.g. 2026-11-22T10
     hour_start: str
     hour_end: str
-    kind: str  # seal | amend
+    kind: str  # seal | amend | quarantine | release
     version: int
     rows: int
     late: int
@@ -68,7 +71,8 @@ class PartitionState:
     def apply(self, entry: JournalEntry) -> None:
         self.last_seq = entry.seq
         self.hours[entry.hour] = entry
-        if entry.kind == "seal" and (self.sealed_through is None or entry.hour_end > self.sealed_through):
+        decided = entry.kind in ("seal", "quarantine")  # a quarantined hour is decided, not published
+        if decided and (self.sealed_through is None or entry.hour_end > self.sealed_through):
             self.sealed_through = entry.hour_end
 
     def to_json(self) -> dict[str, Any]:

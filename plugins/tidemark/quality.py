@@ -1,28 +1,43 @@
-"""The quality gate run on an hour before it is registered.
+"""The quality gate run on an hour before it is registered: Great Expectations 1.x on the
+hour's rows in Spark.
 
-The Great Expectations suite per table is the next milestone (issue "Data-quality gate"); until
-it lands the gate records that no expectations ran, and sealing proceeds. The seal job already
-calls it at the right step (after reconciliation, before registration) with the hour's data,
-so the gate can block registration without any change to the sealing protocol.
+Every table gets default expectations unless ``quality.default_expectations`` is false:
+
+- each primary-key column is not null;
+- the primary key is unique within the hour;
+- the event time lies inside the hour, [start, end);
+- the hour has rows (an hour sealed empty is not validated: it has no data to judge).
+
+``quality.expectations`` adds GX expectation types with their arguments, e.g.
+``{type: expect_column_values_to_be_between, kwargs: {column: amount, min_value: 0}}``.
+The policy decides what a failure does: ``block`` quarantines the hour (not registered, not
+announced, until ``tidemark release``), ``warn`` registers it and records the failures.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.errors import ConfigError
 from tidemark.hours import Hour
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class QualityOutcome:
-    status: str  # passed | not_evaluated
+    status: str  # passed | failed | empty
     policy: str
     failures: tuple[str, ...] = field(default_factory=tuple)
+    evaluated: int = 0  # expectations run
 
     @property
     def blocks(self) -> bool:
@@ -32,6 +47,109 @@ class QualityOutcome:
         return asdict(self)
 
 
+def expectation_specs(config: TableConfig, hour: Hour) -> list[tuple[str, dict[str, Any]]]:
+    """(GX expectation type, kwargs) for an hour: the defaults, then the table's own."""
+    specs: list[tuple[str, dict[str, Any]]] = []
+    if config.quality.default_expectations:
+        for column in config.primary_key:
+            specs.append(("expect_column_values_to_not_be_null", {"column": column}))
+        if len(config.primary_key) == 1:
+            specs.append(("expect_column_values_to_be_unique", {"column": config.primary_key[0]}))
+        elif config.primary_key:
+            specs.append(("expect_compound_columns_to_be_unique", {"column_list": list(config.primary_key)}))
+        specs.append(
+            (
+                "expect_column_values_to_be_between",
+                {
+                    "column": config.event_time.field,
+                    # Spark hands GX naive timestamps in the session zone, which is UTC
+                    "min_value": _naive_utc(hour.start),
+                    "max_value": _naive_utc(hour.end),
+                    "strict_max": True,
+                },
+            )
+        )
+        specs.append(("expect_table_row_count_to_be_between", {"min_value": 1}))
+    for i, item in enumerate(config.quality.expectations):
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            raise ConfigError(config.table, [f"quality.expectations[{i}]: expected a 'type', got {item!r}"])
+        specs.append((kind, dict(item.get("kwargs") or {})))
+    return specs
+
+
+def _naive_utc(instant: datetime) -> datetime:
+    return instant.astimezone(UTC).replace(tzinfo=None)
+
+
+def _describe(kind: str, kwargs: dict[str, Any], result: dict[str, Any]) -> str:
+    """One line per failed expectation: what, on which column, and a sample of what failed."""
+    column = kwargs.get("column") or kwargs.get("column_list") or ""
+    parts = [f"{kind}({column})" if column else kind]
+    if result.get("unexpected_count") is not None:
+        parts.append(f"{result['unexpected_count']} unexpected")
+    sample = result.get("partial_unexpected_list")
+    if sample:
+        parts.append(f"e.g. {[str(v) for v in sample[:3]]}")
+    if result.get("observed_value") is not None:
+        parts.append(f"observed {result['observed_value']}")
+    return ", ".join(parts)
+
+
+def validate(config: TableConfig, hour: Hour, frame: DataFrame) -> tuple[bool, list[str], int]:
+    """Run the hour's expectations with GX on ``frame``; (success, failure lines, count)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    specs = expectation_specs(config, hour)
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    suite = gx.ExpectationSuite(name=f"{config.table}.hour")
+    problems = []
+    for i, (kind, kwargs) in enumerate(specs):
+        try:
+            suite.add_expectation_configuration(ExpectationConfiguration(type=kind, kwargs=kwargs))
+        except Exception as exc:  # GX raises several types for unknown types and bad kwargs
+            problems.append(f"quality expectation {i} {kind}{kwargs}: {str(exc).splitlines()[0]}")
+    if problems:
+        raise ConfigError(config.table, problems)
+    source = context.data_sources.add_spark(name="tidemark")
+    batch = (
+        source.add_dataframe_asset(name=config.table)
+        .add_batch_definition_whole_dataframe("hour")
+        .get_batch(batch_parameters={"dataframe": frame})
+    )
+    result = batch.validate(suite)
+    failures = []
+    for r in result.results:
+        if not r.success:
+            expectation = r.expectation_config
+            kind, kwargs = (expectation.type, dict(expectation.kwargs)) if expectation else ("unknown", {})
+            failures.append(_describe(kind, kwargs, dict(r.result or {})))
+    return bool(result.success), failures, len(specs)
+
+
 def gate(config: TableConfig, hour: Hour, frame: DataFrame | None) -> QualityOutcome:
-    """Validate an hour's rows; no suite is evaluated yet (see the module docstring)."""
-    return QualityOutcome(status="not_evaluated", policy=config.quality.policy)
+    """Validate an hour's rows (``None``: the hour was sealed empty, nothing to judge)."""
+    policy = config.quality.policy
+    if frame is None:
+        return QualityOutcome(status="empty", policy=policy)
+    success, failures, evaluated = validate(config, hour, frame)
+    outcome = QualityOutcome(
+        status="passed" if success else "failed", policy=policy, failures=tuple(failures), evaluated=evaluated
+    )
+    if failures:
+        log.warning(
+            "%s hour %s: %s of %s expectations failed (policy %s): %s",
+            config.table,
+            hour.key,
+            len(failures),
+            evaluated,
+            policy,
+            "; ".join(failures),
+        )
+    else:
+        log.info("%s hour %s: %s expectations passed", config.table, hour.key, evaluated)
+    return outcome

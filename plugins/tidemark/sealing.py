@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 from tidemark.commitlog import CommitLog, LogState, TableLock, run_key
 from tidemark.config import TableConfig
 from tidemark.dump import Layout
-from tidemark.errors import QualityGateError, ReconciliationError
+from tidemark.errors import QualityGateError, ReconciliationError, ReleaseError
 from tidemark.faults import crash_point
-from tidemark.hours import Hour, hour_of, hours_from, parse_path
+from tidemark.hours import Hour, hour_of, hours_from, parse_key, parse_path
 from tidemark.metastore import Metastore
 from tidemark.partitions import JournalEntry, PartitionJournal, PartitionState
 from tidemark.quality import QualityOutcome, gate
@@ -62,6 +62,7 @@ class SealResult:
     sealed_through: str | None = None
     sealed: list[str] = field(default_factory=list)
     amended: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
     late_registered: list[str] = field(default_factory=list)
     message: str = ""
 
@@ -129,7 +130,7 @@ class Sealer:
         for hour in hours:
             entry = self._seal_hour(hour, state, partitions)
             partitions.apply(entry)
-            result.sealed.append(hour.key)
+            (result.quarantined if entry.kind == "quarantine" else result.sealed).append(hour.key)
             result.status = "sealed"
         if self.config.late_policy == "side_table":
             result.late_registered = self._register_late(state)
@@ -138,6 +139,7 @@ class Sealer:
                 partitions.apply(entry)
                 result.amended.append(entry.hour)
         result.sealed_through = partitions.sealed_through
+        self._fail_on_quarantine(partitions)
         log.info(
             "%s: seal run %s: ready time %s, sealed %s, amended %s, late partitions registered %s; "
             "sealed through %s",
@@ -150,6 +152,17 @@ class Sealer:
             result.sealed_through,
         )
         return result
+
+    def _fail_on_quarantine(self, partitions: PartitionState) -> None:
+        """Fail the run (and every retry of it) that quarantined hours, so the task is red in
+        Airflow; later runs succeed, and the hours wait for ``tidemark release``."""
+        mine = {
+            hour: list(entry.quality.get("failures", []))
+            for hour, entry in partitions.hours.items()
+            if entry.kind == "quarantine" and entry.run_id == self.run_id
+        }
+        if mine:
+            raise QualityGateError(self.config.table, mine)
 
     # -- one hour -------------------------------------------------------------------------
     def _seal_hour(self, hour: Hour, state: LogState, partitions: PartitionState) -> JournalEntry:
@@ -165,30 +178,112 @@ class Sealer:
                 f"committed for {hour.path} by batches <= {state.last_committed}; nothing registered"
             )
         quality = self._quality(hour, target, rows)
+        if quality.blocks:
+            entry = self._entry(
+                hour,
+                state,
+                partitions,
+                kind="quarantine",
+                version=0,
+                rows=rows,
+                files=files,
+                quality=quality.to_json(),
+            )
+            self.journal.append(entry)
+            log.error(
+                "%s: hour %s quarantined (%s rows, files kept in %s, not registered): %s",
+                self.config.table,
+                hour.key,
+                rows,
+                target,
+                "; ".join(quality.failures),
+            )
+        else:
+            self._publish(hour, target, rows, version=1)
+            entry = self._entry(
+                hour,
+                state,
+                partitions,
+                kind="seal",
+                version=1,
+                rows=rows,
+                files=files,
+                quality=quality.to_json(),
+            )
+            self.journal.append(entry)
+        shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
+        return entry
+
+    def _publish(self, hour: Hour, target: Path, rows: int, *, version: int) -> None:
+        """Register the hour's partitions, then mark the directory complete for path readers."""
         self.metastore.ensure_table(self.config.table, self.layout.table_dir)
         self.metastore.add_partitions(self.config.table, self._partition_specs(hour, target))
         crash_point("after_registration")
-        (target / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": 1}))
-        entry = JournalEntry(
+        (target / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": version}))
+
+    def _entry(
+        self,
+        hour: Hour,
+        state: LogState,
+        partitions: PartitionState,
+        *,
+        kind: str,
+        version: int,
+        rows: int,
+        files: list[str] | tuple[str, ...],
+        quality: dict[str, Any],
+        late: int = 0,
+        folded_through_batch: int | None = None,
+    ) -> JournalEntry:
+        return JournalEntry(
             seq=partitions.last_seq + 1,
             table=self.config.table,
             hour=hour.key,
             hour_start=hour.start.isoformat(),
             hour_end=hour.end.isoformat(),
-            kind="seal",
-            version=1,
+            kind=kind,
+            version=version,
             rows=rows,
-            late=0,
+            late=late,
             files=tuple(files),
             sealed_at=datetime.now(UTC).isoformat(),  # audit only: freshness in reports
             run_id=self.run_id,
             ready_time=state.ready.time if state.ready else None,
             processing_time=state.ready.processing_time if state.ready else "",
-            folded_through_batch=state.last_committed,
-            quality=quality.to_json(),
+            folded_through_batch=state.last_committed
+            if folded_through_batch is None
+            else folded_through_batch,
+            quality=quality,
+        )
+
+    # -- release of a quarantined hour ----------------------------------------------------
+    def release(self, hour_key: str) -> JournalEntry:
+        """Register a quarantined hour after a person decided its data is acceptable."""
+        partitions = self.journal.state()
+        current = partitions.hours.get(hour_key)
+        if current is None or current.kind != "quarantine":
+            now = f"its state is {current.kind} v{current.version}" if current else "it has not been sealed"
+            raise ReleaseError(
+                f"{self.config.table} hour {hour_key} is not quarantined: {now}; nothing released"
+            )
+        hour = parse_key(hour_key, self.zone)
+        target = self.layout.table_dir / hour.path
+        self._publish(hour, target, current.rows, version=1)
+        quality = {**current.quality, "released_by_run": self.run_id}
+        entry = self._entry(
+            hour,
+            self.commit_log.state(),
+            partitions,
+            kind="release",
+            version=1,
+            rows=current.rows,
+            files=current.files,
+            quality=quality,
+            late=current.late,
+            folded_through_batch=current.folded_through_batch,
         )
         self.journal.append(entry)
-        shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
+        log.info("%s: hour %s released and registered (%s rows)", self.config.table, hour_key, current.rows)
         return entry
 
     def _compact(self, hour: Hour, target: Path) -> tuple[list[str], int]:
@@ -261,10 +356,7 @@ class Sealer:
 
     def _quality(self, hour: Hour, target: Path, rows: int) -> QualityOutcome:
         frame = self._read_hour(target) if rows else None
-        outcome = gate(self.config, hour, frame)
-        if outcome.blocks:
-            raise QualityGateError(self.config.table, hour.key, list(outcome.failures))
-        return outcome
+        return gate(self.config, hour, frame)
 
     def _sweep_sealed_leftovers(self, partitions: PartitionState) -> None:
         """Batch files of hours already sealed (a crash between journal and cleanup)."""
@@ -302,6 +394,8 @@ class Sealer:
         entries: list[JournalEntry] = []
         for hour in self._late_hours(state):
             current = partitions.hours.get(hour.key)
+            if current is not None and current.kind == "quarantine":
+                continue  # its late rows wait for the release
             folded = current.folded_through_batch if current else -1
             late_dir = self.layout.late_dir / hour.path
             new_files = [
@@ -365,3 +459,11 @@ def run_seal(spark: SparkSession, config: TableConfig, settings: Settings, run_i
     """Seal every complete hour of ``config.table``; safe to run any number of times."""
     with TableLock(settings.state_location, config.table).hold(run_id):
         return Sealer(spark, config, settings, run_id).run()
+
+
+def run_release(
+    spark: SparkSession, config: TableConfig, settings: Settings, hour_key: str, run_id: str
+) -> JournalEntry:
+    """Register a quarantined hour (``tidemark release``); refuses any other hour."""
+    with TableLock(settings.state_location, config.table).hold(run_id):
+        return Sealer(spark, config, settings, run_id).release(hour_key)

@@ -54,7 +54,8 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "ready_held_by": ready.holding if ready else None,
         "idle_partitions": list(ready.idle) if ready else [],
         "sealed_through": journal.sealed_through,
-        "hours_sealed": len(journal.hours),
+        "hours_sealed": sum(1 for e in journal.hours.values() if e.kind != "quarantine"),
+        "hours_quarantined": sorted(h for h, e in journal.hours.items() if e.kind == "quarantine"),
         "late": state.late,
         "watermarks": {w.partition: w.watermark for w in ready.partitions} if ready else {},
         "batches_committed": state.batches,
@@ -75,7 +76,7 @@ def render(status: dict[str, Any]) -> str:
         f"rows {status['rows']}, dirty {status['dirty']}, late {status['late']}",
         f"  global ready time: {status['ready_time']} (held by MQ partition {status['ready_held_by']}, "
         f"idle {status['idle_partitions'] or 'none'}); sealed through {status['sealed_through']} "
-        f"({status['hours_sealed']} hours)",
+        f"({status['hours_sealed']} hours; quarantined: {', '.join(status['hours_quarantined']) or 'none'})",
     ]
     if status["pending_batch"]:
         lines.append(
@@ -110,7 +111,8 @@ def explain_partition(config: TableConfig, settings: Settings, key: str) -> dict
         "hour_start": hour.start.isoformat(),
         "hour_end": hour.end.isoformat(),
         "ready_time_needed": needed.isoformat(),
-        "sealed": entry is not None,
+        "sealed": entry is not None and entry.kind != "quarantine",
+        "state": entry.kind if entry else "open",  # open | seal | amend | quarantine | release
         "rows_committed": state.rows_per_hour.get(hour.path, 0),
         "late": state.late_per_hour.get(hour.path, 0),
     }
@@ -122,6 +124,7 @@ def explain_partition(config: TableConfig, settings: Settings, key: str) -> dict
             files=len(entry.files),
             sealed_by_ready_time=entry.ready_time,
             run_id=entry.run_id,
+            quality=entry.quality,
         )
         return out
     ready = state.ready
@@ -157,6 +160,13 @@ def explain_partition(config: TableConfig, settings: Settings, key: str) -> dict
 
 def render_partition(info: dict[str, Any]) -> str:
     head = f"{info['table']} partition {info['partition']} [{info['hour_start']} .. {info['hour_end']})"
+    if info["state"] == "quarantine":
+        failures = "; ".join(info["quality"].get("failures", [])) or "?"
+        return (
+            f"{head}: QUARANTINED by the quality gate in run {info['run_id']} ({info['rows']} rows, not registered): "
+            f"{failures}\n  after checking the data: tidemark release --table {info['table']} "
+            f"--partition {info['partition']}"
+        )
     if info["sealed"]:
         return (
             f"{head}: SEALED v{info['version']} at {info['sealed_at']} by run {info['run_id']}; rows {info['rows']} "

@@ -1,0 +1,115 @@
+"""The quality gate in the seal job: Great Expectations on the hour's rows in real Spark,
+block (quarantine + release) and warn policies, against the real metastore."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.dump_helpers import fresh_table
+from tidemark.dump import run_dump
+from tidemark.errors import QualityGateError, ReleaseError
+from tidemark.generator import create_topic, produce, records
+from tidemark.partitions import PartitionJournal
+from tidemark.sealing import run_release, run_seal
+from tidemark.settings import Settings
+from tidemark.status import explain_partition, render_partition
+
+pytestmark = pytest.mark.integration
+
+DAY = datetime(2026, 11, 22, tzinfo=UTC)
+AMOUNT_AT_MOST_100 = [
+    {"type": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "max_value": 100}}
+]
+
+
+def at(hh: int, mm: int = 0) -> datetime:
+    return DAY + timedelta(hours=hh, minutes=mm)
+
+
+def registered(spark: Any, table: str) -> list[str]:
+    return sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS `{table}`").collect())
+
+
+def bad_hour_10(broker: str, topic: str) -> None:
+    """Hour 10: a duplicate event id and an amount of 500; hour 11 clean; hour 12 moves time."""
+    produce(
+        broker,
+        topic,
+        records(
+            [
+                (0, at(10, 5), {"event_id": "dup"}),
+                (0, at(10, 6), {"event_id": "dup"}),
+                (0, at(10, 7), {"amount": "500.00"}),
+                (0, at(11, 10)),
+                (0, at(11, 20)),
+                (0, at(12, 30)),
+            ]
+        ),
+    )
+
+
+def test_block_quarantines_the_hour_later_hours_go_on_and_release_registers_it_once(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path, quality__expectations=AMOUNT_AT_MOST_100)
+    create_topic(broker, config.source.topic, 1)
+    bad_hour_10(broker, config.source.topic)
+    run_dump(spark, config, settings, "run-1", at(12, 40))
+    with pytest.raises(QualityGateError) as failed:
+        run_seal(spark, config, settings, "run-1")
+    assert set(failed.value.failures) == {"2026-11-22T10"}
+    lines = " ".join(failed.value.failures["2026-11-22T10"])
+    assert "expect_column_values_to_be_unique(event_id)" in lines and "'dup'" in lines
+    assert "expect_column_values_to_be_between(amount)" in lines and "500" in lines
+    assert "tidemark release --table" in str(failed.value)
+    assert registered(spark, config.table) == ["dt=2026-11-22/hr=11"]  # the pipeline went on
+
+    with pytest.raises(QualityGateError):  # a retry of the same run stays red
+        run_seal(spark, config, settings, "run-1")
+    later = run_seal(spark, config, settings, "run-2")  # the next run is not blocked by it
+    assert later.sealed == [] and later.quarantined == []
+
+    info = explain_partition(config, settings, "2026-11-22T10")
+    assert info["state"] == "quarantine" and not info["sealed"]
+    assert "QUARANTINED" in render_partition(info) and "tidemark release" in render_partition(info)
+    assert not (Path(settings.warehouse) / config.table / "dt=2026-11-22/hr=10/_SUCCESS").exists()
+
+    entry = run_release(spark, config, settings, "2026-11-22T10", "release-1")
+    assert (entry.kind, entry.version, entry.rows) == ("release", 1, 3)
+    assert registered(spark, config.table) == ["dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"]
+    assert (Path(settings.warehouse) / config.table / "dt=2026-11-22/hr=10/_SUCCESS").exists()
+    with pytest.raises(ReleaseError, match="not quarantined: its state is release v1"):
+        run_release(spark, config, settings, "2026-11-22T10", "release-2")
+    kinds = [(e.hour, e.kind) for e in PartitionJournal(settings.state_location, config.table).entries()]
+    assert kinds == [
+        ("2026-11-22T10", "quarantine"),
+        ("2026-11-22T11", "seal"),
+        ("2026-11-22T10", "release"),
+    ]
+
+
+def test_warn_registers_the_hour_and_records_the_failures(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(
+        settings, tmp_path, quality__expectations=AMOUNT_AT_MOST_100, quality__policy="warn"
+    )
+    create_topic(broker, config.source.topic, 1)
+    bad_hour_10(broker, config.source.topic)
+    run_dump(spark, config, settings, "run-1", at(12, 40))
+    result = run_seal(spark, config, settings, "run-1")
+    assert result.sealed == ["2026-11-22T10", "2026-11-22T11"]
+    assert registered(spark, config.table) == ["dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"]
+    hours = PartitionJournal(settings.state_location, config.table).state().hours
+    assert hours["2026-11-22T10"].quality["status"] == "failed"
+    assert len(hours["2026-11-22T10"].quality["failures"]) == 2
+    assert hours["2026-11-22T11"].quality == {
+        "status": "passed",
+        "policy": "warn",
+        "failures": [],
+        "evaluated": 5,
+    }
