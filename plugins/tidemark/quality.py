@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DOCS_SITE = "tidemark"
+
 
 @dataclass(frozen=True)
 class QualityOutcome:
@@ -38,6 +43,7 @@ class QualityOutcome:
     policy: str
     failures: tuple[str, ...] = field(default_factory=tuple)
     evaluated: int = 0  # expectations run
+    data_docs: str | None = None  # the hour's validation page, relative to the table's docs dir
 
     @property
     def blocks(self) -> bool:
@@ -96,17 +102,21 @@ def _describe(kind: str, kwargs: dict[str, Any], result: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def validate(config: TableConfig, hour: Hour, frame: DataFrame) -> tuple[bool, list[str], int]:
-    """Run the hour's expectations with GX on ``frame``; (success, failure lines, count)."""
+def validate(
+    config: TableConfig, hour: Hour, frame: DataFrame, docs_dir: Path | None = None
+) -> tuple[bool, list[str], int, str | None]:
+    """Run the hour's expectations with GX on ``frame``: (success, failure lines, count, the
+    hour's Data Docs page relative to ``docs_dir`` if one was written)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
     specs = expectation_specs(config, hour)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    suite = gx.ExpectationSuite(name=f"{config.table}.hour")
+    suite = context.suites.add(gx.ExpectationSuite(name=config.table))
     problems = []
     for i, (kind, kwargs) in enumerate(specs):
         try:
@@ -115,30 +125,72 @@ def validate(config: TableConfig, hour: Hour, frame: DataFrame) -> tuple[bool, l
             problems.append(f"quality expectation {i} {kind}{kwargs}: {str(exc).splitlines()[0]}")
     if problems:
         raise ConfigError(config.table, problems)
-    source = context.data_sources.add_spark(name="tidemark")
-    batch = (
-        source.add_dataframe_asset(name=config.table)
+    suite.save()
+    batch_definition = (
+        context.data_sources.add_spark(name="tidemark")
+        .add_dataframe_asset(name=config.table)
         .add_batch_definition_whole_dataframe("hour")
-        .get_batch(batch_parameters={"dataframe": frame})
     )
-    result = batch.validate(suite)
+    actions: list[Any] = []
+    # GX's site builder removes pages its (ephemeral) store does not know, so each validation
+    # renders into a scratch site whose pages are then copied into the table's docs dir.
+    scratch = Path(tempfile.mkdtemp(prefix="tidemark-gx-docs-"))
+    if docs_dir is not None:
+        site: Any = {
+            "class_name": "SiteBuilder",
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(scratch)},
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        }
+        context.add_data_docs_site(site_name=DOCS_SITE, site_config=site)
+        actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE]))
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(name=f"{config.table}.{hour.key}", data=batch_definition, suite=suite)
+    )
+    checkpoint = context.checkpoints.add(
+        gx.Checkpoint(name=config.table, validation_definitions=[definition], actions=actions)
+    )
+    run = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=hour.key))
+    result = next(iter(run.run_results.values()))
     failures = []
     for r in result.results:
         if not r.success:
             expectation = r.expectation_config
             kind, kwargs = (expectation.type, dict(expectation.kwargs)) if expectation else ("unknown", {})
             failures.append(_describe(kind, kwargs, dict(r.result or {})))
-    return bool(result.success), failures, len(specs)
+    page = _keep_pages(scratch, docs_dir, config.table, hour) if docs_dir is not None else None
+    shutil.rmtree(scratch, ignore_errors=True)
+    return bool(result.success), failures, len(specs), page
 
 
-def gate(config: TableConfig, hour: Hour, frame: DataFrame | None) -> QualityOutcome:
-    """Validate an hour's rows (``None``: the hour was sealed empty, nothing to judge)."""
+def _keep_pages(scratch: Path, docs_dir: Path, table: str, hour: Hour) -> str | None:
+    """Copy the hour's validation page (and the shared static assets, once) into ``docs_dir``,
+    keeping GX's relative layout so the page's links work; return its relative path."""
+    if not (docs_dir / "static").exists() and (scratch / "static").exists():
+        shutil.copytree(scratch / "static", docs_dir / "static")
+    page = None
+    for source in sorted(scratch.glob(f"validations/{table}/{hour.key}/*/*.html")):
+        relative = source.relative_to(scratch)
+        (docs_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, docs_dir / relative)
+        page = str(relative)
+    return page
+
+
+def gate(
+    config: TableConfig, hour: Hour, frame: DataFrame | None, docs_dir: Path | None = None
+) -> QualityOutcome:
+    """Validate an hour's rows (``None``: the hour was sealed empty, nothing to judge); with
+    ``docs_dir``, also render its GX Data Docs page there."""
     policy = config.quality.policy
     if frame is None:
         return QualityOutcome(status="empty", policy=policy)
-    success, failures, evaluated = validate(config, hour, frame)
+    success, failures, evaluated, page = validate(config, hour, frame, docs_dir)
     outcome = QualityOutcome(
-        status="passed" if success else "failed", policy=policy, failures=tuple(failures), evaluated=evaluated
+        status="passed" if success else "failed",
+        policy=policy,
+        failures=tuple(failures),
+        evaluated=evaluated,
+        data_docs=page,
     )
     if failures:
         log.warning(

@@ -106,6 +106,11 @@ class Sealer:
         self.metastore = Metastore(spark, config)
         self.zone = config.event_time.time_zone
         self.extra_columns = list(config.partitioning.columns)
+        # GX Data Docs need a local directory: kept beside the state when it is local
+        state = settings.state_location
+        self.docs_dir = (
+            state.local_path() / config.table / "data_docs" if state.scheme in ("", "file") else None
+        )
 
     # -- the whole run --------------------------------------------------------------------
     def run(self) -> SealResult:
@@ -356,7 +361,7 @@ class Sealer:
 
     def _quality(self, hour: Hour, target: Path, rows: int) -> QualityOutcome:
         frame = self._read_hour(target) if rows else None
-        return gate(self.config, hour, frame)
+        return gate(self.config, hour, frame, self.docs_dir)
 
     def _sweep_sealed_leftovers(self, partitions: PartitionState) -> None:
         """Batch files of hours already sealed (a crash between journal and cleanup)."""

@@ -107,9 +107,15 @@ def test_warn_registers_the_hour_and_records_the_failures(
     hours = PartitionJournal(settings.state_location, config.table).state().hours
     assert hours["2026-11-22T10"].quality["status"] == "failed"
     assert len(hours["2026-11-22T10"].quality["failures"]) == 2
-    assert hours["2026-11-22T11"].quality == {
+    q11 = hours["2026-11-22T11"].quality
+    assert {k: q11[k] for k in ("status", "policy", "failures", "evaluated")} == {
         "status": "passed",
         "policy": "warn",
         "failures": [],
         "evaluated": 5,
     }
+    docs = settings.state_dir / config.table / "data_docs"
+    page = docs / hours["2026-11-22T10"].quality["data_docs"]
+    assert "/2026-11-22T10/" in str(page) and page.exists()
+    text = page.read_text()
+    assert "event_id" in text and "amount" in text and "unique" in text.lower()
