@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tidemark-installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv java lint unit test demo up down status lock bench clean
+.PHONY: help venv java browser lint unit test demo up down status lock bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ venv: java $(STAMP)  ## build or refresh .venv from requirements.txt
 java:  ## fail early, and clearly, without Java 17+
 	@scripts/check_java.sh
 
+browser:  ## headless Chromium for the report's browser test (Debian package, installed if missing)
+	@scripts/ensure_chromium.sh
+
 lint: venv  ## ruff + mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -30,7 +33,7 @@ lint: venv  ## ruff + mypy
 unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
-test: lint  ## lint, then the whole test suite (README's test command; what CI runs)
+test: lint browser  ## lint, then the whole test suite (README's test command; what CI runs)
 	$(BIN)/pytest -q
 
 demo: venv  ## the ingest DAG through Airflow (dag.test): broker, generated stream, 3 runs, sealed hours, report

@@ -146,6 +146,19 @@ def _cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tidemark.config import load_table
+    from tidemark.report import write_report
+    from tidemark.settings import Settings
+
+    settings = Settings.from_env()
+    target = write_report(load_table(args.table, settings), settings, Path(args.out) if args.out else None)
+    print(f"health report: {target}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from tidemark.demo import run_demo
 
@@ -205,6 +218,16 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("--partition", required=True, metavar="YYYY-MM-DDTHH", help="the hour key")
     release.add_argument("--run-id", help="recorded in the journal (default release__<partition>)")
     release.set_defaults(func=_cmd_release)
+
+    report = sub.add_parser(
+        "report",
+        help="write the table's ingestion health page (static HTML with plots)",
+        description="Watermarks, rows, late and dirty rates, freshness and quality per hour, from the "
+        "state store. Default output: $TIDEMARK_HOME/state/<table>/reports/health.html.",
+    )
+    report.add_argument("--table", required=True)
+    report.add_argument("--out", help="output file (default under the state dir)")
+    report.set_defaults(func=_cmd_report)
 
     demo = sub.add_parser(
         "demo", help="the ingest DAG through Airflow end to end on embedded defaults (what `make demo` runs)"

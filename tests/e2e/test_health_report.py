@@ -1,0 +1,122 @@
+"""The health report in a real browser: sealed and quarantined hours from real Spark, GX and
+the metastore, rendered by Debian's headless Chromium from a local HTTP server."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.dump_helpers import fresh_table
+from tidemark.dump import run_dump
+from tidemark.errors import QualityGateError
+from tidemark.generator import create_topic, produce, records
+from tidemark.report import report_path, write_report
+from tidemark.sealing import run_seal
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+DAY = datetime(2026, 11, 22, tzinfo=UTC)
+CHROMIUM_FLAGS = [  # from the machine notes: without the network flags it retries closed hosts
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--virtual-time-budget=10000",
+]
+
+
+def at(hh: int, mm: int = 0) -> datetime:
+    return DAY + timedelta(hours=hh, minutes=mm)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A directory served on 127.0.0.1 (an ephemeral port) for the browser."""
+    root = tmp_path / "site"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def chromium(tmp_path: Path, *args: str) -> str:
+    binary = shutil.which("chromium")
+    assert binary, "chromium is missing: `make test` installs it (scripts/ensure_chromium.sh)"
+    profile = tmp_path / "chromium-profile"
+    out = subprocess.run(
+        [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return out.stdout
+
+
+def test_health_report_renders_plots_and_hours_in_headless_chromium(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, served: tuple[Path, str]
+) -> None:
+    expectations = [
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "max_value": 100}}
+    ]
+    config, settings = fresh_table(settings, tmp_path, quality__expectations=expectations)
+    create_topic(broker, config.source.topic, 2)
+    produce(
+        broker,
+        config.source.topic,
+        records(
+            [(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 7)]
+            + [(0, at(10, 30), {"amount": "999.00"})]  # hour 10 fails the gate
+            + [(p, at(11, m)) for p in (0, 1) for m in range(0, 60, 9)]
+            + [(0, at(12, 40)), (1, at(12, 35))]
+        ),
+    )
+    run_dump(spark, config, settings, "run-1", at(12, 50))
+    with pytest.raises(QualityGateError):
+        run_seal(spark, config, settings, "run-1")
+
+    page = write_report(config, settings)
+    assert page == report_path(settings, config.table)
+    text = page.read_text()
+    assert text.count('class="plot"') == 4 and text.count("plotly.js v") == 1  # inlined once
+    docs = re.findall(r'href="([^"]+)">Data Docs', text)
+    assert len(docs) == 2 and all((page.parent / d).exists() for d in docs)
+
+    # Serve the table's state dir (report + Data Docs) and let the browser render it.
+    root, url = served
+    shutil.copytree(page.parent.parent, root / "table")
+    dom = chromium(tmp_path, "--dump-dom", f"{url}/table/reports/health.html")
+    assert dom.count('class="main-svg"') >= 4  # plotly drew every figure
+    assert "Watermark per MQ partition" in dom and "Freshness" in dom
+    hours = re.findall(r'<tr class="hour (\w+)"><td>([^<]+)</td>', dom)
+    assert hours == [("seal", "2026-11-22T11"), ("quarantine", "2026-11-22T10")]
+    docs_dom = chromium(tmp_path, "--dump-dom", f"{url}/table/reports/{docs[0]}")
+    assert "amount" in docs_dom
+
+    screenshot = tmp_path / "health.png"
+    chromium(
+        tmp_path, f"--screenshot={screenshot}", "--window-size=1280,2200", f"{url}/table/reports/health.html"
+    )
+    assert screenshot.stat().st_size > 20_000
+    print(f"screenshot: {screenshot}")
