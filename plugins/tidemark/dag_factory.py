@@ -18,6 +18,9 @@ START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 PROCESSING_TIME = "{{ (data_interval_end or dag_run.run_after).isoformat() }}"
 
 
+DAG_ID_PREFIX = "tidemark_ingest_"
+
+
 def default_args(config: TableConfig) -> dict[str, Any]:
     return {
         "owner": config.owner,
@@ -78,7 +81,7 @@ sealed hour, with the hour (e.g. `2026-11-22T10`) as partition key.
 Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH` for one hour.
 """
     with DAG(
-        dag_id=f"tidemark_ingest_{config.table}",
+        dag_id=f"{DAG_ID_PREFIX}{config.table}",
         description=f"Exactly-once micro-batch dump of {config.source.topic} into {config.table}",
         schedule=config.schedule,
         start_date=START_DATE,

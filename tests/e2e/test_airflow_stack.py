@@ -1,5 +1,6 @@
 """`make up` / `make down`: Airflow standalone answers on loopback, the printed password logs in,
-the metastore pool and Spark connection exist, and stopping leaves no process of ours."""
+the metastore pool and Spark connection exist, the tidemark plugin serves its health pages, and
+stopping leaves no process of ours."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -29,6 +31,12 @@ def api(url: str, token: str | None = None, body: dict[str, str] | None = None) 
         return dict(json.loads(response.read()))
 
 
+def page(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert response.status == 200
+        return str(response.read().decode())
+
+
 def test_airflow_standalone_up_login_and_clean_down(tmp_path: Path, settings: Settings) -> None:
     service = AirflowService(replace(settings, home=tmp_path, airflow_port=free_port()))
     family: list[psutil.Process] = []
@@ -48,6 +56,16 @@ def test_airflow_standalone_up_login_and_clean_down(tmp_path: Path, settings: Se
         assert metastore_pool["slots"] == 1
         connection = api(f"{base}/api/v2/connections/spark_default", token)
         assert connection["conn_type"] == "spark" and connection["host"] == settings.spark_master
+        # The tidemark plugin: registered, linked from the UI, pages served by the API server.
+        plugins: list[dict[str, Any]] = api(f"{base}/api/v2/plugins", token)["plugins"]  # type: ignore[assignment]
+        plugin = next(p for p in plugins if p["name"] == "tidemark")
+        views = {(v["destination"], v["href"]) for v in plugin["external_views"]}
+        assert views == {("nav", "tidemark/"), ("dag", "tidemark/dags/{DAG_ID}/health")}
+        index = page(f"{base}/tidemark/")
+        assert 'href="tables/events/health"' in index and 'href="tables/orders/health"' in index
+        health = page(f"{base}/tidemark/tables/events/health")
+        assert "Ingestion health: events" in health and health.count('class="plot"') == 4
+        assert "Ingestion health: events" in page(f"{base}/tidemark/dags/tidemark_ingest_events/health")
         root = psutil.Process(status.pid)
         family = [root, *root.children(recursive=True)]
         assert len(family) >= 4  # scheduler, dag-processor, api-server, triggerer
