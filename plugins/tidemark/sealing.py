@@ -184,17 +184,6 @@ class Sealer:
             )
         quality = self._quality(hour, target, rows)
         if quality.blocks:
-            entry = self._entry(
-                hour,
-                state,
-                partitions,
-                kind="quarantine",
-                version=0,
-                rows=rows,
-                files=files,
-                quality=quality.to_json(),
-            )
-            self.journal.append(entry)
             log.error(
                 "%s: hour %s quarantined (%s rows, files kept in %s, not registered): %s",
                 self.config.table,
@@ -205,17 +194,18 @@ class Sealer:
             )
         else:
             self._publish(hour, target, rows, version=1)
-            entry = self._entry(
-                hour,
-                state,
-                partitions,
-                kind="seal",
-                version=1,
-                rows=rows,
-                files=files,
-                quality=quality.to_json(),
-            )
-            self.journal.append(entry)
+        kind, version = ("quarantine", 0) if quality.blocks else ("seal", 1)
+        entry = self._entry(
+            hour,
+            state,
+            partitions,
+            kind=kind,
+            version=version,
+            rows=rows,
+            files=files,
+            quality=quality.to_json(),
+        )
+        self.journal.append(entry)
         shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
         return entry
 

@@ -111,13 +111,18 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             return None
 
-    def create_only(self, location: Location, data: bytes) -> bool:
-        # link() fails if the target exists (atomic on POSIX); readers never see a partial file
+    @staticmethod
+    def _staged(location: Location, data: bytes) -> tuple[Path, Path]:
+        """(target, a temp file beside it holding ``data``): readers never see a partial file."""
         path = location.local_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         tmp.write_bytes(data)
-        try:
+        return path, tmp
+
+    def create_only(self, location: Location, data: bytes) -> bool:
+        path, tmp = self._staged(location, data)
+        try:  # link() fails if the target exists: atomic on POSIX
             os.link(tmp, path)
         except FileExistsError:
             return False
@@ -126,10 +131,7 @@ class LocalStorage(Storage):
         return True
 
     def replace(self, location: Location, data: bytes) -> None:
-        path = location.local_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_bytes(data)
+        path, tmp = self._staged(location, data)
         os.replace(tmp, path)
 
     def delete(self, location: Location) -> None:
