@@ -127,7 +127,17 @@ Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH
                 raise AirflowSkipException(f"{table}: no newly sealed or amended hour to announce")
             return announced
 
-        dump >> seal >> announce()
+        @task(task_id="metrics", trigger_rule="all_done")
+        def metrics() -> dict[str, float]:
+            """Gauges of the table through Airflow's metrics backend (tidemark/metrics.py); runs
+            even when seal failed, so a quarantined hour or a stalled ready time shows up."""
+            from tidemark.config import load_table
+            from tidemark.metrics import emit_metrics
+
+            current = Settings.from_env()
+            return emit_metrics(load_table(table, current), current)
+
+        dump >> seal >> [announce(), metrics()]
     return dag
 
 

@@ -80,7 +80,7 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
     monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
     first = run_dag(settings.conf_dir, dag_id, at(12))
     states = {ti.task_id: ti.state for ti in first.get_task_instances()}
-    assert states == {"dump": "success", "seal": "success", "announce": "failed"}
+    assert states == {"dump": "success", "seal": "success", "announce": "failed", "metrics": "success"}
     assert asset_events(dag_id) == []
     monkeypatch.delenv("TIDEMARK_FAIL_AT")
 
@@ -88,7 +88,7 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
     sent += produce(broker, config.source.topic, records([(0, at(12, 30)), (1, at(12, 25))], prefix="b"))
     second = run_dag(settings.conf_dir, dag_id, at(12, 30))
     assert {ti.task_id: ti.state for ti in second.get_task_instances()} == dict.fromkeys(
-        ("dump", "seal", "announce"), "success"
+        ("dump", "seal", "announce", "metrics"), "success"
     )
     assert sorted(asset_events(dag_id)) == [("2026-11-22T10", 1), ("2026-11-22T11", 1)]
 

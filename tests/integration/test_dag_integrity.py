@@ -83,7 +83,8 @@ def test_ingest_dag_passes_templated_run_id(dagbag: Any) -> None:
 def test_ingest_dag_is_dump_seal_announce_with_the_metastore_pool(dagbag: Any) -> None:
     dag = dagbag.dags["tidemark_ingest_events"]
     dump, seal, announce = (dag.get_task(t) for t in ("dump", "seal", "announce"))
-    assert dump.downstream_task_ids == {"seal"} and seal.downstream_task_ids == {"announce"}
+    assert dump.downstream_task_ids == {"seal"} and seal.downstream_task_ids == {"announce", "metrics"}
+    assert dag.get_task("metrics").trigger_rule == "all_done"
     assert seal.pool == "hive_metastore"
     assert seal.application.endswith("spark_jobs/seal.py") and "{{ run_id }}" in seal.application_args
     assert [a.name for a in announce.outlets] == ["tidemark.events"]
