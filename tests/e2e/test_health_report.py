@@ -20,7 +20,7 @@ from tests.integration.dump_helpers import fresh_table
 from tidemark.dump import run_dump
 from tidemark.errors import QualityGateError
 from tidemark.generator import create_topic, produce, records
-from tidemark.report import report_path, write_report
+from tidemark.report import report_data, report_path, write_report
 from tidemark.sealing import run_seal
 from tidemark.settings import Settings
 
@@ -95,9 +95,14 @@ def test_health_report_renders_plots_and_hours_in_headless_chromium(
     run_dump(spark, config, settings, "run-1", at(12, 50))
     with pytest.raises(QualityGateError):
         run_seal(spark, config, settings, "run-1")
+    produce(broker, config.source.topic, records([(0, at(11, 59)), (1, at(12, 55))], prefix="late"))
+    run_dump(spark, config, settings, "run-2", at(13, 0))  # 11:59 is late for the sealed hour 11
 
     page = write_report(config, settings)
     assert page == report_path(settings, config.table)
+    data = report_data(config, settings)
+    assert data["late_rate"] == {"dt=2026-11-22/hr=11": 1 / 15} and data["batches"] == 2
+    assert [(h["hour"], h["late"]) for h in data["hours"]] == [("2026-11-22T10", 0), ("2026-11-22T11", 1)]
     text = page.read_text()
     assert text.count('class="plot"') == 4 and text.count("plotly.js v") == 1  # inlined once
     docs = re.findall(r'href="([^"]+)">Data Docs', text)
@@ -108,7 +113,7 @@ def test_health_report_renders_plots_and_hours_in_headless_chromium(
     shutil.copytree(page.parent.parent, root / "table")
     dom = chromium(tmp_path, "--dump-dom", f"{url}/table/reports/health.html")
     assert dom.count('class="main-svg"') >= 4  # plotly drew every figure
-    assert "Watermark per MQ partition" in dom and "Freshness" in dom
+    assert "Watermark per MQ partition" in dom and "Freshness" in dom and "Late and dirty rates" in dom
     hours = re.findall(r'<tr class="hour (\w+)"><td>([^<]+)</td>', dom)
     assert hours == [("seal", "2026-11-22T11"), ("quarantine", "2026-11-22T10")]
     docs_dom = chromium(tmp_path, "--dump-dom", f"{url}/table/reports/{docs[0]}")
