@@ -229,9 +229,11 @@ class Sealer:
         quality: dict[str, Any],
         late: int = 0,
         folded_through_batch: int | None = None,
+        seq: int | None = None,
     ) -> JournalEntry:
+        """The journal entry of one step of an hour (seal, quarantine, release, amend)."""
         return JournalEntry(
-            seq=partitions.last_seq + 1,
+            seq=partitions.last_seq + 1 if seq is None else seq,
             table=self.config.table,
             hour=hour.key,
             hour_start=hour.start.isoformat(),
@@ -418,23 +420,18 @@ class Sealer:
             self.spark.catalog.refreshTable(self.config.table)
             rows = (current.rows if current else 0) + added
             (target / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": version}))
-            entry = JournalEntry(
-                seq=partitions.last_seq + 1 + len(entries),
-                table=self.config.table,
-                hour=hour.key,
-                hour_start=hour.start.isoformat(),
-                hour_end=hour.end.isoformat(),
+            entry = self._entry(
+                hour,
+                state,
+                partitions,
                 kind="amend",
                 version=version,
                 rows=rows,
-                late=(current.late if current else 0) + added,
-                files=tuple(files),
-                sealed_at=datetime.now(UTC).isoformat(),
-                run_id=self.run_id,
-                ready_time=state.ready.time if state.ready else None,
-                processing_time=state.ready.processing_time if state.ready else "",
-                folded_through_batch=through,
+                files=files,
                 quality=current.quality if current else {},
+                late=(current.late if current else 0) + added,
+                folded_through_batch=through,
+                seq=partitions.last_seq + 1 + len(entries),  # the caller applies them after
             )
             self.journal.append(entry)
             log.info(

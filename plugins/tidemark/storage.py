@@ -189,53 +189,48 @@ class HadoopStorage(Storage):
         finally:
             stream.close()
 
-    def _write(self, path: Any, data: bytes) -> None:
-        out = self._fs(path).create(path, True)
+    def _staged(self, location: Location, data: bytes) -> tuple[Any, Any]:
+        """(target, a temp file beside it holding ``data``), as Hadoop paths."""
+        path = self._path(location)
+        tmp = self.jvm.org.apache.hadoop.fs.Path(
+            path.getParent(), f".{path.getName()}.{uuid.uuid4().hex}.tmp"
+        )
+        out = self._fs(tmp).create(tmp, True)
         try:
             out.write(bytearray(data))
         finally:
             out.close()
+        return path, tmp
 
-    def _temp(self, path: Any) -> Any:
-        return self.jvm.org.apache.hadoop.fs.Path(
-            path.getParent(), f".{path.getName()}.{uuid.uuid4().hex}.tmp"
-        )
+    def _rename(self, tmp: Any, path: Any, option: str) -> None:
+        """``FileContext.rename`` with one ``Options.Rename`` (NONE refuses an existing target).
+        Py4J does not spread Java varargs, so the option goes in a one-element array."""
+        rename = getattr(self.jvm.org.apache.hadoop.fs.Options.Rename, option)
+        options = self.jvm.java.lang.reflect.Array.newInstance(rename.getClass(), 1)
+        options[0] = rename
+        context = self.jvm.org.apache.hadoop.fs.FileContext.getFileContext(path.toUri(), self.conf)
+        context.rename(tmp, path, options)
 
     def create_only(self, location: Location, data: bytes) -> bool:
         from py4j.protocol import Py4JJavaError
 
-        path = self._path(location)
-        fs = self._fs(path)
-        tmp = self._temp(path)
-        self._write(tmp, data)
-        context = self.jvm.org.apache.hadoop.fs.FileContext.getFileContext(path.toUri(), self.conf)
-        none = self.jvm.org.apache.hadoop.fs.Options.Rename.NONE
+        path, tmp = self._staged(location, data)
         try:
-            context.rename(tmp, path, _varargs(self.jvm, none))
+            self._rename(tmp, path, "NONE")
         except Py4JJavaError as exc:
-            fs.delete(tmp, False)
+            self._fs(tmp).delete(tmp, False)
             if self._java_exception(exc) == "org.apache.hadoop.fs.FileAlreadyExistsException":
                 return False
             raise
         return True
 
     def replace(self, location: Location, data: bytes) -> None:
-        path = self._path(location)
-        tmp = self._temp(path)
-        self._write(tmp, data)
-        context = self.jvm.org.apache.hadoop.fs.FileContext.getFileContext(path.toUri(), self.conf)
-        context.rename(tmp, path, _varargs(self.jvm, self.jvm.org.apache.hadoop.fs.Options.Rename.OVERWRITE))
+        path, tmp = self._staged(location, data)
+        self._rename(tmp, path, "OVERWRITE")
 
     def delete(self, location: Location) -> None:
         path = self._path(location)
         self._fs(path).delete(path, False)
-
-
-def _varargs(jvm: Any, option: Any) -> Any:
-    """A Java ``Options.Rename[]`` holding ``option`` (Py4J does not spread varargs)."""
-    array = jvm.java.lang.reflect.Array.newInstance(option.getClass(), 1)
-    array[0] = option
-    return array
 
 
 _LOCAL = LocalStorage()

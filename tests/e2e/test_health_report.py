@@ -10,13 +10,12 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import fresh_table
+from tests.integration.dump_helpers import AMOUNT_AT_MOST_100, at, fresh_table
 from tidemark.dump import run_dump
 from tidemark.errors import QualityGateError
 from tidemark.generator import create_topic, produce, records
@@ -26,7 +25,6 @@ from tidemark.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
-DAY = datetime(2026, 11, 22, tzinfo=UTC)
 CHROMIUM_FLAGS = [  # from the machine notes: without the network flags it retries closed hosts
     "--headless",
     "--no-sandbox",
@@ -38,10 +36,6 @@ CHROMIUM_FLAGS = [  # from the machine notes: without the network flags it retri
     "--disable-sync",
     "--virtual-time-budget=10000",
 ]
-
-
-def at(hh: int, mm: int = 0) -> datetime:
-    return DAY + timedelta(hours=hh, minutes=mm)
 
 
 @pytest.fixture
@@ -77,10 +71,7 @@ def chromium(tmp_path: Path, *args: str) -> str:
 def test_health_report_renders_plots_and_hours_in_headless_chromium(
     spark: Any, broker: str, settings: Settings, tmp_path: Path, served: tuple[Path, str]
 ) -> None:
-    expectations = [
-        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "max_value": 100}}
-    ]
-    config, settings = fresh_table(settings, tmp_path, quality__expectations=expectations)
+    config, settings = fresh_table(settings, tmp_path, quality__expectations=AMOUNT_AT_MOST_100)
     create_topic(broker, config.source.topic, 2)
     produce(
         broker,

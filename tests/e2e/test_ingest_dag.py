@@ -9,24 +9,18 @@ import os
 import sys
 from collections import Counter
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import fresh_table, landed
+from tests.integration.dump_helpers import at, fresh_table, landed
 from tidemark.generator import create_topic, produce, records
 from tidemark.partitions import PartitionJournal
 from tidemark.settings import Settings
 
 pytestmark = pytest.mark.e2e
-
-DAY = datetime(2026, 11, 22, tzinfo=UTC)
-
-
-def at(hh: int, mm: int = 0) -> datetime:
-    return DAY + timedelta(hours=hh, minutes=mm)
 
 
 @pytest.fixture

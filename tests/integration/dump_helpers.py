@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,21 @@ from tidemark.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 PROCESSING = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+DAY = datetime(2026, 11, 22, tzinfo=UTC)
+# A table expectation most test hours pass and an amount of 500 fails.
+AMOUNT_AT_MOST_100 = [
+    {"type": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "max_value": 100}}
+]
+
+
+def at(hh: int, mm: int = 0) -> datetime:
+    """An instant on the test day, UTC."""
+    return DAY + timedelta(hours=hh, minutes=mm)
+
+
+def registered(spark: Any, table: str) -> list[str]:
+    """The table's partitions in the metastore."""
+    return sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS `{table}`").collect())
 
 
 def fresh_table(settings: Settings, tmp_path: Path, **overrides: Any) -> tuple[TableConfig, Settings]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import fresh_table
+from tests.integration.dump_helpers import AMOUNT_AT_MOST_100, at, fresh_table
 from tidemark.dump import run_dump
 from tidemark.errors import QualityGateError
 from tidemark.generator import create_topic, produce, records
@@ -20,12 +19,6 @@ from tidemark.sealing import run_seal
 from tidemark.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-DAY = datetime(2026, 11, 22, tzinfo=UTC)
-
-
-def at(hh: int, mm: int = 0) -> datetime:
-    return DAY + timedelta(hours=hh, minutes=mm)
 
 
 @pytest.fixture
@@ -68,10 +61,7 @@ def received(sock: socket.socket, count: int) -> dict[str, float]:
 def test_gauges_reach_statsd_and_hours_are_sent_once(
     spark: Any, broker: str, settings: Settings, tmp_path: Path, statsd_listener: socket.socket
 ) -> None:
-    amount = [
-        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "max_value": 100}}
-    ]
-    config, settings = fresh_table(settings, tmp_path, quality__expectations=amount)
+    config, settings = fresh_table(settings, tmp_path, quality__expectations=AMOUNT_AT_MOST_100)
     create_topic(broker, config.source.topic, 1)
     produce(
         broker,

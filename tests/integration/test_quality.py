@@ -3,13 +3,12 @@ block (quarantine + release) and warn policies, against the real metastore."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import fresh_table
+from tests.integration.dump_helpers import AMOUNT_AT_MOST_100, at, fresh_table, registered
 from tidemark.dump import run_dump
 from tidemark.errors import QualityGateError, ReleaseError
 from tidemark.generator import create_topic, produce, records
@@ -19,19 +18,6 @@ from tidemark.settings import Settings
 from tidemark.status import explain_partition, render_partition
 
 pytestmark = pytest.mark.integration
-
-DAY = datetime(2026, 11, 22, tzinfo=UTC)
-AMOUNT_AT_MOST_100 = [
-    {"type": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "max_value": 100}}
-]
-
-
-def at(hh: int, mm: int = 0) -> datetime:
-    return DAY + timedelta(hours=hh, minutes=mm)
-
-
-def registered(spark: Any, table: str) -> list[str]:
-    return sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS `{table}`").collect())
 
 
 def bad_hour_10(broker: str, topic: str) -> None:

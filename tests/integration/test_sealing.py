@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import fresh_table, landed, late_landed
+from tests.integration.dump_helpers import at, fresh_table, landed, late_landed, registered
 from tidemark.commitlog import CommitLog
 from tidemark.config import TableConfig
 from tidemark.dump import Layout, run_dump
@@ -23,21 +23,11 @@ from tidemark.status import explain_partition
 
 pytestmark = pytest.mark.integration
 
-DAY = datetime(2026, 11, 22, tzinfo=UTC)
-
-
-def at(hh: int, mm: int = 0) -> datetime:
-    return DAY + timedelta(hours=hh, minutes=mm)
-
 
 def cycle(spark: Any, config: TableConfig, settings: Settings, run: str, processing: datetime) -> Any:
     """One ingest DAG run: dump then seal, with the same run id."""
     run_dump(spark, config, settings, run, processing)
     return run_seal(spark, config, settings, run)
-
-
-def registered(spark: Any, table: str) -> list[str]:
-    return sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS `{table}`").collect())
 
 
 def hour_count(spark: Any, table: str, dt: str, hr: str) -> int:
