@@ -6,50 +6,39 @@ spark-submit spark_jobs/dump.py --table events --run-id RUN_ID [--processing-tim
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import sys
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
+
+from tidemark.jobs import job_parser, run_job
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="dump", description="Exactly-once micro-batch dump of one table.")
-    parser.add_argument("--table", required=True, help="table name (conf/tables/<name>.yaml)")
-    parser.add_argument("--run-id", required=True, help="Airflow run id: the batch's idempotency key")
-    parser.add_argument(
-        "--processing-time",
-        help="ISO timestamp of the run (Airflow: {{ data_interval_end }}); recorded in the plan, so a "
-        "retry judges future event times the same way. Default: now, for a first attempt only.",
-    )
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from tidemark.config import load_table
+def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
+    from tidemark.commitlog import CommitLog
     from tidemark.dump import run_dump
-    from tidemark.settings import Settings
-    from tidemark.spark import build_session
+    from tidemark.kafka import client_properties
+    from tidemark.planner import preview_batch
 
-    settings = Settings.from_env()
-    config = load_table(args.table, settings)
+    if args.dry_run:
+        conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+        return preview_batch(config, CommitLog(settings.state_location, config.table), conf)
     processing_time = (
         datetime.fromisoformat(args.processing_time) if args.processing_time else datetime.now(UTC)
     )
     if processing_time.tzinfo is None:
         processing_time = processing_time.replace(tzinfo=UTC)
-    started = time.perf_counter()
-    spark = build_session(f"tidemark-dump-{config.table}", settings, hive=False)
-    session_start = time.perf_counter() - started
-    try:
-        result = run_dump(spark, config, settings, args.run_id, processing_time)
-    finally:
-        spark.stop()
-    print(json.dumps({**result.to_json(), "session_start_s": round(session_start, 3)}))
-    return 0
+    return run_dump(spark, config, settings, args.run_id, processing_time)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = job_parser("dump", "Exactly-once micro-batch dump of one table.")
+    parser.add_argument(
+        "--processing-time",
+        help="ISO timestamp of the run (Airflow: {{ data_interval_end }}); recorded in the plan, so a "
+        "retry judges future event times the same way. Default: now, for a first attempt only.",
+    )
+    return run_job(parser, argv, _dump, hive=False)
 
 
 if __name__ == "__main__":

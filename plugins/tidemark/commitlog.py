@@ -293,9 +293,10 @@ class TableLock:
     process makes the second writer fail cleanly with the holder's identity.
     """
 
-    def __init__(self, state_dir: Location | Path, table: str) -> None:
+    def __init__(self, state_dir: Location | Path, table: str, name: str = "batch") -> None:
         self.table = table
-        self.path = Location(state_dir) / table / "batch.lock"
+        self.name = name
+        self.path = Location(state_dir) / table / f"{name}.lock"
 
     def _owner(self) -> LockOwner | None:
         data = read_json(self.path)
@@ -308,19 +309,20 @@ class TableLock:
             owner = self._owner()
             if owner and owner.host == me.host and not _pid_alive(owner.pid):
                 log.warning(
-                    "%s: breaking stale batch lock of dead pid %s (run %s)",
+                    "%s: breaking stale %s lock of dead pid %s (run %s)",
                     self.table,
+                    self.name,
                     owner.pid,
                     owner.run_id,
                 )
                 delete(self.path)
                 if not create_only(self.path, asdict(me)):
-                    raise BatchConflictError(f"{self.table}: lost the race for the batch lock")
+                    raise BatchConflictError(f"{self.table}: lost the race for the {self.name} lock")
             else:
                 raise BatchConflictError(
-                    f"{self.table}: another dump is running (host {owner.host if owner else '?'}, "
-                    f"pid {owner.pid if owner else '?'}, run {owner.run_id if owner else '?'}); "
-                    "this attempt did nothing and can be retried"
+                    f"{self.table}: another job holds the {self.name} lock (host "
+                    f"{owner.host if owner else '?'}, pid {owner.pid if owner else '?'}, run "
+                    f"{owner.run_id if owner else '?'}); this attempt did nothing and can be retried"
                 )
         try:
             yield

@@ -83,6 +83,9 @@ class WatermarkConfig(_Strict):
     idle_timeout: Duration = timedelta(minutes=30)
     max_future_skew: Duration = timedelta(minutes=15)
     commit_delay: Duration = timedelta(0)
+    # An hour not sealed by end + commit_delay + seal_grace is overdue: the ingest DAG's
+    # check_deadlines task fails and the health page lists it.
+    seal_grace: Duration = timedelta(minutes=30)
 
 
 class DirtyConfig(_Strict):

@@ -19,16 +19,48 @@ PROCESSING_TIME = "{{ (data_interval_end or dag_run.run_after).isoformat() }}"
 
 
 DAG_ID_PREFIX = "tidemark_ingest_"
+SEAL_DAG_PREFIX = "tidemark_seal_"
+REBUILD_DAG_PREFIX = "tidemark_rebuild_"
+HOUR_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}b?$"
+DRY_RUN = "{{ params.dry_run }}"
 
 
 def default_args(config: TableConfig) -> dict[str, Any]:
+    from functools import partial
+
+    from tidemark.alerts import record_failure
+
     return {
         "owner": config.owner,
         "retries": config.retries,
         "retry_delay": config.retry_delay,
         "retry_exponential_backoff": True,
         "max_retry_delay": timedelta(minutes=10),
+        "on_failure_callback": partial(record_failure, config.table),
     }
+
+
+def _dry_run_param(what: str) -> Any:
+    from airflow.sdk import Param
+
+    return Param(
+        False,
+        type="boolean",
+        title="Dry run",
+        description=f"Only report {what} in the task log; read nothing, change nothing.",
+    )
+
+
+def _hour_param(title: str, description: str) -> Any:
+    from airflow.sdk import Param
+
+    return Param(
+        None,
+        type=["null", "string"],
+        pattern=HOUR_PATTERN,
+        title=title,
+        description=description,
+    )
 
 
 def _spark_job(
@@ -52,6 +84,35 @@ def _spark_job(
         execution_timeout=timedelta(hours=1),
         **operator_kwargs,
     )
+
+
+def _announce_task(table: str, asset: Any) -> Any:
+    """The task emitting one Asset event per hour sealed, amended, released or rebuilt since
+    the last announcement (shared by every DAG that changes published hours)."""
+    from airflow.sdk import task
+
+    @task(task_id="announce", inlets=[asset], outlets=[asset])
+    def announce(**context: Any) -> list[str]:
+        """Asset events for the hours published since the last announcement; skipped when there
+        is none (a successful task with an outlet would emit a keyless event)."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from tidemark.announce import announce_sealed
+        from tidemark.config import load_table
+
+        current = Settings.from_env()
+        announced = announce_sealed(
+            load_table(table, current),
+            current,
+            outlet_events=context["outlet_events"],
+            inlet_events=context["inlet_events"],
+            run_id=context["run_id"],
+        )
+        if not announced:
+            raise AirflowSkipException(f"{table}: no newly published hour to announce")
+        return announced
+
+    return announce()
 
 
 def ingest_dag(config: TableConfig, settings: Settings) -> Any:
@@ -78,6 +139,10 @@ with a reason code.
 (`late_policy: {config.late_policy}`). `announce` emits an event of asset `{asset.name}` per
 sealed hour, with the hour (e.g. `2026-11-22T10`) as partition key.
 
+`check_deadlines` fails when an hour is not sealed by its end + commit delay + seal grace
+(`{config.watermark.seal_grace}`), naming the MQ partition that holds it. Trigger with
+**dry run** to see the next batch's offsets without reading anything.
+
 Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH` for one hour.
 """
     with DAG(
@@ -90,42 +155,23 @@ Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH
         default_args=default_args(config),
         tags=["tidemark", "ingest", *config.tags],
         doc_md=doc,
+        params={"dry_run": _dry_run_param("the next batch's offsets and the hours a seal would register")},
     ) as dag:
         dump = _spark_job(
             config,
             settings,
             "dump",
             "spark-submit spark_jobs/dump.py for this run id (idempotent).",
-            ["--processing-time", PROCESSING_TIME],
+            ["--processing-time", PROCESSING_TIME, "--dry-run", DRY_RUN],
         )
         seal = _spark_job(
             config,
             settings,
             "seal",
             "spark-submit spark_jobs/seal.py: compact, reconcile, register and mark complete hours.",
+            ["--dry-run", DRY_RUN],
             pool=HIVE_METASTORE_POOL,
         )
-
-        @task(task_id="announce", inlets=[asset], outlets=[asset])
-        def announce(**context: Any) -> list[str]:
-            """Asset events for the hours sealed or amended since the last announcement; skipped
-            when there is none (a successful task with an outlet would emit a keyless event)."""
-            from airflow.sdk.exceptions import AirflowSkipException
-
-            from tidemark.announce import announce_sealed
-            from tidemark.config import load_table
-
-            current = Settings.from_env()
-            announced = announce_sealed(
-                load_table(table, current),
-                current,
-                outlet_events=context["outlet_events"],
-                inlet_events=context["inlet_events"],
-                run_id=context["run_id"],
-            )
-            if not announced:
-                raise AirflowSkipException(f"{table}: no newly sealed or amended hour to announce")
-            return announced
 
         @task(task_id="metrics", trigger_rule="all_done")
         def metrics() -> dict[str, float]:
@@ -137,12 +183,153 @@ Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH
             current = Settings.from_env()
             return emit_metrics(load_table(table, current), current)
 
-        dump >> seal >> [announce(), metrics()]
+        @task(task_id="check_deadlines", trigger_rule="all_done")
+        def check_deadlines(**context: Any) -> dict[str, str]:
+            """Fail (an alert in the UI and the failure callback) when hours are past their seal
+            deadline; the reference time is the run's data interval end, not the clock."""
+            from tidemark.alerts import overdue_hours
+            from tidemark.config import load_table
+            from tidemark.errors import SealDeadlineMissedError
+
+            current = Settings.from_env()
+            as_of = context["data_interval_end"] or context["dag_run"].run_after
+            overdue = overdue_hours(load_table(table, current), current, as_of)
+            if overdue:
+                raise SealDeadlineMissedError(table, overdue)
+            return overdue
+
+        seal >> [_announce_task(table, asset), metrics(), check_deadlines()]
+        dump >> seal
+    return dag
+
+
+def seal_dag(config: TableConfig, settings: Settings) -> Any:
+    """``tidemark_seal_<table>``: on demand, seal now and release quarantined hours."""
+    from airflow.sdk import DAG, Param
+
+    from tidemark.airflow_env import HIVE_METASTORE_POOL
+    from tidemark.announce import table_asset
+
+    table = config.table
+    with DAG(
+        dag_id=f"{SEAL_DAG_PREFIX}{table}",
+        description=f"Seal complete hours of {table} now; release quarantined hours",
+        schedule=None,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args=default_args(config),
+        tags=["tidemark", "seal", *config.tags],
+        doc_md=f"""
+### Seal `{table}` on demand
+The ingest DAG seals after every batch; trigger this one to seal without dumping (for example
+once an idle MQ partition stops holding the ready time back) or to **release quarantined
+hours**: list them in *release* after checking their data (`tidemark status --table {table}
+--partition HOUR` prints the failed expectations). Released hours are registered and announced.
+""",
+        params={
+            "release": Param(
+                [],
+                type="array",
+                items={"type": "string", "pattern": HOUR_PATTERN},
+                title="Release quarantined hours",
+                description="Hour keys (YYYY-MM-DDTHH, e.g. 2026-11-22T10) to register although the "
+                "quality gate blocked them. Each must be quarantined, or the run fails naming it.",
+            ),
+            "dry_run": _dry_run_param("the hours a seal would register and the quarantined hours"),
+        },
+    ) as dag:
+        seal = _spark_job(
+            config,
+            settings,
+            "seal",
+            "spark-submit spark_jobs/seal.py: release the listed hours, then seal complete hours.",
+            ["--release", "{{ params.release | join(',') }}", "--dry-run", DRY_RUN],
+            pool=HIVE_METASTORE_POOL,
+        )
+        seal >> _announce_task(table, table_asset(config, settings))
+    return dag
+
+
+def rebuild_dag(config: TableConfig, settings: Settings) -> Any:
+    """``tidemark_rebuild_<table>``: the run for data interval [H, H+1h) rebuilds hour H from
+    the broker; backfill over it rebuilds a range of hours."""
+    from airflow.sdk import DAG, task
+
+    from tidemark.airflow_env import HIVE_METASTORE_POOL
+    from tidemark.announce import table_asset
+
+    table = config.table
+    with DAG(
+        dag_id=f"{REBUILD_DAG_PREFIX}{table}",
+        description=f"Rebuild sealed hours of {table} from the broker (backfill target)",
+        schedule="@hourly",
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=2,
+        default_args=default_args(config),
+        tags=["tidemark", "rebuild", *config.tags],
+        doc_md=f"""
+### Rebuild hours of `{table}`
+The run for data interval [H, H+1h) rebuilds hour H deterministically: it re-reads from the
+broker the offset ranges the commit log says fed H, keeps H's rows (late ones too under
+`late_policy: amend`; now `{config.late_policy}`), checks the count against the commit log,
+re-validates, swaps the hour's directory in one step and re-registers and re-announces it.
+Rebuilding twice gives the same rows. Hours not sealed yet are skipped (the ingest DAG seals
+them); offsets gone from the broker fail with `DataLossError` and leave the hour untouched.
+
+- Backfill: `airflow backfill create --dag-id {REBUILD_DAG_PREFIX}{table} --from-date 2026-11-22T10:00
+  --to-date 2026-11-22T12:00` or the UI's backfill dialog.
+- Trigger with *first hour* / *last hour* to rebuild a range in one run; *dry run* only logs
+  the batches and offsets each hour needs.
+""",
+        params={
+            "first_hour": _hour_param(
+                "First hour",
+                "Hour key (YYYY-MM-DDTHH) to rebuild from; empty: the run's data interval.",
+            ),
+            "last_hour": _hour_param(
+                "Last hour", "Hour key to rebuild through (inclusive); empty: the first hour only."
+            ),
+            "dry_run": _dry_run_param("the batches and offset ranges each hour would be rebuilt from"),
+        },
+    ) as dag:
+
+        @task(task_id="plan")
+        def plan(**context: Any) -> str:
+            """The sealed hours this run rebuilds (comma-separated, for the Spark job)."""
+            from tidemark.config import load_table
+            from tidemark.rebuild import planned_hours
+
+            current = Settings.from_env()
+            params = context["params"]
+            return planned_hours(
+                load_table(table, current),
+                current,
+                interval=(context["data_interval_start"], context["data_interval_end"]),
+                first_hour=params.get("first_hour"),
+                last_hour=params.get("last_hour"),
+                dry_run=bool(params.get("dry_run")),
+            )
+
+        rebuild = _spark_job(
+            config,
+            settings,
+            "rebuild",
+            "spark-submit spark_jobs/rebuild.py for the hours the plan task chose.",
+            ["--hours", "{{ ti.xcom_pull(task_ids='plan') }}"],
+            pool=HIVE_METASTORE_POOL,
+        )
+        plan() >> rebuild >> _announce_task(table, table_asset(config, settings))
     return dag
 
 
 def ingest_dags(settings: Settings | None = None) -> dict[str, Any]:
-    """One ingest DAG per table YAML, keyed by dag id."""
+    """The ingest, seal and rebuild DAGs of every table YAML, keyed by dag id."""
     settings = settings or Settings.from_env()
-    dags = [ingest_dag(config, settings) for config in load_tables(settings)]
+    dags = [
+        build(config, settings)
+        for config in load_tables(settings)
+        for build in (ingest_dag, seal_dag, rebuild_dag)
+    ]
     return {dag.dag_id: dag for dag in dags}

@@ -262,19 +262,11 @@ def read_and_stage(
     from pyspark import StorageLevel
 
     from tidemark import cardinality
-    from tidemark.source import KafkaRangeDataSource, read_receipts
+    from tidemark.source import read_ranges, read_receipts
     from tidemark.transform import classify, dirty_rows, good_rows, late_rows, partition_columns
 
-    spark.dataSource.register(KafkaRangeDataSource)
     receipts_dir = publisher.attempt_dir / "receipts"
-    raw = (
-        spark.read.format(KafkaRangeDataSource.name())
-        .option("topic", plan.topic)
-        .option("ranges", json.dumps([r.__dict__ for r in plan.ranges if r.size]))
-        .option("secret.kafka_conf", json.dumps(kafka_conf))
-        .option("receipts", str(receipts_dir))
-        .load()
-    )
+    raw = read_ranges(spark, plan.topic, [r.__dict__ for r in plan.ranges], kafka_conf, receipts_dir)
     parsed = classify(
         raw,
         config,

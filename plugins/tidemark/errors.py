@@ -33,16 +33,25 @@ class BrokerUnavailableError(TidemarkError):
 class DataLossError(TidemarkError):
     """Offsets the commit log expects to read are gone from the broker (retention)."""
 
-    def __init__(self, topic: str, partition: int, missing_from: int, missing_to: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        missing_from: int,
+        missing_to: int,
+        *,
+        when: str = "before they were committed",
+        hint: str = "set source.on_data_loss: record_and_continue to skip them (the gap is recorded "
+        "in the commit record)",
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.missing_from = missing_from
         self.missing_to = missing_to
         super().__init__(
             f"data loss on {topic}[{partition}]: offsets {missing_from}..{missing_to - 1} "
-            f"({missing_to - missing_from} records) were removed by retention before they were "
-            "committed; set source.on_data_loss: record_and_continue to skip them (the gap is "
-            "recorded in the commit record)"
+            f"({missing_to - missing_from} records) are no longer on the broker (retention) {when}; "
+            f"{hint}"
         )
 
 
@@ -80,6 +89,24 @@ class QualityGateError(TidemarkError):
 
 class ReleaseError(TidemarkError):
     """``tidemark release`` was asked for an hour that is not quarantined."""
+
+
+class RebuildError(TidemarkError):
+    """An hour cannot be rebuilt (not sealed yet, quarantined, or its rows do not reconcile)."""
+
+
+class SealDeadlineMissedError(TidemarkError):
+    """Hours whose end + commit delay + grace has passed are still not sealed.
+
+    ``overdue`` maps each hour key to why it waits (which MQ partition holds the watermark)."""
+
+    def __init__(self, table: str, overdue: dict[str, str]) -> None:
+        self.table, self.overdue = table, overdue
+        lines = "; ".join(f"{hour}: {why}" for hour, why in sorted(overdue.items()))
+        super().__init__(
+            f"{table}: {len(overdue)} hour(s) missed their seal deadline ({lines}). "
+            f"Explain one with: tidemark status --table {table} --partition {min(overdue)}"
+        )
 
 
 class StorageError(TidemarkError):

@@ -24,7 +24,8 @@ DUMP_POINTS = (
 )
 SEAL_POINTS = ("mid_compaction", "after_registration")
 ANNOUNCE_POINTS = ("before_announce",)
-POINTS = DUMP_POINTS + SEAL_POINTS + ANNOUNCE_POINTS
+REBUILD_POINTS = ("mid_rebuild", "before_swap", "after_swap")
+POINTS = DUMP_POINTS + SEAL_POINTS + ANNOUNCE_POINTS + REBUILD_POINTS
 EXIT_CODE = 86
 
 

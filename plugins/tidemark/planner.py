@@ -105,3 +105,29 @@ def plan_batch(
         sealed_through,
     )
     return plan
+
+
+def preview_batch(config: TableConfig, commit_log: CommitLog, client_conf: dict[str, Any]) -> dict[str, Any]:
+    """What the next dump would read, without persisting anything (the trigger form's dry run)."""
+    state = commit_log.state()
+    pending = commit_log.pending_plan(state)
+    if pending is not None:
+        return {
+            "table": config.table,
+            "status": "dry_run",
+            "message": f"the next run completes the uncommitted {pending.describe()}",
+            "records": pending.records_planned,
+        }
+    offsets = partition_offsets(client_conf, config.source.topic)
+    ranges = next_ranges(config, state.end_offsets, offsets)
+    preview = Plan(
+        config.table, state.last_committed + 1, "(dry run)", config.source.topic, "", tuple(ranges)
+    )
+    log.info("%s: dry run: the next batch would be %s", config.table, preview.describe())
+    return {
+        "table": config.table,
+        "status": "dry_run",
+        "message": f"the next batch would be {preview.describe()}",
+        "records": preview.records_planned,
+        "lag": {p: latest - state.end_offsets.get(p, earliest) for p, (earliest, latest) in offsets.items()},
+    }

@@ -182,7 +182,7 @@ class Sealer:
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
                 f"committed for {hour.path} by batches <= {state.last_committed}; nothing registered"
             )
-        quality = self._quality(hour, target, rows)
+        quality = self.quality_of(hour, target, rows)
         if quality.blocks:
             log.error(
                 "%s: hour %s quarantined (%s rows, files kept in %s, not registered): %s",
@@ -193,9 +193,9 @@ class Sealer:
                 "; ".join(quality.failures),
             )
         else:
-            self._publish(hour, target, rows, version=1)
+            self.publish(hour, target, rows, version=1)
         kind, version = ("quarantine", 0) if quality.blocks else ("seal", 1)
-        entry = self._entry(
+        entry = self.entry(
             hour,
             state,
             partitions,
@@ -209,14 +209,14 @@ class Sealer:
         shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
         return entry
 
-    def _publish(self, hour: Hour, target: Path, rows: int, *, version: int) -> None:
+    def publish(self, hour: Hour, target: Path, rows: int, *, version: int) -> None:
         """Register the hour's partitions, then mark the directory complete for path readers."""
         self.metastore.ensure_table(self.config.table, self.layout.table_dir)
-        self.metastore.add_partitions(self.config.table, self._partition_specs(hour, target))
+        self.metastore.add_partitions(self.config.table, self.partition_specs(hour, target))
         crash_point("after_registration")
         (target / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": version}))
 
-    def _entry(
+    def entry(
         self,
         hour: Hour,
         state: LogState,
@@ -265,9 +265,9 @@ class Sealer:
             )
         hour = parse_key(hour_key, self.zone)
         target = self.layout.table_dir / hour.path
-        self._publish(hour, target, current.rows, version=1)
+        self.publish(hour, target, current.rows, version=1)
         quality = {**current.quality, "released_by_run": self.run_id}
-        entry = self._entry(
+        entry = self.entry(
             hour,
             self.commit_log.state(),
             partitions,
@@ -302,13 +302,13 @@ class Sealer:
         if inputs:
             size = sum(p.stat().st_size for p in inputs)
             n_files = max(1, math.ceil(size / self.config.output.target_file_size))
-            frame = self._read_hour(source)
+            frame = self.read_hour(source)
             staging = self.layout.staging_root / f"seal-{hour.key}-{run_key(self.run_id)}"
             shutil.rmtree(staging, ignore_errors=True)
             frame.repartition(n_files).write.partitionBy(*self.extra_columns).parquet(str(staging))
             crash_point("mid_compaction")
             rows = self.spark.read.parquet(str(staging)).count()
-            files = self._move_staged(staging, target, "part")
+            files = self.move_staged(staging, target, "part")
             log.info(
                 "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows",
                 self.config.table,
@@ -321,7 +321,7 @@ class Sealer:
         replace_atomically(marker, {"files": files, "rows": rows})
         return files, rows
 
-    def _move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
+    def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
         """Rename staged Parquet files into ``target`` as ``<prefix>-NNNNN.parquet`` (keeping
         extra partition subdirectories); returns their warehouse-relative paths."""
         moved = []
@@ -333,13 +333,13 @@ class Sealer:
         shutil.rmtree(staging, ignore_errors=True)
         return moved
 
-    def _read_hour(self, hour_dir: Path) -> DataFrame:
+    def read_hour(self, hour_dir: Path) -> DataFrame:
         """The rows under an hour directory, extra partition columns read back from the path."""
         self.spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         frame = self.spark.read.option("basePath", str(hour_dir)).parquet(str(hour_dir))
         return frame
 
-    def _partition_specs(self, hour: Hour, target: Path) -> list[tuple[dict[str, str], Path]]:
+    def partition_specs(self, hour: Hour, target: Path) -> list[tuple[dict[str, str], Path]]:
         """(spec, location) of the metastore partitions of an hour: one per extra-column value."""
         if not self.extra_columns:
             return [(hour.spec, target)]
@@ -351,8 +351,8 @@ class Sealer:
             specs.append(({**hour.spec, **{c: values[c] for c in self.extra_columns}}, leaf))
         return specs
 
-    def _quality(self, hour: Hour, target: Path, rows: int) -> QualityOutcome:
-        frame = self._read_hour(target) if rows else None
+    def quality_of(self, hour: Hour, target: Path, rows: int) -> QualityOutcome:
+        frame = self.read_hour(target) if rows else None
         return gate(self.config, hour, frame, self.docs_dir)
 
     def _sweep_sealed_leftovers(self, partitions: PartitionState) -> None:
@@ -381,7 +381,7 @@ class Sealer:
         self.metastore.ensure_table(late_table, self.layout.late_dir)
         for hour in todo:
             location = self.layout.late_dir / hour.path
-            self.metastore.add_partitions(late_table, self._partition_specs(hour, location))
+            self.metastore.add_partitions(late_table, self.partition_specs(hour, location))
             registered.add(hour.key)
         replace_atomically(registry_file, {"hours": sorted(registered)})
         return [h.key for h in todo]
@@ -413,14 +413,14 @@ class Sealer:
             # One rename per file: readers see the old version or the new one, never half.
             files = [
                 *(current.files if current else ()),
-                *self._move_staged(staging, target, f"part-v{version:04d}"),
+                *self.move_staged(staging, target, f"part-v{version:04d}"),
             ]
             self.metastore.ensure_table(self.config.table, self.layout.table_dir)
-            self.metastore.add_partitions(self.config.table, self._partition_specs(hour, target))
+            self.metastore.add_partitions(self.config.table, self.partition_specs(hour, target))
             self.spark.catalog.refreshTable(self.config.table)
             rows = (current.rows if current else 0) + added
             (target / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": version}))
-            entry = self._entry(
+            entry = self.entry(
                 hour,
                 state,
                 partitions,
@@ -445,6 +445,31 @@ class Sealer:
             )
             entries.append(entry)
         return entries
+
+
+def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:
+    """What a seal run would do now, changing nothing (the trigger form's dry run)."""
+    commit_log = CommitLog(settings.state_location, config.table)
+    state = commit_log.state()
+    partitions = PartitionJournal(settings.state_location, config.table).state()
+    pending = commit_log.pending_plan(state)
+    hours = [] if pending is not None else [h.key for h in hours_to_seal(config, state, partitions)]
+    quarantined = sorted(k for k, e in partitions.hours.items() if e.kind == "quarantine")
+    message = (
+        f"waiting for batch {pending.batch_id} to commit"
+        if pending is not None
+        else f"would seal {', '.join(hours) or 'nothing'}; quarantined: {', '.join(quarantined) or 'none'}"
+    )
+    log.info("%s: dry run: %s", config.table, message)
+    return {
+        "table": config.table,
+        "status": "dry_run",
+        "would_seal": hours,
+        "quarantined": quarantined,
+        "ready_time": state.ready.time if state.ready else None,
+        "sealed_through": partitions.sealed_through,
+        "message": message,
+    }
 
 
 def run_seal(spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> SealResult:

@@ -181,3 +181,19 @@ def read_subrange(topic: str, sub: SubRange, conf: dict[str, Any], receipts: Pat
 
 def read_receipts(receipts: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(receipts.glob("*.json"))]
+
+
+def read_ranges(
+    spark: Any, topic: str, ranges: Sequence[dict[str, int]], kafka_conf: dict[str, Any], receipts: Path
+) -> Any:
+    """The raw records (RAW_SCHEMA) of exactly ``ranges`` of ``topic``, as a DataFrame; each
+    sub-range read writes its receipt under ``receipts``."""
+    spark.dataSource.register(KafkaRangeDataSource)
+    return (
+        spark.read.format(KafkaRangeDataSource.name())
+        .option("topic", topic)
+        .option("ranges", json.dumps([dict(r) for r in ranges if int(r["end"]) > int(r["start"])]))
+        .option("secret.kafka_conf", json.dumps(kafka_conf))
+        .option("receipts", str(receipts))
+        .load()
+    )

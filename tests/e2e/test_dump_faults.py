@@ -111,7 +111,7 @@ def test_two_processes_same_run_id(broker: str, settings: Settings, tmp_path: Pa
     else:
         assert codes[0] == 0 and statuses == ["committed"]
         loser = next(err for code, _, err in outcomes if code != 0)
-        assert "another dump is running" in loser
+        assert "another job holds the batch lock" in loser
     assert CommitLog(settings.state_dir, config.table).state().batches == 1
     assert_exact(settings, config.table, delivered)
 

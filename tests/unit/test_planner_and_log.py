@@ -117,7 +117,11 @@ def test_run_key_is_safe_and_unique() -> None:
 
 def test_table_lock_blocks_live_holder_and_breaks_dead_one(tmp_path: Path) -> None:
     lock = TableLock(tmp_path, "t")
-    with lock.hold("r1"), pytest.raises(BatchConflictError, match="another dump is running"), lock.hold("r2"):
+    with (
+        lock.hold("r1"),
+        pytest.raises(BatchConflictError, match="another job holds the batch lock"),
+        lock.hold("r2"),
+    ):
         pass
     path = lock.path.local_path()
     assert not path.exists()

@@ -1,0 +1,55 @@
+"""The skeleton every ``spark_jobs/*.py`` entry point shares: common arguments, logging, the
+table config, the Spark session (always stopped) and one JSON line of result on stdout, which
+the Airflow task log shows and tests parse."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tidemark.config import TableConfig
+    from tidemark.settings import Settings
+
+Body = Callable[["SparkSession", "TableConfig", "Settings", argparse.Namespace], Any]
+
+
+def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--table", required=True, help="table name (conf/tables/<name>.yaml)")
+    parser.add_argument("--run-id", required=True, help="Airflow run id: the job's idempotency key")
+    parser.add_argument(
+        "--dry-run",
+        type=lambda text: text.strip().lower() in ("1", "true", "yes"),
+        default=False,
+        help="true: report what the job would do, change nothing (the trigger form's dry_run)",
+    )
+    return parser
+
+
+def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: Body, *, hive: bool) -> int:
+    """Parse ``argv``, build the session, run ``body`` and print its result as JSON."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tidemark.config import load_table
+    from tidemark.settings import Settings
+    from tidemark.spark import build_session
+
+    settings = Settings.from_env()
+    config = load_table(args.table, settings)
+    started = time.perf_counter()
+    spark = build_session(f"tidemark-{parser.prog}-{config.table}", settings, hive=hive)
+    session_start = time.perf_counter() - started
+    try:
+        result = body(spark, config, settings, args)
+    finally:
+        spark.stop()
+    payload = result if isinstance(result, dict) else result.to_json()
+    print(json.dumps({**payload, "session_start_s": round(session_start, 3)}))
+    return 0

@@ -1,0 +1,170 @@
+"""Rebuilding sealed hours from the real broker with real Spark and the Derby metastore: the
+same rows as before (late ones folded in under amend), a new announced version, idempotent per
+run id, refused for open hours, DataLossError when the offsets are gone, one winner when two
+rebuilds of an hour race."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.dump_helpers import at, fresh_table, registered
+from tidemark.config import TableConfig
+from tidemark.dump import Layout, run_dump
+from tidemark.errors import BatchConflictError, DataLossError, RebuildError
+from tidemark.generator import create_topic, produce, records
+from tidemark.partitions import PartitionJournal
+from tidemark.rebuild import planned_hours, run_rebuild
+from tidemark.sealing import run_seal
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+HOUR = "2026-11-22T10"
+
+
+def cycle(spark: Any, config: TableConfig, settings: Settings, run: str, processing: datetime) -> None:
+    run_dump(spark, config, settings, run, processing)
+    run_seal(spark, config, settings, run)
+
+
+def hour_rows(spark: Any, settings: Settings, config: TableConfig) -> list[tuple[Any, ...]]:
+    """Every row of hour 10 as the metastore serves it, sorted (data, lineage, partition)."""
+    spark.catalog.refreshTable(config.table)
+    frame = spark.sql(f"SELECT * FROM `{config.table}` WHERE dt = '2026-11-22' AND hr = '10'")
+    return sorted(tuple(r) for r in frame.collect())
+
+
+def sealed_with_late(spark: Any, broker: str, settings: Settings, tmp_path: Path, policy: str) -> Any:
+    """Hour 10 sealed from two MQ partitions over two batches, then two late rows."""
+    config, settings = fresh_table(settings, tmp_path, late_policy=policy)
+    create_topic(broker, config.source.topic, 2)
+    produce(broker, config.source.topic, records([(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 10)]))
+    run_dump(spark, config, settings, "run-1", at(11))
+    produce(
+        broker, config.source.topic, records([(0, at(10, 55)), (0, at(11, 40)), (1, at(11, 30))], prefix="b")
+    )
+    cycle(spark, config, settings, "run-2", at(12))  # ready 11:20 -> hour 10 sealed
+    produce(broker, config.source.topic, records([(0, at(10, 15)), (1, at(10, 45))], prefix="late"))
+    cycle(spark, config, settings, "run-3", at(12, 10))
+    return config, settings
+
+
+def test_rebuild_under_amend_gives_the_same_rows_as_a_new_version_twice(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = sealed_with_late(spark, broker, settings, tmp_path, "amend")
+    before = hour_rows(spark, settings, config)
+    assert len(before) == 15  # 12 + 1 on time, 2 late folded in by amend
+
+    result = run_rebuild(spark, config, settings, "rebuild-1", [HOUR])
+    (done,) = result.hours
+    assert (done["status"], done["version"], done["rows"], done["late"]) == ("rebuilt", 3, 15, 2)
+    assert done["batches"] == [0, 1, 2] and done["atomic_swap"] is True
+    assert hour_rows(spark, settings, config) == before
+    assert registered(spark, config.table) == ["dt=2026-11-22/hr=10"]
+
+    again = run_rebuild(spark, config, settings, "rebuild-1", [HOUR])  # retry of the same run
+    assert again.hours[0]["status"] == "already_rebuilt"
+    second = run_rebuild(spark, config, settings, "rebuild-2", [HOUR])
+    assert second.hours[0]["version"] == 4 and hour_rows(spark, settings, config) == before
+
+    journal = list(PartitionJournal(settings.state_dir, config.table).entries())
+    assert [(e.kind, e.version, e.rows) for e in journal][-2:] == [("rebuild", 3, 15), ("rebuild", 4, 15)]
+    target = Layout(settings, config.table).table_dir / "dt=2026-11-22/hr=10"
+    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".parquet")) == [
+        "_SUCCESS",
+        "_tidemark_compacted.json",
+    ]
+    staging = Layout(settings, config.table).staging_root
+    assert not [p for p in staging.glob("rebuild-*")], "staging left behind"
+
+    # Later late rows still amend the rebuilt hour, once.
+    produce(broker, config.source.topic, records([(1, at(10, 5))], prefix="later"))
+    cycle(spark, config, settings, "run-4", at(12, 20))
+    assert len(hour_rows(spark, settings, config)) == 16
+
+
+def test_rebuild_under_side_table_keeps_late_rows_out(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = sealed_with_late(spark, broker, settings, tmp_path, "side_table")
+    before = hour_rows(spark, settings, config)
+    assert len(before) == 13
+    (done,) = run_rebuild(spark, config, settings, "rebuild-1", [HOUR]).hours
+    assert (done["rows"], done["late"], done["version"]) == (13, 0, 2)
+    assert hour_rows(spark, settings, config) == before
+
+
+def test_open_hours_are_refused_and_the_plan_task_skips_them(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    config, settings = sealed_with_late(spark, broker, settings, tmp_path, "side_table")
+    with pytest.raises(RebuildError, match="hour 2026-11-22T11 is not sealed yet"):
+        run_rebuild(spark, config, settings, "rebuild-x", ["2026-11-22T11"])
+    # The scheduled run of [11:00, 12:00) finds hour 11 open: skipped, not failed.
+    with pytest.raises(AirflowSkipException, match="no sealed hour among 2026-11-22T11"):
+        planned_hours(config, settings, interval=(at(11), at(12)))
+    assert (
+        planned_hours(config, settings, interval=(None, None), first_hour=HOUR, last_hour="2026-11-22T11")
+        == HOUR
+    )
+    with pytest.raises(AirflowSkipException, match="dry run; would rebuild 2026-11-22T10"):
+        planned_hours(config, settings, interval=(at(10), at(11)), dry_run=True)
+
+
+def test_offsets_gone_from_the_broker_fail_with_data_loss_and_leave_the_hour(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    config, settings = sealed_with_late(spark, broker, settings, tmp_path, "side_table")
+    before = hour_rows(spark, settings, config)
+    admin = AdminClient({"bootstrap.servers": broker})
+    for future in admin.delete_topics([config.source.topic]).values():
+        future.result()
+    create_topic(broker, config.source.topic, 2)  # same name, offsets start again at 0
+    with pytest.raises(
+        DataLossError, match=rf"{config.source.topic}\[0\]: offsets 0\.\.5 .*hour 2026-11-22T10"
+    ):
+        run_rebuild(spark, config, settings, "rebuild-1", [HOUR])
+    assert hour_rows(spark, settings, config) == before
+    kinds = [e.kind for e in PartitionJournal(settings.state_dir, config.table).entries()]
+    assert "rebuild" not in kinds
+
+
+def test_two_rebuilds_of_one_hour_at_once_one_wins_data_exact(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = sealed_with_late(spark, broker, settings, tmp_path, "amend")
+    before = hour_rows(spark, settings, config)
+    outcomes: dict[str, Any] = {}
+
+    def rebuild(run: str) -> None:
+        try:
+            outcomes[run] = run_rebuild(spark, config, settings, run, [HOUR]).hours[0]["status"]
+        except BatchConflictError as exc:
+            outcomes[run] = exc
+
+    lock = settings.state_dir / config.table / f"rebuild-{HOUR}.lock"
+    first = threading.Thread(target=rebuild, args=("rebuild-1",))
+    first.start()
+    deadline = time.monotonic() + 60
+    while not lock.exists() and first.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lock.exists(), "the first rebuild never took the hour lock"
+    rebuild("rebuild-2")  # while the first one holds it
+    first.join()
+    assert outcomes["rebuild-1"] == "rebuilt"
+    loser = outcomes["rebuild-2"]
+    assert isinstance(loser, BatchConflictError), loser
+    assert f"another job holds the rebuild-{HOUR} lock" in str(loser) and "run rebuild-1" in str(loser)
+    assert hour_rows(spark, settings, config) == before
+    assert not lock.exists()
