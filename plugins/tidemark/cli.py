@@ -96,8 +96,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_dump(args: argparse.Namespace) -> int:
-    """spark-submit spark_jobs/dump.py with the configured master (what the DAG runs)."""
+def _spark_submit(table: str, job: str, job_args: list[str]) -> int:
+    """spark-submit ``spark_jobs/<job>.py`` with the configured master (what the DAGs run)."""
     import shutil
     import subprocess
     from pathlib import Path
@@ -106,22 +106,24 @@ def _cmd_dump(args: argparse.Namespace) -> int:
     from tidemark.settings import Settings
 
     settings = Settings.from_env()
-    load_table(args.table, settings)  # fail fast on a bad config, before a JVM starts
+    load_table(table, settings)  # fail fast on a bad config, before a JVM starts
     submit = shutil.which("spark-submit") or str(Path(settings.python).parent / "spark-submit")
     command = [submit, "--master", settings.spark_master]
     for key, value in settings.spark_conf.items():
         command += ["--conf", f"{key}={value}"]
-    command += [
-        str(settings.project_root / "spark_jobs" / "dump.py"),
-        "--table",
-        args.table,
-        "--run-id",
-        args.run_id,
-    ]
-    if args.processing_time:
-        command += ["--processing-time", args.processing_time]
+    command += [str(settings.project_root / "spark_jobs" / f"{job}.py"), "--table", table, *job_args]
     log.info("running %s", " ".join(command))
     return subprocess.call(command)
+
+
+def _cmd_dump(args: argparse.Namespace) -> int:
+    extra = ["--processing-time", args.processing_time] if args.processing_time else []
+    return _spark_submit(args.table, "dump", ["--run-id", args.run_id, *extra])
+
+
+def _cmd_rebuild(args: argparse.Namespace) -> int:
+    run_id = args.run_id or f"rebuild__{args.hours.replace(',', '_')}"
+    return _spark_submit(args.table, "rebuild", ["--run-id", run_id, "--hours", args.hours])
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
@@ -207,6 +209,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="explain one hour: sealed or not, and if not which MQ partition's watermark holds it",
     )
     status.set_defaults(func=_cmd_status)
+
+    rebuild = sub.add_parser(
+        "rebuild",
+        help="rebuild sealed hours from the broker (spark-submit spark_jobs/rebuild.py; what the rebuild DAG runs)",
+    )
+    rebuild.add_argument("--table", required=True)
+    rebuild.add_argument("--hours", required=True, help="comma-separated hour keys, e.g. 2026-11-22T10,2026-11-22T11")
+    rebuild.add_argument("--run-id", help="idempotency key (default rebuild__<hours>)")
+    rebuild.set_defaults(func=_cmd_rebuild)
 
     release = sub.add_parser(
         "release",

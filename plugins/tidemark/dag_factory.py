@@ -14,8 +14,10 @@ from tidemark.config import TableConfig, load_tables
 from tidemark.settings import Settings
 
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
-# The run's processing time: data_interval_end for scheduled runs, run_after for manual ones.
-PROCESSING_TIME = "{{ (data_interval_end or dag_run.run_after).isoformat() }}"
+# The run's processing time: data_interval_end for scheduled runs, run_after for manual ones
+# (a run triggered through the REST API without a logical date has no data interval at all:
+# the context then lacks data_interval_end, so it is read from the dag run).
+PROCESSING_TIME = "{{ (dag_run.data_interval_end or dag_run.run_after).isoformat() }}"
 
 
 DAG_ID_PREFIX = "tidemark_ingest_"
@@ -192,7 +194,7 @@ Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH
             from tidemark.errors import SealDeadlineMissedError
 
             current = Settings.from_env()
-            as_of = context["data_interval_end"] or context["dag_run"].run_after
+            as_of = context.get("data_interval_end") or context["dag_run"].run_after
             overdue = overdue_hours(load_table(table, current), current, as_of)
             if overdue:
                 raise SealDeadlineMissedError(table, overdue)
@@ -255,6 +257,7 @@ def rebuild_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_rebuild_<table>``: the run for data interval [H, H+1h) rebuilds hour H from
     the broker; backfill over it rebuilds a range of hours."""
     from airflow.sdk import DAG, task
+    from airflow.timetables.interval import CronDataIntervalTimetable
 
     from tidemark.airflow_env import HIVE_METASTORE_POOL
     from tidemark.announce import table_asset
@@ -263,7 +266,9 @@ def rebuild_dag(config: TableConfig, settings: Settings) -> Any:
     with DAG(
         dag_id=f"{REBUILD_DAG_PREFIX}{table}",
         description=f"Rebuild sealed hours of {table} from the broker (backfill target)",
-        schedule="@hourly",
+        # A cron string would give a CronTriggerTimetable, whose runs have an empty data
+        # interval; each run here must own the hour [H, H+1h).
+        schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=2,
@@ -306,7 +311,7 @@ them); offsets gone from the broker fail with `DataLossError` and leave the hour
             return planned_hours(
                 load_table(table, current),
                 current,
-                interval=(context["data_interval_start"], context["data_interval_end"]),
+                interval=(context.get("data_interval_start"), context.get("data_interval_end")),
                 first_hour=params.get("first_hour"),
                 last_hour=params.get("last_hour"),
                 dry_run=bool(params.get("dry_run")),

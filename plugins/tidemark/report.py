@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import logging
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,18 @@ from tidemark.settings import Settings
 log = logging.getLogger(__name__)
 
 MAX_BATCHES = 2_000  # the watermark plot covers the most recent batches
+MAX_FAILURES_SHOWN = 10
 
 
 def report_path(settings: Settings, table: str) -> Path:
     return settings.state_dir / table / "reports" / "health.html"
 
 
-def report_data(config: TableConfig, settings: Settings) -> dict[str, Any]:
-    """Everything the page shows, as plain data."""
+def report_data(config: TableConfig, settings: Settings, as_of: datetime | None = None) -> dict[str, Any]:
+    """Everything the page shows, as plain data; overdue hours are judged at ``as_of`` (the
+    page is drawn for a person looking now: the wall clock by default)."""
+    from tidemark.alerts import overdue_hours, recent_failures
+
     commit_log = CommitLog(settings.state_location, config.table)
     state = commit_log.state()
     first = max(0, state.last_committed + 1 - MAX_BATCHES)
@@ -99,6 +103,9 @@ def report_data(config: TableConfig, settings: Settings) -> dict[str, Any]:
             if late
         },
         "hours": hours,
+        "as_of": (as_of or datetime.now(UTC)).isoformat(),
+        "overdue": overdue_hours(config, settings, as_of or datetime.now(UTC)),
+        "failures": recent_failures(settings, config.table)[:MAX_FAILURES_SHOWN],
     }
 
 
@@ -192,6 +199,22 @@ def render_report(data: dict[str, Any], docs_prefix: str = "../data_docs/") -> s
             f"<td>{html.escape(h['quality'])}</td><td>{html.escape('; '.join(h['failures']))}</td><td>{docs}</td></tr>"
         )
     e = html.escape
+    overdue = data["overdue"]
+    overdue_line = (
+        f"<b>{len(overdue)} hour(s) past their seal deadline</b> at {e(data['as_of'])}: "
+        + "; ".join(f"{e(h)} ({e(why)})" for h, why in sorted(overdue.items()))
+        if overdue
+        else f"No hour past its seal deadline at {e(data['as_of'])}."
+    )
+    failure_items = "".join(
+        f"<li>{e(f['dag_id'])}.{e(f['task_id'])} run {e(f['run_id'])} try {f['try_number']}: {e(f['error'])}</li>"
+        for f in data["failures"]
+    )
+    alerts = (
+        f'<section id="alerts"><h2>Alerts</h2><p id="overdue">{overdue_line}</p>'
+        + (f'<p>Recent task failures:</p><ul id="failures">{failure_items}</ul>' if failure_items else "")
+        + "</section>"
+    )
     summary = (
         f"topic <b>{e(data['topic'])}</b>; {data['batches']} batches (last {data['last_batch']}); rows {data['rows']}, "
         f"dirty {data['dirty']}, late {data['late']}; global ready time <b>{e(str(data['ready_time']))}</b>; "
@@ -205,10 +228,12 @@ table {{ border-collapse: collapse; margin-top: 1rem; font-size: 0.9rem; }}
 td, th {{ border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; }}
 tr.quarantine td {{ background: #fde2e2; }}
 section.plot {{ max-width: 1100px; }}
+#overdue b {{ color: #b00020; }}
 </style></head>
 <body>
 <h1>Ingestion health: {e(data["table"])}</h1>
 <p id="summary">{summary}</p>
+{alerts}
 {plots}
 <h2>Hours</h2>
 <table id="hours">
@@ -221,13 +246,15 @@ section.plot {{ max-width: 1100px; }}
 """
 
 
-def write_report(config: TableConfig, settings: Settings, out: Path | None = None) -> Path:
+def write_report(
+    config: TableConfig, settings: Settings, out: Path | None = None, as_of: datetime | None = None
+) -> Path:
     """Gather, render and write the page (default ``<state>/<table>/reports/health.html``)."""
     target = out or report_path(settings, config.table)
     docs = settings.state_dir / config.table / "data_docs"
     prefix = Path(_relative(docs, target.parent)).as_posix() + "/"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_report(report_data(config, settings), docs_prefix=prefix))
+    target.write_text(render_report(report_data(config, settings, as_of), docs_prefix=prefix))
     log.info("%s: health report written to %s", config.table, target)
     return target
 

@@ -56,6 +56,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "sealed_through": journal.sealed_through,
         "hours_sealed": sum(1 for e in journal.hours.values() if e.kind != "quarantine"),
         "hours_quarantined": sorted(h for h, e in journal.hours.items() if e.kind == "quarantine"),
+        "hours_rebuilt": sorted(h for h, e in journal.hours.items() if e.kind == "rebuild"),
         "late": state.late,
         "watermarks": {w.partition: w.watermark for w in ready.partitions} if ready else {},
         "batches_committed": state.batches,

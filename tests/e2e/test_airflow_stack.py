@@ -4,7 +4,6 @@ stopping leaves no process of ours."""
 
 from __future__ import annotations
 
-import json
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
@@ -14,21 +13,12 @@ import psutil
 import pytest
 
 from tests.conftest import free_port
+from tests.e2e.airflow_api import api
 from tidemark.airflow_env import HIVE_METASTORE_POOL, admin_password
 from tidemark.services import AirflowService
 from tidemark.settings import Settings
 
 pytestmark = pytest.mark.e2e
-
-
-def api(url: str, token: str | None = None, body: dict[str, str] | None = None) -> dict[str, object]:
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if body else "GET")
-    with urllib.request.urlopen(request, timeout=20) as response:
-        return dict(json.loads(response.read()))
 
 
 def page(url: str) -> str:
@@ -51,13 +41,13 @@ def test_airflow_standalone_up_login_and_clean_down(tmp_path: Path, settings: Se
         token = str(
             api(f"{base}/auth/token", body={"username": "admin", "password": password})["access_token"]
         )
-        pools: list[dict[str, object]] = api(f"{base}/api/v2/pools", token)["pools"]  # type: ignore[assignment]
+        pools: list[dict[str, object]] = api(f"{base}/api/v2/pools", token)["pools"]
         metastore_pool = next(p for p in pools if p["name"] == HIVE_METASTORE_POOL)
         assert metastore_pool["slots"] == 1
         connection = api(f"{base}/api/v2/connections/spark_default", token)
         assert connection["conn_type"] == "spark" and connection["host"] == settings.spark_master
         # The tidemark plugin: registered, linked from the UI, pages served by the API server.
-        plugins: list[dict[str, Any]] = api(f"{base}/api/v2/plugins", token)["plugins"]  # type: ignore[assignment]
+        plugins: list[dict[str, Any]] = api(f"{base}/api/v2/plugins", token)["plugins"]
         plugin = next(p for p in plugins if p["name"] == "tidemark")
         views = {(v["destination"], v["href"]) for v in plugin["external_views"]}
         assert views == {("nav", "tidemark/"), ("dag", "tidemark/dags/{DAG_ID}/health")}

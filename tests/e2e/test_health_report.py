@@ -89,7 +89,7 @@ def test_health_report_renders_plots_and_hours_in_headless_chromium(
     produce(broker, config.source.topic, records([(0, at(11, 59)), (1, at(12, 55))], prefix="late"))
     run_dump(spark, config, settings, "run-2", at(13, 0))  # 11:59 is late for the sealed hour 11
 
-    page = write_report(config, settings)
+    page = write_report(config, settings, as_of=at(14))  # hour 12 was due at 13:35
     assert page == report_path(settings, config.table)
     data = report_data(config, settings)
     assert data["late_rate"] == {"dt=2026-11-22/hr=11": 1 / 15} and data["batches"] == 2
@@ -107,6 +107,10 @@ def test_health_report_renders_plots_and_hours_in_headless_chromium(
     assert "Watermark per MQ partition" in dom and "Freshness" in dom and "Late and dirty rates" in dom
     hours = re.findall(r'<tr class="hour (\w+)"><td>([^<]+)</td>', dom)
     assert hours == [("seal", "2026-11-22T11"), ("quarantine", "2026-11-22T10")]
+    overdue = re.search(r'<p id="overdue">(.*?)</p>', dom)
+    assert overdue and "1 hour(s) past their seal deadline" in overdue.group(1)
+    assert "2026-11-22T12 (due 2026-11-22T13:35:00+00:00; MQ partition" in overdue.group(1)
+    assert report_data(config, settings, as_of=at(13, 30))["overdue"] == {}
     docs_dom = chromium(tmp_path, "--dump-dom", f"{url}/table/reports/{docs[0]}")
     assert "amount" in docs_dom
 

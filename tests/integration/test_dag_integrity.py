@@ -54,11 +54,54 @@ def test_no_db_or_connection_access_at_parse_time(dagbag: Any) -> None:
     assert dagbag.lookups == 0
 
 
-def test_one_ingest_dag_per_table(dagbag: Any) -> None:
+def test_ingest_seal_and_rebuild_dags_per_table(dagbag: Any) -> None:
     from tidemark.config import load_tables
 
-    expected = {f"tidemark_ingest_{t.table}" for t in load_tables()}
+    kinds = ("ingest", "seal", "rebuild")
+    expected = {f"tidemark_{kind}_{t.table}" for t in load_tables() for kind in kinds}
     assert expected <= set(dagbag.dag_ids)
+
+
+def test_every_dag_records_failures_and_has_described_typed_params(dagbag: Any) -> None:
+    for dag in dagbag.dags.values():
+        assert all(t.on_failure_callback for t in dag.tasks), dag.dag_id
+        params = dag.params.dump()
+        assert "dry_run" in params, dag.dag_id
+        for name in params:
+            param = dag.params.get_param(name)
+            assert param.description and param.schema.get("type"), (dag.dag_id, name)
+
+
+def test_trigger_form_rejects_a_malformed_hour(dagbag: Any) -> None:
+    from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    rebuild = dagbag.dags["tidemark_rebuild_events"]
+    good = ParamsDict(rebuild.params)
+    good.update({"first_hour": "2026-11-22T10", "last_hour": "2026-11-22T12"})
+    assert good.validate()["first_hour"] == "2026-11-22T10"
+    with pytest.raises(ParamValidationError, match="first_hour: '2026-11-22 10:00' does not match"):
+        ParamsDict(rebuild.params).update({"first_hour": "2026-11-22 10:00"})
+    seal = dagbag.dags["tidemark_seal_events"]
+    with pytest.raises(ParamValidationError, match="'yesterday' does not match"):
+        ParamsDict(seal.params).update({"release": ["2026-11-22T10", "yesterday"]})
+
+
+def test_rebuild_dag_is_hourly_without_catchup_and_registers_in_the_pool(dagbag: Any) -> None:
+    dag = dagbag.dags["tidemark_rebuild_events"]
+    import pendulum
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    assert dag.catchup is False and isinstance(dag.timetable, CronDataIntervalTimetable)
+    interval = dag.timetable.infer_manual_data_interval(run_after=pendulum.datetime(2026, 11, 22, 10, 30))
+    assert (interval.start, interval.end) == (
+        pendulum.datetime(2026, 11, 22, 9),
+        pendulum.datetime(2026, 11, 22, 10),
+    )
+    plan, rebuild = dag.get_task("plan"), dag.get_task("rebuild")
+    assert plan.downstream_task_ids == {"rebuild"} and rebuild.downstream_task_ids == {"announce"}
+    assert rebuild.pool == "hive_metastore" and rebuild.application.endswith("spark_jobs/rebuild.py")
+    assert "{{ ti.xcom_pull(task_ids='plan') }}" in rebuild.application_args
 
 
 @pytest.mark.parametrize("attribute", ["retries", "tags", "doc_md"])
@@ -83,8 +126,10 @@ def test_ingest_dag_passes_templated_run_id(dagbag: Any) -> None:
 def test_ingest_dag_is_dump_seal_announce_with_the_metastore_pool(dagbag: Any) -> None:
     dag = dagbag.dags["tidemark_ingest_events"]
     dump, seal, announce = (dag.get_task(t) for t in ("dump", "seal", "announce"))
-    assert dump.downstream_task_ids == {"seal"} and seal.downstream_task_ids == {"announce", "metrics"}
+    assert dump.downstream_task_ids == {"seal"}
+    assert seal.downstream_task_ids == {"announce", "metrics", "check_deadlines"}
     assert dag.get_task("metrics").trigger_rule == "all_done"
+    assert dag.get_task("check_deadlines").trigger_rule == "all_done"
     assert seal.pool == "hive_metastore"
     assert seal.application.endswith("spark_jobs/seal.py") and "{{ run_id }}" in seal.application_args
     assert [a.name for a in announce.outlets] == ["tidemark.events"]

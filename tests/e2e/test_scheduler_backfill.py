@@ -1,0 +1,200 @@
+"""End to end on a real scheduler: `airflow standalone` (own home and port, LocalExecutor),
+the table's DAGs unpaused, ingest triggered through the REST API with a JWT, a cleared dump
+task re-run, then `airflow backfill create` over three hours of the rebuild DAG. The data is
+identical before and after, every rebuilt hour is re-announced with a new version, and
+`tidemark status` agrees. Everything started here is stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import free_port
+from tests.e2e.airflow_api import AirflowApi, wait_for
+from tests.integration.dump_helpers import fresh_table
+from tidemark.airflow_env import admin_password, airflow_environment
+from tidemark.commitlog import CommitLog
+from tidemark.config import TableConfig
+from tidemark.dump import Layout
+from tidemark.generator import create_topic, produce, records
+from tidemark.hours import hour_of
+from tidemark.partitions import PartitionJournal
+from tidemark.services import AirflowService
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+RUN_TIMEOUT = 600.0
+
+
+@pytest.fixture
+def stack(broker: str, settings: Settings, tmp_path: Path) -> Iterator[tuple[AirflowService, AirflowApi]]:
+    """Airflow standalone with its own TIDEMARK_HOME (own Derby) and one fresh table."""
+    home = tmp_path / "home"
+    own = replace(settings, home=home, warehouse=str(home / "warehouse"), airflow_port=free_port())
+    _, own = fresh_table(own, tmp_path, retries=2, retry_delay="2s")
+    service = AirflowService(own)
+    family: list[psutil.Process] = []
+    try:
+        status = service.start()
+        assert status.pid
+        password = admin_password(own)
+        assert password
+        yield service, AirflowApi(service.address(), password)
+        root = psutil.Process(status.pid)
+        family = [root, *root.children(recursive=True)]
+    finally:
+        service.stop()
+    alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], f"processes left behind: {alive}"
+
+
+def hour_rows(settings: Settings, table: str, hour_path: str) -> list[tuple[Any, ...]]:
+    """The rows of an hour's published files, sorted."""
+    rows: list[tuple[Any, ...]] = []
+    for path in sorted((Layout(settings, table).table_dir / hour_path).rglob("*.parquet")):
+        frame = pq.read_table(path).to_pylist()
+        rows.extend(tuple(sorted(r.items())) for r in frame)
+    return sorted(rows)
+
+
+def finished(api: AirflowApi, dag_id: str, run_id: str) -> str | None:
+    state = api.run_state(dag_id, run_id)
+    return state if state in ("success", "failed") else None
+
+
+def test_trigger_clear_and_backfill_rebuild_on_the_real_scheduler(
+    stack: tuple[AirflowService, AirflowApi], broker: str
+) -> None:
+    service, api = stack
+    settings = service.settings
+    (config_file,) = settings.conf_dir.glob("*.yaml")
+    from tidemark.config import load_table_file
+
+    config: TableConfig = load_table_file(config_file)
+    table, topic = config.table, config.source.topic
+    ingest, rebuild = f"tidemark_ingest_{table}", f"tidemark_rebuild_{table}"
+
+    # Three full hours that end well before now: every hour up to them can be sealed, none
+    # is overdue (the ingest run's check_deadlines would fail the run).
+    now = datetime.now(UTC)
+    last_end = hour_of(now - timedelta(minutes=27), "UTC").start
+    first = last_end - timedelta(hours=3)
+    create_topic(broker, topic, 2)
+    events = [(p, first + timedelta(minutes=m)) for p in (0, 1) for m in range(0, 180, 12)]
+    events += [(0, now - timedelta(minutes=12)), (1, now - timedelta(minutes=12))]  # push watermarks
+    sent = produce(broker, topic, records(events))
+
+    wait_for(f"{ingest} parsed", lambda: _dag_exists(api, ingest), 180)
+    wait_for(f"{rebuild} parsed", lambda: _dag_exists(api, rebuild), 60)
+    for dag_id in (ingest, rebuild):
+        api.patch(f"dags/{dag_id}", {"is_paused": False})
+
+    run = api.post(f"dags/{ingest}/dagRuns", {"logical_date": None, "conf": {}})
+    run_id = run["dag_run_id"]
+    state = wait_for(f"{ingest} run {run_id}", lambda: finished(api, ingest, run_id), RUN_TIMEOUT, 5)
+    assert state == "success", api.task_states(ingest, run_id)
+    hours = [(first + timedelta(hours=i)) for i in range(3)]
+    keys = [hour_of(h, "UTC").key for h in hours]
+    paths = [hour_of(h, "UTC").path for h in hours]
+    journal = PartitionJournal(settings.state_location, table)
+    sealed = {k: e for k, e in journal.state().hours.items() if e.kind == "seal"}
+    assert set(keys) <= set(sealed), sealed.keys()
+    before = {p: hour_rows(settings, table, p) for p in paths}
+    assert sum(len(r) for r in before.values()) == 30
+    batches = CommitLog(settings.state_location, table).state().batches
+
+    # Clearing the (successful) dump task re-runs it: the committed batch is a no-op.
+    api.post(
+        f"dags/{ingest}/clearTaskInstances",
+        {"dag_run_id": run_id, "task_ids": ["dump"], "dry_run": False, "only_failed": False},
+    )
+    wait_for(
+        "the cleared dump to run again", lambda: api.task_states(ingest, run_id)["dump"] != "success", 60, 1
+    )
+    state = wait_for(
+        f"{ingest} run {run_id} after clear", lambda: finished(api, ingest, run_id), RUN_TIMEOUT, 5
+    )
+    assert state == "success", api.task_states(ingest, run_id)
+    assert CommitLog(settings.state_location, table).state().batches == batches
+    assert {p: hour_rows(settings, table, p) for p in paths} == before
+
+    # Backfill the rebuild DAG over the three hours (from/to are inclusive logical dates).
+    env = airflow_environment(settings)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    created = subprocess.run(
+        [
+            airflow,
+            "backfill",
+            "create",
+            "--dag-id",
+            rebuild,
+            "--from-date",
+            hours[0].isoformat(),
+            "--to-date",
+            hours[-1].isoformat(),
+            "--reprocess-behavior",
+            "completed",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
+
+    def backfill_runs() -> list[dict[str, Any]] | None:
+        runs = api.get(f"dags/{rebuild}/dagRuns?run_type=backfill")["dag_runs"]
+        done = [r for r in runs if r["state"] in ("success", "failed")]
+        return runs if len(runs) == 3 and len(done) == 3 else None
+
+    runs = wait_for("three backfill runs to finish", backfill_runs, RUN_TIMEOUT, 5)
+    by_hour = {r["data_interval_start"][:13]: r for r in runs}
+    assert sorted(by_hour) == [h.strftime("%Y-%m-%dT%H") for h in hours]
+    for r in runs:
+        assert r["state"] == "success", (r["dag_run_id"], api.task_states(rebuild, r["dag_run_id"]))
+
+    after = {p: hour_rows(settings, table, p) for p in paths}
+    assert after == before
+    state_after = journal.state()
+    for key in keys:
+        entry = state_after.hours[key]
+        assert entry.kind == "rebuild" and entry.version >= 2, entry
+
+    events_out = api.get("assets/events?limit=100&order_by=-timestamp")["asset_events"]
+    announced = {
+        (e["partition_key"], (e.get("extra") or {}).get("versions", {}).get(e["partition_key"]))
+        for e in events_out
+        if e["name"] == f"tidemark.{table}"
+    }
+    for key in keys:
+        assert (key, 1) in announced and (key, state_after.hours[key].version) in announced, announced
+
+    status = subprocess.run(
+        [str(Path(sys.executable).parent / "tidemark"), "status", "--table", table, "--json"],
+        env={**env, "TIDEMARK_CONF_DIR": str(settings.conf_dir)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    info = json.loads(status.stdout)
+    assert info["rows"] + info["dirty"] == len(sent) and info["dirty"] == 0
+    assert set(keys) <= set(info["hours_rebuilt"])
+    assert {p["lag"] for p in info["partitions"].values()} == {0}
+
+
+def _dag_exists(api: AirflowApi, dag_id: str) -> bool:
+    dags = api.get(f"dags?dag_id_pattern={dag_id}")["dags"]
+    return any(d["dag_id"] == dag_id for d in dags)

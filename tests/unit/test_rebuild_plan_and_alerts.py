@@ -1,0 +1,182 @@
+"""Pure parts of rebuilds and alerts: which hours a run owns (DST included), the trigger form's
+ranges, the broker-offset check, feeding batches read from a commit log on disk, overdue hours
+and the failure record."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tidemark.alerts import overdue_hours, recent_failures, record_failure
+from tidemark.commitlog import Commit, CommitLog, PartitionRange, PartitionStats, Plan
+from tidemark.config import TableConfig, parse_table
+from tidemark.errors import DataLossError, RebuildError
+from tidemark.partitions import JournalEntry, PartitionJournal
+from tidemark.rebuild import check_offsets, hour_range, hours_between, plan_rebuild
+from tidemark.settings import Settings
+from tidemark.watermarks import ReadyTime
+
+pytestmark = pytest.mark.unit
+
+DAY = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def at(hh: int, mm: int = 0) -> datetime:
+    return DAY + timedelta(hours=hh, minutes=mm)
+
+
+def table(**extra: object) -> TableConfig:
+    return parse_table(
+        {
+            "table": "t",
+            "source": {"topic": "t"},
+            "schema": {"id": "string", "ts": "timestamp"},
+            "event_time": {"field": "ts"},
+            "watermark": {"commit_delay": "5m", "seal_grace": "30m"},
+            **extra,
+        },
+        "t.yaml",
+    )
+
+
+def test_a_data_interval_owns_the_hours_starting_in_it() -> None:
+    assert [h.key for h in hours_between(at(10), at(11), "UTC")] == ["2026-11-22T10"]
+    assert [h.key for h in hours_between(at(10, 30), at(12), "UTC")] == ["2026-11-22T11"]
+    assert hours_between(at(10), at(10), "UTC") == []
+    # Fall back in New York: the repeated local hour 01 is two partitions, 01 and 01b.
+    fall = datetime(2026, 11, 1, 5, tzinfo=UTC)
+    keys = [h.key for h in hours_between(fall, fall + timedelta(hours=2), "America/New_York")]
+    assert keys == ["2026-11-01T01", "2026-11-01T01b"]
+
+
+def test_trigger_form_ranges_are_checked() -> None:
+    assert [h.key for h in hour_range("2026-11-22T10", "2026-11-22T12", "UTC")] == [
+        "2026-11-22T10",
+        "2026-11-22T11",
+        "2026-11-22T12",
+    ]
+    with pytest.raises(RebuildError, match="the last hour is before the first"):
+        hour_range("2026-11-22T12", "2026-11-22T10", "UTC")
+    with pytest.raises(RebuildError, match="at most 168 per run"):
+        hour_range("2026-11-01T00", "2026-11-22T00", "UTC")
+
+
+def write_history(state: Path) -> CommitLog:
+    """Batch 0 feeds hour 10, batch 1 feeds hour 11 and a late row of 10, batch 2 only 12."""
+    log = CommitLog(state, "t")
+    hours = [
+        ({"dt=2026-11-22/hr=10": 5}, {}),
+        ({"dt=2026-11-22/hr=11": 4}, {"dt=2026-11-22/hr=10": 1}),
+        ({"dt=2026-11-22/hr=12": 2}, {}),
+    ]
+    for batch, (rows, late) in enumerate(hours):
+        ranges = (PartitionRange(0, batch * 10, batch * 10 + 10),)
+        log.write_plan(Plan("t", batch, f"run-{batch}", "t", at(12).isoformat(), ranges, None))
+        log.write_commit(
+            Commit(
+                table="t",
+                batch_id=batch,
+                run_id=f"run-{batch}",
+                committed_by_run=f"run-{batch}",
+                topic="t",
+                processing_time=at(12).isoformat(),
+                ranges=ranges,
+                files=(),
+                rows_per_partition=rows,
+                partitions=(PartitionStats(0, 10, sum(rows.values()), 0),),
+                dirty=0,
+                rows=sum(rows.values()),
+                late_per_partition=late,
+                ready=ReadyTime(time=at(12, 20).isoformat(), processing_time=at(12, 30).isoformat()),
+            )
+        )
+    return log
+
+
+def seal(state: Path, seq: int, hour: int, kind: str = "seal") -> None:
+    start = at(hour)
+    PartitionJournal(state, "t").append(
+        JournalEntry(
+            seq=seq,
+            table="t",
+            hour=f"2026-11-22T{hour:02d}",
+            hour_start=start.isoformat(),
+            hour_end=(start + timedelta(hours=1)).isoformat(),
+            kind=kind,
+            version=0 if kind == "quarantine" else 1,
+            rows=5,
+            late=0,
+            files=(),
+            sealed_at=at(12).isoformat(),
+            run_id="run-1",
+            ready_time=None,
+            processing_time="",
+            folded_through_batch=1,
+        )
+    )
+
+
+def test_plan_lists_the_feeding_batches_and_refuses_unpublished_hours(tmp_path: Path) -> None:
+    settings = replace(Settings.from_env(), state_uri=str(tmp_path))
+    write_history(tmp_path)
+    seal(tmp_path, 0, 10)
+    seal(tmp_path, 1, 11, kind="quarantine")
+    side = plan_rebuild(table(), settings, "2026-11-22T10")
+    assert [s.batch_id for s in side.sources] == [0, 1] and side.expected_rows == 5
+    amend = plan_rebuild(table(late_policy="amend"), settings, "2026-11-22T10")
+    assert (amend.expected_rows, amend.expected_late, amend.through_batch) == (6, 1, 2)
+    assert (
+        "b0 ([0] 0..9: 5 rows)" in amend.describe() and "b1 ([0] 10..19: 0 rows, 1 late)" in amend.describe()
+    )
+    with pytest.raises(RebuildError, match="2026-11-22T11 is quarantined"):
+        plan_rebuild(table(), settings, "2026-11-22T11")
+    with pytest.raises(RebuildError, match="2026-11-22T12 is not sealed yet"):
+        plan_rebuild(table(), settings, "2026-11-22T12")
+
+
+def test_offsets_must_still_be_on_the_broker(tmp_path: Path) -> None:
+    settings = replace(Settings.from_env(), state_uri=str(tmp_path))
+    write_history(tmp_path)
+    seal(tmp_path, 0, 10)
+    plan = plan_rebuild(table(), settings, "2026-11-22T10")
+    check_offsets(plan, "t", {0: (0, 30)})
+    with pytest.raises(
+        DataLossError, match=r"t\[0\]: offsets 0\.\.2 .*hour 2026-11-22T10 of t needs them \(batch 0\)"
+    ):
+        check_offsets(plan, "t", {0: (3, 30)})  # retention removed 0..2
+    with pytest.raises(DataLossError, match=r"offsets 10\.\.19 "):
+        check_offsets(plan, "t", {0: (0, 10)})  # the topic was recreated: batch 1's range is gone
+    with pytest.raises(DataLossError, match=r"offsets 0\.\.9 "):
+        check_offsets(plan, "t", {})  # the partition no longer exists
+
+
+def test_overdue_hours_count_from_the_sealed_frontier(tmp_path: Path) -> None:
+    settings = replace(Settings.from_env(), state_uri=str(tmp_path))
+    config = table()
+    assert overdue_hours(config, settings, at(23)) == {}  # no data, nothing expected
+    write_history(tmp_path)
+    seal(tmp_path, 0, 10)
+    # hour 11 is due at 12:35; hour 12 at 13:35
+    assert overdue_hours(config, settings, at(12, 34)) == {}
+    overdue = overdue_hours(config, settings, at(13, 40))
+    assert list(overdue) == ["2026-11-22T11", "2026-11-22T12"]
+    assert overdue["2026-11-22T11"].startswith("due 2026-11-22T12:35:00+00:00; ")
+
+
+def test_a_failure_is_recorded_newest_first_and_never_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIDEMARK_STATE_DIR", str(tmp_path))
+    for attempt in (1, 2):
+        ti = SimpleNamespace(dag_id="tidemark_ingest_t", task_id="seal", run_id="r", try_number=attempt)
+        record_failure("t", {"task_instance": ti, "exception": RuntimeError(f"boom {attempt}")})
+    failures = recent_failures(Settings.from_env(), "t")
+    assert [(f["task_id"], f["try_number"], f["error"]) for f in failures] == [
+        ("seal", 2, "boom 2"),
+        ("seal", 1, "boom 1"),
+    ]
+    record_failure("t", {})  # a malformed context is logged, not raised
