@@ -215,7 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="rebuild sealed hours from the broker (spark-submit spark_jobs/rebuild.py; what the rebuild DAG runs)",
     )
     rebuild.add_argument("--table", required=True)
-    rebuild.add_argument("--hours", required=True, help="comma-separated hour keys, e.g. 2026-11-22T10,2026-11-22T11")
+    rebuild.add_argument(
+        "--hours", required=True, help="comma-separated hour keys, e.g. 2026-11-22T10,2026-11-22T11"
+    )
     rebuild.add_argument("--run-id", help="idempotency key (default rebuild__<hours>)")
     rebuild.set_defaults(func=_cmd_rebuild)
 

@@ -379,7 +379,7 @@ class Rebuilder:
         from tidemark import cardinality
         from tidemark.kafka import client_properties
         from tidemark.source import read_ranges
-        from tidemark.transform import classify, table_columns
+        from tidemark.transform import HOUR_COLUMNS, classify, table_columns
 
         kafka_conf = client_properties(self.settings.kafka_bootstrap, self.config.source.kafka_properties)
         state = self.commit_log.state()
@@ -408,7 +408,9 @@ class Rebuilder:
             keep = F.col("_reason").isNull() & (F.col("dt") == hour.dt) & (F.col("hr") == hour.hr)
             if not plan.include_late:
                 keep = keep & ~F.col("_late")
-            frames.append(classified.where(keep).select(*table_columns(self.config)))
+            # The hour is the directory: its files hold no dt/hr columns, like sealed ones.
+            columns = [c for c in table_columns(self.config) if c not in HOUR_COLUMNS]
+            frames.append(classified.where(keep).select(*columns))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
     def _reconcile(self, hour: Hour, plan: RebuildPlan, receipts: Path, rows: int) -> None:

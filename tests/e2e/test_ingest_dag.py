@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.dump_helpers import at, fresh_table, landed
+from tidemark.alerts import recent_failures
 from tidemark.generator import create_topic, produce, records
 from tidemark.partitions import PartitionJournal
 from tidemark.settings import Settings
@@ -74,15 +75,29 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
     monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
     first = run_dag(settings.conf_dir, dag_id, at(12))
     states = {ti.task_id: ti.state for ti in first.get_task_instances()}
-    assert states == {"dump": "success", "seal": "success", "announce": "failed", "metrics": "success"}
+    assert states == {
+        "dump": "success",
+        "seal": "success",
+        "announce": "failed",
+        "metrics": "success",
+        "check_deadlines": "success",
+    }
     assert asset_events(dag_id) == []
+    # The failure callback recorded it for the health page.
+    failures = recent_failures(settings, config.table)
+    assert [(f["task_id"], f["try_number"]) for f in failures] == [
+        ("announce", 3),
+        ("announce", 2),
+        ("announce", 1),
+    ]
+    assert "TIDEMARK_FAIL_AT=before_announce" in failures[0]["error"]
     monkeypatch.delenv("TIDEMARK_FAIL_AT")
 
     # Run 2: more data seals hour 11; announce catches up on hour 10 too.
     sent += produce(broker, config.source.topic, records([(0, at(12, 30)), (1, at(12, 25))], prefix="b"))
     second = run_dag(settings.conf_dir, dag_id, at(12, 30))
     assert {ti.task_id: ti.state for ti in second.get_task_instances()} == dict.fromkeys(
-        ("dump", "seal", "announce", "metrics"), "success"
+        ("dump", "seal", "announce", "metrics", "check_deadlines"), "success"
     )
     assert sorted(asset_events(dag_id)) == [("2026-11-22T10", 1), ("2026-11-22T11", 1)]
 

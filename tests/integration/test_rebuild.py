@@ -11,12 +11,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.dump_helpers import at, fresh_table, registered
 from tidemark.config import TableConfig
 from tidemark.dump import Layout, run_dump
-from tidemark.errors import BatchConflictError, DataLossError, RebuildError
+from tidemark.errors import BatchConflictError, DataLossError, InjectedFault, RebuildError
+from tidemark.faults import REBUILD_POINTS
 from tidemark.generator import create_topic, produce, records
 from tidemark.partitions import PartitionJournal
 from tidemark.rebuild import planned_hours, run_rebuild
@@ -40,6 +42,14 @@ def hour_rows(spark: Any, settings: Settings, config: TableConfig) -> list[tuple
     return sorted(tuple(r) for r in frame.collect())
 
 
+def file_rows(settings: Settings, config: TableConfig) -> list[tuple[Any, ...]]:
+    """Every row of hour 10's files as path readers see them (schema included), sorted."""
+    rows: list[tuple[Any, ...]] = []
+    for path in (Layout(settings, config.table).table_dir / "dt=2026-11-22/hr=10").rglob("*.parquet"):
+        rows.extend(tuple(sorted(r.items())) for r in pq.read_table(path).to_pylist())
+    return sorted(rows)
+
+
 def sealed_with_late(spark: Any, broker: str, settings: Settings, tmp_path: Path, policy: str) -> Any:
     """Hour 10 sealed from two MQ partitions over two batches, then two late rows."""
     config, settings = fresh_table(settings, tmp_path, late_policy=policy)
@@ -61,12 +71,14 @@ def test_rebuild_under_amend_gives_the_same_rows_as_a_new_version_twice(
     config, settings = sealed_with_late(spark, broker, settings, tmp_path, "amend")
     before = hour_rows(spark, settings, config)
     assert len(before) == 15  # 12 + 1 on time, 2 late folded in by amend
+    files_before = file_rows(settings, config)
 
     result = run_rebuild(spark, config, settings, "rebuild-1", [HOUR])
     (done,) = result.hours
     assert (done["status"], done["version"], done["rows"], done["late"]) == ("rebuilt", 3, 15, 2)
     assert done["batches"] == [0, 1, 2] and done["atomic_swap"] is True
     assert hour_rows(spark, settings, config) == before
+    assert file_rows(settings, config) == files_before  # same columns in the files too
     assert registered(spark, config.table) == ["dt=2026-11-22/hr=10"]
 
     again = run_rebuild(spark, config, settings, "rebuild-1", [HOUR])  # retry of the same run
@@ -168,3 +180,28 @@ def test_two_rebuilds_of_one_hour_at_once_one_wins_data_exact(
     assert f"another job holds the rebuild-{HOUR} lock" in str(loser) and "run rebuild-1" in str(loser)
     assert hour_rows(spark, settings, config) == before
     assert not lock.exists()
+
+
+def test_a_rebuild_killed_at_any_point_is_finished_by_its_retry(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, settings = sealed_with_late(spark, broker, settings, tmp_path, "amend")
+    before = hour_rows(spark, settings, config)
+    journal = PartitionJournal(settings.state_dir, config.table)
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    for point in REBUILD_POINTS:
+        run = f"rebuild-{point}"
+        monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
+        with pytest.raises(InjectedFault):
+            run_rebuild(spark, config, settings, run, [HOUR])
+        monkeypatch.delenv("TIDEMARK_FAIL_AT")
+        # Between the swap and the journal entry readers already see the new files: same rows.
+        assert hour_rows(spark, settings, config) == before
+        (done,) = run_rebuild(spark, config, settings, run, [HOUR]).hours
+        assert done["status"] == "rebuilt" and done["rows"] == 15
+        assert hour_rows(spark, settings, config) == before
+    entries = [e for e in journal.entries() if e.kind == "rebuild"]
+    assert [(e.run_id, e.version) for e in entries] == [
+        (f"rebuild-{p}", v) for p, v in zip(REBUILD_POINTS, (3, 4, 5), strict=True)
+    ]
+    assert not list(Layout(settings, config.table).staging_root.glob("rebuild-*"))
