@@ -20,9 +20,19 @@ START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 PROCESSING_TIME = "{{ (dag_run.data_interval_end or dag_run.run_after).isoformat() }}"
 
 
-DAG_ID_PREFIX = "tidemark_ingest_"
-SEAL_DAG_PREFIX = "tidemark_seal_"
 REBUILD_DAG_PREFIX = "tidemark_rebuild_"
+DAG_KINDS = ("ingest", "seal", "rebuild")
+
+
+def table_of_dag(dag_id: str) -> str | None:
+    """The table a tidemark DAG id belongs to (``tidemark_<kind>_<table>``), else None."""
+    for kind in DAG_KINDS:
+        prefix = f"tidemark_{kind}_"
+        if dag_id.startswith(prefix):
+            return dag_id.removeprefix(prefix)
+    return None
+
+
 HOUR_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}b?$"
 DRY_RUN = "{{ params.dry_run }}"
 
@@ -88,6 +98,34 @@ def _spark_job(
     )
 
 
+def _table_dag(
+    config: TableConfig,
+    kind: str,
+    *,
+    description: str,
+    schedule: Any,
+    doc_md: str,
+    params: dict[str, Any],
+    max_active_runs: int = 1,
+) -> Any:
+    """``tidemark_<kind>_<table>``: the settings every tidemark DAG shares (no catchup: hours
+    are rebuilt by backfill, batches never need one per missed interval)."""
+    from airflow.sdk import DAG
+
+    return DAG(
+        dag_id=f"tidemark_{kind}_{config.table}",
+        description=description,
+        schedule=schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=max_active_runs,
+        default_args=default_args(config),
+        tags=["tidemark", kind, *config.tags],
+        doc_md=doc_md,
+        params=params,
+    )
+
+
 def _announce_task(table: str, asset: Any) -> Any:
     """The task emitting one Asset event per hour sealed, amended, released or rebuilt since
     the last announcement (shared by every DAG that changes published hours)."""
@@ -119,7 +157,7 @@ def _announce_task(table: str, asset: Any) -> Any:
 
 def ingest_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_ingest_<table>``: dump one micro-batch, seal complete hours, announce them."""
-    from airflow.sdk import DAG, task
+    from airflow.sdk import task
 
     from tidemark.airflow_env import HIVE_METASTORE_POOL
     from tidemark.announce import table_asset
@@ -147,15 +185,11 @@ sealed hour, with the hour (e.g. `2026-11-22T10`) as partition key.
 
 Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH` for one hour.
 """
-    with DAG(
-        dag_id=f"{DAG_ID_PREFIX}{config.table}",
+    with _table_dag(
+        config,
+        "ingest",
         description=f"Exactly-once micro-batch dump of {config.source.topic} into {config.table}",
         schedule=config.schedule,
-        start_date=START_DATE,
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args(config),
-        tags=["tidemark", "ingest", *config.tags],
         doc_md=doc,
         params={"dry_run": _dry_run_param("the next batch's offsets and the hours a seal would register")},
     ) as dag:
@@ -207,21 +241,17 @@ Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH
 
 def seal_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_seal_<table>``: on demand, seal now and release quarantined hours."""
-    from airflow.sdk import DAG, Param
+    from airflow.sdk import Param
 
     from tidemark.airflow_env import HIVE_METASTORE_POOL
     from tidemark.announce import table_asset
 
     table = config.table
-    with DAG(
-        dag_id=f"{SEAL_DAG_PREFIX}{table}",
+    with _table_dag(
+        config,
+        "seal",
         description=f"Seal complete hours of {table} now; release quarantined hours",
         schedule=None,
-        start_date=START_DATE,
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args(config),
-        tags=["tidemark", "seal", *config.tags],
         doc_md=f"""
 ### Seal `{table}` on demand
 The ingest DAG seals after every batch; trigger this one to seal without dumping (for example
@@ -256,24 +286,21 @@ hours**: list them in *release* after checking their data (`tidemark status --ta
 def rebuild_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_rebuild_<table>``: the run for data interval [H, H+1h) rebuilds hour H from
     the broker; backfill over it rebuilds a range of hours."""
-    from airflow.sdk import DAG, task
+    from airflow.sdk import task
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     from tidemark.airflow_env import HIVE_METASTORE_POOL
     from tidemark.announce import table_asset
 
     table = config.table
-    with DAG(
-        dag_id=f"{REBUILD_DAG_PREFIX}{table}",
+    with _table_dag(
+        config,
+        "rebuild",
         description=f"Rebuild sealed hours of {table} from the broker (backfill target)",
         # A cron string would give a CronTriggerTimetable, whose runs have an empty data
         # interval; each run here must own the hour [H, H+1h).
         schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-        start_date=START_DATE,
-        catchup=False,
         max_active_runs=2,
-        default_args=default_args(config),
-        tags=["tidemark", "rebuild", *config.tags],
         doc_md=f"""
 ### Rebuild hours of `{table}`
 The run for data interval [H, H+1h) rebuilds hour H deterministically: it re-reads from the

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.config import load_tables
-from tidemark.dag_factory import DAG_ID_PREFIX
+from tidemark.dag_factory import table_of_dag
 from tidemark.errors import ConfigError
 from tidemark.report import render_report, report_data
 from tidemark.settings import Settings
@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None) -> Any:
 
     @app.get("/dags/{dag_id}/health", response_class=HTMLResponse)
     def dag_health(dag_id: str) -> str:
-        config = table_config(dag_id.removeprefix(DAG_ID_PREFIX))
+        config = table_config(table_of_dag(dag_id) or dag_id)
         return render_report(report_data(config, current()), docs_prefix=f"../../tables/{config.table}/docs/")
 
     @app.get("/tables/{table}/docs/{path:path}")

@@ -55,7 +55,8 @@ def test_airflow_standalone_up_login_and_clean_down(tmp_path: Path, settings: Se
         assert 'href="tables/events/health"' in index and 'href="tables/orders/health"' in index
         health = page(f"{base}/tidemark/tables/events/health")
         assert "Ingestion health: events" in health and health.count('class="plot"') == 4
-        assert "Ingestion health: events" in page(f"{base}/tidemark/dags/tidemark_ingest_events/health")
+        for kind in ("ingest", "seal", "rebuild"):
+            assert "Ingestion health: events" in page(f"{base}/tidemark/dags/tidemark_{kind}_events/health")
         root = psutil.Process(status.pid)
         family = [root, *root.children(recursive=True)]
         assert len(family) >= 4  # scheduler, dag-processor, api-server, triggerer
