@@ -219,7 +219,8 @@ Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH
             current = Settings.from_env()
             return emit_metrics(load_table(table, current), current)
 
-        @task(task_id="check_deadlines", trigger_rule="all_done")
+        # No retries: judged at the run's fixed data interval end, a retry gives the same answer.
+        @task(task_id="check_deadlines", trigger_rule="all_done", retries=0)
         def check_deadlines(**context: Any) -> dict[str, str]:
             """Fail (an alert in the UI and the failure callback) when hours are past their seal
             deadline; the reference time is the run's data interval end, not the clock."""

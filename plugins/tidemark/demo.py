@@ -122,6 +122,12 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
             print(f"   tasks: {states}", flush=True)
             if i == 1:
                 print(render_partition(explain_partition(config, demo, "2026-11-22T08")), flush=True)
+            if states.get("check_deadlines") == "failed":
+                print(
+                    "   check_deadlines is the alert for hours still unsealed at their end + commit delay + "
+                    "seal_grace: here one MQ partition went quiet and holds them until it counts as idle",
+                    flush=True,
+                )
         print()
         print(render(table_status(config, demo)))
         return _report(config, demo, produced)

@@ -108,7 +108,8 @@ def test_rebuild_dag_is_hourly_without_catchup_and_registers_in_the_pool(dagbag:
 def test_dag_hygiene(dagbag: Any, attribute: str) -> None:
     for dag in dagbag.dags.values():
         if attribute == "retries":
-            assert all(t.retries >= 2 for t in dag.tasks), dag.dag_id
+            # check_deadlines judges a fixed instant (the run's interval end): a retry cannot differ
+            assert all(t.retries >= 2 for t in dag.tasks if t.task_id != "check_deadlines"), dag.dag_id
         elif attribute == "tags":
             assert dag.tags and "tidemark" in dag.tags, dag.dag_id
         else:
