@@ -21,8 +21,9 @@ from typing import Any
 
 from tidemark.commitlog import CommitLog
 from tidemark.config import TableConfig
-from tidemark.hours import Hour, hour_of, hours_from, parse_path
+from tidemark.hours import Hour, hours_from
 from tidemark.partitions import PartitionJournal
+from tidemark.sealing import first_unsealed_hour
 from tidemark.settings import Settings
 from tidemark.storage import Location, read_json, replace_atomically
 
@@ -43,16 +44,11 @@ def overdue_hours(config: TableConfig, settings: Settings, as_of: datetime) -> d
     """
     from tidemark.status import explain_partition
 
-    zone = config.event_time.time_zone
     journal = PartitionJournal(settings.state_location, config.table).state()
-    if journal.sealed_through:
-        first = hour_of(datetime.fromisoformat(journal.sealed_through), zone)
-    else:
-        state = CommitLog(settings.state_location, config.table).state()
-        with_data = [parse_path(p, zone) for p, n in state.rows_per_hour.items() if n]
-        if not with_data:
-            return {}
-        first = min(with_data)
+    state = CommitLog(settings.state_location, config.table).state()
+    first = first_unsealed_hour(config, state, journal)
+    if first is None:
+        return {}
     limit = as_of - config.watermark.commit_delay - config.watermark.seal_grace
     late = [hour for hour in hours_from(first, ending_by=limit) if hour.key not in journal.hours]
     if not late:

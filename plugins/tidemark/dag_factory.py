@@ -20,14 +20,18 @@ START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 PROCESSING_TIME = "{{ (dag_run.data_interval_end or dag_run.run_after).isoformat() }}"
 
 
-REBUILD_DAG_PREFIX = "tidemark_rebuild_"
 DAG_KINDS = ("ingest", "seal", "rebuild")
 
 
+def dag_id_of(kind: str, table: str) -> str:
+    """``tidemark_<kind>_<table>``: the id of a table's ingest, seal or rebuild DAG."""
+    return f"tidemark_{kind}_{table}"
+
+
 def table_of_dag(dag_id: str) -> str | None:
-    """The table a tidemark DAG id belongs to (``tidemark_<kind>_<table>``), else None."""
+    """The table a tidemark DAG id belongs to, else None."""
     for kind in DAG_KINDS:
-        prefix = f"tidemark_{kind}_"
+        prefix = dag_id_of(kind, "")
         if dag_id.startswith(prefix):
             return dag_id.removeprefix(prefix)
     return None
@@ -113,7 +117,7 @@ def _table_dag(
     from airflow.sdk import DAG
 
     return DAG(
-        dag_id=f"tidemark_{kind}_{config.table}",
+        dag_id=dag_id_of(kind, config.table),
         description=description,
         schedule=schedule,
         start_date=START_DATE,
@@ -311,7 +315,7 @@ re-validates, swaps the hour's directory in one step and re-registers and re-ann
 Rebuilding twice gives the same rows. Hours not sealed yet are skipped (the ingest DAG seals
 them); offsets gone from the broker fail with `DataLossError` and leave the hour untouched.
 
-- Backfill: `airflow backfill create --dag-id {REBUILD_DAG_PREFIX}{table} --from-date 2026-11-22T10:00
+- Backfill: `airflow backfill create --dag-id {dag_id_of("rebuild", table)} --from-date 2026-11-22T10:00
   --to-date 2026-11-22T12:00` or the UI's backfill dialog.
 - Trigger with *first hour* / *last hour* to rebuild a range in one run; *dry run* only logs
   the batches and offsets each hour needs.

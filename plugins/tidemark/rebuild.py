@@ -233,9 +233,7 @@ def check_offsets(plan: RebuildPlan, topic: str, broker: dict[int, tuple[int, in
         for r in source.ranges:
             if not r.size:
                 continue
-            earliest, latest = broker.get(r.partition, (r.end, r.end))
-            if r.partition not in broker:
-                earliest = latest = 0
+            earliest, latest = broker.get(r.partition, (0, 0))  # a vanished partition holds nothing
             missing = None
             if r.start < earliest:
                 missing = (r.start, min(earliest, r.end))
@@ -348,7 +346,7 @@ class Rebuilder:
         new_dir.mkdir(parents=True)
         rows = 0
         if plan.sources:
-            frame = self._rows(hour, plan, staging / "receipts")
+            frame = self._rows(hour, plan, staging / "receipts", kafka_conf)
             written = staging / "write"
             size = max(1, sum(p.stat().st_size for p in self._current_files(hour)))
             n_files = max(1, math.ceil(size / self.config.output.target_file_size))
@@ -370,18 +368,16 @@ class Rebuilder:
         target = self.layout.table_dir / hour.path
         return sorted(target.rglob("*.parquet")) if target.exists() else []
 
-    def _rows(self, hour: Hour, plan: RebuildPlan, receipts: Path) -> DataFrame:
+    def _rows(self, hour: Hour, plan: RebuildPlan, receipts: Path, kafka_conf: dict[str, Any]) -> DataFrame:
         """The hour's rows from every feeding batch, each classified as in its first run."""
         from functools import reduce
 
         from pyspark.sql import functions as F
 
         from tidemark import cardinality
-        from tidemark.kafka import client_properties
         from tidemark.source import read_ranges
         from tidemark.transform import HOUR_COLUMNS, classify, table_columns
 
-        kafka_conf = client_properties(self.settings.kafka_bootstrap, self.config.source.kafka_properties)
         state = self.commit_log.state()
         frames = []
         for source in plan.sources:

@@ -42,6 +42,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
     page is drawn for a person looking now: the wall clock by default)."""
     from tidemark.alerts import overdue_hours, recent_failures
 
+    as_of = as_of or datetime.now(UTC)
     commit_log = CommitLog(settings.state_location, config.table)
     state = commit_log.state()
     first = max(0, state.last_committed + 1 - MAX_BATCHES)
@@ -103,8 +104,8 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
             if late
         },
         "hours": hours,
-        "as_of": (as_of or datetime.now(UTC)).isoformat(),
-        "overdue": overdue_hours(config, settings, as_of or datetime.now(UTC)),
+        "as_of": as_of.isoformat(),
+        "overdue": overdue_hours(config, settings, as_of),
         "failures": recent_failures(settings, config.table)[:MAX_FAILURES_SHOWN],
     }
 

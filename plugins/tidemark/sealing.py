@@ -77,19 +77,21 @@ def seal_limit(config: TableConfig, state: LogState) -> datetime | None:
     return state.ready.instant - config.watermark.commit_delay
 
 
+def first_unsealed_hour(config: TableConfig, state: LogState, partitions: PartitionState) -> Hour | None:
+    """The sealed frontier, or the first hour with committed rows; None before any data."""
+    zone = config.event_time.time_zone
+    if partitions.sealed_through:
+        return hour_of(datetime.fromisoformat(partitions.sealed_through), zone)
+    with_data = [parse_path(p, zone) for p, n in state.rows_per_hour.items() if n]
+    return min(with_data) if with_data else None
+
+
 def hours_to_seal(config: TableConfig, state: LogState, partitions: PartitionState) -> list[Hour]:
     """Consecutive hours from the sealed frontier (or the first hour with data) up to the limit."""
     limit = seal_limit(config, state)
-    zone = config.event_time.time_zone
-    if limit is None:
+    first = first_unsealed_hour(config, state, partitions)
+    if limit is None or first is None:
         return []
-    if partitions.sealed_through:
-        first = hour_of(datetime.fromisoformat(partitions.sealed_through), zone)
-    else:
-        with_data = [parse_path(p, zone) for p, n in state.rows_per_hour.items() if n]
-        if not with_data:
-            return []
-        first = min(with_data)
     return list(hours_from(first, ending_by=limit))
 
 
