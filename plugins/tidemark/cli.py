@@ -24,7 +24,9 @@ TIDEMARK_KAFKA_BOOTSTRAP, TIDEMARK_SPARK_MASTER, ...); tables from conf/tables/*
 EPILOG = """\
 examples:
   tidemark services start            start the local tansu broker
-  tidemark services start all        broker + Airflow standalone (what `make up` runs)
+  tidemark services start broker airflow
+                                     broker + Airflow standalone (what `make up` runs)
+  tidemark services start postgres   a PostgreSQL of tidemark's own (JDBC bootstrap source)
   tidemark services status all       which local services run and answer
   tidemark tables validate           check every table YAML, listing all problems
   tidemark dump --table events --run-id manual__1

@@ -97,11 +97,13 @@ class OutputConfig(_Strict):
 
 
 class CdcConfig(_Strict):
-    """For change-data-capture tables: which fields carry the operation and the version."""
+    """For change-data-capture tables: which fields carry the operation and the version, and
+    how often the merge folds sealed increments into a snapshot (``<table>_snapshot``)."""
 
     op_field: str = "op"
     version_field: str = "version"
     delete_ops: list[str] = Field(default_factory=lambda: ["d"])
+    snapshot_every: Literal["day", "hour"] = "day"
 
 
 class QualityConfig(_Strict):
@@ -187,6 +189,13 @@ class TableConfig(_Strict):
             for key in (self.cdc.op_field, self.cdc.version_field):
                 if key not in self.columns:
                     problems.append(f"cdc: {key!r} is not a column of the schema")
+            if not self.primary_key:
+                problems.append("primary_key: a cdc table needs the key its changes are merged by")
+            if self.late_policy != "amend":
+                problems.append(
+                    "late_policy: a cdc table needs 'amend': a late change must reach the sealed hour "
+                    "the merge reads (and re-trigger its snapshot), not a side table"
+                )
         if problems:
             # One line per problem; each line already names its key (see _describe).
             raise ValueError("\n".join(problems))
@@ -200,6 +209,10 @@ class TableConfig(_Strict):
     @property
     def dirty_table(self) -> str:
         return f"{self.table}__dirty"
+
+    @property
+    def snapshot_table(self) -> str:
+        return f"{self.table}_snapshot"
 
     @property
     def late_table(self) -> str:

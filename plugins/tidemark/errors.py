@@ -109,5 +109,26 @@ class SealDeadlineMissedError(TidemarkError):
         )
 
 
+class BootstrapError(TidemarkError):
+    """A bootstrap source cannot be read or does not fit the table (columns, types, label)."""
+
+
+class MergeError(TidemarkError):
+    """A snapshot cannot be merged: no earlier snapshot to start from, or a bad label."""
+
+
+class UnsealedHoursError(MergeError):
+    """Increment hours a merge needs are not sealed yet (or are quarantined)."""
+
+    def __init__(self, table: str, snapshot: str, hours: dict[str, str]) -> None:
+        self.table, self.snapshot, self.hours = table, snapshot, hours
+        shown = "; ".join(f"{hour}: {why}" for hour, why in sorted(hours.items())[:12])
+        more = f" (+{len(hours) - 12} more)" if len(hours) > 12 else ""
+        super().__init__(
+            f"{table}: snapshot {snapshot} needs {len(hours)} increment hour(s) that are not sealed: "
+            f"{shown}{more}. The merge runs once they are; see tidemark status --table {table}"
+        )
+
+
 class StorageError(TidemarkError):
     """A state location that cannot be served with create-only semantics."""

@@ -25,7 +25,8 @@ DUMP_POINTS = (
 SEAL_POINTS = ("mid_compaction", "after_registration")
 ANNOUNCE_POINTS = ("before_announce",)
 REBUILD_POINTS = ("mid_rebuild", "before_swap", "after_swap")
-POINTS = DUMP_POINTS + SEAL_POINTS + ANNOUNCE_POINTS + REBUILD_POINTS
+SNAPSHOT_POINTS = ("after_alignment", "after_snapshot_staging", "after_snapshot_swap")
+POINTS = DUMP_POINTS + SEAL_POINTS + ANNOUNCE_POINTS + REBUILD_POINTS + SNAPSHOT_POINTS
 EXIT_CODE = 86
 
 

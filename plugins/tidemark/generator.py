@@ -152,3 +152,106 @@ def records(items: list[tuple[Any, ...]], *, prefix: str = "r") -> list[Message]
             record.update(item[2])
         out.append(Message(partition, json.dumps(record).encode(), None, event_time))
     return out
+
+
+# -- change data capture (the orders example) ---------------------------------------------------
+ORDER_STATUSES = ("created", "paid", "shipped", "delivered")
+
+
+def order_changes(
+    count: int,
+    *,
+    start: datetime,
+    span: timedelta = timedelta(hours=1),
+    first_order_id: int = 1,
+    existing: dict[int, dict[str, Any]] | None = None,
+    new_fraction: float = 0.4,
+    delete_fraction: float = 0.1,
+    seed: int = 11,
+) -> list[dict[str, Any]]:
+    """``count`` committed changes of an orders table in commit order, ``updated_at`` rising
+    over ``span``: inserts (op c) of new ids from ``first_order_id``, updates (u) and deletes
+    (d) of live ones, each with the order's next version. ``existing`` is the state to start
+    from (e.g. what a bootstrap read); it is not modified."""
+    rng = random.Random(seed)
+    state = {k: dict(v) for k, v in (existing or {}).items()}
+    live = sorted(state)
+    next_id = max([first_order_id - 1, *live]) + 1
+    changes = []
+    for i in range(count):
+        at = start + span * (i / max(count, 1))
+        roll = rng.random()
+        if not live or roll < new_fraction:
+            order_id, next_id = next_id, next_id + 1
+            row = {
+                "order_id": order_id,
+                "version": 1,
+                "customer_id": rng.randint(1, 5_000),
+                "status": ORDER_STATUSES[0],
+                "amount": f"{rng.uniform(5, 900):.2f}",
+            }
+            op = "c"
+            live.append(order_id)
+        else:
+            order_id = live[rng.randrange(len(live))]
+            row = dict(state[order_id])
+            row["version"] += 1
+            if roll < new_fraction + delete_fraction:
+                op = "d"
+                live.remove(order_id)
+            else:
+                op = "u"
+                row["status"] = rng.choice(ORDER_STATUSES[1:])
+                row["amount"] = f"{rng.uniform(5, 900):.2f}"
+        row["updated_at"] = at.isoformat()
+        state[order_id] = row
+        changes.append({"op": op, **row})
+    return changes
+
+
+def state_after(
+    changes: list[dict[str, Any]], start: dict[int, dict[str, Any]] | None = None
+) -> dict[int, dict[str, Any]]:
+    """The table after applying ``changes`` in commit order: what the source database holds."""
+    state = {k: dict(v) for k, v in (start or {}).items()}
+    for change in changes:
+        row = {k: v for k, v in change.items() if k != "op"}
+        if change["op"] == "d":
+            state.pop(change["order_id"], None)
+        else:
+            state[change["order_id"]] = row
+    return state
+
+
+def change_messages(
+    changes: list[dict[str, Any]],
+    *,
+    partitions: int = 4,
+    duplicates: float = 0.0,
+    reorder: float = 0.0,
+    seed: int = 13,
+) -> list[Message]:
+    """One message per change, keyed by order id (partition = id % partitions, so each
+    order's changes keep their order) - except that ``duplicates`` of them are sent twice and
+    ``reorder`` of them swap places with the next change of the same partition, which puts
+    versions out of order as a misbehaving capture would."""
+    rng = random.Random(seed)
+    lanes: list[list[dict[str, Any]]] = [[] for _ in range(partitions)]
+    for change in changes:
+        lanes[change["order_id"] % partitions].append(change)
+    for lane in lanes:
+        for i in range(len(lane) - 1):
+            if rng.random() < reorder:
+                lane[i], lane[i + 1] = lane[i + 1], lane[i]
+    placed = []  # (position in its lane, partition, message): lanes interleaved, order kept
+    for p, lane in enumerate(lanes):
+        position = 0
+        for change in lane:
+            message = Message(
+                p, json.dumps(change).encode(), None, datetime.fromisoformat(change["updated_at"])
+            )
+            copies = 2 if rng.random() < duplicates else 1
+            for _ in range(copies):
+                placed.append((position, p, message))
+                position += 1
+    return [message for _, _, message in sorted(placed, key=lambda item: item[:2])]

@@ -41,18 +41,23 @@ def qualified(table: str) -> str:
     return f"{quote_identifier(DATABASE)}.{quote_identifier(table)}"
 
 
+def external_parquet_sql(
+    table: str, columns: Sequence[tuple[str, str]], partitions: Sequence[str], location: Path
+) -> str:
+    """CREATE EXTERNAL TABLE IF NOT EXISTS over Parquet files, string partition columns."""
+    data = ", ".join(f"{quote_identifier(n)} {t}" for n, t in columns)
+    partitioned = ", ".join(f"{quote_identifier(p)} string" for p in partitions)
+    return (
+        f"CREATE EXTERNAL TABLE IF NOT EXISTS {qualified(table)} ({data}) "
+        f"PARTITIONED BY ({partitioned}) STORED AS PARQUET LOCATION {quote_value(str(location))}"
+    )
+
+
 def create_table_sql(config: TableConfig, table: str, location: Path) -> str:
     """External Parquet table with the config's columns, MQ lineage and partition columns."""
     parts = [*HOUR_COLUMNS, *config.partitioning.columns]
-    columns = [
-        f"{quote_identifier(c.name)} {c.type.ddl()}" for c in config.schema_columns if c.name not in parts
-    ]
-    columns += [f"{quote_identifier(n)} {t}" for n, t in META_DDL]
-    partitioned = ", ".join(f"{quote_identifier(p)} string" for p in parts)
-    return (
-        f"CREATE EXTERNAL TABLE IF NOT EXISTS {qualified(table)} ({', '.join(columns)}) "
-        f"PARTITIONED BY ({partitioned}) STORED AS PARQUET LOCATION {quote_value(str(location))}"
-    )
+    columns = [(c.name, c.type.ddl()) for c in config.schema_columns if c.name not in parts]
+    return external_parquet_sql(table, [*columns, *META_DDL], parts, location)
 
 
 def add_partition_sql(table: str, spec: Mapping[str, str], location: Path) -> str:

@@ -13,6 +13,7 @@ Everything deployment-specific comes from the environment, so one checkout runs 
 | ``TIDEMARK_WAREHOUSE`` | ``$TIDEMARK_HOME/warehouse`` (any Hadoop filesystem URI) |
 | ``TIDEMARK_HIVE_METASTORE_URIS`` | unset: embedded Derby under ``$TIDEMARK_HOME/metastore_db`` |
 | ``TIDEMARK_AIRFLOW_PORT`` | ``8080`` |
+| ``TIDEMARK_POSTGRES_PORT`` | ``15432``: the local PostgreSQL of the demo and the JDBC tests |
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Settings:
     warehouse: str = ""
     hive_metastore_uris: str = ""
     airflow_port: int = 8080
+    postgres_port: int = 15432
     python: str = sys.executable
     # commit logs, journals and locks; a path or an hdfs:// URI (TIDEMARK_STATE_DIR)
     state_uri: str = ""
@@ -76,6 +78,9 @@ class Settings:
         port_text = env.get("TIDEMARK_AIRFLOW_PORT", "8080")
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
             problems.append(f"TIDEMARK_AIRFLOW_PORT: expected a TCP port number, got {port_text!r}")
+        pg_port_text = env.get("TIDEMARK_POSTGRES_PORT", "15432")
+        if not pg_port_text.isdigit() or not 0 < int(pg_port_text) < 65536:
+            problems.append(f"TIDEMARK_POSTGRES_PORT: expected a TCP port number, got {pg_port_text!r}")
         bootstrap = env.get("TIDEMARK_KAFKA_BOOTSTRAP", DEFAULT_BOOTSTRAP).strip()
         if not bootstrap:
             problems.append("TIDEMARK_KAFKA_BOOTSTRAP: expected host:port[,host:port...], got an empty value")
@@ -90,6 +95,7 @@ class Settings:
             warehouse=env.get("TIDEMARK_WAREHOUSE", str(home / "warehouse")),
             hive_metastore_uris=env.get("TIDEMARK_HIVE_METASTORE_URIS", ""),
             airflow_port=int(port_text),
+            postgres_port=int(pg_port_text),
             python=env.get("PYSPARK_PYTHON", sys.executable),
             state_uri=env.get("TIDEMARK_STATE_DIR", ""),
         )

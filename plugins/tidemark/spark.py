@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 
 JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+# JDBC drivers from Debian's packages (libpostgresql-jdbc-java, libmariadb-java), put on the
+# driver's class path when present: with spark.jars alone DriverManager finds no driver.
+JDBC_DRIVER_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
 
 
 def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
@@ -48,6 +51,10 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         "spark.pyspark.driver.python": settings.python,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
+    drivers = [jar for jar in JDBC_DRIVER_JARS if Path(jar).is_file()]
+    if drivers:
+        conf["spark.driver.extraClassPath"] = ":".join(drivers)
+        conf["spark.executor.extraClassPath"] = ":".join(drivers)
     if hive:
         if settings.hive_metastore_uris:
             conf["spark.hadoop.hive.metastore.uris"] = settings.hive_metastore_uris

@@ -36,10 +36,12 @@ def registered(spark: Any, table: str) -> list[str]:
     return sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS `{table}`").collect())
 
 
-def fresh_table(settings: Settings, tmp_path: Path, **overrides: Any) -> tuple[TableConfig, Settings]:
-    """The events example under a unique table/topic name, with its own conf dir."""
-    data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
-    name = f"ev_{uuid.uuid4().hex[:8]}"
+def fresh_table(
+    settings: Settings, tmp_path: Path, *, template: str = "events", **overrides: Any
+) -> tuple[TableConfig, Settings]:
+    """A conf/tables example under a unique table/topic name, with its own conf dir."""
+    data = yaml.safe_load((ROOT / "conf" / "tables" / f"{template}.yaml").read_text())
+    name = f"{template[:2]}_{uuid.uuid4().hex[:8]}"
     data["table"] = name
     data["source"]["topic"] = name
     for dotted, value in overrides.items():
