@@ -56,6 +56,7 @@ def broker_port() -> int:
 @pytest.fixture(scope="session")
 def settings(tidemark_home: Path, broker_port: int) -> Settings:
     os.environ["TIDEMARK_KAFKA_BOOTSTRAP"] = f"127.0.0.1:{broker_port}"
+    os.environ["TIDEMARK_POSTGRES_PORT"] = str(free_port())
     return Settings.from_env()
 
 
@@ -82,3 +83,20 @@ def spark(request: pytest.FixtureRequest, settings: Settings) -> Iterator[object
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres(settings: Settings) -> Iterator[str]:
+    """tidemark's own PostgreSQL cluster on a free port (the Makefile's test target installs
+    the server and the JDBC driver where missing); yields its JDBC URL."""
+    import shutil
+
+    from tidemark.services import PostgresService, postgres_url
+
+    service = PostgresService(settings)
+    service.start()
+    try:
+        yield postgres_url(settings)
+    finally:
+        service.stop()
+        shutil.rmtree(service.data_dir, ignore_errors=True)

@@ -68,7 +68,11 @@ def replace_table(
         writer.writerow(["" if row.get(c) is None else row[c] for c in columns])
         count += 1
     psql(settings, f'DROP TABLE IF EXISTS "{table}"; CREATE TABLE "{table}" ({ddl})')
-    psql(settings, f"COPY \"{table}\" ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv)", stdin=buffer.getvalue())
+    psql(
+        settings,
+        f'COPY "{table}" ({", ".join(columns)}) FROM STDIN WITH (FORMAT csv)',
+        stdin=buffer.getvalue(),
+    )
     return count
 
 

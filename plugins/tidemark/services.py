@@ -332,7 +332,9 @@ class PostgresService(Service):
         return found[-1]
 
     def _as_owner(self, command: list[str]) -> list[str]:
-        return ["runuser", "-u", "postgres", "--", *command] if self.as_root else command
+        # setpriv execs in place (runuser would stay the parent and swallow SIGINT).
+        owner = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+        return [*owner, *command] if self.as_root else command
 
     def command(self) -> list[str]:
         return self._as_owner(

@@ -1,0 +1,339 @@
+"""Bootstrap + merge on the real broker, real Spark, the Derby metastore and a real PostgreSQL:
+the merged snapshot equals both the source database's own state (the generator's) and a plain
+Python reference merge; changes made during a bootstrap are neither lost nor doubled; every
+crash point recovers by retrying the same run; late changes re-merge the stale snapshots."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.integration.dump_helpers import at, fresh_table
+from tidemark.bootstrap import PASSWORD_ENV, USER_ENV, BootstrapSource, run_bootstrap
+from tidemark.config import TableConfig
+from tidemark.dump import run_dump
+from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
+from tidemark.faults import SNAPSHOT_POINTS
+from tidemark.generator import change_messages, create_topic, order_changes, produce, state_after
+from tidemark.merge import run_merge, stale_snapshot
+from tidemark.pgsource import ORDERS_COLUMNS, ORDERS_DDL, apply_order_changes, replace_table
+from tidemark.sealing import run_seal
+from tidemark.services import POSTGRES_PASSWORD, POSTGRES_USER
+from tidemark.settings import Settings
+from tidemark.snapshots import SnapshotLog, SnapshotStore, period_of
+
+pytestmark = pytest.mark.integration
+
+Row = tuple[Any, ...]
+BOOTSTRAP_AT = at(10)
+Delivered = list[tuple[int, int, dict[str, Any]]]
+
+
+def normal(row: dict[str, Any]) -> Row:
+    """A snapshot row as comparable text: amounts to 2 places, instants in UTC."""
+    when = datetime.fromisoformat(str(row["updated_at"])).astimezone(UTC)
+    return (
+        int(row["order_id"]),
+        int(row["version"]),
+        None if row["customer_id"] is None else int(row["customer_id"]),
+        row["status"],
+        f"{float(row['amount']):.2f}",
+        when.strftime("%Y-%m-%d %H:%M:%S.%f"),
+    )
+
+
+def truth(state: dict[int, dict[str, Any]]) -> list[Row]:
+    return sorted(normal(r) for r in state.values())
+
+
+def snapshot(spark: Any, config: TableConfig, label: str) -> list[Row]:
+    """The snapshot partition as the metastore serves it; fails on a duplicated key."""
+    spark.catalog.refreshTable(config.snapshot_table)
+    frame = spark.sql(
+        f"SELECT order_id, version, customer_id, status, CAST(amount AS STRING) amount, "
+        f"date_format(updated_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS') || 'Z' updated_at "
+        f"FROM `{config.snapshot_table}` WHERE snapshot_dt = '{label}'"
+    )
+    rows = [normal({**r.asDict(), "updated_at": r["updated_at"].replace(" ", "T")}) for r in frame.collect()]
+    keys = [r[0] for r in rows]
+    assert len(keys) == len(set(keys)), f"{label}: duplicated keys"
+    return sorted(rows)
+
+
+def reference_merge(
+    base: dict[int, dict[str, Any]],
+    delivered: Delivered,
+    offsets: dict[str, int],
+    start: datetime,
+    end: datetime,
+) -> list[Row]:
+    """Independent plain-Python merge: per key the highest (version, offset, partition) among
+    the base (offset -1) and the changes in [start, end) at or after the aligned offsets."""
+    best: dict[int, tuple[tuple[int, int, int], dict[str, Any]]] = {
+        k: ((int(v["version"]), -1, -1), {"op": "c", **v}) for k, v in base.items()
+    }
+    for partition, offset, change in delivered:
+        when = datetime.fromisoformat(change["updated_at"])
+        if offset < offsets.get(str(partition), 0) or not start <= when < end:
+            continue
+        rank = (int(change["version"]), offset, partition)
+        if change["order_id"] not in best or rank > best[change["order_id"]][0]:
+            best[change["order_id"]] = (rank, change)
+    return sorted(normal(c) for _, c in best.values() if c["op"] != "d")
+
+
+def send(broker: str, config: TableConfig, changes: list[dict[str, Any]], **disorder: float) -> Delivered:
+    messages = change_messages(changes, partitions=2, **disorder)
+    import json
+
+    return [(p, o, json.loads(m.value)) for p, o, m in produce(broker, config.source.topic, messages)]
+
+
+def write_parquet_source(path: Path, state: dict[int, dict[str, Any]]) -> Path:
+    """The source as Parquet files (what an export of the OLTP table would give)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.glob("*.parquet"):
+        old.unlink()
+    rows = list(state.values())
+    table = pa.table(
+        {
+            "order_id": pa.array([r["order_id"] for r in rows], pa.int64()),
+            "version": pa.array([r["version"] for r in rows], pa.int64()),
+            "customer_id": pa.array([r["customer_id"] for r in rows], pa.int64()),
+            "status": pa.array([r["status"] for r in rows], pa.string()),
+            "amount": pa.array([r["amount"] for r in rows], pa.string()),
+            "updated_at": pa.array(
+                [datetime.fromisoformat(r["updated_at"]) for r in rows], pa.timestamp("us", "UTC")
+            ),
+            "note": pa.array(["extra column, ignored"] * len(rows), pa.string()),
+        }
+    )
+    pq.write_table(table, path / "part-0.parquet")
+    return path
+
+
+def orders_table(settings: Settings, tmp_path: Path, broker: str) -> tuple[TableConfig, Settings]:
+    config, settings = fresh_table(settings, tmp_path, template="orders", cdc__snapshot_every="hour")
+    create_topic(broker, config.source.topic, 2)
+    return config, settings
+
+
+def ingest(spark: Any, config: TableConfig, settings: Settings, run: str, processing: datetime) -> None:
+    run_dump(spark, config, settings, run, processing)
+    run_seal(spark, config, settings, run)
+
+
+def history(tmp_path: Path) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+    """Changes before the bootstrap (09:00-10:00) and the source state they leave."""
+    before = order_changes(120, start=at(9), seed=1)
+    return before, state_after(before)
+
+
+def test_files_bootstrap_then_hourly_merges_match_the_source_and_a_reference(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = orders_table(settings, tmp_path, broker)
+    before, source_state = history(tmp_path)
+    send(broker, config, before)
+    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
+    boot = run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
+    assert boot.rows == len(source_state) and boot.version == 1
+    assert sum(boot.aligned_offsets.values()) == len(before)
+    assert snapshot(spark, config, "base") == truth(source_state)
+    # Retrying the run is a no-op, even with another label asked for.
+    assert run_bootstrap(
+        spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base"
+    ).already_done
+
+    # Increments: two hours of inserts/updates/deletes, some sent twice, some out of order.
+    after = order_changes(300, start=at(10), span=at(12) - at(10), existing=source_state, seed=2)
+    delivered = send(broker, config, after, duplicates=0.1, reorder=0.1)
+    ingest(spark, config, settings, "ingest-1", at(12, 30))
+    with pytest.raises(UnsealedHoursError, match="2026-11-22T11"):
+        run_merge(spark, config, settings, "merge-11", "2026-11-22T11")  # hour 11 is still open
+    delivered += send(
+        broker, config, order_changes(4, start=at(12, 20), span=at(12, 30) - at(12, 20), seed=3)
+    )
+    ingest(spark, config, settings, "ingest-2", at(12, 40))
+
+    base = {**source_state}
+    for label in ("2026-11-22T10", "2026-11-22T11"):
+        merged = run_merge(spark, config, settings, f"merge-{label}", label)
+        end = period_of(config, label).end
+        expected = truth(
+            state_after([c for c in after if datetime.fromisoformat(c["updated_at"]) < end], base)
+        )
+        assert snapshot(spark, config, label) == expected
+        start = datetime.fromisoformat(boot.increments_from)
+        assert expected == reference_merge(base, delivered, boot.aligned_offsets, start, end)
+        assert merged.rows == len(expected) and merged.version == 1
+    assert merged.base == "2026-11-22T10@v1" and merged.remerged == []
+    assert run_merge(spark, config, settings, "merge-2026-11-22T11", "2026-11-22T11").already_done
+    with pytest.raises(MergeError, match="bootstrap first"):
+        run_merge(spark, config, settings, "merge-early", "2026-11-22T08")
+
+
+def test_changes_during_the_bootstrap_are_neither_lost_nor_doubled(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, settings = orders_table(settings, tmp_path, broker)
+    before, source_state = history(tmp_path)
+    send(broker, config, before)
+    csv_dir = tmp_path / "src_csv"
+    source = BootstrapSource("csv", str(csv_dir))
+
+    def export(state: dict[int, dict[str, Any]]) -> None:  # the source as CSV with a header
+        csv_dir.mkdir(exist_ok=True)
+        lines = [",".join(ORDERS_COLUMNS)] + [
+            ",".join(str(r[c]) for c in ORDERS_COLUMNS) for r in state.values()
+        ]
+        (csv_dir / "orders.csv").write_text("\n".join(lines) + "\n")
+
+    export(source_state)
+    # The offsets are recorded, then the job dies before reading the source ...
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "after_alignment")
+    with pytest.raises(InjectedFault):
+        run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT)
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    # ... meanwhile the application changes the source, and the CDC stream carries the changes.
+    during = order_changes(60, start=at(10), span=at(10, 10) - at(10), existing=source_state, seed=4)
+    source_state = state_after(during, source_state)
+    export(source_state)
+    send(broker, config, during)
+    # The retry reads the changed source with the offsets planned first: the overlap is in both.
+    boot = run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT)
+    assert boot.label == "2026-11-22T1000" and boot.rows == len(source_state)
+    assert sum(boot.aligned_offsets.values()) == len(before)
+    later = order_changes(40, start=at(10, 20), span=at(11, 30) - at(10, 20), existing=source_state, seed=5)
+    send(broker, config, later)
+    ingest(spark, config, settings, "ingest-1", at(11, 40))
+    run_merge(spark, config, settings, "merge-10", "2026-11-22T10")
+    end = period_of(config, "2026-11-22T10").end
+    expected = state_after([c for c in later if datetime.fromisoformat(c["updated_at"]) < end], source_state)
+    assert snapshot(spark, config, "2026-11-22T10") == truth(expected)
+
+
+@pytest.mark.parametrize("point", SNAPSHOT_POINTS[1:])
+def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
+    spark: Any,
+    broker: str,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    point: str,
+) -> None:
+    config, settings = orders_table(settings, tmp_path, broker)
+    before, source_state = history(tmp_path)
+    send(broker, config, before)
+    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
+    with pytest.raises(InjectedFault):
+        run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    assert (
+        run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base").version
+        == 1
+    )
+    after = order_changes(80, start=at(10), span=at(11, 30) - at(10), existing=source_state, seed=6)
+    send(broker, config, after)
+    ingest(spark, config, settings, "ingest-1", at(11, 40))
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
+    with pytest.raises(InjectedFault):
+        run_merge(spark, config, settings, "merge-1", "2026-11-22T10")
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    result = run_merge(spark, config, settings, "merge-1", "2026-11-22T10")
+    assert result.version == 1 and not result.already_done
+    expected = state_after(
+        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
+    )
+    assert snapshot(spark, config, "2026-11-22T10") == truth(expected)
+    assert snapshot(spark, config, "base") == truth(source_state)
+    records = list(SnapshotLog(settings.state_location, config.table).records())
+    assert [(r.label, r.version) for r in records] == [("base", 1), ("2026-11-22T10", 1)]
+    store = SnapshotStore(spark, config, settings)
+    assert not store.staging_root.exists() or not any(store.staging_root.iterdir())
+
+
+def test_a_late_change_makes_its_snapshot_stale_and_the_next_merge_fixes_the_chain(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = orders_table(settings, tmp_path, broker)
+    before, source_state = history(tmp_path)
+    send(broker, config, before)
+    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
+    run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
+    after = order_changes(100, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=7)
+    send(broker, config, after)
+    ingest(spark, config, settings, "ingest-1", at(12, 30))
+    run_merge(spark, config, settings, "merge-10", "2026-11-22T10")
+    run_merge(spark, config, settings, "merge-11", "2026-11-22T11")
+    assert stale_snapshot(config, settings) is None
+    # A change of 10:50 arrives after hour 10 was sealed: amend folds it into hour 10 (v2).
+    state_at_11 = state_after(
+        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
+    )
+    victim = max(k for k, r in state_at_11.items() if datetime.fromisoformat(r["updated_at"]) < at(10, 50))
+    late = {
+        **state_at_11[victim],
+        "op": "u",
+        "version": 1000,
+        "status": "late",
+        "updated_at": at(10, 50).isoformat(),
+    }
+    send(broker, config, [late])
+    ingest(spark, config, settings, "ingest-2", at(12, 40))
+    assert stale_snapshot(config, settings) == "2026-11-22T11"
+    result = run_merge(spark, config, settings, "remerge-1", "2026-11-22T11")
+    assert result.remerged == ["2026-11-22T10"] and result.version == 2
+    fixed = state_after([late], state_at_11)
+    assert snapshot(spark, config, "2026-11-22T10") == truth(fixed)
+    expected_11 = state_after(
+        [c for c in after if at(11) <= datetime.fromisoformat(c["updated_at"]) < at(12)], fixed
+    )
+    assert snapshot(spark, config, "2026-11-22T11") == truth(expected_11)
+    assert stale_snapshot(config, settings) is None
+
+
+def test_jdbc_bootstrap_reads_postgres_in_parallel_ranges_without_leaking_the_password(
+    spark: Any,
+    broker: str,
+    postgres: str,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config, settings = orders_table(settings, tmp_path, broker)
+    before, source_state = history(tmp_path)
+    send(broker, config, before)
+    loaded = replace_table(settings, "orders_src", ORDERS_DDL, ORDERS_COLUMNS, source_state.values())
+    assert loaded == len(source_state)
+    source = BootstrapSource(
+        "jdbc", postgres, table="orders_src", partition_column="order_id", num_partitions=3
+    )
+    monkeypatch.setenv(USER_ENV, POSTGRES_USER)
+    monkeypatch.setenv(PASSWORD_ENV, "wrong-secret")
+    with pytest.raises(BootstrapError) as failure:
+        run_bootstrap(spark, config, settings, "boot-bad", source, as_of=BOOTSTRAP_AT, label="pg")
+    assert "wrong-secret" not in str(failure.value) and "orders_src" in str(failure.value)
+    monkeypatch.setenv(PASSWORD_ENV, POSTGRES_PASSWORD)
+    boot = run_bootstrap(spark, config, settings, "boot-pg", source, as_of=BOOTSTRAP_AT, label="pg")
+    assert boot.rows == len(source_state) and "3 ranges of order_id" in boot.source
+    assert len(list(SnapshotStore(spark, config, settings).partition_dir("pg").glob("*.parquet"))) == 3
+    assert snapshot(spark, config, "pg") == truth(source_state)
+    # Later changes applied to the database by the application agree with the CDC merge.
+    after = order_changes(50, start=at(10), span=at(11, 30) - at(10), existing=source_state, seed=8)
+    apply_order_changes(settings, "orders_src", after)
+    send(broker, config, after)
+    ingest(spark, config, settings, "ingest-1", at(11, 40))
+    run_merge(spark, config, settings, "merge-10", "2026-11-22T10")
+    in_hour = [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)]
+    assert snapshot(spark, config, "2026-11-22T10") == truth(state_after(in_hour, source_state))
+    state = (settings.state_location.local_path() / config.table / "snapshots").rglob("*.json")
+    assert not any("wrong-secret" in p.read_text() for p in state)
