@@ -202,6 +202,19 @@ def align(config: TableConfig, settings: Settings) -> dict[str, int]:
     return ends
 
 
+def preview_bootstrap(
+    config: TableConfig, settings: Settings, source: BootstrapSource, *, as_of: datetime, label: str = ""
+) -> dict[str, Any]:
+    """What a bootstrap would do (dry run): the label, the source and today's end offsets."""
+    return {
+        "table": config.table,
+        "dry_run": True,
+        "label": check_label(config, label or default_label(as_of)),
+        "source": source.describe(),
+        "end_offsets_now": align(config, settings),
+    }
+
+
 def default_label(as_of: datetime) -> str:
     return as_of.strftime("%Y-%m-%dT%H%M")
 

@@ -20,11 +20,11 @@ START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 PROCESSING_TIME = "{{ (dag_run.data_interval_end or dag_run.run_after).isoformat() }}"
 
 
-DAG_KINDS = ("ingest", "seal", "rebuild")
+DAG_KINDS = ("ingest", "seal", "rebuild", "bootstrap", "merge")
 
 
 def dag_id_of(kind: str, table: str) -> str:
-    """``tidemark_<kind>_<table>``: the id of a table's ingest, seal or rebuild DAG."""
+    """``tidemark_<kind>_<table>``: the id of one of a table's DAGs (see DAG_KINDS)."""
     return f"tidemark_{kind}_{table}"
 
 
@@ -67,6 +67,12 @@ def _dry_run_param(what: str) -> Any:
     )
 
 
+def _text_param(*, title: str, description: str) -> Any:
+    from airflow.sdk import Param
+
+    return Param("", type="string", title=title, description=description)
+
+
 def _hour_param(title: str, description: str) -> Any:
     from airflow.sdk import Param
 
@@ -85,12 +91,14 @@ def _spark_job(
     job: str,
     doc: str,
     extra_args: list[str] | None = None,
+    *,
+    operator: Any = None,
     **operator_kwargs: Any,
 ) -> Any:
     """A SparkSubmitOperator running ``spark_jobs/<job>.py`` for this table and run id."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    return SparkSubmitOperator(
+    return (operator or SparkSubmitOperator)(
         task_id=job,
         doc_md=doc,
         application=str(settings.project_root / "spark_jobs" / f"{job}.py"),
@@ -239,9 +247,43 @@ Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH
                 raise SealDeadlineMissedError(table, overdue)
             return overdue
 
-        seal >> [_announce_task(table, asset), metrics(), check_deadlines()]
+        announce = _announce_task(table, asset)
+        seal >> [announce, metrics(), check_deadlines()]
         dump >> seal
+        if config.cdc is not None:
+            announce >> _remerge_tasks(config)
     return dag
+
+
+def _remerge_tasks(config: TableConfig) -> Any:
+    """find_stale_snapshot >> remerge: when an amend changed an hour a merged snapshot read,
+    trigger the merge DAG for the newest snapshot (it re-merges the stale chain first)."""
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+    from airflow.sdk import task
+
+    table = config.table
+
+    @task(task_id="find_stale_snapshot")
+    def find_stale_snapshot() -> str:
+        """The newest merged snapshot if an amended hour made it (or its base) stale."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from tidemark.config import load_table
+        from tidemark.merge import stale_snapshot
+
+        current = Settings.from_env()
+        label = stale_snapshot(load_table(table, current), current)
+        if label is None:
+            raise AirflowSkipException(f"{table}: every merged snapshot is current")
+        return label
+
+    remerge = TriggerDagRunOperator(
+        task_id="remerge",
+        trigger_dag_id=dag_id_of("merge", table),
+        conf={"snapshot": "{{ ti.xcom_pull(task_ids='find_stale_snapshot') }}"},
+        doc_md="Triggers the merge DAG for the stale snapshot (a late change amended one of its hours).",
+    )
+    return find_stale_snapshot() >> remerge
 
 
 def seal_dag(config: TableConfig, settings: Settings) -> Any:
@@ -361,12 +403,180 @@ them); offsets gone from the broker fail with `DataLossError` and leave the hour
     return dag
 
 
+SOURCE_KINDS = ["parquet", "csv", "jdbc"]
+
+
+def bootstrap_dag(config: TableConfig, settings: Settings) -> Any:
+    """``tidemark_bootstrap_<table>`` (manual): bulk-load a full snapshot of a CDC table."""
+    from airflow.sdk import Param
+
+    from tidemark.airflow_env import HIVE_METASTORE_POOL
+    from tidemark.operators import SourceCredentialsSparkSubmitOperator
+
+    table = config.table
+    conn_id = f"tidemark_{table}_source"
+    with _table_dag(
+        config,
+        "bootstrap",
+        description=f"Bulk-load a full snapshot of {table} into {config.snapshot_table}",
+        schedule=None,
+        doc_md=f"""
+### Bootstrap `{config.snapshot_table}`
+Reads the whole source once (JDBC with parallel range reads, or Parquet/CSV files) into a
+snapshot partition. **Before** reading, it records the end offsets of topic
+`{config.source.topic}`: the increments merged on top start exactly there, so a change made
+during the read is in both (harmless: merges keep the highest version) and none is lost.
+Re-running a run id is a no-op; a new bootstrap becomes the merges' base only once complete.
+
+Credentials: the Airflow connection named in *Connection* (default `{conn_id}`, login and
+password), passed to the job through its environment; never type them into this form.
+""",
+        params={
+            "source_kind": Param(
+                "jdbc", type="string", enum=SOURCE_KINDS, title="Source kind", description="What to read."
+            ),
+            "source": Param(
+                "",
+                type="string",
+                minLength=1,
+                title="Source",
+                description="JDBC URL (jdbc:postgresql://host:5432/db) or a path of Parquet/CSV files.",
+            ),
+            "source_table": _text_param(title="Source table", description="jdbc: the table to read."),
+            "query": _text_param(title="Query", description="jdbc: a SELECT, instead of a table."),
+            "partition_column": _text_param(
+                title="Partition column", description="jdbc: numeric/date column to split by."
+            ),
+            "lower_bound": _text_param(title="Lower bound", description="jdbc: empty = min()."),
+            "upper_bound": _text_param(title="Upper bound", description="jdbc: empty = max()."),
+            "num_partitions": Param(
+                4,
+                type="integer",
+                minimum=1,
+                maximum=256,
+                title="Parallel reads",
+                description="jdbc: ranges read in parallel (and files written).",
+            ),
+            "snapshot_label": Param(
+                "",
+                type="string",
+                pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$",
+                title="Snapshot label",
+                description="Partition value in snapshot_dt; empty: the run time, e.g. 2026-11-22T1005.",
+            ),
+            "source_conn_id": Param(conn_id, type="string", title="Connection", description="Credentials."),
+            "dry_run": _dry_run_param("the label, the source and the topic's end offsets now"),
+        },
+    ) as dag:
+        args = [
+            ("--source-kind", "source_kind"),
+            ("--source", "source"),
+            ("--source-table", "source_table"),
+            ("--query", "query"),
+            ("--partition-column", "partition_column"),
+            ("--lower-bound", "lower_bound"),
+            ("--upper-bound", "upper_bound"),
+            ("--num-partitions", "num_partitions"),
+            ("--label", "snapshot_label"),
+        ]
+        _spark_job(
+            config,
+            settings,
+            "bootstrap",
+            "spark-submit spark_jobs/bootstrap.py: align to the topic, read the source, publish.",
+            [
+                *(part for flag, name in args for part in (flag, f"{{{{ params.{name} }}}}")),
+                "--as-of",
+                "{{ dag_run.run_after.isoformat() }}",
+                "--dry-run",
+                DRY_RUN,
+            ],
+            operator=SourceCredentialsSparkSubmitOperator,
+            source_conn_id="{{ params.source_conn_id }}",
+            pool=HIVE_METASTORE_POOL,
+        )
+    return dag
+
+
+def snapshot_schedule(config: TableConfig, settings: Settings) -> Any:
+    """The merge DAG's timetable: the table's hourly Asset events, rolled up to the snapshot
+    period (all 24 hours of a day, or each hour) with Airflow's partitioned-asset scheduling."""
+    from airflow.sdk import (
+        DayWindow,
+        IdentityMapper,
+        PartitionedAssetTimetable,
+        RollupMapper,
+        StartOfDayMapper,
+    )
+
+    from tidemark.announce import table_asset
+
+    assert config.cdc is not None
+    asset = table_asset(config, settings)
+    if config.cdc.snapshot_every == "hour":
+        return PartitionedAssetTimetable(assets=asset, default_partition_mapper=IdentityMapper())
+    day = StartOfDayMapper(
+        timezone=config.event_time.time_zone, input_format="%Y-%m-%dT%H", output_format="%Y-%m-%d"
+    )
+    return PartitionedAssetTimetable(
+        assets=asset, default_partition_mapper=RollupMapper(upstream_mapper=day, window=DayWindow())
+    )
+
+
+def merge_dag(config: TableConfig, settings: Settings) -> Any:
+    """``tidemark_merge_<table>``: snapshot T once all of T's increment hours are sealed."""
+    from airflow.sdk import Param
+
+    from tidemark.airflow_env import HIVE_METASTORE_POOL
+
+    table = config.table
+    assert config.cdc is not None
+    with _table_dag(
+        config,
+        "merge",
+        description=f"Merge sealed increments of {table} into {config.snapshot_table}",
+        schedule=snapshot_schedule(config, settings),
+        doc_md=f"""
+### Merge `{config.snapshot_table}`
+Scheduled by the sealed hours of `{table}` (Asset events with the hour as partition key),
+rolled up per {config.cdc.snapshot_every}: the run for snapshot T starts once every hour of T
+is sealed, never on a clock. Snapshot T = the previous snapshot + the sealed increment hours
+since, latest (version, offset) per key, deletes applied. It refuses hours that are not sealed
+(naming them) and first re-merges snapshots made stale by late changes (`late_policy: amend`).
+
+Trigger manually with *Snapshot* (a day `2026-11-22` or an hour `2026-11-22T13`) to merge or
+re-merge one; *dry run* shows the base and the hours it would read.
+""",
+        params={
+            "snapshot": Param(
+                "",
+                type="string",
+                pattern=r"^(\d{4}-\d{2}-\d{2}(T\d{2}b?)?)?$",
+                title="Snapshot",
+                description="The period to merge; empty: the partition key of the triggering assets.",
+            ),
+            "dry_run": _dry_run_param("the base snapshot and the increment hours a merge would read"),
+        },
+    ) as dag:
+        _spark_job(
+            config,
+            settings,
+            "merge",
+            "spark-submit spark_jobs/merge.py for the snapshot period (idempotent per run id).",
+            ["--snapshot", "{{ params.snapshot or dag_run.partition_key }}", "--dry-run", DRY_RUN],
+            pool=HIVE_METASTORE_POOL,
+        )
+    return dag
+
+
 def ingest_dags(settings: Settings | None = None) -> dict[str, Any]:
-    """The ingest, seal and rebuild DAGs of every table YAML, keyed by dag id."""
+    """Every DAG of every table YAML, keyed by dag id: ingest, seal and rebuild; bootstrap
+    and merge for CDC tables."""
     settings = settings or Settings.from_env()
-    dags = [
-        build(config, settings)
-        for config in load_tables(settings)
-        for build in (ingest_dag, seal_dag, rebuild_dag)
-    ]
+    dags = []
+    for config in load_tables(settings):
+        builders = [ingest_dag, seal_dag, rebuild_dag]
+        if config.cdc is not None:
+            builders += [bootstrap_dag, merge_dag]
+        dags += [build(config, settings) for build in builders]
     return {dag.dag_id: dag for dag in dags}

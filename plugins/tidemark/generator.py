@@ -181,6 +181,7 @@ def order_changes(
     for i in range(count):
         at = start + span * (i / max(count, 1))
         roll = rng.random()
+        row: dict[str, Any]
         if not live or roll < new_fraction:
             order_id, next_id = next_id, next_id + 1
             row = {
@@ -195,7 +196,7 @@ def order_changes(
         else:
             order_id = live[rng.randrange(len(live))]
             row = dict(state[order_id])
-            row["version"] += 1
+            row["version"] = int(row["version"]) + 1
             if roll < new_fraction + delete_fraction:
                 op = "d"
                 live.remove(order_id)

@@ -162,6 +162,20 @@ def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
     return newest.label if is_stale(newest, live, partitions) else None
 
 
+def preview_merge(config: TableConfig, settings: Settings, label: str) -> dict[str, Any]:
+    """What a merge of ``label`` would read (dry run): base, hours, or why it would refuse."""
+    period = period_of(config, label)
+    live = SnapshotLog(settings.state_location, config.table).live()
+    partitions = PartitionJournal(settings.state_location, config.table).state()
+    preview: dict[str, Any] = {"table": config.table, "snapshot": period.label, "dry_run": True}
+    try:
+        plan = plan_merge(config, period, live, partitions)
+    except MergeError as exc:
+        return {**preview, "would_refuse": str(exc)}
+    stale = plan.base.kind == "merge" and is_stale(plan.base, live, partitions)
+    return {**preview, "base": plan.base.ref, "base_stale": stale, "hours": plan.hours}
+
+
 # -- running -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MergeResult:

@@ -135,3 +135,29 @@ def test_ingest_dag_is_dump_seal_announce_with_the_metastore_pool(dagbag: Any) -
     assert seal.application.endswith("spark_jobs/seal.py") and "{{ run_id }}" in seal.application_args
     assert [a.name for a in announce.outlets] == ["tidemark.events"]
     assert [a.name for a in announce.inlets] == ["tidemark.events"]
+
+
+def test_the_merge_dag_rolls_sealed_hours_up_to_its_snapshot_period(dagbag: Any) -> None:
+    """As the scheduler sees it (the serialized DAG): every hour key the announce task emits
+    maps to its day, and a day's run waits for exactly its 24 hours."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    dag = dagbag.dags["tidemark_merge_orders"]
+    timetable = DagSerialization.from_dict(DagSerialization.to_dict(dag)).timetable
+    assert timetable.partitioned
+    mapper = timetable.get_partition_mapper(name="tidemark.orders")
+    assert mapper.to_downstream("2026-11-22T00") == mapper.to_downstream("2026-11-22T23") == "2026-11-22"
+    assert mapper.to_downstream("2026-11-23T00") == "2026-11-23"
+    assert set(mapper.to_upstream("2026-11-22")) == {f"2026-11-22T{h:02d}" for h in range(24)}
+    assert "{{ params.snapshot or dag_run.partition_key }}" in dag.get_task("merge").application_args
+
+
+def test_cdc_tables_get_bootstrap_and_merge_dags_and_a_remerge_trigger(dagbag: Any) -> None:
+    assert {"tidemark_bootstrap_orders", "tidemark_merge_orders"} <= set(dagbag.dags)
+    assert "tidemark_bootstrap_events" not in dagbag.dags
+    bootstrap = dagbag.dags["tidemark_bootstrap_orders"]
+    assert type(bootstrap.timetable).__name__ == "NullTimetable"  # manual only
+    assert not any("password" in name for name in bootstrap.params.dump())
+    ingest = dagbag.dags["tidemark_ingest_orders"]
+    assert ingest.get_task("remerge").upstream_task_ids == {"find_stale_snapshot"}
+    assert "remerge" not in dagbag.dags["tidemark_ingest_events"].task_ids

@@ -5,6 +5,7 @@ crash point recovers by retrying the same run; late changes re-merge the stale s
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -87,10 +88,15 @@ def reference_merge(
     return sorted(normal(c) for _, c in best.values() if c["op"] != "d")
 
 
-def send(broker: str, config: TableConfig, changes: list[dict[str, Any]], **disorder: float) -> Delivered:
-    messages = change_messages(changes, partitions=2, **disorder)
-    import json
-
+def send(
+    broker: str,
+    config: TableConfig,
+    changes: list[dict[str, Any]],
+    *,
+    duplicates: float = 0,
+    reorder: float = 0,
+) -> Delivered:
+    messages = change_messages(changes, partitions=2, duplicates=duplicates, reorder=reorder)
     return [(p, o, json.loads(m.value)) for p, o, m in produce(broker, config.source.topic, messages)]
 
 
