@@ -251,11 +251,12 @@ Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH
         seal >> [announce, metrics(), check_deadlines()]
         dump >> seal
         if config.cdc is not None:
-            announce >> _remerge_tasks(config)
+            find_stale, remerge = _remerge_tasks(config)
+            announce >> find_stale >> remerge
     return dag
 
 
-def _remerge_tasks(config: TableConfig) -> Any:
+def _remerge_tasks(config: TableConfig) -> tuple[Any, Any]:
     """find_stale_snapshot >> remerge: when an amend changed an hour a merged snapshot read,
     trigger the merge DAG for the newest snapshot (it re-merges the stale chain first)."""
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
@@ -263,7 +264,8 @@ def _remerge_tasks(config: TableConfig) -> Any:
 
     table = config.table
 
-    @task(task_id="find_stale_snapshot")
+    # Also after a skipped announce: a remerge that failed in an earlier run is found again.
+    @task(task_id="find_stale_snapshot", trigger_rule="none_failed")
     def find_stale_snapshot() -> str:
         """The newest merged snapshot if an amended hour made it (or its base) stale."""
         from airflow.sdk.exceptions import AirflowSkipException
@@ -283,7 +285,7 @@ def _remerge_tasks(config: TableConfig) -> Any:
         conf={"snapshot": "{{ ti.xcom_pull(task_ids='find_stale_snapshot') }}"},
         doc_md="Triggers the merge DAG for the stale snapshot (a late change amended one of its hours).",
     )
-    return find_stale_snapshot() >> remerge
+    return find_stale_snapshot(), remerge
 
 
 def seal_dag(config: TableConfig, settings: Settings) -> Any:
