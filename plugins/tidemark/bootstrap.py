@@ -152,7 +152,11 @@ def _with_bounds(source: BootstrapSource, lo: str, hi: str) -> BootstrapSource:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = _URL_SECRET.sub(r"\1***", str(exc))
+    """The cause in one line: the Java exception for Py4J errors (their own first line only
+    says "An error occurred while calling o70.load"); passwords in URLs masked."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    text = _URL_SECRET.sub(r"\1***", text)
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 

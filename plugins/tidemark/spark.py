@@ -30,6 +30,12 @@ JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 JDBC_DRIVER_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
 
 
+def jdbc_driver_class_path() -> str:
+    """The JDBC driver jars present here, as a class path (``--driver-class-path`` of
+    spark-submit: the driver JVM starts before the job's own conf is read)."""
+    return ":".join(jar for jar in JDBC_DRIVER_JARS if Path(jar).is_file())
+
+
 def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
     """The Spark conf tidemark sets (before user overrides from TIDEMARK_SPARK_CONF)."""
     derby_home = settings.home
@@ -51,10 +57,10 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         "spark.pyspark.driver.python": settings.python,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
-    drivers = [jar for jar in JDBC_DRIVER_JARS if Path(jar).is_file()]
-    if drivers:
-        conf["spark.driver.extraClassPath"] = ":".join(drivers)
-        conf["spark.executor.extraClassPath"] = ":".join(drivers)
+    drivers = jdbc_driver_class_path()
+    if drivers:  # effective for sessions started in-process; spark-submit needs the flag
+        conf["spark.driver.extraClassPath"] = drivers
+        conf["spark.executor.extraClassPath"] = drivers
     if hive:
         if settings.hive_metastore_uris:
             conf["spark.hadoop.hive.metastore.uris"] = settings.hive_metastore_uris

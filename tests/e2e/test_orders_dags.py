@@ -1,0 +1,133 @@
+"""The orders path through Airflow (dag.test, real spark-submit processes): the bootstrap DAG
+reads PostgreSQL with the credentials of an Airflow connection (never rendered or stored),
+the ingest DAG seals the increments, the merge DAG builds the snapshot, and a late change
+makes the ingest DAG trigger a re-merge of the stale snapshot."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_ingest_dag import dag_env  # noqa: F401 - the fixture
+from tests.integration.dump_helpers import at, fresh_table
+from tests.integration.test_snapshots import send, truth
+from tidemark.generator import create_topic, order_changes, state_after
+from tidemark.pgsource import ORDERS_COLUMNS, ORDERS_DDL, psql, replace_table
+from tidemark.settings import Settings
+from tidemark.snapshots import SnapshotLog
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "e2e-Secret-7f3a"
+
+
+def run_dag(dag_id: str, when: datetime, conf: dict[str, Any] | None = None) -> dict[str, str]:
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag(dag_id)
+    assert dag is not None, dag_id
+    run = dag.test(logical_date=when, run_after=when, run_conf=conf)
+    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+def rendered_fields(dag_id: str) -> str:
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rtif
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return " ".join(
+            json.dumps(r.rendered_fields, default=str) for r in session.query(Rtif).filter_by(dag_id=dag_id)
+        )
+
+
+def snapshot_rows(settings: Settings, table: str, label: str) -> list[tuple[Any, ...]]:
+    """The snapshot partition's files (this test's Derby belongs to its spark-submit jobs)."""
+    import pyarrow.parquet as pq
+
+    from tests.integration.test_snapshots import normal
+
+    rows = []
+    for path in (Path(settings.warehouse) / f"{table}_snapshot" / f"snapshot_dt={label}").glob("*.parquet"):
+        for row in pq.read_table(path).to_pylist():
+            when = row["updated_at"]  # Spark writes INT96: read back naive, in UTC
+            when = when.replace(tzinfo=UTC) if when.tzinfo is None else when
+            rows.append(normal({**row, "updated_at": when.isoformat()}))
+    return sorted(rows)
+
+
+def test_bootstrap_from_postgres_then_merge_and_remerge_through_airflow(
+    dag_env: Settings,  # noqa: F811
+    broker: str,
+    postgres: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config, settings = fresh_table(
+        dag_env, tmp_path, template="orders", retries=1, retry_delay="0s", cdc__snapshot_every="hour"
+    )
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
+    table = config.table
+    create_topic(broker, config.source.topic, 2)
+    before = order_changes(80, start=at(9), seed=21)
+    source_state = state_after(before)
+    send(broker, config, before)
+    replace_table(settings, f"{table}_src", ORDERS_DDL, ORDERS_COLUMNS, source_state.values())
+    # The connection the trigger form names by default holds the only copy of the password.
+    psql(settings, f"CREATE ROLE reader LOGIN PASSWORD '{SECRET}'; GRANT SELECT ON {table}_src TO reader")
+    conn = {"conn_type": "postgres", "login": "reader", "password": SECRET}
+    monkeypatch.setenv(f"AIRFLOW_CONN_TIDEMARK_{table.upper()}_SOURCE", json.dumps(conn))
+    monkeypatch.delenv("TIDEMARK_SOURCE_PASSWORD", raising=False)
+
+    form = {
+        "source_kind": "jdbc",
+        "source": postgres,
+        "source_table": f"{table}_src",
+        "partition_column": "order_id",
+        "num_partitions": 2,
+        "snapshot_label": "base",
+    }
+    states = run_dag(f"tidemark_bootstrap_{table}", at(10), form)
+    assert states == {"bootstrap": "success"}
+    (record,) = SnapshotLog(settings.state_location, table).records()
+    assert (record.label, record.kind, record.rows) == ("base", "bootstrap", len(source_state))
+    assert sum(record.aligned_offsets.values()) == len(before)
+    assert SECRET not in rendered_fields(f"tidemark_bootstrap_{table}")
+    assert snapshot_rows(settings, table, "base") == truth(source_state)
+
+    after = order_changes(60, start=at(10), span=at(11, 30) - at(10), existing=source_state, seed=22)
+    send(broker, config, after, duplicates=0.1)
+    assert run_dag(f"tidemark_ingest_{table}", at(11, 40))["seal"] == "success"
+    states = run_dag(f"tidemark_merge_{table}", at(11, 45), {"snapshot": "2026-11-22T10"})
+    assert states == {"merge": "success"}
+    hour_10 = state_after(
+        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
+    )
+    assert snapshot_rows(settings, table, "2026-11-22T10") == truth(hour_10)
+
+    # A change of 10:30 arrives after hour 10 was sealed: amend, then the ingest run finds the
+    # snapshot stale and triggers the merge DAG for it.
+    victim = min(hour_10)
+    late = {
+        **hour_10[victim],
+        "op": "u",
+        "version": 500,
+        "status": "late",
+        "updated_at": at(10, 30).isoformat(),
+    }
+    send(broker, config, [late])
+    states = run_dag(f"tidemark_ingest_{table}", at(11, 50))
+    assert (states["find_stale_snapshot"], states["remerge"]) == ("success", "success")
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.types import DagRunTriggeredByType
+
+    triggered = [
+        r.conf
+        for r in DagRun.find(dag_id=f"tidemark_merge_{table}")
+        if r.triggered_by == DagRunTriggeredByType.OPERATOR
+    ]
+    assert triggered == [{"snapshot": "2026-11-22T10"}]
