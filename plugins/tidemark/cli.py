@@ -32,6 +32,10 @@ examples:
   tidemark dump --table events --run-id manual__1
                                      one exactly-once micro-batch (retry-safe)
   tidemark status --table events     batches, offsets, lag per MQ partition, dirty counts
+  tidemark bootstrap --table orders --source-kind parquet --source /data/orders_export
+                                     full snapshot, aligned to the orders topic's offsets
+  tidemark merge --table orders --snapshot 2026-11-22
+                                     snapshot of a day from the sealed increment hours
 """
 
 
@@ -110,7 +114,11 @@ def _spark_submit(table: str, job: str, job_args: list[str]) -> int:
     settings = Settings.from_env()
     load_table(table, settings)  # fail fast on a bad config, before a JVM starts
     submit = shutil.which("spark-submit") or str(Path(settings.python).parent / "spark-submit")
+    from tidemark.spark import jdbc_driver_class_path
+
     command = [submit, "--master", settings.spark_master]
+    if jdbc_driver_class_path():
+        command += ["--driver-class-path", jdbc_driver_class_path()]
     for key, value in settings.spark_conf.items():
         command += ["--conf", f"{key}={value}"]
     command += [str(settings.project_root / "spark_jobs" / f"{job}.py"), "--table", table, *job_args]
@@ -126,6 +134,20 @@ def _cmd_dump(args: argparse.Namespace) -> int:
 def _cmd_rebuild(args: argparse.Namespace) -> int:
     run_id = args.run_id or f"rebuild__{args.hours.replace(',', '_')}"
     return _spark_submit(args.table, "rebuild", ["--run-id", run_id, "--hours", args.hours])
+
+
+def _cmd_bootstrap(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    as_of = args.as_of or datetime.now(UTC).isoformat()  # the caller's instant, as run_after in Airflow
+    run_id = args.run_id or f"bootstrap__{as_of}"
+    source_args = [a for a in args.source_args if a != "--"]
+    return _spark_submit(args.table, "bootstrap", ["--run-id", run_id, "--as-of", as_of, *source_args])
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    run_id = args.run_id or f"merge__{args.snapshot}"
+    return _spark_submit(args.table, "merge", ["--run-id", run_id, "--snapshot", args.snapshot])
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
@@ -222,6 +244,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rebuild.add_argument("--run-id", help="idempotency key (default rebuild__<hours>)")
     rebuild.set_defaults(func=_cmd_rebuild)
+
+    bootstrap = sub.add_parser(
+        "bootstrap",
+        help="bulk-load a full snapshot of a CDC table (spark-submit spark_jobs/bootstrap.py)",
+        description="Record the CDC topic's end offsets, read the source, publish the snapshot. Source "
+        "arguments go to the job: --source-kind jdbc|parquet|csv --source URL_OR_PATH [--source-table T | "
+        "--query SQL] [--partition-column C --num-partitions N] [--label L]. Credentials: "
+        "TIDEMARK_SOURCE_USER / TIDEMARK_SOURCE_PASSWORD in the environment.",
+    )
+    bootstrap.add_argument("--table", required=True)
+    bootstrap.add_argument("--run-id", help="idempotency key (default bootstrap__<as-of>)")
+    bootstrap.add_argument("--as-of", help="ISO instant the snapshot stands for (default: now)")
+    bootstrap.add_argument("source_args", nargs=argparse.REMAINDER, help="the job's source arguments")
+    bootstrap.set_defaults(func=_cmd_bootstrap)
+
+    merge = sub.add_parser(
+        "merge",
+        help="merge sealed increment hours into a snapshot (spark-submit spark_jobs/merge.py)",
+    )
+    merge.add_argument("--table", required=True)
+    merge.add_argument("--snapshot", required=True, help="a day (2026-11-22) or an hour (2026-11-22T13)")
+    merge.add_argument("--run-id", help="idempotency key (default merge__<snapshot>)")
+    merge.set_defaults(func=_cmd_merge)
 
     release = sub.add_parser(
         "release",

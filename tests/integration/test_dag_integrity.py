@@ -145,7 +145,7 @@ def test_the_merge_dag_rolls_sealed_hours_up_to_its_snapshot_period(dagbag: Any)
     dag = dagbag.dags["tidemark_merge_orders"]
     timetable = DagSerialization.from_dict(DagSerialization.to_dict(dag)).timetable
     assert timetable.partitioned
-    mapper = timetable.get_partition_mapper(name="tidemark.orders")
+    mapper: Any = timetable.get_partition_mapper(name="tidemark.orders")  # a RollupMapper
     assert mapper.to_downstream("2026-11-22T00") == mapper.to_downstream("2026-11-22T23") == "2026-11-22"
     assert mapper.to_downstream("2026-11-23T00") == "2026-11-23"
     assert set(mapper.to_upstream("2026-11-22")) == {f"2026-11-22T{h:02d}" for h in range(24)}
