@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tidemark-installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv java browser lint unit test demo up down status lock bench clean
+.PHONY: help venv java browser postgres lint unit test demo up down status lock bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ java:  ## fail early, and clearly, without Java 17+
 browser:  ## headless Chromium for the report's browser test (Debian package, installed if missing)
 	@scripts/ensure_chromium.sh
 
+postgres:  ## PostgreSQL server + JDBC driver for the JDBC bootstrap tests (Debian packages, installed if missing)
+	@scripts/ensure_postgres.sh
+
 lint: venv  ## ruff + mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -33,10 +36,10 @@ lint: venv  ## ruff + mypy
 unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
-test: lint browser  ## lint, then the whole test suite (README's test command; what CI runs)
+test: lint browser postgres  ## lint, then the whole test suite (README's test command; what CI runs)
 	$(BIN)/pytest -q
 
-demo: venv  ## the ingest DAG through Airflow (dag.test): broker, generated stream, 3 runs, sealed hours, report
+demo: venv  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
 	$(BIN)/tidemark demo
 
 up: venv  ## start the broker and Airflow standalone (UI on 127.0.0.1:8080)
