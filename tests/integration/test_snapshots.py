@@ -343,3 +343,33 @@ def test_jdbc_bootstrap_reads_postgres_in_parallel_ranges_without_leaking_the_pa
     assert snapshot(spark, config, "2026-11-22T10") == truth(state_after(in_hour, source_state))
     state = (settings.state_location.local_path() / config.table / "snapshots").rglob("*.json")
     assert not any("wrong-secret" in p.read_text() for p in state)
+
+
+def test_latest_state_keeps_the_highest_version_then_offset_and_applies_deletes(spark: Any) -> None:
+    from tidemark.merge import latest_state
+
+    base = spark.createDataFrame(
+        [(1, 1, "a"), (2, 3, "b"), (3, 1, "c")], "order_id bigint, version bigint, status string"
+    )
+    changes = spark.createDataFrame(
+        [
+            ("u", 1, 2, "a-late-offset", 0, 5),
+            ("u", 1, 2, "a-early-offset", 0, 3),  # same version: the higher offset wins
+            ("u", 2, 2, "b-stale", 0, 6),  # older than the snapshot's version 3: ignored
+            ("d", 3, 2, "c-deleted", 1, 1),
+            ("c", 4, 1, "d1", 1, 2),
+            ("d", 4, 2, "d-deleted", 1, 3),
+            ("c", 4, 3, "d-again", 1, 4),  # re-inserted after its delete
+            ("d", 5, 1, "never-existed", 1, 5),
+        ],
+        "op string, order_id bigint, version bigint, status string, _mq_partition int, _mq_offset bigint",
+    )
+    merged = latest_state(
+        base, changes, key=["order_id"], version_field="version", op_field="op", delete_ops=["d"]
+    )
+    assert merged.columns == ["order_id", "version", "status"]
+    assert sorted(tuple(r) for r in merged.collect()) == [
+        (1, 2, "a-late-offset"),
+        (2, 3, "b"),
+        (4, 3, "d-again"),
+    ]

@@ -1,0 +1,169 @@
+"""Pure parts of bootstrap and merge: source validation and masking, snapshot periods, which
+snapshot a merge starts from, which hours it needs, and when a merged snapshot is stale."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tidemark.bootstrap import BootstrapSource, credentials, jdbc_options
+from tidemark.config import TableConfig, load_table_file
+from tidemark.errors import BootstrapError, MergeError, UnsealedHoursError
+from tidemark.merge import is_stale, plan_merge
+from tidemark.partitions import JournalEntry, PartitionState
+from tidemark.snapshots import SnapshotRecord, base_for, period_label, period_of
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def orders() -> TableConfig:
+    return load_table_file(ROOT / "conf" / "tables" / "orders.yaml")
+
+
+def record(label: str, kind: str, through: str, **fields: object) -> SnapshotRecord:
+    base = SnapshotRecord(
+        seq=0,
+        table="orders",
+        label=label,
+        kind=kind,
+        version=1,
+        run_id=f"run-{label}",
+        through=through,
+        increments_from=through,
+        rows=1,
+        files=(),
+        created_at=through,
+    )
+    return replace(base, **fields)  # type: ignore[arg-type]
+
+
+def entry(hour: str, kind: str = "seal", version: int = 1) -> JournalEntry:
+    start = datetime.fromisoformat(f"{hour}:00:00+00:00")
+    return JournalEntry(
+        seq=0,
+        table="orders",
+        hour=hour,
+        hour_start=start.isoformat(),
+        hour_end=start.replace(hour=start.hour + 1).isoformat(),
+        kind=kind,
+        version=version,
+        rows=1,
+        late=0,
+        files=(),
+        sealed_at="",
+        run_id="r",
+        ready_time=None,
+        processing_time="",
+        folded_through_batch=-1,
+    )
+
+
+def test_a_source_needs_a_kind_a_location_and_one_of_table_or_query() -> None:
+    with pytest.raises(BootstrapError, match="kind 'oracle'"):
+        BootstrapSource("oracle", "x")
+    with pytest.raises(BootstrapError, match="exactly one of"):
+        BootstrapSource("jdbc", "jdbc:postgresql://h/db")
+    with pytest.raises(BootstrapError, match="exactly one of"):
+        BootstrapSource("jdbc", "jdbc:postgresql://h/db", table="t", query="select 1")
+    with pytest.raises(BootstrapError, match="num_partitions"):
+        BootstrapSource("parquet", "/data", num_partitions=0)
+
+
+def test_passwords_never_reach_descriptions_and_travel_only_as_reader_options() -> None:
+    source = BootstrapSource(
+        "jdbc",
+        "jdbc:postgresql://h/db?user=u&password=hunter2&ssl=true",
+        query="SELECT * FROM orders WHERE region = 'eu'",
+        partition_column="order_id",
+        lower_bound="1",
+        upper_bound="1000",
+        num_partitions=8,
+    )
+    assert "hunter2" not in source.describe() and "password=***" in source.describe()
+    secret = credentials({"TIDEMARK_SOURCE_USER": "reader", "TIDEMARK_SOURCE_PASSWORD": "s3"})
+    options = jdbc_options(source, secret)
+    assert options["dbtable"] == "(SELECT * FROM orders WHERE region = 'eu') tidemark_source"
+    assert (options["partitionColumn"], options["numPartitions"], options["password"]) == (
+        "order_id",
+        "8",
+        "s3",
+    )
+    with pytest.raises(BootstrapError, match="bounds"):
+        jdbc_options(replace(source, upper_bound=""), secret)
+    assert credentials({}) == {}
+
+
+def test_periods_are_local_days_or_hours(orders: TableConfig) -> None:
+    day = period_of(orders, "2026-11-22")
+    assert (day.start, day.end) == (datetime(2026, 11, 22, tzinfo=UTC), datetime(2026, 11, 23, tzinfo=UTC))
+    hour = period_of(orders, "2026-11-22T13")
+    assert hour.end - hour.start == datetime(2026, 1, 1, 1) - datetime(2026, 1, 1)
+    paris = orders.model_copy(
+        update={"event_time": orders.event_time.model_copy(update={"time_zone": "Europe/Paris"})}
+    )
+    short = period_of(paris, "2026-03-29")  # the spring-forward day has 23 hours
+    assert (short.end - short.start).total_seconds() == 23 * 3600
+    assert period_label(orders, "2026-11-22T13") == "2026-11-22"
+    with pytest.raises(MergeError, match="expected a day"):
+        period_of(orders, "yesterday")
+
+
+def test_a_merge_starts_from_the_newest_state_before_its_end_never_its_own(orders: TableConfig) -> None:
+    boot = record("2026-11-22T0800", "bootstrap", "2026-11-22T08:00:00+00:00")
+    day_22 = record("2026-11-22", "merge", "2026-11-23T00:00:00+00:00")
+    rebooted = record("2026-11-23T0600", "bootstrap", "2026-11-23T06:00:00+00:00")
+    live = {r.label: r for r in (boot, day_22, rebooted)}
+    assert base_for(live, period_of(orders, "2026-11-22")) == boot  # a re-merge of 22 uses the bootstrap
+    assert base_for(live, period_of(orders, "2026-11-23")) == rebooted  # the newer full load wins
+    assert base_for(live, period_of(orders, "2026-11-21")) is None
+
+
+def test_unsealed_and_quarantined_hours_are_named_and_empty_final_hours_read_as_version_0(
+    orders: TableConfig,
+) -> None:
+    boot = record(
+        "base", "bootstrap", "2026-11-22T10:00:00+00:00", increments_from="2026-11-22T09:00:00+00:00"
+    )
+    live = {"base": boot}
+    partitions = PartitionState()
+    for e in (entry("2026-11-22T09"), entry("2026-11-22T11", "quarantine", 0)):
+        partitions.apply(e)
+    with pytest.raises(UnsealedHoursError) as refused:
+        plan_merge(orders, period_of(orders, "2026-11-22T12"), live, partitions)
+    assert set(refused.value.hours) == {"2026-11-22T11", "2026-11-22T12"}
+    assert "quarantined" in refused.value.hours["2026-11-22T11"]
+    partitions.apply(entry("2026-11-22T11", "release", 1))
+    plan = plan_merge(orders, period_of(orders, "2026-11-22T11"), live, partitions)
+    assert plan.hours == {"2026-11-22T09": 1, "2026-11-22T10": 0, "2026-11-22T11": 1}
+    assert plan.hour_keys_with_rows() == ["2026-11-22T09", "2026-11-22T11"]
+
+
+def test_a_snapshot_is_stale_when_an_hour_it_read_or_its_base_changed() -> None:
+    boot = record("base", "bootstrap", "2026-11-22T10:00:00+00:00")
+    first = record(
+        "2026-11-22T10", "merge", "2026-11-22T11:00:00+00:00", base="base@v1", hours={"2026-11-22T10": 1}
+    )
+    second = record(
+        "2026-11-22T11",
+        "merge",
+        "2026-11-22T12:00:00+00:00",
+        base="2026-11-22T10@v1",
+        hours={"2026-11-22T11": 1},
+    )
+    live = {r.label: r for r in (boot, first, second)}
+    partitions = PartitionState()
+    partitions.apply(entry("2026-11-22T10"))
+    partitions.apply(entry("2026-11-22T11"))
+    assert not is_stale(second, live, partitions)
+    partitions.apply(entry("2026-11-22T10", "amend", 2))
+    assert is_stale(first, live, partitions) and is_stale(second, live, partitions)  # through its base
+    live["2026-11-22T10"] = replace(first, version=2, hours={"2026-11-22T10": 2})
+    assert not is_stale(live["2026-11-22T10"], live, partitions)
+    assert is_stale(second, live, partitions)  # built on v1
+    assert not is_stale(boot, live, partitions)
