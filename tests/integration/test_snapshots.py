@@ -134,17 +134,31 @@ def ingest(spark: Any, config: TableConfig, settings: Settings, run: str, proces
     run_seal(spark, config, settings, run)
 
 
-def history(tmp_path: Path) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+def history() -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
     """Changes before the bootstrap (09:00-10:00) and the source state they leave."""
     before = order_changes(120, start=at(9), seed=1)
     return before, state_after(before)
+
+
+def bootstrapped(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> tuple[TableConfig, Settings, dict[int, dict[str, Any]], Any]:
+    """A fresh orders table whose history is in the topic and in a Parquet source, bootstrapped
+    at 10:00 as snapshot ``base``."""
+    config, settings = orders_table(settings, tmp_path, broker)
+    before, source_state = history()
+    send(broker, config, before)
+    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
+    boot = run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
+    assert sum(boot.aligned_offsets.values()) == len(before)
+    return config, settings, source_state, boot
 
 
 def test_files_bootstrap_then_hourly_merges_match_the_source_and_a_reference(
     spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
     config, settings = orders_table(settings, tmp_path, broker)
-    before, source_state = history(tmp_path)
+    before, source_state = history()
     send(broker, config, before)
     source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
     boot = run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
@@ -188,7 +202,7 @@ def test_changes_during_the_bootstrap_are_neither_lost_nor_doubled(
     spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, settings = orders_table(settings, tmp_path, broker)
-    before, source_state = history(tmp_path)
+    before, source_state = history()
     send(broker, config, before)
     csv_dir = tmp_path / "src_csv"
     source = BootstrapSource("csv", str(csv_dir))
@@ -235,7 +249,7 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
     point: str,
 ) -> None:
     config, settings = orders_table(settings, tmp_path, broker)
-    before, source_state = history(tmp_path)
+    before, source_state = history()
     send(broker, config, before)
     source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
     monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
@@ -270,11 +284,7 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
 def test_a_late_change_makes_its_snapshot_stale_and_the_next_merge_fixes_the_chain(
     spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
-    config, settings = orders_table(settings, tmp_path, broker)
-    before, source_state = history(tmp_path)
-    send(broker, config, before)
-    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
-    run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
+    config, settings, source_state, _ = bootstrapped(spark, broker, settings, tmp_path)
     after = order_changes(100, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=7)
     send(broker, config, after)
     ingest(spark, config, settings, "ingest-1", at(12, 30))
@@ -316,7 +326,7 @@ def test_jdbc_bootstrap_reads_postgres_in_parallel_ranges_without_leaking_the_pa
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config, settings = orders_table(settings, tmp_path, broker)
-    before, source_state = history(tmp_path)
+    before, source_state = history()
     send(broker, config, before)
     loaded = replace_table(settings, "orders_src", ORDERS_DDL, ORDERS_COLUMNS, source_state.values())
     assert loaded == len(source_state)
