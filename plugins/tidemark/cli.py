@@ -32,7 +32,7 @@ examples:
   tidemark dump --table events --run-id manual__1
                                      one exactly-once micro-batch (retry-safe)
   tidemark status --table events     batches, offsets, lag per MQ partition, dirty counts
-  tidemark bootstrap --table orders --source-kind parquet --source /data/orders_export
+  tidemark bootstrap --table orders -- --source-kind parquet --source /data/orders_export
                                      full snapshot, aligned to the orders topic's offsets
   tidemark merge --table orders --snapshot 2026-11-22
                                      snapshot of a day from the sealed increment hours
@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bootstrap",
         help="bulk-load a full snapshot of a CDC table (spark-submit spark_jobs/bootstrap.py)",
         description="Record the CDC topic's end offsets, read the source, publish the snapshot. Source "
-        "arguments go to the job: --source-kind jdbc|parquet|csv --source URL_OR_PATH [--source-table T | "
+        "arguments go to the job, after --: --source-kind jdbc|parquet|csv --source URL_OR_PATH [--source-table T | "
         "--query SQL] [--partition-column C --num-partitions N] [--label L]. Credentials: "
         "TIDEMARK_SOURCE_USER / TIDEMARK_SOURCE_PASSWORD in the environment.",
     )
