@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -149,27 +150,29 @@ def test_trigger_clear_and_backfill_rebuild_on_the_real_scheduler(
     # Backfill the rebuild DAG over the three hours (from/to are inclusive logical dates).
     env = airflow_environment(settings)
     airflow = str(Path(sys.executable).parent / "airflow")
-    created = subprocess.run(
-        [
-            airflow,
-            "backfill",
-            "create",
-            "--dag-id",
-            rebuild,
-            "--from-date",
-            hours[0].isoformat(),
-            "--to-date",
-            hours[-1].isoformat(),
-            "--reprocess-behavior",
-            "completed",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
+    command = [
+        airflow,
+        "backfill",
+        "create",
+        "--dag-id",
+        rebuild,
+        "--from-date",
+        hours[0].isoformat(),
+        "--to-date",
+        hours[-1].isoformat(),
+        "--reprocess-behavior",
+        "completed",
+    ]
+    # The CLI writes to the same SQLite file as the running scheduler: under load it can lose
+    # the write lock ("database is locked", seen in CI); the creation is one transaction, so
+    # a retry is safe unless the backfill exists already.
+    for _ in range(3):
+        created = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+        output = created.stdout[-2000:] + created.stderr[-2000:]
+        if created.returncode == 0 or api.get(f"backfills?dag_id={rebuild}")["backfills"]:
+            break
+        assert "database is locked" in output, output
+        time.sleep(5)
 
     (backfill,) = api.get(f"backfills?dag_id={rebuild}")["backfills"]
     wait_for(
