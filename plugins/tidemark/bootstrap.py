@@ -241,7 +241,7 @@ def run_bootstrap(
     for record in snapshots.records():
         if record.run_id == run_id and record.kind == "bootstrap":
             log.info("%s: run %s already bootstrapped %s; nothing to do", config.table, run_id, record.ref)
-            return _result(record, source, already_done=True)
+            return _result(record, already_done=True)
     store = SnapshotStore(spark, config, settings)
     with TableLock(settings.state_location, config.table, f"snapshot-{label}").hold(run_id):
         margin = config.watermark.max_out_of_orderness
@@ -269,14 +269,13 @@ def run_bootstrap(
         rows, files = store.write(frame, staging)
         crash_point("after_snapshot_staging")
         atomic = store.publish(label, staging)
-        previous = snapshots.live().get(label)
         record = snapshots.append(
             SnapshotRecord(
                 seq=-1,
                 table=config.table,
                 label=label,
                 kind="bootstrap",
-                version=(previous.version + 1) if previous else 1,
+                version=0,  # the log assigns the label's next version
                 run_id=run_id,
                 through=plan["as_of"],
                 increments_from=plan["increments_from"],
@@ -288,12 +287,10 @@ def run_bootstrap(
             )
         )
         store.discard(staging)
-    return replace(_result(record, source), atomic_swap=atomic)
+    return replace(_result(record), atomic_swap=atomic)
 
 
-def _result(
-    record: SnapshotRecord, source: BootstrapSource, *, already_done: bool = False
-) -> BootstrapResult:
+def _result(record: SnapshotRecord, *, already_done: bool = False) -> BootstrapResult:
     return BootstrapResult(
         table=record.table,
         run_id=record.run_id,
@@ -302,7 +299,7 @@ def _result(
         rows=record.rows,
         aligned_offsets=record.aligned_offsets,
         increments_from=record.increments_from,
-        source=record.source or source.describe(),
+        source=record.source,
         already_done=already_done,
     )
 

@@ -117,8 +117,9 @@ def _spark_submit(table: str, job: str, job_args: list[str]) -> int:
     from tidemark.spark import jdbc_driver_class_path
 
     command = [submit, "--master", settings.spark_master]
-    if jdbc_driver_class_path():
-        command += ["--driver-class-path", jdbc_driver_class_path()]
+    drivers = jdbc_driver_class_path()
+    if drivers:
+        command += ["--driver-class-path", drivers]
     for key, value in settings.spark_conf.items():
         command += ["--conf", f"{key}={value}"]
     command += [str(settings.project_root / "spark_jobs" / f"{job}.py"), "--table", table, *job_args]

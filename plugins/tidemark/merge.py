@@ -27,7 +27,7 @@ from tidemark.commitlog import TableLock
 from tidemark.config import TableConfig
 from tidemark.errors import MergeError, UnsealedHoursError
 from tidemark.faults import crash_point
-from tidemark.hours import parse_key
+from tidemark.hours import hour_of, hours_from, parse_key
 from tidemark.metastore import quote_identifier
 from tidemark.partitions import PartitionJournal, PartitionState
 from tidemark.settings import Settings
@@ -37,7 +37,6 @@ from tidemark.snapshots import (
     SnapshotRecord,
     SnapshotStore,
     base_for,
-    hours_in,
     period_of,
 )
 
@@ -45,8 +44,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-RANK = ("_tm_version", "_tm_offset", "_tm_partition")
 
 
 # -- the pure transform ------------------------------------------------------------------------
@@ -123,7 +120,8 @@ def plan_merge(
             f"{config.table}: no snapshot holds a state before {period.label} ends ({period.end.isoformat()}): "
             f"bootstrap first (the tidemark_bootstrap_{config.table} DAG or `tidemark bootstrap`)"
         )
-    hours = hours_in(config, datetime.fromisoformat(base.increments_from), period.end)
+    first = hour_of(datetime.fromisoformat(base.increments_from), config.event_time.time_zone)
+    hours = list(hours_from(first, ending_by=period.end))
     versions = published_versions(partitions)
     frontier = datetime.fromisoformat(partitions.sealed_through) if partitions.sealed_through else None
     waiting: dict[str, str] = {}
@@ -217,7 +215,7 @@ class Merger:
             log.info(
                 "%s: run %s already merged %s; nothing to do", self.config.table, self.run_id, current.ref
             )
-            return self._result(current, MergePlan(period, current, current.hours), 0, [], already_done=True)
+            return self._result(current, [], already_done=True)
         partitions = self.journal.state()
         remerged: list[str] = []
         base = base_for(live, period)
@@ -234,9 +232,9 @@ class Merger:
         with TableLock(self.settings.state_location, self.config.table, f"snapshot-{period.label}").hold(
             self.run_id
         ):
-            return self._merge(plan, live.get(period.label), remerged)
+            return self._merge(plan, remerged)
 
-    def _merge(self, plan: MergePlan, previous: SnapshotRecord | None, remerged: list[str]) -> MergeResult:
+    def _merge(self, plan: MergePlan, remerged: list[str]) -> MergeResult:
         table = self.config.table
         with_rows = plan.hour_keys_with_rows()
         log.info(
@@ -269,7 +267,7 @@ class Merger:
                 table=table,
                 label=plan.period.label,
                 kind="merge",
-                version=(previous.version + 1) if previous else 1,
+                version=0,  # the log assigns the label's next version
                 run_id=self.run_id,
                 through=plan.period.end.isoformat(),
                 increments_from=plan.period.end.isoformat(),
@@ -282,7 +280,7 @@ class Merger:
             )
         )
         self.store.discard(staging)
-        return self._result(record, plan, increment_rows, remerged, atomic=atomic)
+        return self._result(record, remerged, atomic=atomic)
 
     def _increments(self, hour_keys: list[str]) -> DataFrame:
         """The change rows of the sealed hours (their current version, late rows folded in)."""
@@ -308,8 +306,6 @@ class Merger:
     def _result(
         self,
         record: SnapshotRecord,
-        plan: MergePlan,
-        increment_rows: int,
         remerged: list[str],
         *,
         already_done: bool = False,
@@ -322,8 +318,8 @@ class Merger:
             version=record.version,
             rows=record.rows,
             base=record.base,
-            hours=len(plan.hours),
-            increment_rows=increment_rows or int(record.changes.get("increment_rows", 0)),
+            hours=len(record.hours),
+            increment_rows=int(record.changes.get("increment_rows", 0)),
             remerged=remerged,
             already_done=already_done,
             atomic_swap=atomic,

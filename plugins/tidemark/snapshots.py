@@ -31,7 +31,7 @@ from tidemark.commitlog import run_key
 from tidemark.config import TableConfig
 from tidemark.errors import BatchConflictError, MergeError
 from tidemark.faults import crash_point
-from tidemark.hours import Hour, HourKeyError, hour_of, parse_key
+from tidemark.hours import HourKeyError, parse_key
 from tidemark.metastore import add_partition_sql, external_parquet_sql, quote_identifier
 from tidemark.settings import Settings
 from tidemark.storage import Location, create_only, exchange_directories, read_json
@@ -74,23 +74,6 @@ def period_of(config: TableConfig, label: str) -> Period:
             f"{config.table}: snapshot {label!r}: expected a day (YYYY-MM-DD) or an hour (YYYY-MM-DDTHH); {exc}"
         ) from None
     return Period(text, hour.start, hour.end)
-
-
-def period_label(config: TableConfig, hour_key: str) -> str:
-    """The snapshot period an increment hour belongs to (``cdc.snapshot_every``)."""
-    assert config.cdc is not None
-    hour = parse_key(hour_key, config.event_time.time_zone)
-    return hour.key if config.cdc.snapshot_every == "hour" else hour.dt
-
-
-def hours_in(config: TableConfig, start: datetime, end: datetime) -> list[Hour]:
-    """The hour partitions covering [start, end): the first one may begin before ``start``."""
-    hours = []
-    hour = hour_of(start, config.event_time.time_zone)
-    while hour.start < end:
-        hours.append(hour)
-        hour = hour.next()
-    return hours
 
 
 def check_label(config: TableConfig, label: str) -> str:
@@ -167,11 +150,13 @@ class SnapshotLog:
         return current
 
     def append(self, record: SnapshotRecord) -> SnapshotRecord:
-        """Write ``record`` at the next free seq (another label's writer may take one first)."""
+        """Write ``record`` at the next free seq (another label's writer may take one first),
+        as the next version of its label."""
         for _ in range(self.ATTEMPTS):
-            seq = sum(1 for _ in self.records())
-            placed = replace(record, seq=seq)
-            if create_only(self.log_dir / f"{seq:010d}.json", placed.to_json()):
+            records = list(self.records())
+            versions = [r.version for r in records if r.label == record.label]
+            placed = replace(record, seq=len(records), version=max(versions, default=0) + 1)
+            if create_only(self.log_dir / f"{placed.seq:010d}.json", placed.to_json()):
                 log.info(
                     "%s: snapshot %s v%s (%s) recorded: %s rows through %s",
                     self.table,
