@@ -157,6 +157,10 @@ class TableConfig(_Strict):
                 columns[str(name)] = parse_column(str(name), spec)
             except ValueError as exc:
                 problems.append(f"column {name!r}: {exc}")
+                continue
+            problem = columns[str(name)].type.json_problem()
+            if problem:
+                problems.append(f"column {name!r}: {problem}")
         if problems:
             raise ValueError("; ".join(problems))
         return columns

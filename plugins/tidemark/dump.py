@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidemark import cardinality
 from tidemark.commitlog import Commit, CommitLog, LogState, PartitionStats, Plan, TableLock
 from tidemark.config import TableConfig
 from tidemark.errors import DirtyRatioExceededError, ReconciliationError
@@ -167,19 +168,23 @@ class Staged:
     partition_values: dict[str, dict[str, list[str]]]
 
 
-def _stats(
-    classified: Any, config: TableConfig
-) -> tuple[dict[int, dict[str, Any]], dict[str, dict[str, int]], dict[str, int]]:
-    """Counts per MQ partition, per hour and per dirty reason, from one aggregation pass (a
-    handful of groups: partitions x hours x reasons) folded in Python."""
+def _grouped_stats(classified: Any, config: TableConfig) -> list[Any]:
+    """The counts a staging task returns (``source.STATS_DDL``), from a classified frame in
+    one aggregation pass (a handful of groups: partitions x hours x reasons)."""
     from pyspark.sql import functions as F
 
     ts = F.col(config.event_time.field)
-    groups = (
+    return (
         classified.groupBy("_mq_partition", "dt", "hr", "_late", "_reason")
         .agg(F.count(F.lit(1)).alias("n"), F.min(ts).alias("min_ts"), F.max(ts).alias("max_ts"))
         .collect()
     )
+
+
+def fold_stats(
+    groups: list[Any],
+) -> tuple[dict[int, dict[str, Any]], dict[str, dict[str, int]], dict[str, int]]:
+    """Counts per MQ partition, per hour and per dirty reason, folded from grouped counts."""
     per_partition: dict[int, dict[str, Any]] = {}
     per_hour: dict[str, dict[str, int]] = {"rows": {}, "late": {}}
     reasons: dict[str, int] = {}
@@ -258,49 +263,92 @@ def read_and_stage(
     state: LogState,
     stopwatch: Stopwatch,
 ) -> Staged:
-    """Read the plan's ranges, classify, stage rows and dirty records; return reconciled stats."""
-    from pyspark import StorageLevel
+    """Read the plan's ranges, classify, stage rows and dirty records; return reconciled stats.
 
-    from tidemark import cardinality
+    Tables without data-derived partition columns stage in the read tasks themselves
+    (``staging.py``); the others go through a Spark frame, because bounding partition values
+    needs the whole batch (``cardinality.py``)."""
     from tidemark.source import read_ranges, read_receipts
-    from tidemark.transform import classify, dirty_rows, good_rows, late_rows, partition_columns
+    from tidemark.staging import staged_rows
+    from tidemark.transform import ClassifySpec
 
     receipts_dir = publisher.attempt_dir / "receipts"
-    raw = read_ranges(spark, plan.topic, [r.__dict__ for r in plan.ranges], kafka_conf, receipts_dir)
-    parsed = classify(
-        raw,
+    spec = ClassifySpec.of(
         config,
         topic=plan.topic,
         batch_id=plan.batch_id,
         run_id=plan.run_id,
         processing_time=datetime.fromisoformat(plan.processing_time),
         sealed_through=datetime.fromisoformat(plan.sealed_through) if plan.sealed_through else None,
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    classified = parsed
+    )
+    ranges = [r.__dict__ for r in plan.ranges]
     admitted: cardinality.PartitionValues = {}
+    if config.partitioning.columns:
+        groups, admitted = _stage_with_spark(
+            read_ranges(spark, plan.topic, ranges, kafka_conf=kafka_conf, receipts=receipts_dir, spec=spec),
+            config,
+            publisher,
+            state,
+            stopwatch,
+        )
+    else:
+        with stopwatch.phase("read_stage"):  # the tasks read, classify and write
+            groups = read_ranges(
+                spark,
+                plan.topic,
+                ranges,
+                kafka_conf=kafka_conf,
+                receipts=receipts_dir,
+                spec=spec,
+                staging=publisher.attempt_dir,
+            ).collect()
+            crash_point("after_staging")
+    with stopwatch.phase("reconcile"):
+        per_partition, per_hour, reasons = fold_stats(groups)
+        stats = reconcile(plan, read_receipts(receipts_dir), per_partition)
+        _check_files(plan, staged_rows(publisher.attempt_dir), stats)
+    return Staged(stats, per_hour, reasons, admitted)
+
+
+def _stage_with_spark(
+    classified: Any, config: TableConfig, publisher: Publisher, state: LogState, stopwatch: Stopwatch
+) -> tuple[list[Any], cardinality.PartitionValues]:
+    """Bound partition values over the whole batch, then write rows, late rows and dirty
+    records with Spark; return the grouped counts and the values this batch admitted."""
+    from pyspark import StorageLevel
+
+    from tidemark.transform import dirty_rows, good_rows, late_rows, partition_columns
+
+    parsed = classified.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         with stopwatch.phase("read_stage"):  # the first action reads the broker
-            if config.partitioning.columns:
-                known = state.partition_values
-                candidates = cardinality.candidate_values(parsed, config, known)
-                admitted = cardinality.admit(known, candidates, config.partitioning.max_values_per_column)
-                classified = cardinality.apply_bound(parsed, config, cardinality.merge(known, admitted))
+            known = state.partition_values
+            candidates = cardinality.candidate_values(parsed, config, known)
+            admitted = cardinality.admit(known, candidates, config.partitioning.max_values_per_column)
+            bounded = cardinality.apply_bound(parsed, config, cardinality.merge(known, admitted))
             parts = partition_columns(config)
-            good_rows(classified, config).write.partitionBy(*parts).parquet(
-                str(publisher.attempt_dir / "rows")
-            )
-            late_rows(classified, config).write.partitionBy(*parts).parquet(
-                str(publisher.attempt_dir / "late")
-            )
-            dirty_rows(classified).write.parquet(str(publisher.attempt_dir / "dirty"))
+            good_rows(bounded, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "rows"))
+            late_rows(bounded, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "late"))
+            dirty_rows(bounded).write.parquet(str(publisher.attempt_dir / "dirty"))
             crash_point("after_staging")
         with stopwatch.phase("reconcile"):
-            per_partition, per_hour, reasons = _stats(classified, config)
+            return _grouped_stats(bounded, config), admitted
     finally:
         parsed.unpersist()
-    with stopwatch.phase("reconcile"):
-        stats = reconcile(plan, read_receipts(receipts_dir), per_partition)
-    return Staged(stats, per_hour, reasons, admitted)
+
+
+def _check_files(plan: Plan, in_files: dict[str, int], stats: list[PartitionStats]) -> None:
+    """The staged files' footers hold exactly the rows, late rows and dirty records counted."""
+    counted = {
+        "rows": sum(s.rows for s in stats),
+        "late": sum(s.late for s in stats),
+        "dirty": sum(s.dirty for s in stats),
+    }
+    if in_files != counted:
+        raise ReconciliationError(
+            f"{plan.table} batch {plan.batch_id} (run {plan.run_id}) not committed: staged files hold "
+            f"{in_files} but the tasks counted {counted}; offsets {plan.describe()}"
+        )
 
 
 def run_dump(

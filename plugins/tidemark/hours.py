@@ -6,8 +6,8 @@ and hour (``dt``, ``hr``). On a fall-back day the repeated local hour exists twi
 25 partitions, labels sort in time order and no partition ever spans two hours. On a
 spring-forward day the skipped hour simply has no partition (a 23-hour day).
 
-The same rule is expressed twice, for Python (sealing, status, Asset keys) and as Spark
-column expressions (routing rows); a test checks they agree minute by minute across DST days.
+The rule exists once: routing rows applies :func:`hour_of` to each distinct minute of a block
+(``transform.Classifier``), as do sealing, status and Asset keys.
 """
 
 from __future__ import annotations
@@ -17,11 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import total_ordering
-from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column
 
 HOUR = timedelta(hours=1)
 REPEATED_SUFFIX = "b"
@@ -120,15 +116,3 @@ def hours_from(first: Hour, *, ending_by: datetime) -> Iterator[Hour]:
     while hour.end <= ending_by:
         yield hour
         hour = hour.next()
-
-
-def spark_hour_columns(ts: Column, zone: str) -> tuple[Column, Column]:
-    """(dt, hr) of a UTC timestamp column, by the same rule as :class:`Hour`."""
-    from pyspark.sql import functions as F
-
-    local = F.from_utc_timestamp(ts, zone)
-    before = F.from_utc_timestamp(ts - F.expr("INTERVAL 1 HOUR"), zone)
-    label = "yyyy-MM-dd HH"
-    repeated = F.date_format(before, label) == F.date_format(local, label)
-    hr = F.concat(F.date_format(local, "HH"), F.when(repeated, F.lit(REPEATED_SUFFIX)).otherwise(F.lit("")))
-    return F.date_format(local, "yyyy-MM-dd"), hr

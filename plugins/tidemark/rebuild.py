@@ -376,20 +376,12 @@ class Rebuilder:
 
         from tidemark import cardinality
         from tidemark.source import read_ranges
-        from tidemark.transform import HOUR_COLUMNS, classify, table_columns
+        from tidemark.transform import HOUR_COLUMNS, ClassifySpec, table_columns
 
         state = self.commit_log.state()
         frames = []
         for source in plan.sources:
-            raw = read_ranges(
-                self.spark,
-                self.config.source.topic,
-                [r.__dict__ for r in source.ranges],
-                kafka_conf,
-                receipts / f"b{source.batch_id:010d}",
-            )
-            classified = classify(
-                raw,
+            spec = ClassifySpec.of(
                 self.config,
                 topic=self.config.source.topic,
                 batch_id=source.batch_id,
@@ -398,6 +390,14 @@ class Rebuilder:
                 sealed_through=datetime.fromisoformat(source.sealed_through)
                 if source.sealed_through
                 else None,
+            )
+            classified = read_ranges(
+                self.spark,
+                self.config.source.topic,
+                [r.__dict__ for r in source.ranges],
+                kafka_conf=kafka_conf,
+                receipts=receipts / f"b{source.batch_id:010d}",
+                spec=spec,
             )
             if self.config.partitioning.columns:
                 classified = cardinality.apply_bound(classified, self.config, state.partition_values)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql.types import DataType, StructType
 
 # Spark type names and their aliases -> canonical name.
@@ -98,6 +99,48 @@ class SqlType:
         if self.name == "map":
             return T.MapType(self.children[0].to_spark(), self.children[1].to_spark(), valueContainsNull=True)
         return T.StructType([T.StructField(n, t.to_spark(), True) for n, t in self.fields])
+
+    def to_arrow(self) -> pa.DataType:
+        """The Arrow type of the files tidemark writes (Spark reads each back as ``to_spark``):
+        timestamps are microseconds, UTC-adjusted for ``timestamp``, local for ``timestamp_ntz``."""
+        import pyarrow as pa
+
+        simple = {
+            "string": pa.string(),
+            "boolean": pa.bool_(),
+            "tinyint": pa.int8(),
+            "smallint": pa.int16(),
+            "int": pa.int32(),
+            "bigint": pa.int64(),
+            "float": pa.float32(),
+            "double": pa.float64(),
+            "date": pa.date32(),
+            "timestamp": pa.timestamp("us", tz="UTC"),
+            "timestamp_ntz": pa.timestamp("us"),
+            "binary": pa.binary(),
+        }
+        if self.name in simple:
+            return simple[self.name]
+        if self.name == "decimal":
+            return pa.decimal128(self.params[0], self.params[1])
+        if self.name == "array":
+            return pa.list_(self.children[0].to_arrow())
+        if self.name == "map":
+            return pa.map_(self.children[0].to_arrow(), self.children[1].to_arrow())
+        return pa.struct([pa.field(n, t.to_arrow()) for n, t in self.fields])
+
+    def json_problem(self) -> str | None:
+        """Why JSON values cannot be read into this type, or None: the JSON reader (pyarrow)
+        converts no maps, and dates only at the top level (parsed from ``YYYY-MM-DD``)."""
+        if self.name == "map":
+            return f"{self.ddl()}: JSON maps are not supported; declare a struct<...> of the known keys"
+        for child in (*self.children, *(t for _, t in self.fields)):
+            if child.name == "date":
+                return f"{self.ddl()}: a date inside an array or struct is not supported; use string"
+            problem = child.json_problem()
+            if problem:
+                return problem
+        return None
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,18 @@ with confluent-kafka and ``assign()`` (no group membership, no rebalancing). Eac
 partition range is split into sub-ranges for parallelism; a task never reads past its end,
 and it fails loudly, naming topic, partition and offsets, if it cannot reach it.
 
+A task classifies what it reads where that is cheapest, in Arrow (``tidemark.transform``),
+and the source has two modes:
+
+- ``classified``: the classified records, one row each (``transform.classified_ddl``), for
+  the Spark paths (tables with data-derived partition columns, rebuilds);
+- ``stage``: the task itself writes its rows, late rows and dirty records as Parquet files
+  under the batch's staging directory (``tidemark.staging``) and returns only their counts
+  per MQ partition, hour and reason (``STATS_DDL``). Records never cross into the JVM.
+
 Every sub-range writes a receipt (records read, first/last offset) next to the batch's staging
-files: reconciliation compares these independent counts with the rows and dirty records
-written.
+files, after its files: reconciliation compares these independent counts with the rows and
+dirty records written.
 """
 
 from __future__ import annotations
@@ -23,10 +32,16 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from tidemark.transform import ClassifySpec, RawRecords
+
 SOURCE_NAME = "tidemark_kafka"
-RAW_SCHEMA = "mq_partition int, mq_offset bigint, mq_timestamp bigint, key binary, value binary"
+STATS_DDL = (
+    "_mq_partition int, dt string, hr string, _late boolean, _reason string, n bigint, "
+    "min_ts timestamp, max_ts timestamp"
+)
+MODES = ("classified", "stage")
 DEFAULT_SUBRANGE = 250_000
-ARROW_BATCH_ROWS = 20_000
+BLOCK_ROWS = 20_000  # records classified at a time
 STALL_TIMEOUT_S = 60.0
 # librdkafka settings of a range reader (the benchmark's baselines use the same)
 READER_SETTINGS: dict[str, Any] = {
@@ -59,15 +74,21 @@ def split_ranges(ranges: Sequence[dict[str, int]], max_size: int) -> list[SubRan
 
 class KafkaRangeDataSource(DataSource):
     """Options: ``topic``, ``ranges`` (JSON list of {partition,start,end}), ``receipts`` (dir),
-    ``subrange`` (max offsets per task) and ``secret.kafka_conf`` (JSON librdkafka config; the
-    option name matches Spark's redaction pattern so it never shows in plans or the UI)."""
+    ``mode`` (see MODES), ``spec`` (a ClassifySpec as JSON), ``staging`` (the batch attempt's
+    directory, for ``stage``), ``subrange`` (max offsets per task) and ``secret.kafka_conf``
+    (JSON librdkafka config; the option name matches Spark's redaction pattern so it never
+    shows in plans or the UI)."""
 
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return RAW_SCHEMA
+        from tidemark.transform import classified_ddl
+
+        if self.options.get("mode") == "stage":
+            return STATS_DDL
+        return classified_ddl(ClassifySpec.from_json(self.options["spec"]))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaRangeReader(dict(self.options))
@@ -80,103 +101,119 @@ class KafkaRangeReader(DataSourceReader):
         self.conf = json.loads(options["secret.kafka_conf"])
         self.receipts = options["receipts"]
         self.subrange = int(options.get("subrange", DEFAULT_SUBRANGE))
+        self.mode = options.get("mode", "classified")
+        if self.mode not in MODES:
+            raise ValueError(f"{SOURCE_NAME}: mode {self.mode!r} is not one of {', '.join(MODES)}")
+        self.spec = options["spec"]
+        self.staging = options.get("staging", "")
 
     def partitions(self) -> list[InputPartition]:
         return list(split_ranges(self.ranges, self.subrange))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        from tidemark.faults import crash_point
+        from tidemark.staging import TaskStager
+        from tidemark.transform import Classifier, as_classified
+
         assert isinstance(partition, SubRange)
-        yield from read_subrange(self.topic, partition, self.conf, Path(self.receipts))
-
-
-def _arrow_batch(columns: list[list[Any]]) -> Any:
-    import pyarrow as pa
-
-    schema = pa.schema(
-        [
-            pa.field("mq_partition", pa.int32()),
-            pa.field("mq_offset", pa.int64()),
-            pa.field("mq_timestamp", pa.int64()),
-            pa.field("key", pa.binary()),
-            pa.field("value", pa.binary()),
-        ]
-    )
-    return pa.RecordBatch.from_arrays(
-        [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)], schema=schema
-    )
-
-
-def read_subrange(topic: str, sub: SubRange, conf: dict[str, Any], receipts: Path) -> Iterator[Any]:
-    """Yield Arrow batches of offsets [start, end) of one partition, then write its receipt."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    from tidemark.faults import crash_point
-
-    consumer = Consumer({**READER_SETTINGS, **conf})
-    where = f"{topic}[{sub.partition}] offsets {sub.start}..{sub.end - 1}"
-    consumer.assign([TopicPartition(topic, sub.partition, sub.start)])
-    columns: list[list[Any]] = [[], [], [], [], []]
-    read = 0
-    first = last = None
-    position = sub.start
-    last_progress = time.monotonic()
-    batches = 0
-    try:
-        while position < sub.end:
-            messages = consumer.consume(num_messages=min(10_000, sub.end - position), timeout=1.0)
-            if not messages and time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                raise RuntimeError(
-                    f"reading {where}: no progress for {STALL_TIMEOUT_S:.0f}s at offset {position} "
-                    f"(broker {conf.get('bootstrap.servers')})"
-                )
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        # Gaps at the end (compaction, transaction markers): the partition has
-                        # nothing more up to its high watermark.
-                        if (msg.offset() or 0) >= sub.end:
-                            position = sub.end
-                        continue
-                    raise RuntimeError(f"reading {where}: {err}")
-                offset = int(msg.offset() or 0)
-                if offset >= sub.end:
-                    position = sub.end
-                    break
-                _, ts = msg.timestamp()
-                columns[0].append(sub.partition)
-                columns[1].append(offset)
-                columns[2].append(ts)
-                columns[3].append(msg.key())
-                columns[4].append(msg.value())
-                read += 1
-                first = offset if first is None else first
-                last = offset
-                position = offset + 1
-                last_progress = time.monotonic()
-            if len(columns[0]) >= ARROW_BATCH_ROWS:
-                yield _arrow_batch(columns)
-                columns = [[], [], [], [], []]
-                batches += 1
-                if batches == 1:
+        spec = ClassifySpec.from_json(self.spec)
+        classifier = Classifier(spec)
+        reader = RangeConsumer(self.topic, partition, self.conf)
+        if self.mode == "classified":
+            for i, block in enumerate(reader.blocks()):
+                yield from as_classified(classifier.classify(block), spec).to_batches()
+                if i == 0:
                     crash_point("mid_read")
-        if columns[0]:
-            yield _arrow_batch(columns)
-            crash_point("mid_read")
-    finally:
-        consumer.close()
-    receipts.mkdir(parents=True, exist_ok=True)
-    receipt = {
-        "partition": sub.partition,
-        "start": sub.start,
-        "end": sub.end,
-        "read": read,
-        "first": first,
-        "last": last,
-    }
-    tmp = receipts / f".{sub.partition}-{sub.start}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(receipt))
-    os.replace(tmp, receipts / f"{sub.partition}-{sub.start}-{sub.end}.json")
+            reader.write_receipt(Path(self.receipts))
+            return
+        stager = TaskStager(Path(self.staging), spec, partition.partition, partition.start)
+        for i, block in enumerate(reader.blocks()):
+            stager.add(classifier.classify(block))
+            if i == 0:
+                crash_point("mid_read")
+        stager.close()
+        reader.write_receipt(Path(self.receipts))
+        yield from stager.stats()
+
+
+class RangeConsumer:
+    """Consumes offsets [start, end) of one partition in blocks; counts what it read."""
+
+    def __init__(self, topic: str, sub: SubRange, conf: dict[str, Any]) -> None:
+        self.topic = topic
+        self.sub = sub
+        self.conf = conf
+        self.read = 0
+        self.first: int | None = None
+        self.last: int | None = None
+
+    def blocks(self) -> Iterator[RawRecords]:
+        """Blocks of up to BLOCK_ROWS records, in offset order."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        sub = self.sub
+        consumer = Consumer({**READER_SETTINGS, **self.conf})
+        where = f"{self.topic}[{sub.partition}] offsets {sub.start}..{sub.end - 1}"
+        consumer.assign([TopicPartition(self.topic, sub.partition, sub.start)])
+        block = RawRecords(sub.partition, [], [], [], [])
+        position = sub.start
+        last_progress = time.monotonic()
+        try:
+            while position < sub.end:
+                messages = consumer.consume(num_messages=min(10_000, sub.end - position), timeout=1.0)
+                if not messages and time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                    raise RuntimeError(
+                        f"reading {where}: no progress for {STALL_TIMEOUT_S:.0f}s at offset {position} "
+                        f"(broker {self.conf.get('bootstrap.servers')})"
+                    )
+                for msg in messages:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            # Gaps at the end (compaction, transaction markers): the partition has
+                            # nothing more up to its high watermark.
+                            if (msg.offset() or 0) >= sub.end:
+                                position = sub.end
+                            continue
+                        raise RuntimeError(f"reading {where}: {err}")
+                    offset = int(msg.offset() or 0)
+                    if offset >= sub.end:
+                        position = sub.end
+                        break
+                    block.offsets.append(offset)
+                    block.timestamps.append(msg.timestamp()[1])
+                    block.keys.append(msg.key())
+                    block.values.append(msg.value())
+                    position = offset + 1
+                    last_progress = time.monotonic()
+                if len(block) >= BLOCK_ROWS:
+                    yield self._counted(block)
+                    block = RawRecords(sub.partition, [], [], [], [])
+            if len(block):
+                yield self._counted(block)
+        finally:
+            consumer.close()
+
+    def _counted(self, block: RawRecords) -> RawRecords:
+        self.read += len(block)
+        self.first = block.offsets[0] if self.first is None else self.first
+        self.last = block.offsets[-1]
+        return block
+
+    def write_receipt(self, receipts: Path) -> None:
+        sub = self.sub
+        receipts.mkdir(parents=True, exist_ok=True)
+        receipt = {
+            "partition": sub.partition,
+            "start": sub.start,
+            "end": sub.end,
+            "read": self.read,
+            "first": self.first,
+            "last": self.last,
+        }
+        tmp = receipts / f".{sub.partition}-{sub.start}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(receipt))
+        os.replace(tmp, receipts / f"{sub.partition}-{sub.start}-{sub.end}.json")
 
 
 def read_receipts(receipts: Path) -> list[dict[str, Any]]:
@@ -184,16 +221,28 @@ def read_receipts(receipts: Path) -> list[dict[str, Any]]:
 
 
 def read_ranges(
-    spark: Any, topic: str, ranges: Sequence[dict[str, int]], kafka_conf: dict[str, Any], receipts: Path
+    spark: Any,
+    topic: str,
+    ranges: Sequence[dict[str, int]],
+    *,
+    kafka_conf: dict[str, Any],
+    receipts: Path,
+    spec: ClassifySpec,
+    staging: Path | None = None,
 ) -> Any:
-    """The raw records (RAW_SCHEMA) of exactly ``ranges`` of ``topic``, as a DataFrame; each
-    sub-range read writes its receipt under ``receipts``."""
+    """Exactly ``ranges`` of ``topic`` as a DataFrame: the classified records, or with
+    ``staging`` the counts of the files the tasks staged there (``stage`` mode). Each sub-range
+    read writes its receipt under ``receipts``."""
     spark.dataSource.register(KafkaRangeDataSource)
-    return (
+    reader = (
         spark.read.format(KafkaRangeDataSource.name())
         .option("topic", topic)
         .option("ranges", json.dumps([dict(r) for r in ranges if int(r["end"]) > int(r["start"])]))
         .option("secret.kafka_conf", json.dumps(kafka_conf))
         .option("receipts", str(receipts))
-        .load()
+        .option("spec", spec.to_json())
+        .option("mode", "classified" if staging is None else "stage")
     )
+    if staging is not None:
+        reader = reader.option("staging", str(staging))
+    return reader.load()

@@ -1,8 +1,16 @@
-"""Pure DataFrame transforms of the dump: raw MQ records -> typed rows or dirty records.
+"""Pure transforms of the dump: raw MQ records -> typed rows or dirty records.
 
-Parsing happens in the JVM (``from_json`` + ``try_cast``), never per record in Python: the
-data source only moves bytes. Each record is classified once, with the first reason that
-applies, in this order:
+Parsing happens in Arrow, inside the data source's tasks: ``pyarrow.json`` reads a block of
+messages against the table schema in C++, which costs a fifth of the CPU of Spark's
+``from_json`` + casts (docs/benchmarks.md). A block the reader rejects is re-read in pieces
+down to the records at fault, so one bad record costs a few small re-reads, never the block.
+
+Typing is strict, as the JSON reader is: a JSON string is not a number, a number is not a
+string, a decimal with more places than its scale is not rounded. Timestamps are ISO 8601
+strings (``2026-11-22T10:00:00Z``, ``2026-11-22 10:00:00+01:00``; no offset means UTC);
+dates are ``YYYY-MM-DD`` strings; decimals are numbers or numeric strings.
+
+Each record is classified once, with the first reason that applies, in this order:
 
 | reason | when |
 |---|---|
@@ -24,14 +32,20 @@ is already sealed: they are *late* (``_late``) and go to the late files, never t
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TYPE_CHECKING
+import io
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
 
 from tidemark.config import TableConfig
-from tidemark.hours import spark_hour_columns
+from tidemark.hours import hour_of
+from tidemark.schema import Column, parse_column
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column as SparkColumn
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 REASONS = (
@@ -47,7 +61,6 @@ REASONS = (
 )
 # Values of data-derived partition columns: safe in paths and in quoted metastore DDL.
 PARTITION_VALUE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
-CORRUPT = "_tidemark_corrupt"
 META_COLUMNS = ("_mq_partition", "_mq_offset", "_mq_timestamp", "_batch_id")
 HOUR_COLUMNS = ("dt", "hr")
 DIRTY_COLUMNS = (
@@ -62,101 +75,548 @@ DIRTY_COLUMNS = (
     "raw_key",
     "raw_value",
 )
+DIRTY_DDL = (
+    "topic string, mq_partition int, mq_offset bigint, mq_timestamp bigint, batch_id bigint, "
+    "run_id string, reason string, detail string, raw_key binary, raw_value binary"
+)
+# A rejected block is re-read in pieces of at most this many records; within a piece the row
+# the reader names is set aside and the rest re-read.
+PARSE_PIECE = 256
+_ERROR_ROW = re.compile(r" in row (\d+)$")
+INTEGER_BITS = {"tinyint": 7, "smallint": 15, "int": 31, "bigint": 63}
 
 
-def _typed(raw: SparkColumn, ddl: str, complex_type: bool) -> SparkColumn:
-    from pyspark.sql import functions as F
+@dataclass(frozen=True)
+class ClassifySpec:
+    """Everything a task needs to classify a batch's records: plain values, so it travels to
+    executors as a JSON option (no TableConfig, no YAML on the executors)."""
 
-    if complex_type:
-        return F.from_json(raw, ddl)
-    return raw.try_cast(ddl)
+    topic: str
+    batch_id: int
+    run_id: str
+    columns: tuple[tuple[str, str], ...]  # (name, "ddl [not null]")
+    event_time_field: str
+    time_zone: str
+    max_message_bytes: int
+    future_limit: str  # ISO instant: event times after it are dirty
+    sealed_through: str | None  # ISO instant: good rows before it are late
+    partition_columns: tuple[str, ...]
 
-
-def classify(
-    raw: DataFrame,
-    config: TableConfig,
-    *,
-    topic: str,
-    batch_id: int,
-    run_id: str,
-    processing_time: datetime,
-    sealed_through: datetime | None = None,
-) -> DataFrame:
-    """Parse raw records (RAW_SCHEMA of the source) into typed columns plus ``_reason``
-    (null for good rows) and ``_detail``, keeping MQ coordinates for lineage and dedup."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    columns = config.schema_columns
-    raw_schema = StructType(
-        [StructField(c.name, StringType()) for c in columns] + [StructField(CORRUPT, StringType())]
-    )
-    text = F.col("value").cast("string")
-    parsed = raw.withColumn(
-        "_j", F.from_json(text, raw_schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-    )
-    typed = {
-        c.name: _typed(F.col(f"_j.{c.name}"), c.type.ddl(), c.type.name in {"array", "map", "struct"})
-        for c in columns
-    }
-    ts_field = config.event_time.field
-    missing = [F.when(F.col(f"_j.{c.name}").isNull(), F.lit(c.name)) for c in columns if not c.nullable]
-    mismatch = [
-        F.when(F.col(f"_j.{c.name}").isNotNull() & typed[c.name].isNull(), F.lit(c.name)) for c in columns
-    ]
-    missing_list = F.concat_ws(",", *missing) if missing else F.lit("")
-    mismatch_list = F.concat_ws(",", *mismatch)
-    future_limit = F.lit(processing_time + config.watermark.max_future_skew).cast("timestamp")
-    bad_values = [
-        F.when(
-            typed[c].isNull() | ~typed[c].rlike(PARTITION_VALUE_PATTERN) | typed[c].contains(".."), F.lit(c)
+    @classmethod
+    def of(
+        cls,
+        config: TableConfig,
+        *,
+        topic: str,
+        batch_id: int,
+        run_id: str,
+        processing_time: datetime,
+        sealed_through: datetime | None,
+    ) -> ClassifySpec:
+        return cls(
+            topic=topic,
+            batch_id=batch_id,
+            run_id=run_id,
+            columns=tuple(
+                (c.name, c.type.ddl() + ("" if c.nullable else " not null")) for c in config.schema_columns
+            ),
+            event_time_field=config.event_time.field,
+            time_zone=config.event_time.time_zone,
+            max_message_bytes=config.source.max_message_bytes,
+            future_limit=_utc(processing_time + config.watermark.max_future_skew).isoformat(),
+            sealed_through=_utc(sealed_through).isoformat() if sealed_through else None,
+            partition_columns=tuple(config.partitioning.columns),
         )
-        for c in config.partitioning.columns
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ClassifySpec:
+        data = json.loads(text)
+        data["columns"] = tuple(tuple(c) for c in data["columns"])
+        data["partition_columns"] = tuple(data["partition_columns"])
+        return cls(**data)
+
+    @property
+    def schema_columns(self) -> list[Column]:
+        return [parse_column(name, spec) for name, spec in self.columns]
+
+    @property
+    def keep_raw(self) -> bool:
+        """Good rows keep their raw bytes only where the cardinality bound may still make them
+        dirty after this classification (tables with data-derived partition columns)."""
+        return bool(self.partition_columns)
+
+
+def _utc(instant: datetime) -> datetime:
+    return instant.replace(tzinfo=UTC) if instant.tzinfo is None else instant.astimezone(UTC)
+
+
+@dataclass
+class RawRecords:
+    """One block of consumed messages of one MQ partition, as the consumer hands them out."""
+
+    partition: int
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+@dataclass(frozen=True)
+class Classified:
+    """A classified block: ``good`` has the typed columns, hour labels, ``_late`` and MQ
+    lineage (plus raw bytes when the spec keeps them); ``dirty`` has DIRTY_COLUMNS."""
+
+    good: pa.Table
+    dirty: pa.Table
+
+
+def good_schema(spec: ClassifySpec, *, raw: bool | None = None) -> pa.Schema:
+    """Schema of classified good rows; ``raw`` (default: the spec's ``keep_raw``) adds the
+    raw key and value."""
+    import pyarrow as pa
+
+    fields = [pa.field(c.name, c.type.to_arrow()) for c in spec.schema_columns]
+    fields += [
+        pa.field("dt", pa.string()),
+        pa.field("hr", pa.string()),
+        pa.field("_late", pa.bool_()),
+        pa.field("_mq_partition", pa.int32()),
+        pa.field("_mq_offset", pa.int64()),
+        pa.field("_mq_timestamp", pa.int64()),
+        pa.field("_batch_id", pa.int64()),
     ]
-    bad_value_list = F.concat_ws(",", *bad_values) if bad_values else F.lit("")
-    reason = (
-        F.when(F.length("value") > config.source.max_message_bytes, F.lit("oversized"))
-        .when(F.col("value").isNull(), F.lit("null_value"))
-        .when(F.col("_j").isNull() | F.col(f"_j.{CORRUPT}").isNotNull(), F.lit("invalid_json"))
-        .when(F.col(f"_j.{ts_field}").isNull(), F.lit("null_event_time"))
-        .when(missing_list != "", F.lit("missing_field"))
-        .when(mismatch_list != "", F.lit("type_mismatch"))
-        .when(typed[ts_field] > future_limit, F.lit("future_event_time"))
-        .when(bad_value_list != "", F.lit("invalid_partition_value"))
+    if spec.keep_raw if raw is None else raw:
+        fields += [pa.field("_raw_key", pa.binary()), pa.field("_raw_value", pa.binary())]
+    return pa.schema(fields)
+
+
+def dirty_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    types = {
+        "topic": pa.string(),
+        "mq_partition": pa.int32(),
+        "mq_offset": pa.int64(),
+        "mq_timestamp": pa.int64(),
+        "batch_id": pa.int64(),
+        "run_id": pa.string(),
+        "reason": pa.string(),
+        "detail": pa.string(),
+        "raw_key": pa.binary(),
+        "raw_value": pa.binary(),
+    }
+    return pa.schema([pa.field(name, types[name]) for name in DIRTY_COLUMNS])
+
+
+def _parse_schema(columns: list[Column]) -> pa.Schema:
+    """What the JSON reader is asked for: the table's types, but top-level dates as strings
+    (the reader reads dates from day numbers only)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [pa.field(c.name, pa.string() if c.type.name == "date" else c.type.to_arrow()) for c in columns]
     )
-    detail = (
-        F.when(reason == "oversized", F.concat(F.lit("bytes="), F.length("value").cast("string")))
-        .when(reason == "missing_field", F.concat(F.lit("fields="), missing_list))
-        .when(reason == "type_mismatch", F.concat(F.lit("fields="), mismatch_list))
-        .when(reason == "future_event_time", F.concat(F.lit("limit="), future_limit.cast("string")))
-        .when(reason == "invalid_partition_value", F.concat(F.lit("fields="), bad_value_list))
+
+
+class _Reader:
+    """``pyarrow.json`` over lines of messages; a rejected piece is narrowed to its bad lines."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        import pyarrow.json as pj
+
+        self.schema = schema
+        self.parse_options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+
+    def _read(self, lines: Sequence[bytes]) -> pa.Table:
+        import pyarrow.json as pj
+
+        data = b"\n".join(lines)
+        options = pj.ReadOptions(use_threads=False, block_size=max(len(data) + 1, 1 << 16))
+        return pj.read_json(io.BytesIO(data), read_options=options, parse_options=self.parse_options)
+
+    def read(self, lines: Sequence[bytes]) -> tuple[list[tuple[list[int], pa.Table]], dict[int, str]]:
+        """Tables of the accepted lines, each with the indices of its lines (increasing), and
+        the reader's error for each rejected line."""
+        tables: list[tuple[list[int], pa.Table]] = []
+        rejected: dict[int, str] = {}
+        self._narrow(lines, list(range(len(lines))), tables, rejected)
+        return tables, rejected
+
+    def _narrow(
+        self,
+        lines: Sequence[bytes],
+        index: list[int],
+        tables: list[tuple[list[int], pa.Table]],
+        rejected: dict[int, str],
+    ) -> None:
+        import pyarrow as pa
+
+        while index:
+            try:
+                table = self._read(lines if len(index) == len(lines) else [lines[i] for i in index])
+                if table.num_rows == len(index):
+                    tables.append((index, table))
+                    return
+                error = f"{table.num_rows} rows read from {len(index)} messages"
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                error = str(exc)
+            if len(index) == 1:
+                rejected[index[0]] = error
+                return
+            if len(index) > PARSE_PIECE:
+                for start in range(0, len(index), PARSE_PIECE):
+                    self._narrow(lines, index[start : start + PARSE_PIECE], tables, rejected)
+                return
+            match = _ERROR_ROW.search(error)
+            row = int(match.group(1)) if match else -1
+            if 0 <= row < len(index):  # the reader named the line: set it aside, read the rest
+                rejected[index[row]] = error
+                index = index[:row] + index[row + 1 :]
+                continue
+            middle = len(index) // 2
+            self._narrow(lines, index[:middle], tables, rejected)
+            index = index[middle:]
+
+
+def _json_line(value: bytes) -> bytes | str:
+    """The message as one JSON line for the reader, or why it is not a JSON object.
+
+    A message with line breaks (pretty-printed JSON) is re-serialized on one line; a line
+    break inside a string is not valid JSON, which ``json.loads`` reports."""
+    if b"\n" not in value and b"\r" not in value:
+        return value
+    try:
+        obj = json.loads(value)
+    except ValueError as exc:
+        return f"invalid JSON: {exc}"
+    if not isinstance(obj, dict):
+        return f"not a JSON object but {type(obj).__name__}"
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class Classifier:
+    """Classifies blocks of raw records by a spec; one per task (it keeps the JSON readers)."""
+
+    def __init__(self, spec: ClassifySpec) -> None:
+        import pyarrow as pa
+
+        self.spec = spec
+        self.columns = spec.schema_columns
+        self.reader = _Reader(_parse_schema(self.columns))
+        self.column_readers = {
+            c.name: _Reader(pa.schema([self.reader.schema.field(c.name)])) for c in self.columns
+        }
+        self.good_schema = good_schema(spec)
+        self.dirty_schema = dirty_schema()
+        self.future_limit = datetime.fromisoformat(spec.future_limit)
+        self.sealed_through = datetime.fromisoformat(spec.sealed_through) if spec.sealed_through else None
+        self._hours: dict[int, tuple[str, str]] = {}
+
+    def classify(self, raw: RawRecords) -> Classified:
+        import pyarrow as pa
+
+        dirty: dict[int, tuple[str, str | None]] = {}  # record index -> (reason, detail)
+        lines, line_of = self._lines(raw, dirty)
+        pieces, rejected = self.reader.read(lines)
+        for line, error in rejected.items():
+            dirty[line_of[line]] = self._rejected_reason(lines[line], error)
+        accepted = [line_of[i] for index, _ in pieces for i in index]
+        typed = pa.concat_tables([t for _, t in pieces]) if pieces else self.reader.schema.empty_table()
+        good, checked_dirty = self._check(typed, accepted, raw)
+        dirty.update(checked_dirty)
+        return Classified(good=good, dirty=self._dirty_table(raw, dirty))
+
+    def _lines(
+        self, raw: RawRecords, dirty: dict[int, tuple[str, str | None]]
+    ) -> tuple[list[bytes], list[int]]:
+        """The messages the JSON reader gets, one per line, and the record of each line; the
+        others get their reason in ``dirty``."""
+        values = raw.values
+        n = len(values)
+        if n and None not in values:
+            present = cast("list[bytes]", values)
+            if max(map(len, present)) <= self.spec.max_message_bytes:
+                joined = b"\n".join(present)
+                if joined.count(b"\n") == n - 1 and b"\r" not in joined:  # the common case, at C speed
+                    return present, list(range(n))
+        lines: list[bytes] = []
+        line_of: list[int] = []
+        for i, value in enumerate(values):
+            if value is not None and len(value) > self.spec.max_message_bytes:
+                dirty[i] = ("oversized", f"bytes={len(value)}")
+            elif value is None:
+                dirty[i] = ("null_value", None)
+            else:
+                line = _json_line(value)
+                if isinstance(line, str):
+                    dirty[i] = ("invalid_json", line)
+                else:
+                    lines.append(line)
+                    line_of.append(i)
+        return lines, line_of
+
+    def _rejected_reason(self, line: bytes, error: str) -> tuple[str, str]:
+        """Reason and detail of a message the JSON reader rejected on its own."""
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            return "invalid_json", f"invalid JSON: {exc}"
+        if not isinstance(obj, dict):
+            return "invalid_json", f"not a JSON object but {type(obj).__name__}"
+        if obj.get(self.spec.event_time_field) is None:
+            return "null_event_time", None  # type: ignore[return-value]
+        missing = [c.name for c in self.columns if not c.nullable and obj.get(c.name) is None]
+        if missing:
+            return "missing_field", "fields=" + ",".join(missing)
+        mismatched = [
+            c.name
+            for c in self.columns
+            if obj.get(c.name) is not None and not self._convertible(c, obj[c.name])
+        ]
+        if mismatched:
+            return "type_mismatch", "fields=" + ",".join(mismatched)
+        return "invalid_json", error  # e.g. a key given twice
+
+    def _convertible(self, column: Column, value: Any) -> bool:
+        """Whether the JSON reader converts ``value`` alone into the column's type (so the
+        fields a detail names are exactly the ones the reader refuses): JSON kinds decide the
+        simple types, the reader itself the others."""
+        kind = column.type.name
+        if kind == "string":
+            return isinstance(value, str)
+        if kind == "boolean":
+            return isinstance(value, bool)
+        if kind in INTEGER_BITS:
+            bits = INTEGER_BITS[kind]
+            return isinstance(value, int) and not isinstance(value, bool) and -(2**bits) <= value < 2**bits
+        if kind in {"float", "double"}:
+            return isinstance(value, int | float) and not isinstance(value, bool)
+        line = json.dumps({column.name: value}, separators=(",", ":")).encode()
+        _, rejected = self.column_readers[column.name].read([line])
+        if rejected:
+            return False
+        if column.type.name == "date":
+            return _to_date([value]).null_count == 0
+        return True
+
+    def _check(
+        self, typed: pa.Table, accepted: list[int], raw: RawRecords
+    ) -> tuple[pa.Table, dict[int, tuple[str, str | None]]]:
+        """Null, future-time and partition-value checks of the rows the reader accepted;
+        the good rows get hour labels, ``_late`` and lineage."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = typed.num_rows
+        columns = {}
+        bad_dates: dict[str, pa.Array] = {}
+        for c in self.columns:
+            col = (
+                typed.column(c.name).combine_chunks()
+                if n
+                else pa.array([], type=self.reader.schema.field(c.name).type)
+            )
+            if c.type.name == "date":
+                converted = _to_date(col)
+                bad_dates[c.name] = pc.and_(pc.is_valid(col), pc.is_null(converted))
+                col = converted
+            columns[c.name] = col
+        ts = columns[self.spec.event_time_field]
+        masks: list[tuple[str, str, pa.Array]] = []  # (reason, field, bad mask), in reason order
+        masks.append(("null_event_time", "", pc.is_null(ts)))
+        masks += [
+            ("missing_field", c.name, pc.is_null(columns[c.name])) for c in self.columns if not c.nullable
+        ]
+        masks += [("type_mismatch", name, mask) for name, mask in bad_dates.items()]
+        ts_utc = ts.cast(pa.timestamp("us", tz="UTC")) if n else pa.array([], pa.timestamp("us", tz="UTC"))
+        limit = pa.scalar(self.future_limit, type=pa.timestamp("us", tz="UTC"))
+        masks.append(("future_event_time", "", pc.fill_null(pc.greater(ts_utc, limit), False)))
+        for name in self.spec.partition_columns:
+            value = columns[name]
+            ok = pc.and_(
+                pc.match_substring_regex(value, PARTITION_VALUE_PATTERN),
+                pc.invert(pc.match_substring(value, "..")),
+            )
+            masks.append(("invalid_partition_value", name, pc.invert(pc.fill_null(ok, False))))
+        any_bad = np.zeros(n, dtype=bool)
+        for _, _, mask in masks:
+            any_bad |= mask.to_numpy(zero_copy_only=False)
+        dirty: dict[int, tuple[str, str | None]] = {}
+        bad_rows = np.flatnonzero(any_bad)
+        if len(bad_rows):
+            flags = {(reason, name): mask.to_numpy(zero_copy_only=False) for reason, name, mask in masks}
+            for row in bad_rows.tolist():
+                dirty[accepted[row]] = self._reason_of(row, flags)
+        keep = np.flatnonzero(~any_bad)
+        good_idx = np.asarray(accepted, dtype=np.int64)[keep]
+        take = pa.array(keep, type=pa.int64())
+        out = {name: col.take(take) for name, col in columns.items()}
+        ts_good = ts_utc.take(take)
+        dt, hr = self._hour_labels(ts_good)
+        if self.sealed_through is not None:
+            late = pc.less(ts_good, pa.scalar(self.sealed_through, type=pa.timestamp("us", tz="UTC")))
+        else:
+            late = pa.array(np.zeros(len(good_idx), dtype=bool))
+        out.update(
+            dt=dt,
+            hr=hr,
+            _late=late,
+            _mq_partition=pa.array(np.full(len(good_idx), raw.partition, dtype=np.int32)),
+            _mq_offset=pa.array(np.asarray(raw.offsets, dtype=np.int64)[good_idx]),
+            _mq_timestamp=pa.array(np.asarray(raw.timestamps, dtype=np.int64)[good_idx]),
+            _batch_id=pa.array(np.full(len(good_idx), self.spec.batch_id, dtype=np.int64)),
+        )
+        if self.spec.keep_raw:
+            rows = pa.array(good_idx, type=pa.int64())
+            out["_raw_key"] = pa.array(raw.keys, type=pa.binary()).take(rows)
+            out["_raw_value"] = pa.array(raw.values, type=pa.binary()).take(rows)
+        return pa.Table.from_pydict(out, schema=self.good_schema), dirty
+
+    def _reason_of(self, row: int, flags: dict[tuple[str, str], Any]) -> tuple[str, str | None]:
+        """The first reason of a row that failed a check, and the fields it names."""
+        for reason in REASONS:
+            fields = [name for (r, name), mask in flags.items() if r == reason and mask[row]]
+            if not fields:
+                continue
+            if reason == "null_event_time":
+                return reason, None
+            if reason == "future_event_time":
+                return reason, f"limit={self.spec.future_limit}"
+            return reason, "fields=" + ",".join(fields)
+        raise AssertionError(f"row {row} failed no check")
+
+    def _hour_labels(self, ts: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """dt and hr of each instant by :func:`tidemark.hours.hour_of` itself, applied once per
+        distinct minute (every zone's offset is whole minutes), so the rule exists once."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        minutes = pc.divide(ts.cast(pa.int64()), 60_000_000) if len(ts) else pa.array([], pa.int64())
+        distinct = pc.unique(minutes)
+        labels = [self._hour_of_minute(m) for m in distinct.to_pylist()]
+        index = pc.index_in(minutes, value_set=distinct)
+        dt = pa.array([d for d, _ in labels], type=pa.string()).take(index)
+        hr = pa.array([h for _, h in labels], type=pa.string()).take(index)
+        return dt, hr
+
+    def _hour_of_minute(self, minute: int) -> tuple[str, str]:
+        label = self._hours.get(minute)
+        if label is None:
+            hour = hour_of(datetime.fromtimestamp(minute * 60, UTC), self.spec.time_zone)
+            label = self._hours[minute] = (hour.dt, hour.hr)
+        return label
+
+    def _dirty_table(self, raw: RawRecords, dirty: dict[int, tuple[str, str | None]]) -> pa.Table:
+        import pyarrow as pa
+
+        rows = sorted(dirty)
+        n = len(rows)
+        return pa.Table.from_pydict(
+            {
+                "topic": pa.array([self.spec.topic] * n, pa.string()),
+                "mq_partition": pa.array([raw.partition] * n, pa.int32()),
+                "mq_offset": pa.array([raw.offsets[i] for i in rows], pa.int64()),
+                "mq_timestamp": pa.array([raw.timestamps[i] for i in rows], pa.int64()),
+                "batch_id": pa.array([self.spec.batch_id] * n, pa.int64()),
+                "run_id": pa.array([self.spec.run_id] * n, pa.string()),
+                "reason": pa.array([dirty[i][0] for i in rows], pa.string()),
+                "detail": pa.array([dirty[i][1] for i in rows], pa.string()),
+                "raw_key": pa.array([raw.keys[i] for i in rows], pa.binary()),
+                "raw_value": pa.array([raw.values[i] for i in rows], pa.binary()),
+            },
+            schema=self.dirty_schema,
+        )
+
+
+def _to_date(values: Any) -> pa.Array:
+    """``YYYY-MM-DD`` strings -> dates; anything else -> null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    strings = pa.array(values) if not isinstance(values, pa.Array) else values
+    if strings.type != pa.string():
+        return pa.nulls(len(strings), pa.date32())
+    parsed = pc.strptime(strings, format="%Y-%m-%d", unit="s", error_is_null=True)
+    return parsed.cast(pa.date32())
+
+
+# Classified rows as one frame (the Spark paths: data-derived partitions and rebuilds) -------
+
+
+def classified_schema(spec: ClassifySpec) -> pa.Schema:
+    """One row per record: the good schema with raw bytes, plus reason, detail and lineage
+    (typed columns are null in dirty rows)."""
+    import pyarrow as pa
+
+    good = good_schema(spec, raw=True)
+    return pa.schema(
+        [
+            *good,
+            pa.field("_reason", pa.string()),
+            pa.field("_detail", pa.string()),
+            pa.field("_topic", pa.string()),
+            pa.field("_run_id", pa.string()),
+        ]
     )
-    dt, hr = spark_hour_columns(typed[ts_field], config.event_time.time_zone)
-    late = (
-        typed[ts_field] < F.lit(sealed_through).cast("timestamp")
-        if sealed_through is not None
-        else F.lit(False)
+
+
+def classified_ddl(spec: ClassifySpec) -> str:
+    """The Spark DDL of :func:`classified_schema` (a data source declares its schema so)."""
+    typed = [f"`{name}` {ddl.removesuffix(' not null')}" for name, ddl in spec.columns]
+    rest = (
+        "dt string, hr string, _late boolean, _mq_partition int, _mq_offset bigint, _mq_timestamp bigint, "
+        "_batch_id bigint, _raw_key binary, _raw_value binary, _reason string, _detail string, "
+        "_topic string, _run_id string"
     )
-    # Raw bytes are kept only where the dirty table needs them: the batch is cached, and a copy
-    # of every message doubled its size. The cardinality bound decides dirt after this, so a
-    # table with data-derived partition columns keeps them all.
-    keep_raw = reason.isNotNull() | F.lit(bool(config.partitioning.columns))
-    return parsed.select(
-        *[typed[c.name].alias(c.name) for c in columns],
-        dt.alias("dt"),
-        hr.alias("hr"),
-        (reason.isNull() & late).alias("_late"),
-        F.col("mq_partition").alias("_mq_partition"),
-        F.col("mq_offset").alias("_mq_offset"),
-        F.col("mq_timestamp").alias("_mq_timestamp"),
-        F.lit(batch_id).cast("bigint").alias("_batch_id"),
-        reason.alias("_reason"),
-        F.when(keep_raw, F.col("key")).alias("_raw_key"),
-        F.when(keep_raw, F.col("value")).alias("_raw_value"),
-        F.lit(topic).alias("_topic"),
-        F.lit(run_id).alias("_run_id"),
-        detail.alias("_detail"),
+    return ", ".join([*typed, rest])
+
+
+def as_classified(block: Classified, spec: ClassifySpec) -> pa.Table:
+    """Good and dirty rows of a block in :func:`classified_schema`."""
+    import pyarrow as pa
+
+    schema = classified_schema(spec)
+    good = block.good
+    n_good = good.num_rows
+    columns: dict[str, pa.Array] = {}
+    for field in schema:
+        if field.name in good.column_names:
+            columns[field.name] = good.column(field.name).combine_chunks()
+        else:
+            columns[field.name] = pa.nulls(n_good, field.type)
+    if not spec.keep_raw:  # the classifier dropped them; the Spark paths never need good raw bytes
+        columns["_raw_key"] = pa.nulls(n_good, pa.binary())
+        columns["_raw_value"] = pa.nulls(n_good, pa.binary())
+    columns["_topic"] = pa.array([spec.topic] * n_good, pa.string())
+    columns["_run_id"] = pa.array([spec.run_id] * n_good, pa.string())
+    good_part = pa.Table.from_pydict(columns, schema=schema)
+    d = block.dirty
+    n_dirty = d.num_rows
+    dirty_columns = {field.name: pa.nulls(n_dirty, field.type) for field in schema}
+    dirty_columns.update(
+        _late=pa.array([False] * n_dirty, pa.bool_()),
+        _mq_partition=d.column("mq_partition").combine_chunks(),
+        _mq_offset=d.column("mq_offset").combine_chunks(),
+        _mq_timestamp=d.column("mq_timestamp").combine_chunks(),
+        _batch_id=d.column("batch_id").combine_chunks(),
+        _raw_key=d.column("raw_key").combine_chunks(),
+        _raw_value=d.column("raw_value").combine_chunks(),
+        _reason=d.column("reason").combine_chunks(),
+        _detail=d.column("detail").combine_chunks(),
+        _topic=d.column("topic").combine_chunks(),
+        _run_id=d.column("run_id").combine_chunks(),
     )
+    return pa.concat_tables([good_part, pa.Table.from_pydict(dirty_columns, schema=schema)])
+
+
+# Selections of a classified DataFrame --------------------------------------------------------
 
 
 def good_rows(classified: DataFrame, config: TableConfig) -> DataFrame:

@@ -15,7 +15,6 @@ from tidemark.commitlog import CommitLog
 from tidemark.config import TableConfig
 from tidemark.dump import Layout, run_dump
 from tidemark.generator import create_topic, produce, records
-from tidemark.hours import hour_of, spark_hour_columns
 from tidemark.partitions import PartitionJournal
 from tidemark.sealing import run_seal
 from tidemark.settings import Settings
@@ -181,26 +180,6 @@ def test_dst_fall_back_seals_the_right_local_hours(
     ]
     for hr in ("00", "01", "01b", "02"):
         assert hour_count(spark, config.table, "2026-11-01", hr) == 4
-
-
-@pytest.mark.parametrize("zone", ["America/New_York", "Europe/Berlin", "Asia/Kolkata"])
-def test_spark_and_python_hour_labels_agree_across_dst_days(spark: Any, zone: str) -> None:
-    from pyspark.sql import functions as F
-
-    instants = [
-        day + timedelta(minutes=10 * i)
-        for day in (
-            datetime(2026, 3, 8, tzinfo=UTC),
-            datetime(2026, 3, 29, tzinfo=UTC),
-            datetime(2026, 10, 25, tzinfo=UTC),
-            datetime(2026, 11, 1, tzinfo=UTC),
-        )
-        for i in range(6 * 30)
-    ]
-    frame = spark.createDataFrame([(t,) for t in instants], "ts timestamp")
-    dt, hr = spark_hour_columns(F.col("ts"), zone)
-    got = [(r[0], r[1]) for r in frame.select(dt, hr).collect()]
-    assert got == [(hour_of(t, zone).dt, hour_of(t, zone).hr) for t in instants]
 
 
 def test_hostile_partition_values_are_dirty_and_the_metastore_untouched(
