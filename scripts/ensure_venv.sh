@@ -29,8 +29,11 @@ if [[ "$(.venv/bin/uv --version 2>/dev/null)" != "uv $UV_VERSION"* ]]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
 fi
 echo "tidemark: syncing .venv with requirements.txt"
-.venv/bin/uv pip sync --python .venv/bin/python --quiet requirements.txt
-.venv/bin/uv pip install --python .venv/bin/python --quiet --no-deps -e .
+# --compile-bytecode: precompiled .pyc files. Where PYTHONDONTWRITEBYTECODE is set (as on CI
+# machines) nothing is ever cached, and every Spark worker, planner and Airflow task process
+# compiled pandas and pyspark from source again: about 1 s per process.
+.venv/bin/uv pip sync --python .venv/bin/python --quiet --compile-bytecode requirements.txt
+.venv/bin/uv pip install --python .venv/bin/python --quiet --compile-bytecode --no-deps -e .
 # The pyspark/pyspark-client trap: both write pyspark/; a version mismatch is a silent mix.
 .venv/bin/python - <<'PY'
 from importlib.metadata import version

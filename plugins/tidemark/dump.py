@@ -169,8 +169,8 @@ class Staged:
 
 
 def _grouped_stats(classified: Any, config: TableConfig) -> list[Any]:
-    """The counts a staging task returns (``source.STATS_DDL``), from a classified frame in
-    one aggregation pass (a handful of groups: partitions x hours x reasons)."""
+    """The counts a staging task returns (``staging.TaskStager.stats``), from a classified
+    frame in one aggregation pass (a handful of groups: partitions x hours x reasons)."""
     from pyspark.sql import functions as F
 
     ts = F.col(config.event_time.field)
@@ -268,7 +268,7 @@ def read_and_stage(
     Tables without data-derived partition columns stage in the read tasks themselves
     (``staging.py``); the others go through a Spark frame, because bounding partition values
     needs the whole batch (``cardinality.py``)."""
-    from tidemark.source import read_ranges, read_receipts
+    from tidemark.source import read_ranges, read_receipts, stage_ranges
     from tidemark.staging import staged_rows
     from tidemark.transform import ClassifySpec
 
@@ -293,7 +293,7 @@ def read_and_stage(
         )
     else:
         with stopwatch.phase("read_stage"):  # the tasks read, classify and write
-            groups = read_ranges(
+            groups = stage_ranges(
                 spark,
                 plan.topic,
                 ranges,
@@ -301,7 +301,7 @@ def read_and_stage(
                 receipts=receipts_dir,
                 spec=spec,
                 staging=publisher.attempt_dir,
-            ).collect()
+            )
             crash_point("after_staging")
     with stopwatch.phase("reconcile"):
         per_partition, per_hour, reasons = fold_stats(groups)

@@ -5,14 +5,17 @@ with confluent-kafka and ``assign()`` (no group membership, no rebalancing). Eac
 partition range is split into sub-ranges for parallelism; a task never reads past its end,
 and it fails loudly, naming topic, partition and offsets, if it cannot reach it.
 
-A task classifies what it reads where that is cheapest, in Arrow (``tidemark.transform``),
-and the source has two modes:
+A task classifies what it reads where that is cheapest, in Arrow (``tidemark.transform``).
+Two ways run the same per-sub-range code:
 
-- ``classified``: the classified records, one row each (``transform.classified_ddl``), for
-  the Spark paths (tables with data-derived partition columns, rebuilds);
-- ``stage``: the task itself writes its rows, late rows and dirty records as Parquet files
-  under the batch's staging directory (``tidemark.staging``) and returns only their counts
-  per MQ partition, hour and reason (``STATS_DDL``). Records never cross into the JVM.
+- :func:`stage_ranges`, the dump's path: plain Spark tasks (one per sub-range) that also write
+  their rows, late rows and dirty records as Parquet files under the batch's staging directory
+  (``tidemark.staging``) and return only their counts. Records never cross into the JVM, and
+  no DataFrame is planned: the Python data source's planning starts three extra Python
+  processes per job, which cost about 5 s per batch on 2 cores (docs/benchmarks.md).
+- the data source (:func:`read_ranges`): the classified records as a DataFrame
+  (``transform.classified_ddl``), for the paths that need Spark over the whole batch (tables
+  with data-derived partition columns, rebuilds).
 
 Every sub-range writes a receipt (records read, first/last offset) next to the batch's staging
 files, after its files: reconciliation compares these independent counts with the rows and
@@ -21,10 +24,11 @@ dirty records written.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,11 +39,6 @@ from pyspark.sql.types import StructType
 from tidemark.transform import ClassifySpec, RawRecords
 
 SOURCE_NAME = "tidemark_kafka"
-STATS_DDL = (
-    "_mq_partition int, dt string, hr string, _late boolean, _reason string, n bigint, "
-    "min_ts timestamp, max_ts timestamp"
-)
-MODES = ("classified", "stage")
 DEFAULT_SUBRANGE = 250_000
 BLOCK_ROWS = 20_000  # records classified at a time
 STALL_TIMEOUT_S = 60.0
@@ -61,23 +60,28 @@ class SubRange(InputPartition):
 
 
 def split_ranges(ranges: Sequence[dict[str, int]], max_size: int) -> list[SubRange]:
-    """Split [start, end) ranges into sub-ranges of at most ``max_size`` offsets."""
+    """Split each [start, end) range into the fewest equal sub-ranges of at most ``max_size``
+    offsets (no one-record tail task)."""
     out = []
     for r in ranges:
         start, end = int(r["start"]), int(r["end"])
-        while start < end:
-            stop = min(end, start + max_size)
-            out.append(SubRange(int(r["partition"]), start, stop))
-            start = stop
+        parts = -(-(end - start) // max_size)
+        for i in range(parts):
+            out.append(
+                SubRange(
+                    int(r["partition"]),
+                    start + (end - start) * i // parts,
+                    start + (end - start) * (i + 1) // parts,
+                )
+            )
     return out
 
 
 class KafkaRangeDataSource(DataSource):
     """Options: ``topic``, ``ranges`` (JSON list of {partition,start,end}), ``receipts`` (dir),
-    ``mode`` (see MODES), ``spec`` (a ClassifySpec as JSON), ``staging`` (the batch attempt's
-    directory, for ``stage``), ``subrange`` (max offsets per task) and ``secret.kafka_conf``
-    (JSON librdkafka config; the option name matches Spark's redaction pattern so it never
-    shows in plans or the UI)."""
+    ``spec`` (a ClassifySpec as JSON), ``subrange`` (max offsets per task) and
+    ``secret.kafka_conf`` (JSON librdkafka config; the option name matches Spark's redaction
+    pattern so it never shows in plans or the UI)."""
 
     @classmethod
     def name(cls) -> str:
@@ -86,8 +90,6 @@ class KafkaRangeDataSource(DataSource):
     def schema(self) -> str:
         from tidemark.transform import classified_ddl
 
-        if self.options.get("mode") == "stage":
-            return STATS_DDL
         return classified_ddl(ClassifySpec.from_json(self.options["spec"]))
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -101,38 +103,52 @@ class KafkaRangeReader(DataSourceReader):
         self.conf = json.loads(options["secret.kafka_conf"])
         self.receipts = options["receipts"]
         self.subrange = int(options.get("subrange", DEFAULT_SUBRANGE))
-        self.mode = options.get("mode", "classified")
-        if self.mode not in MODES:
-            raise ValueError(f"{SOURCE_NAME}: mode {self.mode!r} is not one of {', '.join(MODES)}")
         self.spec = options["spec"]
-        self.staging = options.get("staging", "")
 
     def partitions(self) -> list[InputPartition]:
         return list(split_ranges(self.ranges, self.subrange))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from tidemark.faults import crash_point
-        from tidemark.staging import TaskStager
         from tidemark.transform import Classifier, as_classified
 
         assert isinstance(partition, SubRange)
         spec = ClassifySpec.from_json(self.spec)
         classifier = Classifier(spec)
         reader = RangeConsumer(self.topic, partition, self.conf)
-        if self.mode == "classified":
-            for i, block in enumerate(reader.blocks()):
-                yield from as_classified(classifier.classify(block), spec).to_batches()
-                if i == 0:
-                    crash_point("mid_read")
-            reader.write_receipt(Path(self.receipts))
-            return
-        stager = TaskStager(Path(self.staging), spec, partition.partition, partition.start)
+        for i, block in enumerate(reader.blocks()):
+            yield from as_classified(classifier.classify(block), spec).to_batches()
+            if i == 0:
+                crash_point("mid_read")
+        reader.write_receipt(Path(self.receipts))
+
+
+def stage_subranges(
+    subs: Iterable[SubRange],
+    *,
+    topic: str,
+    conf: dict[str, Any],
+    spec_json: str,
+    staging: str,
+    receipts: str,
+) -> Iterator[dict[str, Any]]:
+    """One Spark task: read, classify and stage each sub-range; its files first, then its
+    receipt, then its counts (``staging.TaskStager.stats``)."""
+    from tidemark.faults import crash_point
+    from tidemark.staging import TaskStager
+    from tidemark.transform import Classifier
+
+    spec = ClassifySpec.from_json(spec_json)
+    classifier = Classifier(spec)
+    for sub in subs:
+        stager = TaskStager(Path(staging), spec, sub.partition, sub.start)
+        reader = RangeConsumer(topic, sub, conf)
         for i, block in enumerate(reader.blocks()):
             stager.add(classifier.classify(block))
             if i == 0:
                 crash_point("mid_read")
         stager.close()
-        reader.write_receipt(Path(self.receipts))
+        reader.write_receipt(Path(receipts))
         yield from stager.stats()
 
 
@@ -228,21 +244,45 @@ def read_ranges(
     kafka_conf: dict[str, Any],
     receipts: Path,
     spec: ClassifySpec,
-    staging: Path | None = None,
 ) -> Any:
-    """Exactly ``ranges`` of ``topic`` as a DataFrame: the classified records, or with
-    ``staging`` the counts of the files the tasks staged there (``stage`` mode). Each sub-range
-    read writes its receipt under ``receipts``."""
+    """The classified records of exactly ``ranges`` of ``topic``, as a DataFrame; each
+    sub-range read writes its receipt under ``receipts``."""
     spark.dataSource.register(KafkaRangeDataSource)
-    reader = (
+    return (
         spark.read.format(KafkaRangeDataSource.name())
         .option("topic", topic)
         .option("ranges", json.dumps([dict(r) for r in ranges if int(r["end"]) > int(r["start"])]))
         .option("secret.kafka_conf", json.dumps(kafka_conf))
         .option("receipts", str(receipts))
         .option("spec", spec.to_json())
-        .option("mode", "classified" if staging is None else "stage")
+        .load()
     )
-    if staging is not None:
-        reader = reader.option("staging", str(staging))
-    return reader.load()
+
+
+def stage_ranges(
+    spark: Any,
+    topic: str,
+    ranges: Sequence[dict[str, int]],
+    *,
+    kafka_conf: dict[str, Any],
+    receipts: Path,
+    spec: ClassifySpec,
+    staging: Path,
+) -> list[dict[str, Any]]:
+    """Stage exactly ``ranges`` of ``topic`` under ``staging``, one Spark task per sub-range;
+    return the tasks' counts per MQ partition, hour, lateness and reason."""
+    subs = split_ranges(ranges, DEFAULT_SUBRANGE)
+    if not subs:
+        return []
+    task = functools.partial(
+        stage_subranges,
+        topic=topic,
+        conf=kafka_conf,
+        spec_json=spec.to_json(),
+        staging=str(staging),
+        receipts=str(receipts),
+    )
+    result: list[dict[str, Any]] = (
+        spark.sparkContext.parallelize(subs, len(subs)).mapPartitions(task).collect()
+    )
+    return result

@@ -1,7 +1,7 @@
 """Task-side staging: a read task writes its classified records as Parquet files itself.
 
-The records of a batch never cross into the JVM on this path: each task of the data source
-(``stage`` mode) classifies its sub-range in Arrow and writes, under the batch attempt's
+The records of a batch never cross into the JVM on this path: each task
+(``source.stage_ranges``) classifies its sub-range in Arrow and writes, under the batch attempt's
 staging directory,
 
 - ``rows/dt=D/hr=H/p<partition>-<start>.parquet``: the table's rows of hour D/H,
@@ -98,12 +98,22 @@ class TaskStager:
             os.replace(tmp, target)
         self.groups.clear()
 
-    def stats(self) -> Iterator[tuple[Any, ...]]:
-        """Rows of ``source.STATS_DDL``."""
+    def stats(self) -> Iterator[dict[str, Any]]:
+        """The counts per hour, lateness and reason, with the event-time range of good rows
+        (the fields ``dump.fold_stats`` reads)."""
         for (dt, hr, late, reason), (n, low, high) in sorted(
             self.counts.items(), key=lambda kv: tuple("" if v is None else str(v) for v in kv[0])
         ):
-            yield (self.partition, dt, hr, late, reason, n, _aware(low), _aware(high))
+            yield {
+                "_mq_partition": self.partition,
+                "dt": dt,
+                "hr": hr,
+                "_late": late,
+                "_reason": reason,
+                "n": n,
+                "min_ts": _aware(low),
+                "max_ts": _aware(high),
+            }
 
 
 def _aware(value: datetime | None) -> datetime | None:

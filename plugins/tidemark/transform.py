@@ -40,13 +40,14 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from tidemark.config import TableConfig
 from tidemark.hours import hour_of
 from tidemark.schema import Column, parse_column
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
+
+    from tidemark.config import TableConfig
 
 REASONS = (
     "oversized",
