@@ -117,18 +117,17 @@ def _consume(bootstrap: str, topic: str, ends: dict[int, int], on_batch: Any) ->
     try:
         while remaining:
             batch = consumer.consume(num_messages=10_000, timeout=1.0)
-            values = []
-            for msg in batch:
-                if msg.error():
-                    raise RuntimeError(str(msg.error()))
-                p = msg.partition()
-                if p not in remaining or msg.offset() >= remaining[p]:
-                    continue
-                value = msg.value()
-                values.append(value)
-                value_bytes += len(value)
-                if msg.offset() + 1 >= remaining[p]:
-                    del remaining[p]
+            # Whole-batch comprehensions, as the dump's reader does (a per-message loop costs
+            # about 2 us a message): the baselines get the same care.
+            errors = [m.error() for m in batch if m.error() is not None]
+            if errors:
+                raise RuntimeError(str(errors[0]))
+            coordinates = [(m.partition(), m.offset()) for m in batch]
+            values = [m.value() for m, (p, o) in zip(batch, coordinates, strict=True) if o < ends[p]]
+            for p in {p for p, _ in coordinates}:
+                if max(o for q, o in coordinates if q == p) + 1 >= ends[p]:
+                    remaining.pop(p, None)
+            value_bytes += sum(map(len, values))
             records += len(values)
             on_batch(values)
     finally:

@@ -24,6 +24,7 @@ dirty records written.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import os
@@ -182,25 +183,33 @@ class RangeConsumer:
                         f"reading {where}: no progress for {STALL_TIMEOUT_S:.0f}s at offset {position} "
                         f"(broker {self.conf.get('bootstrap.servers')})"
                     )
-                for msg in messages:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            # Gaps at the end (compaction, transaction markers): the partition has
-                            # nothing more up to its high watermark.
-                            if (msg.offset() or 0) >= sub.end:
-                                position = sub.end
+                # Whole-batch list comprehensions: a per-message loop was the task's largest
+                # cost (about 2 us a message of Python overhead).
+                if any([m.error() is not None for m in messages]):
+                    for msg in messages:
+                        err = msg.error()
+                        if err is None:
                             continue
-                        raise RuntimeError(f"reading {where}: {err}")
-                    offset = int(msg.offset() or 0)
-                    if offset >= sub.end:
-                        position = sub.end
-                        break
-                    block.offsets.append(offset)
-                    block.timestamps.append(msg.timestamp()[1])
-                    block.keys.append(msg.key())
-                    block.values.append(msg.value())
-                    position = offset + 1
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            raise RuntimeError(f"reading {where}: {err}")
+                        # Gaps at the end (compaction, transaction markers): the partition has
+                        # nothing more up to its high watermark.
+                        if (msg.offset() or 0) >= sub.end:
+                            position = sub.end
+                    messages = [m for m in messages if m.error() is None]
+                if not messages:
+                    continue
+                offsets: list[int] = [m.offset() for m in messages]  # type: ignore[misc]  # set on records
+                if offsets[-1] >= sub.end:  # never past the planned end
+                    keep = bisect.bisect_left(offsets, sub.end)
+                    messages, offsets = messages[:keep], offsets[:keep]
+                    position = sub.end
+                if offsets:
+                    block.offsets += offsets
+                    block.timestamps += [m.timestamp()[1] for m in messages]
+                    block.keys += [m.key() for m in messages]
+                    block.values += [m.value() for m in messages]
+                    position = max(position, offsets[-1] + 1)
                     last_progress = time.monotonic()
                 if len(block) >= BLOCK_ROWS:
                     yield self._counted(block)
