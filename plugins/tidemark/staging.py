@@ -18,6 +18,7 @@ moves these files into the table exactly as it moved Spark's.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,7 +94,7 @@ class TaskStager:
             directory = self.staging / kind / hour_dir if hour_dir else self.staging / kind
             directory.mkdir(parents=True, exist_ok=True)
             target = directory / self.file_name
-            tmp = directory / f".{self.file_name}.{os.getpid()}.tmp"
+            tmp = directory / f".{self.file_name}.{uuid.uuid4().hex}.tmp"  # attempts may overlap
             pq.write_table(pa.concat_tables(tables), tmp)
             os.replace(tmp, target)
         self.groups.clear()

@@ -362,7 +362,7 @@ class Classifier:
                     line_of.append(i)
         return lines, line_of
 
-    def _rejected_reason(self, line: bytes, error: str) -> tuple[str, str]:
+    def _rejected_reason(self, line: bytes, error: str) -> tuple[str, str | None]:
         """Reason and detail of a message the JSON reader rejected on its own."""
         try:
             obj = json.loads(line)
@@ -371,7 +371,7 @@ class Classifier:
         if not isinstance(obj, dict):
             return "invalid_json", f"not a JSON object but {type(obj).__name__}"
         if obj.get(self.spec.event_time_field) is None:
-            return "null_event_time", None  # type: ignore[return-value]
+            return "null_event_time", None
         missing = [c.name for c in self.columns if not c.nullable and obj.get(c.name) is None]
         if missing:
             return "missing_field", "fields=" + ",".join(missing)
