@@ -64,22 +64,32 @@ REASONS = (
 PARTITION_VALUE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 META_COLUMNS = ("_mq_partition", "_mq_offset", "_mq_timestamp", "_batch_id")
 HOUR_COLUMNS = ("dt", "hr")
-DIRTY_COLUMNS = (
-    "topic",
-    "mq_partition",
-    "mq_offset",
-    "mq_timestamp",
-    "batch_id",
-    "run_id",
-    "reason",
-    "detail",
-    "raw_key",
-    "raw_value",
+# The fixed columns, (name, Spark type) declared once: Arrow schemas and the data source's DDL
+# are derived from them (``schema.SqlType.to_arrow``).
+LINEAGE_FIELDS = (
+    ("dt", "string"),
+    ("hr", "string"),
+    ("_late", "boolean"),
+    ("_mq_partition", "int"),
+    ("_mq_offset", "bigint"),
+    ("_mq_timestamp", "bigint"),
+    ("_batch_id", "bigint"),
 )
-DIRTY_DDL = (
-    "topic string, mq_partition int, mq_offset bigint, mq_timestamp bigint, batch_id bigint, "
-    "run_id string, reason string, detail string, raw_key binary, raw_value binary"
+RAW_FIELDS = (("_raw_key", "binary"), ("_raw_value", "binary"))
+VERDICT_FIELDS = (("_reason", "string"), ("_detail", "string"), ("_topic", "string"), ("_run_id", "string"))
+DIRTY_FIELDS = (
+    ("topic", "string"),
+    ("mq_partition", "int"),
+    ("mq_offset", "bigint"),
+    ("mq_timestamp", "bigint"),
+    ("batch_id", "bigint"),
+    ("run_id", "string"),
+    ("reason", "string"),
+    ("detail", "string"),
+    ("raw_key", "binary"),
+    ("raw_value", "binary"),
 )
+DIRTY_COLUMNS = tuple(name for name, _ in DIRTY_FIELDS)
 # A rejected block is re-read in pieces of at most this many records; within a piece the row
 # the reader names is set aside and the rest re-read.
 PARSE_PIECE = 256
@@ -177,42 +187,28 @@ class Classified:
     dirty: pa.Table
 
 
+def _arrow_fields(fields: Sequence[tuple[str, str]]) -> list[pa.Field]:
+    import pyarrow as pa
+
+    return [pa.field(name, parse_column(name, ddl).type.to_arrow()) for name, ddl in fields]
+
+
 def good_schema(spec: ClassifySpec, *, raw: bool | None = None) -> pa.Schema:
     """Schema of classified good rows; ``raw`` (default: the spec's ``keep_raw``) adds the
     raw key and value."""
     import pyarrow as pa
 
     fields = [pa.field(c.name, c.type.to_arrow()) for c in spec.schema_columns]
-    fields += [
-        pa.field("dt", pa.string()),
-        pa.field("hr", pa.string()),
-        pa.field("_late", pa.bool_()),
-        pa.field("_mq_partition", pa.int32()),
-        pa.field("_mq_offset", pa.int64()),
-        pa.field("_mq_timestamp", pa.int64()),
-        pa.field("_batch_id", pa.int64()),
-    ]
+    fields += _arrow_fields(LINEAGE_FIELDS)
     if spec.keep_raw if raw is None else raw:
-        fields += [pa.field("_raw_key", pa.binary()), pa.field("_raw_value", pa.binary())]
+        fields += _arrow_fields(RAW_FIELDS)
     return pa.schema(fields)
 
 
 def dirty_schema() -> pa.Schema:
     import pyarrow as pa
 
-    types = {
-        "topic": pa.string(),
-        "mq_partition": pa.int32(),
-        "mq_offset": pa.int64(),
-        "mq_timestamp": pa.int64(),
-        "batch_id": pa.int64(),
-        "run_id": pa.string(),
-        "reason": pa.string(),
-        "detail": pa.string(),
-        "raw_key": pa.binary(),
-        "raw_value": pa.binary(),
-    }
-    return pa.schema([pa.field(name, types[name]) for name in DIRTY_COLUMNS])
+    return pa.schema(_arrow_fields(DIRTY_FIELDS))
 
 
 def _parse_schema(columns: list[Column]) -> pa.Schema:
@@ -556,27 +552,14 @@ def classified_schema(spec: ClassifySpec) -> pa.Schema:
     (typed columns are null in dirty rows)."""
     import pyarrow as pa
 
-    good = good_schema(spec, raw=True)
-    return pa.schema(
-        [
-            *good,
-            pa.field("_reason", pa.string()),
-            pa.field("_detail", pa.string()),
-            pa.field("_topic", pa.string()),
-            pa.field("_run_id", pa.string()),
-        ]
-    )
+    return pa.schema([*good_schema(spec, raw=True), *_arrow_fields(VERDICT_FIELDS)])
 
 
 def classified_ddl(spec: ClassifySpec) -> str:
     """The Spark DDL of :func:`classified_schema` (a data source declares its schema so)."""
-    typed = [f"`{name}` {ddl.removesuffix(' not null')}" for name, ddl in spec.columns]
-    rest = (
-        "dt string, hr string, _late boolean, _mq_partition int, _mq_offset bigint, _mq_timestamp bigint, "
-        "_batch_id bigint, _raw_key binary, _raw_value binary, _reason string, _detail string, "
-        "_topic string, _run_id string"
-    )
-    return ", ".join([*typed, rest])
+    typed = [(f"`{name}`", ddl.removesuffix(" not null")) for name, ddl in spec.columns]
+    fields = [*typed, *LINEAGE_FIELDS, *RAW_FIELDS, *VERDICT_FIELDS]
+    return ", ".join(f"{name} {ddl}" for name, ddl in fields)
 
 
 def as_classified(block: Classified, spec: ClassifySpec) -> pa.Table:
@@ -592,9 +575,6 @@ def as_classified(block: Classified, spec: ClassifySpec) -> pa.Table:
             columns[field.name] = good.column(field.name).combine_chunks()
         else:
             columns[field.name] = pa.nulls(n_good, field.type)
-    if not spec.keep_raw:  # the classifier dropped them; the Spark paths never need good raw bytes
-        columns["_raw_key"] = pa.nulls(n_good, pa.binary())
-        columns["_raw_value"] = pa.nulls(n_good, pa.binary())
     columns["_topic"] = pa.array([spec.topic] * n_good, pa.string())
     columns["_run_id"] = pa.array([spec.run_id] * n_good, pa.string())
     good_part = pa.Table.from_pydict(columns, schema=schema)
