@@ -108,7 +108,7 @@ def _consume(bootstrap: str, topic: str, ends: dict[int, int], on_batch: Any) ->
     """Read [0, end) of each partition with assign(); hand value lists to ``on_batch``."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from tidemark.source import READER_SETTINGS
+    from tidemark.ingest.reader import READER_SETTINGS
 
     consumer = Consumer({**READER_SETTINGS, "bootstrap.servers": bootstrap, "enable.partition.eof": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
@@ -181,7 +181,7 @@ def worker_pyarrow(bootstrap: str, topic: str, ends: dict[int, int], out_dir: st
 def produce_input(bootstrap: str, topic: str, messages: int, partitions: int) -> tuple[dict[int, int], int]:
     """Produce the events batched, then one lone message per partition, so that tansu's high
     watermark (base offset of the last batch + 1, see STACK.md) covers every event."""
-    from tidemark.generator import Message, create_topic, events, produce, records
+    from tidemark_dev.generator import Message, create_topic, events, produce, records
 
     def padded() -> Iterator[Message]:  # + a page field (not in the schema): ~200 B per event
         for i, m in enumerate(events(messages, start=START, partitions=partitions)):
@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    from tidemark.services import BrokerService
     from tidemark.settings import Settings
+    from tidemark_dev.services import BrokerService
 
     settings = Settings.from_env()
     if args.worker:

@@ -48,10 +48,10 @@ def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
     """Write the base snapshot, the sealed increment hours and their journal entries."""
     from pyspark.sql import functions as F
 
-    from tidemark.hours import hour_of
-    from tidemark.partitions import JournalEntry, PartitionJournal
-    from tidemark.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
+    from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
     from tidemark.spark import build_session
+    from tidemark.state.journal import HourJournal, JournalEntry
+    from tidemark.time.hours import hour_of
 
     settings, config = _settings_and_config()
     spark = build_session("tidemark-bench-prepare", settings, hive=True)
@@ -118,7 +118,7 @@ def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
     )
     table_dir = Path(settings.warehouse) / config.table
     changes.select("*", *hour_cols).write.partitionBy("dt", "hr").mode("overwrite").parquet(str(table_dir))
-    journal = PartitionJournal(settings.state_location, config.table)
+    journal = HourJournal(settings.state_location, config.table)
     for seq, hour in enumerate(hour_of(DAY + timedelta(hours=h), "UTC") for h in range(24)):
         journal.append(
             JournalEntry(
@@ -145,7 +145,7 @@ def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
 
 
 def merge() -> dict[str, Any]:
-    from tidemark.merge import run_merge
+    from tidemark.snapshot.merge import run_merge
     from tidemark.spark import build_session
 
     settings, config = _settings_and_config()
@@ -159,7 +159,7 @@ def merge() -> dict[str, Any]:
 
 
 def copy() -> dict[str, Any]:
-    from tidemark.snapshots import SnapshotStore
+    from tidemark.snapshot.snapshots import SnapshotStore
     from tidemark.spark import build_session
 
     settings, config = _settings_and_config()

@@ -1,7 +1,7 @@
-"""Airflow ingest DAGs, one per table in conf/tables/ (built by tidemark.dag_factory)."""
+"""Airflow ingest DAGs, one per table in conf/tables/ (built by tidemark.airflow.dags)."""
 
 from __future__ import annotations
 
-from tidemark.dag_factory import ingest_dags
+from tidemark.airflow.dags import all_dags
 
-globals().update(ingest_dags())
+globals().update(all_dags())

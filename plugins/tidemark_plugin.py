@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from tidemark.webapp import URL_PREFIX, create_app
+from tidemark.airflow.webapp import URL_PREFIX, create_app
 
 
 class TidemarkPlugin(AirflowPlugin):

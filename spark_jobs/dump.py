@@ -12,22 +12,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tidemark.jobs import job_parser, run_job
+from tidemark.time.instants import parse_instant
 
 
 def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.commitlog import CommitLog
-    from tidemark.dump import run_dump
-    from tidemark.kafka import client_properties
-    from tidemark.planner import preview_batch
+    from tidemark.ingest.dump import run_dump
+    from tidemark.ingest.kafka import client_properties
+    from tidemark.ingest.planner import preview_batch
+    from tidemark.state.commitlog import CommitLog
 
     if args.dry_run:
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         return preview_batch(config, CommitLog(settings.state_location, config.table), conf)
-    processing_time = (
-        datetime.fromisoformat(args.processing_time) if args.processing_time else datetime.now(UTC)
-    )
-    if processing_time.tzinfo is None:
-        processing_time = processing_time.replace(tzinfo=UTC)
+    processing_time = parse_instant(args.processing_time) or datetime.now(UTC)
     return run_dump(spark, config, settings, args.run_id, processing_time)
 
 

@@ -14,7 +14,7 @@ from tidemark.jobs import job_parser, run_job
 
 
 def _rebuild(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.rebuild import run_rebuild
+    from tidemark.seal.rebuild import run_rebuild
 
     hours = [h.strip() for h in args.hours.split(",") if h.strip()]
     return run_rebuild(spark, config, settings, args.run_id, hours)

@@ -14,7 +14,7 @@ from tidemark.jobs import job_parser, run_job
 
 
 def _seal(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.sealing import preview_seal, run_release, run_seal
+    from tidemark.seal.sealing import preview_seal, run_release, run_seal
 
     if args.dry_run:
         return preview_seal(config, settings)

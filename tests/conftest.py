@@ -4,13 +4,13 @@ test run gets its own TIDEMARK_HOME so it never touches the developer's .tidemar
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.net import free_port
 from tidemark.settings import Settings
 
 pytest_plugins = ["tests.tiers", "pytester"]
@@ -27,16 +27,10 @@ def airflow_db() -> None:
     from airflow.models.pool import Pool
     from airflow.utils.db import initdb
 
-    from tidemark.airflow_env import HIVE_METASTORE_POOL
+    from tidemark_dev.airflow_env import HIVE_METASTORE_POOL
 
     initdb()
     Pool.create_or_update_pool(HIVE_METASTORE_POOL, 1, "one Derby metastore client at a time", False)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +57,7 @@ def settings(tidemark_home: Path, broker_port: int) -> Settings:
 @pytest.fixture(scope="session")
 def broker(settings: Settings) -> Iterator[str]:
     """A real tansu broker on its own port; yields the bootstrap servers."""
-    from tidemark.services import BrokerService
+    from tidemark_dev.services import BrokerService
 
     service = BrokerService(settings)
     service.start()
@@ -91,7 +85,7 @@ def postgres(settings: Settings) -> Iterator[str]:
     the server and the JDBC driver where missing); yields its JDBC URL."""
     import shutil
 
-    from tidemark.services import PostgresService, postgres_url
+    from tidemark_dev.services import PostgresService, postgres_url
 
     service = PostgresService(settings)
     service.start()

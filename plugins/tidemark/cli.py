@@ -40,8 +40,8 @@ examples:
 
 
 def _cmd_services(args: argparse.Namespace) -> int:
-    from tidemark.services import SERVICES, AirflowService, resolve
     from tidemark.settings import Settings
+    from tidemark_dev.services import SERVICES, AirflowService, resolve
 
     settings = Settings.from_env()
     names = resolve(args.names)
@@ -88,14 +88,14 @@ def _cmd_tables(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     from tidemark.config import load_table
+    from tidemark.observe.status import explain_hour, render, render_hour, table_status
     from tidemark.settings import Settings
-    from tidemark.status import explain_partition, render, render_partition, table_status
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
     if args.partition:
-        info = explain_partition(config, settings, args.partition)
-        print(json.dumps(info, indent=2, default=str) if args.json else render_partition(info))
+        info = explain_hour(config, settings, args.partition)
+        print(json.dumps(info, indent=2, default=str) if args.json else render_hour(info))
         return 0
     status = table_status(config, settings)
     print(json.dumps(status, indent=2, default=str) if args.json else render(status))
@@ -104,25 +104,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _spark_submit(table: str, job: str, job_args: list[str]) -> int:
     """spark-submit ``spark_jobs/<job>.py`` with the configured master (what the DAGs run)."""
-    import shutil
     import subprocess
-    from pathlib import Path
 
     from tidemark.config import load_table
+    from tidemark.jobs import SparkJob
     from tidemark.settings import Settings
 
     settings = Settings.from_env()
     load_table(table, settings)  # fail fast on a bad config, before a JVM starts
-    submit = shutil.which("spark-submit") or str(Path(settings.python).parent / "spark-submit")
-    from tidemark.spark import jdbc_driver_class_path
-
-    command = [submit, "--master", settings.spark_master]
-    drivers = jdbc_driver_class_path()
-    if drivers:
-        command += ["--driver-class-path", drivers]
-    for key, value in settings.spark_conf.items():
-        command += ["--conf", f"{key}={value}"]
-    command += [str(settings.project_root / "spark_jobs" / f"{job}.py"), "--table", table, *job_args]
+    command = SparkJob(job, table, job_args).command(settings)
     log.info("running %s", " ".join(command))
     return subprocess.call(command)
 
@@ -154,7 +144,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 def _cmd_release(args: argparse.Namespace) -> int:
     """Register a quarantined hour in-process (a Hive-enabled Spark session, ~10 s to start)."""
     from tidemark.config import load_table
-    from tidemark.sealing import run_release
+    from tidemark.seal.sealing import run_release
     from tidemark.settings import Settings
     from tidemark.spark import build_session
 
@@ -177,7 +167,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tidemark.config import load_table
-    from tidemark.report import write_report
+    from tidemark.observe.report import write_report
     from tidemark.settings import Settings
 
     settings = Settings.from_env()
@@ -187,7 +177,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from tidemark.demo import run_demo
+    from tidemark_dev.demo import run_demo
 
     return run_demo(scale=args.scale)
 

@@ -1,6 +1,8 @@
-"""The skeleton every ``spark_jobs/*.py`` entry point shares: common arguments, logging, the
-table config, the Spark session (always stopped) and one JSON line of result on stdout, which
-the Airflow task log shows and tests parse."""
+"""Spark jobs from both ends: how one is launched (``SparkJob``: the application and its
+arguments, the one definition the DAG tasks and the CLI share) and the skeleton every
+``spark_jobs/*.py`` entry point runs: common arguments, logging, the table config, the Spark
+session (always stopped) and one JSON line of result on stdout, which the Airflow task log
+shows and tests parse."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,6 +21,44 @@ if TYPE_CHECKING:
     from tidemark.settings import Settings
 
 Body = Callable[["SparkSession", "TableConfig", "Settings", argparse.Namespace], Any]
+
+
+@dataclass(frozen=True)
+class SparkJob:
+    """``spark_jobs/<job>.py`` for one table: what the DAG's SparkSubmitOperator and
+    ``tidemark <job>`` both submit."""
+
+    job: str
+    table: str
+    args: list[str] = field(default_factory=list)  # after --table
+
+    @property
+    def name(self) -> str:
+        return f"tidemark-{self.job}-{self.table}"
+
+    @property
+    def arguments(self) -> list[str]:
+        return ["--table", self.table, *self.args]
+
+    def application(self, settings: Settings) -> str:
+        return str(settings.project_root / "spark_jobs" / f"{self.job}.py")
+
+    def command(self, settings: Settings) -> list[str]:
+        """The spark-submit command line (the CLI runs it; Airflow's operator builds the same
+        from the application, the arguments and its connection)."""
+        import shutil
+        from pathlib import Path
+
+        from tidemark.spark import jdbc_driver_class_path
+
+        submit = shutil.which("spark-submit") or str(Path(settings.python).parent / "spark-submit")
+        command = [submit, "--master", settings.spark_master, "--name", self.name]
+        drivers = jdbc_driver_class_path()
+        if drivers:
+            command += ["--driver-class-path", drivers]
+        for key, value in settings.spark_conf.items():
+            command += ["--conf", f"{key}={value}"]
+        return [*command, self.application(settings), *self.arguments]
 
 
 def job_parser(prog: str, description: str) -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidemark.errors import ConfigError
-from tidemark.storage import Location
+from tidemark.state.storage import Location
 
 # plugins/tidemark/settings.py -> the checkout root (editable install keeps the source path).
 _CHECKOUT = Path(__file__).resolve().parents[2]

@@ -12,11 +12,11 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import free_port
-from tests.e2e.airflow_api import api
-from tidemark.airflow_env import HIVE_METASTORE_POOL, admin_password
-from tidemark.services import AirflowService
+from tests.helpers.airflow_api import api
+from tests.helpers.net import free_port
 from tidemark.settings import Settings
+from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, admin_password
+from tidemark_dev.services import AirflowService
 
 pytestmark = pytest.mark.e2e
 

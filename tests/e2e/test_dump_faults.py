@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
-from tests.integration.dump_helpers import PROCESSING, START, fresh_table, landed
-from tidemark.commitlog import CommitLog
-from tidemark.dump import Layout
+from tests.helpers.net import free_port
+from tests.helpers.tables import PROCESSING, START, fresh_table, landed
 from tidemark.faults import DUMP_POINTS, EXIT_CODE
-from tidemark.generator import create_topic, events, produce
+from tidemark.ingest.dump import Layout
 from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark_dev.generator import create_topic, events, produce
 
 pytestmark = pytest.mark.e2e
 
@@ -89,7 +89,7 @@ def test_crash_then_retry_same_run_is_exact(
     assert result["status"] == expected_status and result["read"] == 400
     assert_exact(settings, config.table, delivered)
     if point == "before_group_commit":  # the retry still brings lag monitoring up to date
-        from tidemark.kafka import client_properties, group_offsets
+        from tidemark.ingest.kafka import client_properties, group_offsets
 
         conf = client_properties(settings.kafka_bootstrap, {})
         assert group_offsets(conf, config.consumer_group, config.source.topic, [0, 1, 2, 3]) == {

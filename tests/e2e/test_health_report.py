@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import AMOUNT_AT_MOST_100, at, fresh_table
-from tidemark.dump import run_dump
+from tests.helpers.tables import AMOUNT_AT_MOST_100, at, fresh_table
 from tidemark.errors import QualityGateError
-from tidemark.generator import create_topic, produce, records
-from tidemark.report import report_data, report_path, write_report
-from tidemark.sealing import run_seal
+from tidemark.ingest.dump import run_dump
+from tidemark.observe.report import report_data, report_path, write_report
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
 

@@ -6,39 +6,20 @@ failed in an earlier run."""
 from __future__ import annotations
 
 import os
-import sys
 from collections import Counter
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import at, fresh_table, landed
-from tidemark.alerts import recent_failures
-from tidemark.generator import create_topic, produce, records
-from tidemark.partitions import PartitionJournal
+from tests.helpers.tables import at, fresh_table, landed
+from tidemark.observe.alerts import recent_failures
 from tidemark.settings import Settings
+from tidemark.state.journal import HourJournal
+from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def dag_env(
-    airflow_db: None, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
-    """Its own TIDEMARK_HOME (the in-process Spark of other tests holds the shared Derby)."""
-    home = tmp_path / "home"
-    own = replace(settings, home=home, warehouse=str(home / "warehouse"))
-    bin_dir = str(Path(sys.executable).parent)
-    monkeypatch.setenv("TIDEMARK_HOME", str(home))
-    monkeypatch.setenv("TIDEMARK_WAREHOUSE", own.warehouse)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
-    return own
 
 
 def asset_events(dag_id: str) -> list[Any]:
@@ -101,7 +82,7 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
     third = run_dag(settings.conf_dir, dag_id, at(12, 40))
     assert {ti.task_id: ti.state for ti in third.get_task_instances()}["announce"] == "skipped"
     assert Counter(k for k, _ in asset_events(dag_id)) == {"2026-11-22T10": 1, "2026-11-22T11": 1}
-    journal = PartitionJournal(settings.state_dir, config.table)
+    journal = HourJournal(settings.state_dir, config.table)
     assert journal.announced_through() == 1
 
     rows, dirty, _ = landed(settings, config.table)

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.test_ingest_dag import dag_env  # noqa: F401 - the fixture
-from tests.integration.dump_helpers import at, fresh_table
-from tests.integration.test_snapshots import send, truth
-from tidemark.generator import create_topic, order_changes, state_after
-from tidemark.pgsource import ORDERS_COLUMNS, ORDERS_DDL, psql, replace_table
+from tests.helpers.orders import normal, send, truth
+from tests.helpers.tables import at, fresh_table
 from tidemark.settings import Settings
-from tidemark.snapshots import SnapshotLog
+from tidemark.snapshot.snapshots import SnapshotLog
+from tidemark.time.instants import as_utc
+from tidemark_dev.generator import create_topic, order_changes, state_after
+from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, psql, replace_table
 
 pytestmark = pytest.mark.e2e
 
@@ -49,19 +49,16 @@ def snapshot_rows(settings: Settings, table: str, label: str) -> list[tuple[Any,
     """The snapshot partition's files (this test's Derby belongs to its spark-submit jobs)."""
     import pyarrow.parquet as pq
 
-    from tests.integration.test_snapshots import normal
-
     rows = []
     for path in (Path(settings.warehouse) / f"{table}_snapshot" / f"snapshot_dt={label}").glob("*.parquet"):
         for row in pq.read_table(path).to_pylist():
-            when = row["updated_at"]  # Spark writes INT96: read back naive, in UTC
-            when = when.replace(tzinfo=UTC) if when.tzinfo is None else when
+            when = as_utc(row["updated_at"])  # Spark writes INT96: read back naive, in UTC
             rows.append(normal({**row, "updated_at": when.isoformat()}))
     return sorted(rows)
 
 
 def test_bootstrap_from_postgres_then_merge_and_remerge_through_airflow(
-    dag_env: Settings,  # noqa: F811
+    dag_env: Settings,
     broker: str,
     postgres: str,
     tmp_path: Path,

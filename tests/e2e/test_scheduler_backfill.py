@@ -20,18 +20,18 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import free_port
-from tests.e2e.airflow_api import AirflowApi, wait_for
-from tests.integration.dump_helpers import fresh_table
-from tidemark.airflow_env import admin_password, airflow_environment
-from tidemark.commitlog import CommitLog
+from tests.helpers.airflow_api import AirflowApi, wait_for
+from tests.helpers.net import free_port
+from tests.helpers.tables import fresh_table
 from tidemark.config import TableConfig
-from tidemark.dump import Layout
-from tidemark.generator import create_topic, produce, records
-from tidemark.hours import hour_of
-from tidemark.partitions import PartitionJournal
-from tidemark.services import AirflowService
+from tidemark.ingest.dump import Layout
 from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
+from tidemark.time.hours import hour_of
+from tidemark_dev.airflow_env import admin_password, airflow_environment
+from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.services import AirflowService
 
 pytestmark = pytest.mark.e2e
 
@@ -108,7 +108,7 @@ def test_trigger_clear_and_backfill_rebuild_on_the_real_scheduler(
     hours = [(first + timedelta(hours=i)) for i in range(3)]
     keys = [hour_of(h, "UTC").key for h in hours]
     paths = [hour_of(h, "UTC").path for h in hours]
-    journal = PartitionJournal(settings.state_location, table)
+    journal = HourJournal(settings.state_location, table)
     sealed = {k: e for k, e in journal.state().hours.items() if e.kind == "seal"}
     assert set(keys) <= set(sealed), sealed.keys()
     before = {p: hour_rows(settings, table, p) for p in paths}

@@ -15,12 +15,12 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.dump_helpers import fresh_table
-from tidemark.dump import Layout, run_dump
+from tests.helpers.tables import fresh_table
 from tidemark.faults import EXIT_CODE, SEAL_POINTS
-from tidemark.generator import create_topic, produce, records
-from tidemark.partitions import PartitionJournal
+from tidemark.ingest.dump import Layout, run_dump
 from tidemark.settings import Settings
+from tidemark.state.journal import HourJournal
+from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
 
@@ -73,7 +73,7 @@ def test_seal_crash_then_retry_is_exact(
     assert (hour_dir / "_SUCCESS").exists()
     assert not (layout.open_dir / "dt=2026-11-22/hr=10").exists()
     assert not list(layout.staging_root.rglob("*.parquet"))
-    entries = list(PartitionJournal(own.state_dir, config.table).entries())
+    entries = list(HourJournal(own.state_dir, config.table).entries())
     assert [(e.hour, e.kind, e.rows, len(e.files)) for e in entries] == [
         ("2026-11-22T10", "seal", 30, len(files))
     ]

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import PROCESSING, START, fresh_table, landed
-from tidemark.commitlog import CommitLog
-from tidemark.dump import run_dump
-from tidemark.generator import create_topic, events, produce
+from tests.helpers.tables import PROCESSING, START, fresh_table, landed
+from tidemark.ingest.dump import run_dump
 from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark_dev.generator import create_topic, events, produce
 
 pytestmark = pytest.mark.integration
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import AMOUNT_AT_MOST_100, at, fresh_table
-from tidemark.dump import run_dump
+from tests.helpers.tables import AMOUNT_AT_MOST_100, at, fresh_table
 from tidemark.errors import QualityGateError
-from tidemark.generator import create_topic, produce, records
-from tidemark.metrics import emit_metrics
-from tidemark.sealing import run_seal
+from tidemark.ingest.dump import run_dump
+from tidemark.observe.metrics import emit_metrics
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration
 

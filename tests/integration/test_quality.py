@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import AMOUNT_AT_MOST_100, at, fresh_table, registered
-from tidemark.dump import run_dump
+from tests.helpers.tables import AMOUNT_AT_MOST_100, at, fresh_table, registered
 from tidemark.errors import QualityGateError, ReleaseError
-from tidemark.generator import create_topic, produce, records
-from tidemark.partitions import PartitionJournal
-from tidemark.sealing import run_release, run_seal
+from tidemark.ingest.dump import run_dump
+from tidemark.observe.status import explain_hour, render_hour
+from tidemark.seal.sealing import run_release, run_seal
 from tidemark.settings import Settings
-from tidemark.status import explain_partition, render_partition
+from tidemark.state.journal import HourJournal
+from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration
 
@@ -59,9 +59,9 @@ def test_block_quarantines_the_hour_later_hours_go_on_and_release_registers_it_o
     later = run_seal(spark, config, settings, "run-2")  # the next run is not blocked by it
     assert later.sealed == [] and later.quarantined == []
 
-    info = explain_partition(config, settings, "2026-11-22T10")
+    info = explain_hour(config, settings, "2026-11-22T10")
     assert info["state"] == "quarantine" and not info["sealed"]
-    assert "QUARANTINED" in render_partition(info) and "tidemark release" in render_partition(info)
+    assert "QUARANTINED" in render_hour(info) and "tidemark release" in render_hour(info)
     assert not (Path(settings.warehouse) / config.table / "dt=2026-11-22/hr=10/_SUCCESS").exists()
 
     entry = run_release(spark, config, settings, "2026-11-22T10", "release-1")
@@ -70,7 +70,7 @@ def test_block_quarantines_the_hour_later_hours_go_on_and_release_registers_it_o
     assert (Path(settings.warehouse) / config.table / "dt=2026-11-22/hr=10/_SUCCESS").exists()
     with pytest.raises(ReleaseError, match="not quarantined: its state is release v1"):
         run_release(spark, config, settings, "2026-11-22T10", "release-2")
-    kinds = [(e.hour, e.kind) for e in PartitionJournal(settings.state_location, config.table).entries()]
+    kinds = [(e.hour, e.kind) for e in HourJournal(settings.state_location, config.table).entries()]
     assert kinds == [
         ("2026-11-22T10", "quarantine"),
         ("2026-11-22T11", "seal"),
@@ -90,7 +90,7 @@ def test_warn_registers_the_hour_and_records_the_failures(
     result = run_seal(spark, config, settings, "run-1")
     assert result.sealed == ["2026-11-22T10", "2026-11-22T11"]
     assert registered(spark, config.table) == ["dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"]
-    hours = PartitionJournal(settings.state_location, config.table).state().hours
+    hours = HourJournal(settings.state_location, config.table).state().hours
     assert hours["2026-11-22T10"].quality["status"] == "failed"
     assert len(hours["2026-11-22T10"].quality["failures"]) == 2
     q11 = hours["2026-11-22T11"].quality

@@ -14,16 +14,17 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.dump_helpers import at, fresh_table, registered
+from tests.helpers.tables import at, fresh_table, registered
 from tidemark.config import TableConfig
-from tidemark.dump import Layout, run_dump
 from tidemark.errors import BatchConflictError, DataLossError, InjectedFault, RebuildError
 from tidemark.faults import REBUILD_POINTS
-from tidemark.generator import create_topic, produce, records
-from tidemark.partitions import PartitionJournal
-from tidemark.rebuild import planned_hours, run_rebuild
-from tidemark.sealing import run_seal
+from tidemark.ingest.dump import Layout, run_dump
+from tidemark.seal.rebuild import run_rebuild
+from tidemark.seal.rebuild_plan import planned_hours
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.state.journal import HourJournal
+from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +87,7 @@ def test_rebuild_under_amend_gives_the_same_rows_as_a_new_version_twice(
     second = run_rebuild(spark, config, settings, "rebuild-2", [HOUR])
     assert second.hours[0]["version"] == 4 and hour_rows(spark, settings, config) == before
 
-    journal = list(PartitionJournal(settings.state_dir, config.table).entries())
+    journal = list(HourJournal(settings.state_dir, config.table).entries())
     assert [(e.kind, e.version, e.rows) for e in journal][-2:] == [("rebuild", 3, 15), ("rebuild", 4, 15)]
     target = Layout(settings, config.table).table_dir / "dt=2026-11-22/hr=10"
     assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".parquet")) == [
@@ -116,20 +117,18 @@ def test_rebuild_under_side_table_keeps_late_rows_out(
 def test_open_hours_are_refused_and_the_plan_task_skips_them(
     spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
-    from airflow.sdk.exceptions import AirflowSkipException
-
     config, settings = sealed_with_late(spark, broker, settings, tmp_path, "side_table")
     with pytest.raises(RebuildError, match="hour 2026-11-22T11 is not sealed yet"):
         run_rebuild(spark, config, settings, "rebuild-x", ["2026-11-22T11"])
     # The scheduled run of [11:00, 12:00) finds hour 11 open: skipped, not failed.
-    with pytest.raises(AirflowSkipException, match="no sealed hour among 2026-11-22T11"):
-        planned_hours(config, settings, interval=(at(11), at(12)))
-    assert (
-        planned_hours(config, settings, interval=(None, None), first_hour=HOUR, last_hour="2026-11-22T11")
-        == HOUR
+    skipped = planned_hours(config, settings, interval=(at(11), at(12)))
+    assert skipped.skip_reason and "no sealed hour among 2026-11-22T11" in skipped.skip_reason
+    ranged = planned_hours(
+        config, settings, interval=(None, None), first_hour=HOUR, last_hour="2026-11-22T11"
     )
-    with pytest.raises(AirflowSkipException, match="dry run; would rebuild 2026-11-22T10"):
-        planned_hours(config, settings, interval=(at(10), at(11)), dry_run=True)
+    assert ranged.skip_reason is None and ",".join(ranged.chosen) == HOUR
+    dry = planned_hours(config, settings, interval=(at(10), at(11)), dry_run=True)
+    assert dry.skip_reason and "dry run; would rebuild 2026-11-22T10" in dry.skip_reason
 
 
 def test_offsets_gone_from_the_broker_fail_with_data_loss_and_leave_the_hour(
@@ -148,7 +147,7 @@ def test_offsets_gone_from_the_broker_fail_with_data_loss_and_leave_the_hour(
     ):
         run_rebuild(spark, config, settings, "rebuild-1", [HOUR])
     assert hour_rows(spark, settings, config) == before
-    kinds = [e.kind for e in PartitionJournal(settings.state_dir, config.table).entries()]
+    kinds = [e.kind for e in HourJournal(settings.state_dir, config.table).entries()]
     assert "rebuild" not in kinds
 
 
@@ -187,7 +186,7 @@ def test_a_rebuild_killed_at_any_point_is_finished_by_its_retry(
 ) -> None:
     config, settings = sealed_with_late(spark, broker, settings, tmp_path, "amend")
     before = hour_rows(spark, settings, config)
-    journal = PartitionJournal(settings.state_dir, config.table)
+    journal = HourJournal(settings.state_dir, config.table)
     monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
     for point in REBUILD_POINTS:
         run = f"rebuild-{point}"

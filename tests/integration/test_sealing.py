@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import at, fresh_table, landed, late_landed, registered
-from tidemark.commitlog import CommitLog
+from tests.helpers.tables import at, fresh_table, landed, late_landed, registered
 from tidemark.config import TableConfig
-from tidemark.dump import Layout, run_dump
-from tidemark.generator import create_topic, produce, records
-from tidemark.partitions import PartitionJournal
-from tidemark.sealing import run_seal
+from tidemark.ingest.dump import Layout, run_dump
+from tidemark.observe.status import explain_hour
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
-from tidemark.status import explain_partition
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
+from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +94,7 @@ def test_amend_folds_late_rows_into_a_new_version(
     result = cycle(spark, config, settings, "run-2", at(12, 10))
     assert result.amended == ["2026-11-22T10"]
     assert hour_count(spark, config.table, "2026-11-22", "10") == 8
-    entries = list(PartitionJournal(settings.state_dir, config.table).entries())
+    entries = list(HourJournal(settings.state_dir, config.table).entries())
     assert [(e.kind, e.version, e.rows, e.late) for e in entries] == [("seal", 1, 6, 0), ("amend", 2, 8, 2)]
     again = run_seal(spark, config, settings, "run-2")  # retry: nothing new to fold
     assert again.amended == [] and hour_count(spark, config.table, "2026-11-22", "10") == 8
@@ -109,14 +109,14 @@ def test_slow_partition_holds_idle_one_is_released_then_held_again(
     produce(broker, config.source.topic, records([(0, at(10, 5)), (0, at(11, 40)), (1, at(10, 10))]))
     result = cycle(spark, config, settings, "run-1", at(12))
     assert result.sealed == []  # partition 1's watermark (10:00) holds hour 10
-    why = explain_partition(config, settings, "2026-11-22T10")
+    why = explain_hour(config, settings, "2026-11-22T10")
     assert why["sealed"] is False and why["held_by"]["partition"] == 1
     assert why["held_by"]["must_advance_by_seconds"] == 3900  # watermark 10:00, needs 11:05
 
     produce(broker, config.source.topic, records([(0, at(12, 40))], prefix="p0"))
     result = cycle(spark, config, settings, "run-2", at(12, 30))  # partition 1 quiet for 30 minutes
     assert result.sealed == ["2026-11-22T10", "2026-11-22T11"]  # ready 12:30 with p1 idle
-    why = explain_partition(config, settings, "2026-11-22T12")
+    why = explain_hour(config, settings, "2026-11-22T12")
     assert why["sealed"] is False and why["idle_partitions"] == [1]
 
     produce(broker, config.source.topic, records([(1, at(12, 20)), (0, at(13, 0))], prefix="back"))
@@ -151,7 +151,7 @@ def test_empty_hours_sealed_empty_and_reseal_is_a_noop(
         assert (layout.table_dir / f"dt=2026-11-22/hr={hr}/_SUCCESS").exists()
         assert hour_count(spark, config.table, "2026-11-22", hr) == rows
     files_before = sorted(p for p in layout.table_dir.rglob("*") if p.is_file())
-    journal = PartitionJournal(settings.state_dir, config.table)
+    journal = HourJournal(settings.state_dir, config.table)
     again = run_seal(spark, config, settings, "run-1")
     assert again.sealed == [] and again.status == "nothing_to_seal"
     assert sorted(p for p in layout.table_dir.rglob("*") if p.is_file()) == files_before

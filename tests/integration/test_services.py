@@ -8,9 +8,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import free_port
-from tidemark.services import BrokerService, kafka_answers, resolve
+from tests.helpers.net import free_port
 from tidemark.settings import Settings
+from tidemark_dev.services import BrokerService, kafka_answers, resolve
 
 pytestmark = pytest.mark.integration
 

@@ -5,8 +5,7 @@ crash point recovers by retrying the same run; late changes re-merge the stale s
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,42 +13,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.dump_helpers import at, fresh_table
-from tidemark.bootstrap import PASSWORD_ENV, USER_ENV, BootstrapSource, run_bootstrap
+from tests.helpers.orders import Delivered, Row, normal, send, truth
+from tests.helpers.tables import at, fresh_table
 from tidemark.config import TableConfig
-from tidemark.dump import run_dump
 from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
 from tidemark.faults import SNAPSHOT_POINTS
-from tidemark.generator import change_messages, create_topic, order_changes, produce, state_after
-from tidemark.merge import run_merge, stale_snapshot
-from tidemark.pgsource import ORDERS_COLUMNS, ORDERS_DDL, apply_order_changes, replace_table
-from tidemark.sealing import run_seal
-from tidemark.services import POSTGRES_PASSWORD, POSTGRES_USER
+from tidemark.ingest.dump import run_dump
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
-from tidemark.snapshots import SnapshotLog, SnapshotStore, period_of
+from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV, BootstrapSource, run_bootstrap
+from tidemark.snapshot.merge import run_merge, stale_snapshot
+from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
+from tidemark_dev.generator import create_topic, order_changes, state_after
+from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, apply_order_changes, replace_table
+from tidemark_dev.services import POSTGRES_PASSWORD, POSTGRES_USER
 
 pytestmark = pytest.mark.integration
 
-Row = tuple[Any, ...]
 BOOTSTRAP_AT = at(10)
-Delivered = list[tuple[int, int, dict[str, Any]]]
-
-
-def normal(row: dict[str, Any]) -> Row:
-    """A snapshot row as comparable text: amounts to 2 places, instants in UTC."""
-    when = datetime.fromisoformat(str(row["updated_at"])).astimezone(UTC)
-    return (
-        int(row["order_id"]),
-        int(row["version"]),
-        None if row["customer_id"] is None else int(row["customer_id"]),
-        row["status"],
-        f"{float(row['amount']):.2f}",
-        when.strftime("%Y-%m-%d %H:%M:%S.%f"),
-    )
-
-
-def truth(state: dict[int, dict[str, Any]]) -> list[Row]:
-    return sorted(normal(r) for r in state.values())
 
 
 def snapshot(spark: Any, config: TableConfig, label: str) -> list[Row]:
@@ -86,18 +67,6 @@ def reference_merge(
         if change["order_id"] not in best or rank > best[change["order_id"]][0]:
             best[change["order_id"]] = (rank, change)
     return sorted(normal(c) for _, c in best.values() if c["op"] != "d")
-
-
-def send(
-    broker: str,
-    config: TableConfig,
-    changes: list[dict[str, Any]],
-    *,
-    duplicates: float = 0,
-    reorder: float = 0,
-) -> Delivered:
-    messages = change_messages(changes, partitions=2, duplicates=duplicates, reorder=reorder)
-    return [(p, o, json.loads(m.value)) for p, o, m in produce(broker, config.source.topic, messages)]
 
 
 def write_parquet_source(path: Path, state: dict[int, dict[str, Any]]) -> Path:
@@ -356,7 +325,7 @@ def test_jdbc_bootstrap_reads_postgres_in_parallel_ranges_without_leaking_the_pa
 
 
 def test_latest_state_keeps_the_highest_version_then_offset_and_applies_deletes(spark: Any) -> None:
-    from tidemark.merge import latest_state
+    from tidemark.snapshot.merge import latest_state
 
     base = spark.createDataFrame(
         [(1, 1, "a"), (2, 3, "b"), (3, 1, "c")], "order_id bigint, version bigint, status string"

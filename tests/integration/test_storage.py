@@ -14,15 +14,16 @@ from typing import Any
 
 import pytest
 
-from tests.integration.dump_helpers import fresh_table, landed
-from tidemark.commitlog import CommitLog, TableLock
-from tidemark.dump import run_dump
+from tests.helpers.tables import fresh_table, landed
 from tidemark.errors import BatchConflictError, StorageError
-from tidemark.generator import create_topic, produce, records
-from tidemark.partitions import PartitionJournal
-from tidemark.sealing import run_seal
+from tidemark.ingest.dump import run_dump
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
-from tidemark.storage import HadoopStorage, LocalStorage, Location, Storage, storage_for
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
+from tidemark.state.locks import TableLock
+from tidemark.state.storage import HadoopStorage, LocalStorage, Location, Storage, storage_for
+from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration
 
@@ -104,7 +105,7 @@ def test_dump_and_seal_with_state_on_the_hadoop_api(
     assert f"{table}/partitions/journal/0000000000.json" in state_files
     assert any(name.endswith(".crc") for name in (p.name for p in (tmp_path / "hadoop-state").rglob("*")))
     assert CommitLog(settings.state_location, table).state().rows == 7
-    assert [e.hour for e in PartitionJournal(settings.state_location, table).entries()] == ["2026-11-22T10"]
+    assert [e.hour for e in HourJournal(settings.state_location, table).entries()] == ["2026-11-22T10"]
     rows, _, _ = landed(settings, table)
     assert sum(rows.values()) == 7 and Counter((p, o) for p, o, _ in delivered) == rows
     with TableLock(settings.state_location, table).hold("a"), pytest.raises(BatchConflictError):

@@ -1,4 +1,4 @@
-"""Which (hour, version) pairs announce emits: pure parts of tidemark.announce."""
+"""Which (hour, version) pairs announce emits: pure parts of tidemark.seal.announce."""
 
 from __future__ import annotations
 
@@ -6,29 +6,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from tidemark.announce import already_announced, latest_versions
-from tidemark.partitions import JournalEntry, PartitionState
+from tests.helpers.records import journal_entry
+from tidemark.seal.announce import already_announced, latest_versions
+from tidemark.state.journal import JournalEntry, JournalState
 
 pytestmark = pytest.mark.unit
 
 
 def entry(seq: int, hour: str, kind: str, version: int) -> JournalEntry:
-    return JournalEntry(
-        seq=seq,
-        table="t",
-        hour=hour,
-        hour_start="2026-11-22T10:00:00+00:00",
-        hour_end="2026-11-22T11:00:00+00:00",
-        kind=kind,
-        version=version,
-        rows=1,
-        late=0,
-        files=(),
-        sealed_at="2026-11-22T12:00:00+00:00",
-        run_id="r",
-        ready_time=None,
-        processing_time="",
-        folded_through_batch=0,
+    return journal_entry(
+        hour, kind, version, seq=seq, sealed_at="2026-11-22T12:00:00+00:00", folded_through_batch=0
     )
 
 
@@ -46,7 +33,7 @@ def test_amend_supersedes_seal_and_quarantine_is_never_published() -> None:
 
 
 def test_quarantine_is_decided_for_the_frontier_but_release_does_not_move_it() -> None:
-    state = PartitionState()
+    state = JournalState()
     state.apply(entry(0, "2026-11-22T10", "quarantine", 0))
     assert state.sealed_through == "2026-11-22T11:00:00+00:00"
     state.apply(entry(1, "2026-11-22T10", "release", 1))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.cardinality import admit, merge
+from tidemark.ingest.cardinality import admit, merge
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tidemark.hours import HourKeyError, hour_of, hours_from, parse_key, parse_path
+from tidemark.time.hours import HourKeyError, hour_of, hours_from, parse_key, parse_path
 
 pytestmark = pytest.mark.unit
 

@@ -4,10 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.commitlog import CHECKPOINT_EVERY, Commit, CommitLog, PartitionRange, Plan, TableLock, run_key
 from tidemark.config import TableConfig, parse_table
 from tidemark.errors import BatchConflictError, DataLossError
-from tidemark.planner import next_ranges
+from tidemark.ingest.planner import next_ranges
+from tidemark.state.commitlog import CHECKPOINT_EVERY, Commit, CommitLog, MqRange, Plan
+from tidemark.state.layout import run_key
+from tidemark.state.locks import TableLock
 
 pytestmark = pytest.mark.unit
 
@@ -26,20 +28,20 @@ def table(**source: object) -> TableConfig:
 
 def test_first_batch_starts_at_earliest_and_is_capped() -> None:
     ranges = next_ranges(table(max_records_per_partition=10), {}, {0: (5, 100), 1: (0, 3)})
-    assert ranges == [PartitionRange(0, 5, 15), PartitionRange(1, 0, 3)]
+    assert ranges == [MqRange(0, 5, 15), MqRange(1, 0, 3)]
 
 
 def test_next_batch_starts_at_committed_end() -> None:
     ranges = next_ranges(table(), {0: 40, 1: 3}, {0: (0, 50), 1: (0, 3)})
-    assert ranges == [PartitionRange(0, 40, 50), PartitionRange(1, 3, 3)]
+    assert ranges == [MqRange(0, 40, 50), MqRange(1, 3, 3)]
 
 
 def test_latest_and_explicit_starting_offsets() -> None:
-    assert next_ranges(table(starting_offsets="latest"), {}, {0: (0, 9)}) == [PartitionRange(0, 9, 9)]
+    assert next_ranges(table(starting_offsets="latest"), {}, {0: (0, 9)}) == [MqRange(0, 9, 9)]
     explicit = table(starting_offsets={0: 4})
     assert next_ranges(explicit, {}, {0: (0, 9), 1: (2, 9)}) == [
-        PartitionRange(0, 4, 9),
-        PartitionRange(1, 2, 9),
+        MqRange(0, 4, 9),
+        MqRange(1, 2, 9),
     ]
 
 
@@ -57,13 +59,11 @@ def test_retention_gap_fails_with_data_loss_error() -> None:
 
 def test_retention_gap_recorded_when_policy_allows() -> None:
     ranges = next_ranges(table(on_data_loss="record_and_continue"), {0: 10}, {0: (25, 40)})
-    assert ranges == [PartitionRange(0, 25, 40, gap_from=10, gap_to=25)]
+    assert ranges == [MqRange(0, 25, 40, gap_from=10, gap_to=25)]
 
 
 def plan(batch: int, run: str) -> Plan:
-    return Plan(
-        "t", batch, run, "t", "2026-11-22T12:00:00+00:00", (PartitionRange(0, batch * 10, batch * 10 + 10),)
-    )
+    return Plan("t", batch, run, "t", "2026-11-22T12:00:00+00:00", (MqRange(0, batch * 10, batch * 10 + 10),))
 
 
 def commit(p: Plan) -> Commit:
@@ -76,8 +76,8 @@ def commit(p: Plan) -> Commit:
         processing_time=p.processing_time,
         ranges=p.ranges,
         files=(),
-        rows_per_partition={},
-        partitions=(),
+        rows_per_hour={},
+        mq_partitions=(),
         dirty=1,
         rows=9,
     )

@@ -11,14 +11,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from tidemark.alerts import overdue_hours, recent_failures, record_failure
-from tidemark.commitlog import Commit, CommitLog, PartitionRange, PartitionStats, Plan
+from tests.helpers.records import journal_entry
 from tidemark.config import TableConfig, parse_table
 from tidemark.errors import DataLossError, RebuildError
-from tidemark.partitions import JournalEntry, PartitionJournal
-from tidemark.rebuild import check_offsets, hour_range, hours_between, plan_rebuild
+from tidemark.observe.alerts import overdue_hours, recent_failures, record_failure
+from tidemark.seal.rebuild_plan import check_offsets, hour_range, hours_between, plan_rebuild
 from tidemark.settings import Settings
-from tidemark.watermarks import ReadyTime
+from tidemark.state.commitlog import Commit, CommitLog, MqPartitionStats, MqRange, Plan
+from tidemark.state.journal import HourJournal
+from tidemark.time.watermarks import ReadyTime
 
 pytestmark = pytest.mark.unit
 
@@ -74,7 +75,7 @@ def write_history(state: Path) -> CommitLog:
         ({"dt=2026-11-22/hr=12": 2}, {}),
     ]
     for batch, (rows, late) in enumerate(hours):
-        ranges = (PartitionRange(0, batch * 10, batch * 10 + 10),)
+        ranges = (MqRange(0, batch * 10, batch * 10 + 10),)
         log.write_plan(Plan("t", batch, f"run-{batch}", "t", at(12).isoformat(), ranges, None))
         log.write_commit(
             Commit(
@@ -86,11 +87,11 @@ def write_history(state: Path) -> CommitLog:
                 processing_time=at(12).isoformat(),
                 ranges=ranges,
                 files=(),
-                rows_per_partition=rows,
-                partitions=(PartitionStats(0, 10, sum(rows.values()), 0),),
+                rows_per_hour=rows,
+                mq_partitions=(MqPartitionStats(0, 10, sum(rows.values()), 0),),
                 dirty=0,
                 rows=sum(rows.values()),
-                late_per_partition=late,
+                late_per_hour=late,
                 ready=ReadyTime(time=at(12, 20).isoformat(), processing_time=at(12, 30).isoformat()),
             )
         )
@@ -98,23 +99,14 @@ def write_history(state: Path) -> CommitLog:
 
 
 def seal(state: Path, seq: int, hour: int, kind: str = "seal") -> None:
-    start = at(hour)
-    PartitionJournal(state, "t").append(
-        JournalEntry(
+    HourJournal(state, "t").append(
+        journal_entry(
+            f"2026-11-22T{hour:02d}",
+            kind,
             seq=seq,
-            table="t",
-            hour=f"2026-11-22T{hour:02d}",
-            hour_start=start.isoformat(),
-            hour_end=(start + timedelta(hours=1)).isoformat(),
-            kind=kind,
-            version=0 if kind == "quarantine" else 1,
             rows=5,
-            late=0,
-            files=(),
             sealed_at=at(12).isoformat(),
             run_id="run-1",
-            ready_time=None,
-            processing_time="",
             folded_through_batch=1,
         )
     )

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.bootstrap import BootstrapSource, credentials, jdbc_options
+from tests.helpers.records import journal_entry
 from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import BootstrapError, MergeError, UnsealedHoursError
-from tidemark.merge import is_stale, plan_merge
-from tidemark.partitions import JournalEntry, PartitionState
-from tidemark.snapshots import SnapshotRecord, base_for, period_of
+from tidemark.snapshot.bootstrap import BootstrapSource, credentials, jdbc_options
+from tidemark.snapshot.merge import is_stale, plan_merge
+from tidemark.snapshot.snapshots import SnapshotRecord, base_for, period_of
+from tidemark.state.journal import JournalEntry, JournalState
 
 pytestmark = pytest.mark.unit
 
@@ -44,24 +45,7 @@ def record(label: str, kind: str, through: str, **fields: object) -> SnapshotRec
 
 
 def entry(hour: str, kind: str = "seal", version: int = 1) -> JournalEntry:
-    start = datetime.fromisoformat(f"{hour}:00:00+00:00")
-    return JournalEntry(
-        seq=0,
-        table="orders",
-        hour=hour,
-        hour_start=start.isoformat(),
-        hour_end=start.replace(hour=start.hour + 1).isoformat(),
-        kind=kind,
-        version=version,
-        rows=1,
-        late=0,
-        files=(),
-        sealed_at="",
-        run_id="r",
-        ready_time=None,
-        processing_time="",
-        folded_through_batch=-1,
-    )
+    return journal_entry(hour, kind, version, table="orders")
 
 
 def test_a_source_needs_a_kind_a_location_and_one_of_table_or_query() -> None:
@@ -130,7 +114,7 @@ def test_unsealed_and_quarantined_hours_are_named_and_empty_final_hours_read_as_
         "base", "bootstrap", "2026-11-22T10:00:00+00:00", increments_from="2026-11-22T09:00:00+00:00"
     )
     live = {"base": boot}
-    partitions = PartitionState()
+    partitions = JournalState()
     for e in (entry("2026-11-22T09"), entry("2026-11-22T11", "quarantine", 0)):
         partitions.apply(e)
     with pytest.raises(UnsealedHoursError) as refused:
@@ -156,7 +140,7 @@ def test_a_snapshot_is_stale_when_an_hour_it_read_or_its_base_changed() -> None:
         hours={"2026-11-22T11": 1},
     )
     live = {r.label: r for r in (boot, first, second)}
-    partitions = PartitionState()
+    partitions = JournalState()
     partitions.apply(entry("2026-11-22T10"))
     partitions.apply(entry("2026-11-22T11"))
     assert not is_stale(second, live, partitions)

@@ -15,9 +15,12 @@ import pytest
 
 from tidemark.config import TableConfig, parse_table
 from tidemark.errors import ConfigError
-from tidemark.hours import hour_of
-from tidemark.staging import TaskStager, staged_rows
-from tidemark.transform import PARSE_PIECE, Classifier, ClassifySpec, RawRecords, as_classified
+from tidemark.ingest.classify import Classifier
+from tidemark.ingest.frames import as_classified
+from tidemark.ingest.jsonlines import PARSE_PIECE
+from tidemark.ingest.spec import ClassifySpec, RawRecords
+from tidemark.ingest.staging import TaskStager, staged_rows
+from tidemark.time.hours import hour_of
 
 pytestmark = pytest.mark.unit
 
@@ -234,7 +237,7 @@ def test_classified_rows_and_staged_files_hold_every_record_once(tmp_path: Path)
     assert table.column("_reason").to_pylist().count("invalid_json") == 1
     assert table.column("_raw_value").to_pylist()[-1] == b"nope"
 
-    stager = TaskStager(tmp_path / "attempt", spec, partition=2, start=100)
+    stager = TaskStager(tmp_path / "attempt", spec, mq_partition=2, start=100)
     stager.add(classified)
     stager.close()
     assert staged_rows(tmp_path / "attempt") == {"rows": 2, "late": 1, "dirty": 1}
@@ -248,10 +251,7 @@ def test_classified_rows_and_staged_files_hold_every_record_once(tmp_path: Path)
         "rows/dt=2026-11-22/hr=11/p2-000000000100.parquet",
     ]
     assert "dt" not in pq.read_schema(tmp_path / "attempt" / files[2]).names
-    stats = {
-        (r["dt"], r["hr"], r["_late"], r["_reason"], r["n"]): (r["min_ts"], r["max_ts"])
-        for r in stager.stats()
-    }
+    stats = {(r.dt, r.hr, r.late, r.reason, r.n): (r.min_ts, r.max_ts) for r in stager.stats()}
     assert stats[("2026-11-22", "10", False, None, 1)] == (
         datetime(2026, 11, 22, 10, 15, tzinfo=UTC),
         datetime(2026, 11, 22, 10, 15, tzinfo=UTC),

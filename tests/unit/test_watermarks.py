@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tidemark.watermarks import BatchObservation, PartitionWatermark, advance, ready_time
+from tidemark.time.watermarks import BatchObservation, MqWatermark, advance, ready_time
 
 pytestmark = pytest.mark.unit
 
@@ -16,8 +16,8 @@ IDLE = timedelta(minutes=30)
 
 
 def _step(
-    wm: dict[int, PartitionWatermark], at: datetime, *obs: tuple[int, int, str | None]
-) -> dict[int, PartitionWatermark]:
+    wm: dict[int, MqWatermark], at: datetime, *obs: tuple[int, int, str | None]
+) -> dict[int, MqWatermark]:
     return advance(
         wm, [BatchObservation(p, end, ts) for p, end, ts in obs], processing_time=at, max_out_of_orderness=OOO
     )

@@ -1,0 +1,178 @@
+"""What every tidemark DAG shares: ids, default args, trigger-form params, the spark-submit
+task and the announce task. DAG modules only wire tasks (no top-level work: no DB, no
+connections, no Spark at parse time); tasks get the table config and settings in ``execute``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tidemark.config import TableConfig
+from tidemark.settings import Settings
+
+START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
+# The run's processing time: data_interval_end for scheduled runs, run_after for manual ones
+# (a run triggered through the REST API without a logical date has no data interval at all:
+# the context then lacks data_interval_end, so it is read from the dag run).
+PROCESSING_TIME = "{{ (dag_run.data_interval_end or dag_run.run_after).isoformat() }}"
+# One Derby metastore client at a time (embedded default); a metastore service needs no pool.
+HIVE_METASTORE_POOL = "hive_metastore"
+
+
+DAG_KINDS = ("ingest", "seal", "rebuild", "bootstrap", "merge")
+
+
+def dag_id_of(kind: str, table: str) -> str:
+    """``tidemark_<kind>_<table>``: the id of one of a table's DAGs (see DAG_KINDS)."""
+    return f"tidemark_{kind}_{table}"
+
+
+def table_of_dag(dag_id: str) -> str | None:
+    """The table a tidemark DAG id belongs to, else None."""
+    for kind in DAG_KINDS:
+        prefix = dag_id_of(kind, "")
+        if dag_id.startswith(prefix):
+            return dag_id.removeprefix(prefix)
+    return None
+
+
+HOUR_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}b?$"
+DRY_RUN = "{{ params.dry_run }}"
+
+
+def default_args(config: TableConfig) -> dict[str, Any]:
+    from functools import partial
+
+    from tidemark.observe.alerts import record_failure
+
+    return {
+        "owner": config.owner,
+        "retries": config.retries,
+        "retry_delay": config.retry_delay,
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=10),
+        "on_failure_callback": partial(record_failure, config.table),
+    }
+
+
+def dry_run_param(what: str) -> Any:
+    from airflow.sdk import Param
+
+    return Param(
+        False,
+        type="boolean",
+        title="Dry run",
+        description=f"Only report {what} in the task log; read nothing, change nothing.",
+    )
+
+
+def text_param(*, title: str, description: str) -> Any:
+    from airflow.sdk import Param
+
+    return Param("", type="string", title=title, description=description)
+
+
+def hour_param(title: str, description: str) -> Any:
+    from airflow.sdk import Param
+
+    return Param(
+        None,
+        type=["null", "string"],
+        pattern=HOUR_PATTERN,
+        title=title,
+        description=description,
+    )
+
+
+def spark_job(
+    config: TableConfig,
+    settings: Settings,
+    job: str,
+    doc: str,
+    extra_args: list[str] | None = None,
+    *,
+    operator: Any = None,
+    **operator_kwargs: Any,
+) -> Any:
+    """A SparkSubmitOperator running ``spark_jobs/<job>.py`` for this table and run id."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from tidemark.jobs import SparkJob
+
+    submit = SparkJob(job, config.table, ["--run-id", "{{ run_id }}", *(extra_args or [])])
+    return (operator or SparkSubmitOperator)(
+        task_id=job,
+        doc_md=doc,
+        application=submit.application(settings),
+        conn_id="spark_default",
+        name=submit.name,
+        application_args=submit.arguments,
+        execution_timeout=timedelta(hours=1),
+        **operator_kwargs,
+    )
+
+
+def table_dag(
+    config: TableConfig,
+    kind: str,
+    *,
+    description: str,
+    schedule: Any,
+    doc_md: str,
+    params: dict[str, Any],
+    max_active_runs: int = 1,
+) -> Any:
+    """``tidemark_<kind>_<table>``: the settings every tidemark DAG shares (no catchup: hours
+    are rebuilt by backfill, batches never need one per missed interval)."""
+    from airflow.sdk import DAG
+
+    return DAG(
+        dag_id=dag_id_of(kind, config.table),
+        description=description,
+        schedule=schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=max_active_runs,
+        default_args=default_args(config),
+        tags=["tidemark", kind, *config.tags],
+        doc_md=doc_md,
+        params=params,
+    )
+
+
+def announce_task(table: str, asset: Any) -> Any:
+    """The task emitting one Asset event per hour sealed, amended, released or rebuilt since
+    the last announcement (shared by every DAG that changes published hours)."""
+    from airflow.sdk import task
+
+    @task(task_id="announce", inlets=[asset], outlets=[asset])
+    def announce(**context: Any) -> list[str]:
+        """Asset events for the hours published since the last announcement; skipped when there
+        is none (a successful task with an outlet would emit a keyless event)."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from tidemark.seal.announce import announce_sealed
+
+        config, current = table_context(table)
+        announced = announce_sealed(
+            config,
+            current,
+            outlet_events=context["outlet_events"],
+            inlet_events=context["inlet_events"],
+            run_id=context["run_id"],
+        )
+        if not announced:
+            raise AirflowSkipException(f"{table}: no newly published hour to announce")
+        return announced
+
+    return announce()
+
+
+def table_context(table: str) -> tuple[TableConfig, Settings]:
+    """The table's config and the deployment settings, read when a task runs (never at parse
+    time): what every Python task of a tidemark DAG starts from."""
+    from tidemark.config import load_table
+
+    settings = Settings.from_env()
+    return load_table(table, settings), settings

@@ -1,0 +1,53 @@
+"""The one custom operator: spark-submit with the bootstrap source's credentials.
+
+The credentials are looked up in ``execute`` (after templates were rendered and stored), from
+the Airflow connection the trigger form names, masked in the task log, and handed to the job
+through its environment only: never a param, an argument or a rendered field.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
+
+log = logging.getLogger(__name__)
+
+
+class SourceCredentialsSparkSubmitOperator(SparkSubmitOperator):
+    """SparkSubmitOperator that passes ``login``/``password`` of ``source_conn_id`` as
+    ``TIDEMARK_SOURCE_USER``/``TIDEMARK_SOURCE_PASSWORD``. A missing connection is not an
+    error: file sources need none, and a worker may provide the variables itself."""
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "source_conn_id")
+
+    def __init__(self, *, source_conn_id: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_conn_id = source_conn_id
+
+    def execute(self, context: Any) -> Any:
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+        from airflow.sdk.log import mask_secret
+
+        if self.source_conn_id:
+            try:
+                conn = BaseHook.get_connection(self.source_conn_id)
+            except AirflowNotFoundException:
+                log.info(
+                    "no Airflow connection %r: the job reads %s/%s from the worker's environment, if set",
+                    self.source_conn_id,
+                    USER_ENV,
+                    PASSWORD_ENV,
+                )
+            else:
+                secret = {USER_ENV: conn.login or "", PASSWORD_ENV: conn.password or ""}
+                if conn.password:
+                    mask_secret(conn.password)
+                self.env_vars = {**(self.env_vars or {}), **{k: v for k, v in secret.items() if v}}
+                log.info("source credentials from connection %r (user %s)", self.source_conn_id, conn.login)
+        return super().execute(context)

@@ -1,0 +1,283 @@
+"""Pure transforms of the dump: raw MQ records -> typed rows or dirty records.
+
+Parsing happens in Arrow, inside the data source's tasks: ``pyarrow.json`` reads a block of
+messages against the table schema in C++, which costs a fifth of the CPU of Spark's
+``from_json`` + casts (docs/benchmarks.md). A block the reader rejects is re-read in pieces
+down to the records at fault, so one bad record costs a few small re-reads, never the block.
+
+Typing is strict, as the JSON reader is: a JSON string is not a number, a number is not a
+string, a decimal with more places than its scale is not rounded. Timestamps are ISO 8601
+strings (``2026-11-22T10:00:00Z``, ``2026-11-22 10:00:00+01:00``; no offset means UTC);
+dates are ``YYYY-MM-DD`` strings; decimals are numbers or numeric strings.
+
+Each record is classified once, with the first reason that applies, in this order:
+
+| reason | when |
+|---|---|
+| ``oversized`` | the message is larger than ``source.max_message_bytes`` |
+| ``null_value`` | the message has no value (a tombstone) |
+| ``invalid_json`` | the value is not a JSON object |
+| ``null_event_time`` | the event-time field is missing or null |
+| ``missing_field`` | a ``not null`` column is missing or null |
+| ``type_mismatch`` | a value cannot be converted to its column's type |
+| ``future_event_time`` | event time > the batch's processing time + ``watermark.max_future_skew`` |
+| ``invalid_partition_value`` | a value of a ``partitioning.columns`` column is null, longer than 64, or \
+not made of ``[A-Za-z0-9_.-]`` (so no path separators, ``..``, quotes or spaces) |
+| ``partition_cardinality`` | the value would exceed ``partitioning.max_values_per_column`` distinct \
+values of its column in its hour (decided after this classification, see ``cardinality.py``) |
+
+Good records whose event time is before the plan's ``sealed_through`` belong to an hour that
+is already sealed: they are *late* (``_late``) and go to the late files, never to the table.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from tidemark.ingest.columns import PARTITION_VALUE_PATTERN, REASONS, dirty_schema
+from tidemark.ingest.jsonlines import JsonLinesReader, json_line, parse_schema, to_date
+from tidemark.ingest.spec import Classified, ClassifySpec, RawRecords, good_schema
+from tidemark.schema import Column
+from tidemark.time.hours import hour_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+INTEGER_BITS = {"tinyint": 7, "smallint": 15, "int": 31, "bigint": 63}
+
+
+class Classifier:
+    """Classifies blocks of raw records by a spec; one per task (it keeps the JSON readers)."""
+
+    def __init__(self, spec: ClassifySpec) -> None:
+        import pyarrow as pa
+
+        self.spec = spec
+        self.columns = spec.schema_columns
+        self.reader = JsonLinesReader(parse_schema(self.columns))
+        self.column_readers = {
+            c.name: JsonLinesReader(pa.schema([self.reader.schema.field(c.name)])) for c in self.columns
+        }
+        self.good_schema = good_schema(spec)
+        self.dirty_schema = dirty_schema()
+        self.future_limit = datetime.fromisoformat(spec.future_limit)
+        self.sealed_through = datetime.fromisoformat(spec.sealed_through) if spec.sealed_through else None
+        self._hours: dict[int, tuple[str, str]] = {}
+
+    def classify(self, raw: RawRecords) -> Classified:
+        import pyarrow as pa
+
+        dirty: dict[int, tuple[str, str | None]] = {}  # record index -> (reason, detail)
+        lines, line_of = self._lines(raw, dirty)
+        pieces, rejected = self.reader.read(lines)
+        for line, error in rejected.items():
+            dirty[line_of[line]] = self._rejected_reason(lines[line], error)
+        accepted = [line_of[i] for index, _ in pieces for i in index]
+        typed = pa.concat_tables([t for _, t in pieces]) if pieces else self.reader.schema.empty_table()
+        good, checked_dirty = self._check(typed, accepted, raw)
+        dirty.update(checked_dirty)
+        return Classified(good=good, dirty=self._dirty_table(raw, dirty))
+
+    def _lines(
+        self, raw: RawRecords, dirty: dict[int, tuple[str, str | None]]
+    ) -> tuple[list[bytes], list[int]]:
+        """The messages the JSON reader gets, one per line, and the record of each line; the
+        others get their reason in ``dirty``."""
+        values = raw.values
+        n = len(values)
+        if n and None not in values:
+            present = cast("list[bytes]", values)
+            if max(map(len, present)) <= self.spec.max_message_bytes:
+                joined = b"\n".join(present)
+                if joined.count(b"\n") == n - 1 and b"\r" not in joined:  # the common case, at C speed
+                    return present, list(range(n))
+        lines: list[bytes] = []
+        line_of: list[int] = []
+        for i, value in enumerate(values):
+            if value is not None and len(value) > self.spec.max_message_bytes:
+                dirty[i] = ("oversized", f"bytes={len(value)}")
+            elif value is None:
+                dirty[i] = ("null_value", None)
+            else:
+                line = json_line(value)
+                if isinstance(line, str):
+                    dirty[i] = ("invalid_json", line)
+                else:
+                    lines.append(line)
+                    line_of.append(i)
+        return lines, line_of
+
+    def _rejected_reason(self, line: bytes, error: str) -> tuple[str, str | None]:
+        """Reason and detail of a message the JSON reader rejected on its own."""
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            return "invalid_json", f"invalid JSON: {exc}"
+        if not isinstance(obj, dict):
+            return "invalid_json", f"not a JSON object but {type(obj).__name__}"
+        if obj.get(self.spec.event_time_field) is None:
+            return "null_event_time", None
+        missing = [c.name for c in self.columns if not c.nullable and obj.get(c.name) is None]
+        if missing:
+            return "missing_field", "fields=" + ",".join(missing)
+        mismatched = [
+            c.name
+            for c in self.columns
+            if obj.get(c.name) is not None and not self._convertible(c, obj[c.name])
+        ]
+        if mismatched:
+            return "type_mismatch", "fields=" + ",".join(mismatched)
+        return "invalid_json", error  # e.g. a key given twice
+
+    def _convertible(self, column: Column, value: Any) -> bool:
+        """Whether the JSON reader converts ``value`` alone into the column's type (so the
+        fields a detail names are exactly the ones the reader refuses): JSON kinds decide the
+        simple types, the reader itself the others."""
+        kind = column.type.name
+        if kind == "string":
+            return isinstance(value, str)
+        if kind == "boolean":
+            return isinstance(value, bool)
+        if kind in INTEGER_BITS:
+            bits = INTEGER_BITS[kind]
+            return isinstance(value, int) and not isinstance(value, bool) and -(2**bits) <= value < 2**bits
+        if kind in {"float", "double"}:
+            return isinstance(value, int | float) and not isinstance(value, bool)
+        line = json.dumps({column.name: value}, separators=(",", ":")).encode()
+        _, rejected = self.column_readers[column.name].read([line])
+        if rejected:
+            return False
+        if column.type.name == "date":
+            return to_date([value]).null_count == 0
+        return True
+
+    def _check(
+        self, typed: pa.Table, accepted: list[int], raw: RawRecords
+    ) -> tuple[pa.Table, dict[int, tuple[str, str | None]]]:
+        """Null, future-time and partition-value checks of the rows the reader accepted;
+        the good rows get hour labels, ``_late`` and lineage."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = typed.num_rows
+        columns = {}
+        bad_dates: dict[str, pa.Array] = {}
+        for c in self.columns:
+            col = (
+                typed.column(c.name).combine_chunks()
+                if n
+                else pa.array([], type=self.reader.schema.field(c.name).type)
+            )
+            if c.type.name == "date":
+                converted = to_date(col)
+                bad_dates[c.name] = pc.and_(pc.is_valid(col), pc.is_null(converted))
+                col = converted
+            columns[c.name] = col
+        ts = columns[self.spec.event_time_field]
+        masks: list[tuple[str, str, pa.Array]] = []  # (reason, field, bad mask), in reason order
+        masks.append(("null_event_time", "", pc.is_null(ts)))
+        masks += [
+            ("missing_field", c.name, pc.is_null(columns[c.name])) for c in self.columns if not c.nullable
+        ]
+        masks += [("type_mismatch", name, mask) for name, mask in bad_dates.items()]
+        ts_utc = ts.cast(pa.timestamp("us", tz="UTC")) if n else pa.array([], pa.timestamp("us", tz="UTC"))
+        limit = pa.scalar(self.future_limit, type=pa.timestamp("us", tz="UTC"))
+        masks.append(("future_event_time", "", pc.fill_null(pc.greater(ts_utc, limit), False)))
+        for name in self.spec.partition_columns:
+            value = columns[name]
+            ok = pc.and_(
+                pc.match_substring_regex(value, PARTITION_VALUE_PATTERN),
+                pc.invert(pc.match_substring(value, "..")),
+            )
+            masks.append(("invalid_partition_value", name, pc.invert(pc.fill_null(ok, False))))
+        any_bad = np.zeros(n, dtype=bool)
+        for _, _, mask in masks:
+            any_bad |= mask.to_numpy(zero_copy_only=False)
+        dirty: dict[int, tuple[str, str | None]] = {}
+        bad_rows = np.flatnonzero(any_bad)
+        if len(bad_rows):
+            flags = {(reason, name): mask.to_numpy(zero_copy_only=False) for reason, name, mask in masks}
+            for row in bad_rows.tolist():
+                dirty[accepted[row]] = self._reason_of(row, flags)
+        keep = np.flatnonzero(~any_bad)
+        good_idx = np.asarray(accepted, dtype=np.int64)[keep]
+        take = pa.array(keep, type=pa.int64())
+        out = {name: col.take(take) for name, col in columns.items()}
+        ts_good = ts_utc.take(take)
+        dt, hr = self._hour_labels(ts_good)
+        if self.sealed_through is not None:
+            late = pc.less(ts_good, pa.scalar(self.sealed_through, type=pa.timestamp("us", tz="UTC")))
+        else:
+            late = pa.array(np.zeros(len(good_idx), dtype=bool))
+        out.update(
+            dt=dt,
+            hr=hr,
+            _late=late,
+            _mq_partition=pa.array(np.full(len(good_idx), raw.mq_partition, dtype=np.int32)),
+            _mq_offset=pa.array(np.asarray(raw.offsets, dtype=np.int64)[good_idx]),
+            _mq_timestamp=pa.array(np.asarray(raw.timestamps, dtype=np.int64)[good_idx]),
+            _batch_id=pa.array(np.full(len(good_idx), self.spec.batch_id, dtype=np.int64)),
+        )
+        if self.spec.keep_raw:
+            rows = pa.array(good_idx, type=pa.int64())
+            out["_raw_key"] = pa.array(raw.keys, type=pa.binary()).take(rows)
+            out["_raw_value"] = pa.array(raw.values, type=pa.binary()).take(rows)
+        return pa.Table.from_pydict(out, schema=self.good_schema), dirty
+
+    def _reason_of(self, row: int, flags: dict[tuple[str, str], Any]) -> tuple[str, str | None]:
+        """The first reason of a row that failed a check, and the fields it names."""
+        for reason in REASONS:
+            fields = [name for (r, name), mask in flags.items() if r == reason and mask[row]]
+            if not fields:
+                continue
+            if reason == "null_event_time":
+                return reason, None
+            if reason == "future_event_time":
+                return reason, f"limit={self.spec.future_limit}"
+            return reason, "fields=" + ",".join(fields)
+        raise AssertionError(f"row {row} failed no check")
+
+    def _hour_labels(self, ts: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """dt and hr of each instant by :func:`tidemark.time.hours.hour_of` itself, applied once per
+        distinct minute (every zone's offset is whole minutes), so the rule exists once."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        minutes = pc.divide(ts.cast(pa.int64()), 60_000_000) if len(ts) else pa.array([], pa.int64())
+        distinct = pc.unique(minutes)
+        labels = [self._hour_of_minute(m) for m in distinct.to_pylist()]
+        index = pc.index_in(minutes, value_set=distinct)
+        dt = pa.array([d for d, _ in labels], type=pa.string()).take(index)
+        hr = pa.array([h for _, h in labels], type=pa.string()).take(index)
+        return dt, hr
+
+    def _hour_of_minute(self, minute: int) -> tuple[str, str]:
+        label = self._hours.get(minute)
+        if label is None:
+            hour = hour_of(datetime.fromtimestamp(minute * 60, UTC), self.spec.time_zone)
+            label = self._hours[minute] = (hour.dt, hour.hr)
+        return label
+
+    def _dirty_table(self, raw: RawRecords, dirty: dict[int, tuple[str, str | None]]) -> pa.Table:
+        import pyarrow as pa
+
+        rows = sorted(dirty)
+        n = len(rows)
+        return pa.Table.from_pydict(
+            {
+                "topic": pa.array([self.spec.topic] * n, pa.string()),
+                "mq_partition": pa.array([raw.mq_partition] * n, pa.int32()),
+                "mq_offset": pa.array([raw.offsets[i] for i in rows], pa.int64()),
+                "mq_timestamp": pa.array([raw.timestamps[i] for i in rows], pa.int64()),
+                "batch_id": pa.array([self.spec.batch_id] * n, pa.int64()),
+                "run_id": pa.array([self.spec.run_id] * n, pa.string()),
+                "reason": pa.array([dirty[i][0] for i in rows], pa.string()),
+                "detail": pa.array([dirty[i][1] for i in rows], pa.string()),
+                "raw_key": pa.array([raw.keys[i] for i in rows], pa.binary()),
+                "raw_value": pa.array([raw.values[i] for i in rows], pa.binary()),
+            },
+            schema=self.dirty_schema,
+        )

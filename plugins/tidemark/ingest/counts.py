@@ -1,0 +1,139 @@
+"""The counts of a staged batch and their reconciliation: the typed contract between the read
+tasks (or the Spark path) that count what they staged and the driver that commits.
+
+Three independent sides must agree before a batch commits:
+
+- the read receipts (records read per sub-range, written by the reader);
+- the staged counts (:class:`StagedCount`: rows, late rows and dirty records per MQ
+  partition, hour and reason): read == rows + dirty + late per MQ partition;
+- the row counts in the staged files' own Parquet footers.
+
+A mismatch raises ``ReconciliationError`` naming the table, batch, run and offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tidemark.errors import ReconciliationError
+from tidemark.ingest.reader import DEFAULT_SUBRANGE, split_ranges
+from tidemark.state.commitlog import MqPartitionStats, Plan
+from tidemark.time.hours import hour_path
+from tidemark.time.instants import iso
+
+
+@dataclass(frozen=True)
+class StagedCount:
+    """Records of one MQ partition with one verdict: good rows (on time or late) of one hour,
+    or dirty records of one reason; with the event-time range of good rows."""
+
+    mq_partition: int
+    dt: str | None
+    hr: str | None
+    late: bool
+    reason: str | None
+    n: int
+    min_ts: datetime | None = None
+    max_ts: datetime | None = None
+
+    @property
+    def kind(self) -> str:
+        """``dirty``, ``late`` or ``rows``: which files hold these records."""
+        return "dirty" if self.reason is not None else "late" if self.late else "rows"
+
+
+@dataclass
+class MqPartitionTally:
+    """What the staged counts say one MQ partition contributed."""
+
+    rows: int = 0
+    dirty: int = 0
+    late: int = 0
+    min_ts: datetime | None = None
+    max_ts: datetime | None = None
+
+    def add(self, count: StagedCount) -> None:
+        setattr(self, count.kind, getattr(self, count.kind) + count.n)
+        if count.reason is None and count.min_ts is not None and count.max_ts is not None:
+            self.min_ts = count.min_ts if self.min_ts is None else min(self.min_ts, count.min_ts)
+            self.max_ts = count.max_ts if self.max_ts is None else max(self.max_ts, count.max_ts)
+
+
+@dataclass
+class FoldedCounts:
+    """Staged counts per MQ partition, per hour (on-time and late rows) and per dirty reason."""
+
+    per_mq_partition: dict[int, MqPartitionTally] = field(default_factory=dict)
+    rows_per_hour: dict[str, int] = field(default_factory=dict)
+    late_per_hour: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def fold_stats(counts: Iterable[StagedCount]) -> FoldedCounts:
+    """Fold the tasks' counts (any order, any split across tasks) into per-partition,
+    per-hour and per-reason totals."""
+    folded = FoldedCounts()
+    for count in counts:
+        folded.per_mq_partition.setdefault(count.mq_partition, MqPartitionTally()).add(count)
+        if count.reason is not None:
+            folded.reasons[count.reason] = folded.reasons.get(count.reason, 0) + count.n
+            continue
+        assert count.dt is not None and count.hr is not None
+        per_hour = folded.late_per_hour if count.late else folded.rows_per_hour
+        hour = hour_path(count.dt, count.hr)
+        per_hour[hour] = per_hour.get(hour, 0) + count.n
+    return folded
+
+
+def reconcile(
+    plan: Plan, receipts: list[dict[str, Any]], per_mq_partition: dict[int, MqPartitionTally]
+) -> list[MqPartitionStats]:
+    """read == rows + dirty + late per MQ partition, and every planned sub-range has a receipt."""
+    expected = {
+        (s.mq_partition, s.start, s.end)
+        for s in split_ranges([r.__dict__ for r in plan.ranges], DEFAULT_SUBRANGE)
+    }
+    seen = {(r["mq_partition"], r["start"], r["end"]) for r in receipts}
+    problems = [f"{plan.topic}[{p}] {s}..{e - 1}: no read receipt" for p, s, e in sorted(expected - seen)]
+    stats = []
+    for r in plan.ranges:
+        read = sum(x["read"] for x in receipts if x["mq_partition"] == r.mq_partition)
+        got = per_mq_partition.get(r.mq_partition, MqPartitionTally())
+        if read != got.rows + got.dirty + got.late:
+            problems.append(
+                f"{plan.topic}[{r.mq_partition}] offsets {r.start}..{r.end - 1}: "
+                f"read {read} != rows {got.rows} + dirty {got.dirty} + late {got.late}"
+            )
+        stats.append(
+            MqPartitionStats(
+                mq_partition=r.mq_partition,
+                read=read,
+                rows=got.rows,
+                dirty=got.dirty,
+                late=got.late,
+                min_event_time=iso(got.min_ts),
+                max_event_time=iso(got.max_ts),
+            )
+        )
+    if problems:
+        raise ReconciliationError(
+            f"{plan.table} batch {plan.batch_id} (run {plan.run_id}) not committed: " + "; ".join(problems)
+        )
+    return stats
+
+
+def check_files(plan: Plan, in_files: dict[str, int], stats: list[MqPartitionStats]) -> None:
+    """The staged files' footers hold exactly the rows, late rows and dirty records counted."""
+    counted = {
+        "rows": sum(s.rows for s in stats),
+        "late": sum(s.late for s in stats),
+        "dirty": sum(s.dirty for s in stats),
+    }
+    if in_files != counted:
+        raise ReconciliationError(
+            f"{plan.table} batch {plan.batch_id} (run {plan.run_id}) not committed: staged files hold "
+            f"{in_files} but the tasks counted {counted}; offsets {plan.describe()}"
+        )

@@ -1,0 +1,333 @@
+"""The exactly-once micro-batch dump: one batch per Airflow run id.
+
+Protocol (seeds 000/003: commit, rollback and recommit of an in-flight instant):
+
+1. take the table's batch lock; a committed run is a no-op ("already committed");
+2. plan (or reuse the run's plan) and persist it before reading anything;
+3. roll back whatever an earlier uncommitted attempt of this batch left (staging files and
+   files it had already moved into the table, found through its publish manifest);
+4. read exactly the planned ranges, classify rows/dirty, write both to a staging dir named by
+   batch and attempt;
+5. reconcile per MQ partition: records read (source receipts) == rows + dirty; check the dirty
+   ratio;
+6. publish: write the manifest of deterministic target names, then move the files in;
+7. write the commit record (create-only): the batch is now visible;
+8. commit consumer-group offsets (lag monitoring only).
+A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from tidemark.config import TableConfig
+from tidemark.errors import DirtyRatioExceededError
+from tidemark.faults import crash_point
+from tidemark.ingest import cardinality
+from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_stats, reconcile
+from tidemark.ingest.kafka import client_properties, commit_group_offsets, masked
+from tidemark.ingest.planner import plan_batch
+from tidemark.ingest.publish import Publisher
+from tidemark.settings import Settings
+from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, Plan
+from tidemark.state.layout import Layout
+from tidemark.state.locks import TableLock
+from tidemark.time.watermarks import BatchObservation, MqWatermark, ReadyTime, advance, ready_time
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DumpResult:
+    table: str
+    batch_id: int
+    run_id: str
+    status: str  # committed | already_committed
+    read: int
+    rows: int
+    dirty: int
+    offsets: dict[int, list[int]] = field(default_factory=dict)
+    # seconds per phase of this attempt (plan, rollback, read_stage, reconcile, publish, commit)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class Stopwatch:
+    """Seconds spent per named phase: logged with the commit and printed by the benchmark."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.seconds.items()}
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What a batch's staged files hold, reconciled against the read receipts."""
+
+    stats: list[MqPartitionStats]
+    counts: FoldedCounts
+    partition_values: dict[str, dict[str, list[str]]]
+
+
+def read_and_stage(
+    spark: SparkSession,
+    *,
+    config: TableConfig,
+    plan: Plan,
+    publisher: Publisher,
+    kafka_conf: dict[str, Any],
+    state: LogState,
+    stopwatch: Stopwatch,
+) -> Staged:
+    """Read the plan's ranges, classify, stage rows and dirty records; return reconciled stats.
+
+    Tables without data-derived partition columns stage in the read tasks themselves
+    (``staging.py``); the others go through a Spark frame, because bounding partition values
+    needs the whole batch (``cardinality.py``)."""
+    from tidemark.ingest.reader import read_receipts
+    from tidemark.ingest.source import read_ranges, stage_ranges
+    from tidemark.ingest.spec import ClassifySpec
+    from tidemark.ingest.staging import staged_rows
+
+    receipts_dir = publisher.attempt_dir / "receipts"
+    spec = ClassifySpec.of(
+        config,
+        topic=plan.topic,
+        batch_id=plan.batch_id,
+        run_id=plan.run_id,
+        processing_time=datetime.fromisoformat(plan.processing_time),
+        sealed_through=datetime.fromisoformat(plan.sealed_through) if plan.sealed_through else None,
+    )
+    ranges = [r.__dict__ for r in plan.ranges]
+    admitted: cardinality.PartitionValues = {}
+    if config.partitioning.columns:
+        counts, admitted = _stage_with_spark(
+            read_ranges(spark, plan.topic, ranges, kafka_conf=kafka_conf, receipts=receipts_dir, spec=spec),
+            config,
+            publisher,
+            state,
+            stopwatch,
+        )
+    else:
+        with stopwatch.phase("read_stage"):  # the tasks read, classify and write
+            counts = stage_ranges(
+                spark,
+                plan.topic,
+                ranges,
+                kafka_conf=kafka_conf,
+                receipts=receipts_dir,
+                spec=spec,
+                staging=publisher.attempt_dir,
+            )
+            crash_point("after_staging")
+    with stopwatch.phase("reconcile"):
+        folded = fold_stats(counts)
+        stats = reconcile(plan, read_receipts(receipts_dir), folded.per_mq_partition)
+        check_files(plan, staged_rows(publisher.attempt_dir), stats)
+    return Staged(stats, folded, admitted)
+
+
+def _stage_with_spark(
+    classified: Any, config: TableConfig, publisher: Publisher, state: LogState, stopwatch: Stopwatch
+) -> tuple[list[StagedCount], cardinality.PartitionValues]:
+    """Bound partition values over the whole batch, then write rows, late rows and dirty
+    records with Spark; return the grouped counts and the values this batch admitted."""
+    from pyspark import StorageLevel
+
+    from tidemark.ingest.columns import partition_columns
+    from tidemark.ingest.frames import dirty_rows, good_rows, late_rows, staged_counts
+
+    parsed = classified.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        with stopwatch.phase("read_stage"):  # the first action reads the broker
+            known = state.partition_values
+            candidates = cardinality.candidate_values(parsed, config, known)
+            admitted = cardinality.admit(known, candidates, config.partitioning.max_values_per_column)
+            bounded = cardinality.apply_bound(parsed, config, cardinality.merge(known, admitted))
+            parts = partition_columns(config)
+            good_rows(bounded, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "rows"))
+            late_rows(bounded, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "late"))
+            dirty_rows(bounded).write.parquet(str(publisher.attempt_dir / "dirty"))
+            crash_point("after_staging")
+        with stopwatch.phase("reconcile"):
+            return staged_counts(bounded, config), admitted
+    finally:
+        parsed.unpersist()
+
+
+def run_dump(
+    spark: SparkSession | None,
+    config: TableConfig,
+    settings: Settings,
+    run_id: str,
+    processing_time: datetime,
+) -> DumpResult:
+    """Run (or finish, or confirm) the batch of ``run_id``. Safe to call any number of times."""
+    commit_log = CommitLog(settings.state_location, config.table)
+    layout = Layout(settings, config.table)
+    kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+    log.info("%s: dump for run %s, broker %s", config.table, run_id, masked(kafka_conf))
+    watch = Stopwatch()
+    with TableLock(settings.state_location, config.table).hold(run_id):
+        with watch.phase("plan"):
+            bound = commit_log.batch_of_run(run_id)
+            done = commit_log.commit(bound) if bound is not None else None
+            if done is None:
+                plan = plan_batch(config, commit_log, run_id, processing_time.isoformat(), kafka_conf)
+                crash_point("after_plan")
+                done = commit_log.commit(plan.batch_id)
+        if done is not None:
+            log.info(
+                "%s: batch %s already committed (run %s): nothing to do",
+                config.table,
+                done.batch_id,
+                done.run_id,
+            )
+            Publisher(layout, done.batch_id).cleanup()
+            _commit_group(config, kafka_conf, done)
+            return _result(done, "already_committed")
+        publisher = Publisher(layout, plan.batch_id)
+        with watch.phase("rollback"):
+            publisher.rollback()
+            state = commit_log.state()  # everything before this batch: the lock is held
+        if plan.records_planned:
+            if spark is None:
+                raise ValueError("a Spark session is required to read a non-empty batch")
+            staged = read_and_stage(
+                spark,
+                config=config,
+                plan=plan,
+                publisher=publisher,
+                kafka_conf=kafka_conf,
+                state=state,
+                stopwatch=watch,
+            )
+        else:
+            staged = Staged(
+                [MqPartitionStats(r.mq_partition, 0, 0, 0) for r in plan.ranges], FoldedCounts(), {}
+            )
+        stats, folded = staged.stats, staged.counts
+        reasons = folded.reasons
+        read = sum(s.read for s in stats)
+        dirty = sum(s.dirty for s in stats)
+        ratio = dirty / read if read else 0.0
+        if ratio > config.dirty.max_dirty_ratio:
+            raise DirtyRatioExceededError(
+                f"{config.table} batch {plan.batch_id} (run {run_id}): {dirty} of {read} records dirty "
+                f"({ratio:.1%} > max_dirty_ratio {config.dirty.max_dirty_ratio:.1%}); reasons {reasons}; "
+                f"offsets {plan.describe()}; nothing committed"
+            )
+        with watch.phase("publish"):
+            files = publisher.publish()
+        crash_point("before_commit_record")
+        with watch.phase("commit"):
+            watermarks, ready = _watermarks(config, state, plan, stats)
+            commit = Commit(
+                table=config.table,
+                batch_id=plan.batch_id,
+                run_id=plan.run_id,
+                committed_by_run=run_id,
+                topic=plan.topic,
+                processing_time=plan.processing_time,
+                ranges=plan.ranges,
+                files=tuple(files),
+                rows_per_hour=folded.rows_per_hour,
+                mq_partitions=tuple(stats),
+                dirty=dirty,
+                rows=sum(s.rows for s in stats),
+                late=sum(s.late for s in stats),
+                late_per_hour=folded.late_per_hour,
+                watermarks=watermarks,
+                ready=ready,
+                partition_values=staged.partition_values,
+                extra={"dirty_reasons": reasons},
+            )
+            commit_log.write_commit(commit)
+        publisher.cleanup()
+        log.info(
+            "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, late %s, files %s, hours %s; "
+            "global ready time %s (held by partition %s, idle %s); seconds %s",
+            config.table,
+            commit.batch_id,
+            run_id,
+            read,
+            commit.rows,
+            dirty,
+            reasons,
+            commit.late,
+            len(files),
+            sorted(folded.rows_per_hour),
+            ready.time,
+            ready.holding,
+            list(ready.idle),
+            watch.rounded(),
+        )
+    crash_point("before_group_commit")
+    _commit_group(config, kafka_conf, commit)
+    return replace(_result(commit, "committed"), timings=watch.rounded())
+
+
+def _watermarks(
+    config: TableConfig, state: LogState, plan: Plan, stats: list[MqPartitionStats]
+) -> tuple[tuple[MqWatermark, ...], ReadyTime]:
+    """Advance the watermarks from the last committed state with what this batch saw."""
+    processing_time = datetime.fromisoformat(plan.processing_time)
+    if state.ready is not None:  # processing time never goes back, even on a backfilled run
+        processing_time = max(processing_time, datetime.fromisoformat(state.ready.processing_time))
+    by_partition = {s.mq_partition: s for s in stats}
+    observed = [
+        BatchObservation(r.mq_partition, r.end, by_partition[r.mq_partition].max_event_time)
+        for r in plan.ranges
+    ]
+    wm = advance(
+        state.watermarks,
+        observed,
+        processing_time=processing_time,
+        max_out_of_orderness=config.watermark.max_out_of_orderness,
+    )
+    ready = ready_time(
+        wm,
+        processing_time=processing_time,
+        idle_timeout=config.watermark.idle_timeout,
+        previous=state.ready.instant if state.ready else None,
+    )
+    return tuple(wm[p] for p in sorted(wm)), ready
+
+
+def _commit_group(config: TableConfig, kafka_conf: dict[str, Any], commit: Commit) -> None:
+    if commit.ranges:
+        commit_group_offsets(kafka_conf, config.consumer_group, commit.topic, commit.end_offsets)
+
+
+def _result(commit: Commit, status: str) -> DumpResult:
+    return DumpResult(
+        table=commit.table,
+        batch_id=commit.batch_id,
+        run_id=commit.committed_by_run,
+        status=status,
+        read=sum(p.read for p in commit.mq_partitions),
+        rows=commit.rows,
+        dirty=commit.dirty,
+        offsets={r.mq_partition: [r.start, r.end] for r in commit.ranges},
+    )

@@ -1,0 +1,133 @@
+"""Offset planning: which slice of the topic a batch reads, decided once and persisted first."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from tidemark.config import TableConfig
+from tidemark.errors import DataLossError
+from tidemark.ingest.kafka import partition_offsets
+from tidemark.state.commitlog import CommitLog, MqRange, Plan
+from tidemark.state.journal import HourJournal
+
+log = logging.getLogger(__name__)
+
+
+def next_ranges(
+    config: TableConfig,
+    committed_ends: Mapping[int, int],
+    broker_offsets: Mapping[int, tuple[int, int]],
+) -> list[MqRange]:
+    """Pure planning rule: start at the committed end (or ``starting_offsets``), end at the
+    latest offset capped by ``max_records_per_partition``; retention gaps per ``on_data_loss``."""
+    source = config.source
+    cap = source.max_records_per_partition
+    ranges = []
+    for partition, (earliest, latest) in sorted(broker_offsets.items()):
+        if partition in committed_ends:
+            start = committed_ends[partition]
+        elif source.starting_offsets == "earliest":
+            start = earliest
+        elif source.starting_offsets == "latest":
+            start = latest
+        else:
+            start = max(earliest, source.starting_offsets.get(partition, earliest))
+        gap_from = gap_to = None
+        if start < earliest:
+            if source.on_data_loss == "fail":
+                raise DataLossError(source.topic, partition, start, earliest)
+            log.warning(
+                "%s: data loss on %s[%s]: offsets %s..%s removed by retention; continuing (recorded)",
+                config.table,
+                source.topic,
+                partition,
+                start,
+                earliest - 1,
+            )
+            gap_from, gap_to, start = start, earliest, earliest
+        end = min(latest, start + cap)
+        ranges.append(MqRange(partition, start, max(start, end), gap_from, gap_to))
+    return ranges
+
+
+def plan_batch(
+    config: TableConfig,
+    commit_log: CommitLog,
+    run_id: str,
+    processing_time: str,
+    client_conf: dict[str, Any],
+) -> Plan:
+    """The plan for ``run_id``: its stored plan if any, else the pending uncommitted plan (a
+    failed earlier run's batch must complete before anything new is planned), else a new one.
+    """
+    bound = commit_log.batch_of_run(run_id)
+    if bound is not None:
+        plan = commit_log.plan(bound)
+        if plan is not None:
+            log.info("%s: run %s reuses its plan: %s", config.table, run_id, plan.describe())
+            return plan
+    state = commit_log.state()
+    pending = commit_log.pending_plan(state)
+    if pending is not None:
+        log.warning(
+            "%s: batch %s planned by run %s was never committed; run %s completes it first",
+            config.table,
+            pending.batch_id,
+            pending.run_id,
+            run_id,
+        )
+        commit_log.bind_run(run_id, pending.batch_id)
+        return pending
+    offsets = partition_offsets(client_conf, config.source.topic)
+    sealed_through = HourJournal(commit_log.state_dir, config.table).state().sealed_through
+    plan = Plan(
+        table=config.table,
+        batch_id=state.last_committed + 1,
+        run_id=run_id,
+        topic=config.source.topic,
+        processing_time=processing_time,
+        ranges=tuple(next_ranges(config, state.end_offsets, offsets)),
+        sealed_through=sealed_through,
+    )
+    commit_log.write_plan(plan)
+    bound_batch = commit_log.bind_run(run_id, plan.batch_id)
+    if bound_batch != plan.batch_id:  # the same run planned concurrently elsewhere
+        other = commit_log.plan(bound_batch)
+        assert other is not None
+        return other
+    log.info(
+        "%s: planned %s (%s records; hours before %s are sealed, older records are late)",
+        config.table,
+        plan.describe(),
+        plan.records_planned,
+        sealed_through,
+    )
+    return plan
+
+
+def preview_batch(config: TableConfig, commit_log: CommitLog, client_conf: dict[str, Any]) -> dict[str, Any]:
+    """What the next dump would read, without persisting anything (the trigger form's dry run)."""
+    state = commit_log.state()
+    pending = commit_log.pending_plan(state)
+    if pending is not None:
+        return {
+            "table": config.table,
+            "status": "dry_run",
+            "message": f"the next run completes the uncommitted {pending.describe()}",
+            "records": pending.records_planned,
+        }
+    offsets = partition_offsets(client_conf, config.source.topic)
+    ranges = next_ranges(config, state.end_offsets, offsets)
+    preview = Plan(
+        config.table, state.last_committed + 1, "(dry run)", config.source.topic, "", tuple(ranges)
+    )
+    log.info("%s: dry run: the next batch would be %s", config.table, preview.describe())
+    return {
+        "table": config.table,
+        "status": "dry_run",
+        "message": f"the next batch would be {preview.describe()}",
+        "records": preview.records_planned,
+        "lag": {p: latest - state.end_offsets.get(p, earliest) for p, (earliest, latest) in offsets.items()},
+    }

@@ -1,0 +1,76 @@
+"""Publishing a batch's staged files into the table, and undoing an uncommitted attempt.
+
+The publisher writes the manifest of (staged, target) moves before it moves anything, under
+deterministic target names that carry the batch (``layout.batch_file_name``); a retry of an
+uncommitted batch deletes exactly the targets of every earlier attempt's manifest, then
+stages again. A batch is visible only once its commit record exists (``dump``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+
+from tidemark.faults import crash_point
+from tidemark.state.layout import Layout, batch_file_name
+
+log = logging.getLogger(__name__)
+
+
+class Publisher:
+    """Moves a batch's staged files into the table under deterministic names, and undoes an
+    uncommitted attempt's moves through the manifest it wrote before moving anything."""
+
+    def __init__(self, layout: Layout, batch_id: int) -> None:
+        self.layout = layout
+        self.batch_id = batch_id
+        self.batch_dir = layout.batch_staging(batch_id)
+        self.attempt_dir = self.batch_dir / f"attempt-{uuid.uuid4().hex[:12]}"
+
+    def rollback(self) -> int:
+        """Delete files earlier uncommitted attempts of this batch published or staged."""
+        removed = 0
+        for manifest in sorted(self.batch_dir.glob("attempt-*/publish.json")):
+            for _, target in json.loads(manifest.read_text())["moves"]:
+                path = self.layout.warehouse / target
+                if path.exists():
+                    path.unlink()
+                    removed += 1
+        if self.batch_dir.exists():
+            shutil.rmtree(self.batch_dir)
+        if removed:
+            log.warning("batch %s: rolled back %s files of an uncommitted attempt", self.batch_id, removed)
+        return removed
+
+    def targets(self) -> list[tuple[str, str]]:
+        """(staged, target) pairs relative to the warehouse, in a deterministic order."""
+        moves = []
+        for kind, base_dir in (("rows", self.layout.open_dir), ("late", self.layout.late_dir)):
+            staged_root = self.attempt_dir / kind
+            for i, staged in enumerate(sorted(staged_root.rglob("*.parquet"))):
+                hour_dir = staged.parent.relative_to(staged_root)
+                target = base_dir / hour_dir / batch_file_name(self.batch_id, i)
+                moves.append((staged, target))
+        dirty = self.attempt_dir / "dirty"
+        for i, staged in enumerate(sorted(dirty.rglob("*.parquet"))):
+            target = self.layout.dirty_file(self.batch_id, i)
+            moves.append((staged, target))
+        return [(self.layout.relative(s), self.layout.relative(t)) for s, t in moves]
+
+    def publish(self) -> list[str]:
+        moves = self.targets()
+        self.attempt_dir.mkdir(parents=True, exist_ok=True)
+        (self.attempt_dir / "publish.json").write_text(json.dumps({"moves": moves}))
+        base = self.layout.warehouse
+        for i, (staged, target) in enumerate(moves):
+            if i == len(moves) // 2:
+                crash_point("mid_move")
+            (base / target).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(base / staged, base / target)
+        return [t for _, t in moves]
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.batch_dir, ignore_errors=True)

@@ -1,0 +1,166 @@
+"""A Spark Python data source that reads exact offset ranges of a Kafka-protocol topic.
+
+Maven Central is out of reach here, so spark-sql-kafka cannot be had; this source does the job
+with confluent-kafka and ``assign()`` (no group membership, no rebalancing). Each planned
+partition range is split into sub-ranges for parallelism; a task never reads past its end,
+and it fails loudly, naming topic, partition and offsets, if it cannot reach it.
+
+A task classifies what it reads where that is cheapest, in Arrow (``tidemark.ingest.classify``).
+Two ways run the same per-sub-range code:
+
+- :func:`stage_ranges`, the dump's path: plain Spark tasks (one per sub-range) that also write
+  their rows, late rows and dirty records as Parquet files under the batch's staging directory
+  (``tidemark.ingest.staging``) and return only their counts. Records never cross into the JVM, and
+  no DataFrame is planned: the Python data source's planning starts three extra Python
+  processes per job, which cost about 5 s per batch on 2 cores (docs/benchmarks.md).
+- the data source (:func:`read_ranges`): the classified records as a DataFrame
+  (``transform.classified_ddl``), for the paths that need Spark over the whole batch (tables
+  with data-derived partition columns, rebuilds).
+
+Every sub-range writes a receipt (records read, first/last offset) next to the batch's staging
+files, after its files: reconciliation compares these independent counts with the rows and
+dirty records written.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from tidemark.ingest.counts import StagedCount
+from tidemark.ingest.reader import DEFAULT_SUBRANGE, RangeConsumer, SubRange, split_ranges
+from tidemark.ingest.spec import ClassifySpec
+
+SOURCE_NAME = "tidemark_kafka"
+
+
+class KafkaRangeDataSource(DataSource):
+    """Options: ``topic``, ``ranges`` (JSON list of {partition,start,end}), ``receipts`` (dir),
+    ``spec`` (a ClassifySpec as JSON), ``subrange`` (max offsets per task) and
+    ``secret.kafka_conf`` (JSON librdkafka config; the option name matches Spark's redaction
+    pattern so it never shows in plans or the UI)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        from tidemark.ingest.frames import classified_ddl
+
+        return classified_ddl(ClassifySpec.from_json(self.options["spec"]))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaRangeReader(dict(self.options))
+
+
+class KafkaRangeReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.topic = options["topic"]
+        self.ranges = json.loads(options["ranges"])
+        self.conf = json.loads(options["secret.kafka_conf"])
+        self.receipts = options["receipts"]
+        self.subrange = int(options.get("subrange", DEFAULT_SUBRANGE))
+        self.spec = options["spec"]
+
+    def partitions(self) -> list[InputPartition]:
+        return list(split_ranges(self.ranges, self.subrange))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from tidemark.faults import crash_point
+        from tidemark.ingest.classify import Classifier
+        from tidemark.ingest.frames import as_classified
+
+        assert isinstance(partition, SubRange)
+        spec = ClassifySpec.from_json(self.spec)
+        classifier = Classifier(spec)
+        reader = RangeConsumer(self.topic, partition, self.conf)
+        for i, block in enumerate(reader.blocks()):
+            yield from as_classified(classifier.classify(block), spec).to_batches()
+            if i == 0:
+                crash_point("mid_read")
+        reader.write_receipt(Path(self.receipts))
+
+
+def stage_subranges(
+    subs: Iterable[SubRange],
+    *,
+    topic: str,
+    conf: dict[str, Any],
+    spec_json: str,
+    staging: str,
+    receipts: str,
+) -> Iterator[StagedCount]:
+    """One Spark task: read, classify and stage each sub-range; its files first, then its
+    receipt, then its counts (``staging.TaskStager.stats``)."""
+    from tidemark.faults import crash_point
+    from tidemark.ingest.classify import Classifier
+    from tidemark.ingest.staging import TaskStager
+
+    spec = ClassifySpec.from_json(spec_json)
+    classifier = Classifier(spec)
+    for sub in subs:
+        stager = TaskStager(Path(staging), spec, sub.mq_partition, sub.start)
+        reader = RangeConsumer(topic, sub, conf)
+        for i, block in enumerate(reader.blocks()):
+            stager.add(classifier.classify(block))
+            if i == 0:
+                crash_point("mid_read")
+        stager.close()
+        reader.write_receipt(Path(receipts))
+        yield from stager.stats()
+
+
+def read_ranges(
+    spark: Any,
+    topic: str,
+    ranges: Sequence[dict[str, int]],
+    *,
+    kafka_conf: dict[str, Any],
+    receipts: Path,
+    spec: ClassifySpec,
+) -> Any:
+    """The classified records of exactly ``ranges`` of ``topic``, as a DataFrame; each
+    sub-range read writes its receipt under ``receipts``."""
+    spark.dataSource.register(KafkaRangeDataSource)
+    return (
+        spark.read.format(KafkaRangeDataSource.name())
+        .option("topic", topic)
+        .option("ranges", json.dumps([dict(r) for r in ranges if int(r["end"]) > int(r["start"])]))
+        .option("secret.kafka_conf", json.dumps(kafka_conf))
+        .option("receipts", str(receipts))
+        .option("spec", spec.to_json())
+        .load()
+    )
+
+
+def stage_ranges(
+    spark: Any,
+    topic: str,
+    ranges: Sequence[dict[str, int]],
+    *,
+    kafka_conf: dict[str, Any],
+    receipts: Path,
+    spec: ClassifySpec,
+    staging: Path,
+) -> list[StagedCount]:
+    """Stage exactly ``ranges`` of ``topic`` under ``staging``, one Spark task per sub-range;
+    return the tasks' counts per MQ partition, hour, lateness and reason."""
+    subs = split_ranges(ranges, DEFAULT_SUBRANGE)
+    if not subs:
+        return []
+    task = functools.partial(
+        stage_subranges,
+        topic=topic,
+        conf=kafka_conf,
+        spec_json=spec.to_json(),
+        staging=str(staging),
+        receipts=str(receipts),
+    )
+    result: list[StagedCount] = spark.sparkContext.parallelize(subs, len(subs)).mapPartitions(task).collect()
+    return result

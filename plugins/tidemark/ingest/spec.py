@@ -1,0 +1,116 @@
+"""What a read task needs to classify a batch (``ClassifySpec``: plain values that travel to
+executors as JSON), the raw records it consumes and the classified block it produces."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from tidemark.ingest.columns import LINEAGE_FIELDS, RAW_FIELDS, arrow_fields
+from tidemark.schema import Column, parse_column
+from tidemark.time.instants import as_utc
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tidemark.config import TableConfig
+
+
+@dataclass(frozen=True)
+class ClassifySpec:
+    """Everything a task needs to classify a batch's records: plain values, so it travels to
+    executors as a JSON option (no TableConfig, no YAML on the executors)."""
+
+    topic: str
+    batch_id: int
+    run_id: str
+    columns: tuple[tuple[str, str], ...]  # (name, "ddl [not null]")
+    event_time_field: str
+    time_zone: str
+    max_message_bytes: int
+    future_limit: str  # ISO instant: event times after it are dirty
+    sealed_through: str | None  # ISO instant: good rows before it are late
+    partition_columns: tuple[str, ...]
+
+    @classmethod
+    def of(
+        cls,
+        config: TableConfig,
+        *,
+        topic: str,
+        batch_id: int,
+        run_id: str,
+        processing_time: datetime,
+        sealed_through: datetime | None,
+    ) -> ClassifySpec:
+        return cls(
+            topic=topic,
+            batch_id=batch_id,
+            run_id=run_id,
+            columns=tuple(
+                (c.name, c.type.ddl() + ("" if c.nullable else " not null")) for c in config.schema_columns
+            ),
+            event_time_field=config.event_time.field,
+            time_zone=config.event_time.time_zone,
+            max_message_bytes=config.source.max_message_bytes,
+            future_limit=as_utc(processing_time + config.watermark.max_future_skew).isoformat(),
+            sealed_through=as_utc(sealed_through).isoformat() if sealed_through else None,
+            partition_columns=tuple(config.partitioning.columns),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ClassifySpec:
+        data = json.loads(text)
+        data["columns"] = tuple(tuple(c) for c in data["columns"])
+        data["partition_columns"] = tuple(data["partition_columns"])
+        return cls(**data)
+
+    @property
+    def schema_columns(self) -> list[Column]:
+        return [parse_column(name, spec) for name, spec in self.columns]
+
+    @property
+    def keep_raw(self) -> bool:
+        """Good rows keep their raw bytes only where the cardinality bound may still make them
+        dirty after this classification (tables with data-derived partition columns)."""
+        return bool(self.partition_columns)
+
+
+@dataclass
+class RawRecords:
+    """One block of consumed messages of one MQ partition, as the consumer hands them out."""
+
+    mq_partition: int
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+@dataclass(frozen=True)
+class Classified:
+    """A classified block: ``good`` has the typed columns, hour labels, ``_late`` and MQ
+    lineage (plus raw bytes when the spec keeps them); ``dirty`` has DIRTY_COLUMNS."""
+
+    good: pa.Table
+    dirty: pa.Table
+
+
+def good_schema(spec: ClassifySpec, *, raw: bool | None = None) -> pa.Schema:
+    """Schema of classified good rows; ``raw`` (default: the spec's ``keep_raw``) adds the
+    raw key and value."""
+    import pyarrow as pa
+
+    fields = [pa.field(c.name, c.type.to_arrow()) for c in spec.schema_columns]
+    fields += arrow_fields(LINEAGE_FIELDS)
+    if spec.keep_raw if raw is None else raw:
+        fields += arrow_fields(RAW_FIELDS)
+    return pa.schema(fields)

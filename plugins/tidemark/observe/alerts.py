@@ -1,0 +1,92 @@
+"""What needs a person's attention: overdue hours and failed tasks.
+
+Seal deadlines: an hour should be sealed by its end + ``commit_delay`` + ``seal_grace``.
+
+An overdue hour means the pipeline is stalled (no runs, a failing task) or an MQ partition's
+watermark is stuck (a producer with a broken clock, a partition that neither moves nor goes
+idle). The ingest DAG's ``check_deadlines`` task fails with ``SealDeadlineMissedError`` naming
+each overdue hour and what holds it; the health page lists the same hours. The reference time
+is passed in (the run's data interval end), never read from the clock inside a task.
+
+Failed tasks: every tidemark DAG's ``on_failure_callback`` records the failure (task, run,
+try, error) in ``<state>/<table>/alerts/failures.json`` (the newest ``KEEP_FAILURES``), which
+the health page shows beside Airflow's own red squares.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from tidemark.config import TableConfig
+from tidemark.seal.sealing import first_unsealed_hour
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
+from tidemark.state.storage import Location, read_json, replace_atomically
+from tidemark.time.hours import Hour, hours_from
+
+log = logging.getLogger(__name__)
+
+KEEP_FAILURES = 50
+
+
+def deadline(config: TableConfig, hour: Hour) -> datetime:
+    return hour.end + config.watermark.commit_delay + config.watermark.seal_grace
+
+
+def overdue_hours(config: TableConfig, settings: Settings, as_of: datetime) -> dict[str, str]:
+    """Hour key -> why it is not sealed, for every hour past its deadline at ``as_of``.
+
+    Hours are counted from the sealed frontier (or the first hour with committed rows): a
+    table that never received data has no overdue hour.
+    """
+    from tidemark.observe.status import explain_hour
+
+    journal = HourJournal(settings.state_location, config.table).state()
+    state = CommitLog(settings.state_location, config.table).state()
+    first = first_unsealed_hour(config, state, journal)
+    if first is None:
+        return {}
+    limit = as_of - config.watermark.commit_delay - config.watermark.seal_grace
+    late = [hour for hour in hours_from(first, ending_by=limit) if hour.key not in journal.hours]
+    if not late:
+        return {}
+    # What holds the hours back is global (the ready time), so one explanation serves them all.
+    reason = explain_hour(config, settings, late[0].key)["reason"]
+    return {hour.key: f"due {deadline(config, hour).isoformat()}; {reason}" for hour in late}
+
+
+def failures_file(settings: Settings, table: str) -> Location:
+    return settings.state_location / table / "alerts" / "failures.json"
+
+
+def recent_failures(settings: Settings, table: str) -> list[dict[str, Any]]:
+    """Recorded task failures of the table, newest first."""
+    data = read_json(failures_file(settings, table)) or {}
+    return list(data.get("failures", []))
+
+
+def record_failure(table: str, context: Any) -> None:
+    """``on_failure_callback`` of every tidemark task: one line in the log, one record for the
+    health page. Never raises (a broken alert must not hide the original failure)."""
+    try:
+        ti = context["task_instance"]
+        failure = {
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": ti.run_id,
+            "try_number": ti.try_number,
+            "error": str(context.get("exception") or "")[:500],
+            "logical_date": str(context.get("logical_date") or ""),
+        }
+        log.error(
+            "tidemark alert: %s task %s failed in run %s: %s", table, ti.task_id, ti.run_id, failure["error"]
+        )
+        settings = Settings.from_env()
+        path = failures_file(settings, table)
+        kept = [failure, *recent_failures(settings, table)][:KEEP_FAILURES]
+        replace_atomically(path, {"failures": kept})
+    except Exception:
+        log.exception("%s: could not record the task failure", table)

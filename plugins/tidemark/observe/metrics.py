@@ -1,0 +1,87 @@
+"""Pipeline metrics through Airflow's metrics interface (StatsD or OpenTelemetry, whichever the
+deployment configured under ``[metrics]``). The state store stays the source of truth; these
+are for dashboards and alerts.
+
+Emitted by each ingest DAG run's ``metrics`` task (which runs even when seal failed), all
+gauges, names prefixed ``tidemark.<table>.``:
+
+| name | value |
+|---|---|
+| ``batches``, ``rows``, ``dirty``, ``late`` | totals committed so far |
+| ``batch.read``, ``batch.rows``, ``batch.dirty``, ``batch.late`` | the last committed batch |
+| ``ready_lag_seconds`` | last batch's processing time - global ready time (how far sealing trails) |
+| ``hours_quarantined`` | hours held by the quality gate, waiting for ``tidemark release`` |
+| ``hour.rows``, ``hour.late``, ``hour.freshness_seconds``, ``hour.quality_failures`` | each hour \
+sealed, amended or released since the previous metrics task, in order |
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from tidemark.config import TableConfig
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
+from tidemark.state.storage import read_json, replace_atomically
+
+log = logging.getLogger(__name__)
+
+Gauge = Callable[[str, float], None]
+
+
+def airflow_gauge(name: str, value: float) -> None:
+    from airflow.sdk.observability.stats import gauge
+
+    gauge(name, value)
+
+
+def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow_gauge) -> dict[str, float]:
+    """Emit the table's gauges; returns what was sent (name -> last value) for the task log."""
+    prefix = f"tidemark.{config.table}."
+    sent: dict[str, float] = {}
+
+    def send(name: str, value: float) -> None:
+        gauge(prefix + name, value)
+        sent[prefix + name] = value
+
+    commit_log = CommitLog(settings.state_location, config.table)
+    state = commit_log.state()
+    for name, value in (
+        ("batches", state.batches),
+        ("rows", state.rows),
+        ("dirty", state.dirty),
+        ("late", state.late),
+    ):
+        send(name, value)
+    last = commit_log.commit(state.last_committed) if state.last_committed >= 0 else None
+    if last is not None:
+        send("batch.read", sum(p.read for p in last.mq_partitions))
+        send("batch.rows", last.rows)
+        send("batch.dirty", last.dirty)
+        send("batch.late", last.late)
+    if state.ready is not None and state.ready.instant is not None:
+        processing = datetime.fromisoformat(state.ready.processing_time)
+        send("ready_lag_seconds", (processing - state.ready.instant).total_seconds())
+
+    journal = HourJournal(settings.state_location, config.table)
+    partitions = journal.state()
+    send("hours_quarantined", sum(1 for e in partitions.hours.values() if e.quarantined))
+    pointer = journal.root / "metrics_emitted.json"
+    since = int((read_json(pointer) or {}).get("seq", -1))
+    last_seq = since
+    for entry in journal.entries(since + 1):
+        last_seq = entry.seq
+        if entry.quarantined:
+            continue
+        send("hour.rows", entry.rows)
+        send("hour.late", entry.late)
+        freshness = datetime.fromisoformat(entry.sealed_at) - datetime.fromisoformat(entry.hour_end)
+        send("hour.freshness_seconds", freshness.total_seconds())
+        send("hour.quality_failures", len(entry.quality.get("failures", [])))
+    if last_seq > since:
+        replace_atomically(pointer, {"seq": last_seq})
+    log.info("%s: metrics sent: %s", config.table, sent)
+    return sent

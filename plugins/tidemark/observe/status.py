@@ -1,0 +1,187 @@
+"""`tidemark status`: what the commit log and the broker say about a table (no JVM needed)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from tidemark.config import TableConfig
+from tidemark.errors import BrokerUnavailableError
+from tidemark.ingest.kafka import client_properties, partition_offsets
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import EntryKind, HourJournal
+from tidemark.time.hours import parse_key
+
+
+def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) -> dict[str, Any]:
+    """Batches, committed offsets, lag per MQ partition and dirty counts."""
+    log = CommitLog(settings.state_location, config.table)
+    state = log.state()
+    pending = log.pending_plan(state)
+    first_recent = max(0, state.last_committed - recent + 1)
+    batches = [
+        {
+            "batch_id": c.batch_id,
+            "run_id": c.committed_by_run,
+            "read": sum(p.read for p in c.mq_partitions),
+            "rows": c.rows,
+            "dirty": c.dirty,
+            "offsets": {r.mq_partition: [r.start, r.end] for r in c.ranges},
+        }
+        for c in log.iter_commits(first_recent)
+    ]
+    partitions: dict[int, dict[str, Any]] = {
+        p: {"committed_end": end, "latest": None, "lag": None} for p, end in state.end_offsets.items()
+    }
+    broker_error = None
+    try:
+        offsets = partition_offsets(
+            client_properties(settings.kafka_bootstrap, config.source.kafka_properties), config.source.topic
+        )
+        for p, (_, latest) in offsets.items():
+            entry = partitions.setdefault(p, {"committed_end": None, "latest": None, "lag": None})
+            entry["latest"] = latest
+            entry["lag"] = latest - (entry["committed_end"] or 0)
+    except BrokerUnavailableError as exc:
+        broker_error = str(exc)
+    journal = HourJournal(settings.state_location, config.table).state()
+    ready = state.ready
+    return {
+        "table": config.table,
+        "topic": config.source.topic,
+        "ready_time": ready.time if ready else None,
+        "ready_held_by": ready.holding if ready else None,
+        "idle_partitions": list(ready.idle) if ready else [],
+        "sealed_through": journal.sealed_through,
+        "hours_sealed": sum(1 for e in journal.hours.values() if e.published),
+        "hours_quarantined": sorted(h for h, e in journal.hours.items() if e.quarantined),
+        "hours_rebuilt": sorted(h for h, e in journal.hours.items() if e.kind is EntryKind.REBUILD),
+        "late": state.late,
+        "watermarks": {w.mq_partition: w.watermark for w in ready.mq_partitions} if ready else {},
+        "batches_committed": state.batches,
+        "last_committed_batch": state.last_committed,
+        "pending_batch": pending.describe() if pending else None,
+        "rows": state.rows,
+        "dirty": state.dirty,
+        "partitions": dict(sorted(partitions.items())),
+        "recent_batches": batches,
+        "broker_error": broker_error,
+    }
+
+
+def render(status: dict[str, Any]) -> str:
+    lines = [
+        f"table {status['table']} (topic {status['topic']})",
+        f"  batches committed: {status['batches_committed']} (last {status['last_committed_batch']}); "
+        f"rows {status['rows']}, dirty {status['dirty']}, late {status['late']}",
+        f"  global ready time: {status['ready_time']} (held by MQ partition {status['ready_held_by']}, "
+        f"idle {status['idle_partitions'] or 'none'}); sealed through {status['sealed_through']} "
+        f"({status['hours_sealed']} hours; quarantined: {', '.join(status['hours_quarantined']) or 'none'})",
+    ]
+    if status["pending_batch"]:
+        lines.append(
+            f"  pending (planned, not committed; the next run completes it): {status['pending_batch']}"
+        )
+    if status["broker_error"]:
+        lines.append(f"  broker: {status['broker_error']}")
+    lines.append("  MQ partition  committed end  latest  lag  watermark")
+    for p, info in status["partitions"].items():
+        wm = status["watermarks"].get(p)
+        lines.append(
+            f"  {p:>12}  {info['committed_end']!s:>13}  {info['latest']!s:>6}  {info['lag']!s:>3}  {wm}"
+        )
+    lines.append("  recent batches:")
+    for b in status["recent_batches"]:
+        lines.append(
+            f"    #{b['batch_id']} run {b['run_id']}: read {b['read']}, rows {b['rows']}, dirty {b['dirty']}"
+        )
+    return "\n".join(lines)
+
+
+def explain_hour(config: TableConfig, settings: Settings, key: str) -> dict[str, Any]:
+    """Is hour ``key`` sealed? If not: which MQ partition holds it and by how much."""
+    hour = parse_key(key, config.event_time.time_zone)
+    state = CommitLog(settings.state_location, config.table).state()
+    journal = HourJournal(settings.state_location, config.table).state()
+    entry = journal.hours.get(hour.key)
+    needed = hour.end + config.watermark.commit_delay
+    out: dict[str, Any] = {
+        "table": config.table,
+        "partition": hour.key,
+        "hour_start": hour.start.isoformat(),
+        "hour_end": hour.end.isoformat(),
+        "ready_time_needed": needed.isoformat(),
+        "sealed": entry is not None and entry.published,
+        "state": entry.kind if entry else "open",  # open | seal | amend | quarantine | release
+        "rows_committed": state.rows_per_hour.get(hour.path, 0),
+        "late": state.late_per_hour.get(hour.path, 0),
+    }
+    if entry is not None:
+        out.update(
+            version=entry.version,
+            sealed_at=entry.sealed_at,
+            rows=entry.rows,
+            files=len(entry.files),
+            sealed_by_ready_time=entry.ready_time,
+            run_id=entry.run_id,
+            quality=entry.quality,
+        )
+        return out
+    ready = state.ready
+    out["ready_time"] = ready.time if ready else None
+    out["idle_partitions"] = list(ready.idle) if ready else []
+    out["waiting_for_data"] = list(ready.waiting_for_data) if ready else []
+    if ready and ready.instant and ready.instant >= needed:
+        out["reason"] = "complete: the next seal run registers it"
+    elif journal.sealed_through and hour.end <= datetime.fromisoformat(journal.sealed_through):
+        out["reason"] = "before the first sealed hour: records for it are late"
+    elif ready is None or ready.holding is None:
+        out["reason"] = "no batch committed yet" if ready is None else "no watermark yet"
+    else:
+        holder = next(w for w in ready.mq_partitions if w.mq_partition == ready.holding)
+        wm = datetime.fromisoformat(holder.watermark) if holder.watermark else None
+        out["held_by"] = {
+            "partition": holder.mq_partition,
+            "watermark": holder.watermark,
+            "max_event_time": holder.max_event_time,
+            "last_moved_at": holder.last_moved_at,
+            "must_advance_by_seconds": int((needed - wm).total_seconds()) if wm else None,
+            "idle_after": (
+                datetime.fromisoformat(holder.last_moved_at) + config.watermark.idle_timeout
+            ).isoformat(),
+        }
+        out["reason"] = (
+            f"MQ partition {holder.mq_partition} holds it: watermark {holder.watermark}, needs {needed.isoformat()}"
+            if wm
+            else f"MQ partition {holder.mq_partition} has no valid event yet (idle after {out['held_by']['idle_after']})"
+        )
+    return out
+
+
+def render_hour(info: dict[str, Any]) -> str:
+    head = f"{info['table']} partition {info['partition']} [{info['hour_start']} .. {info['hour_end']})"
+    if info["state"] == "quarantine":
+        failures = "; ".join(info["quality"].get("failures", [])) or "?"
+        return (
+            f"{head}: QUARANTINED by the quality gate in run {info['run_id']} ({info['rows']} rows, not registered): "
+            f"{failures}\n  after checking the data: tidemark release --table {info['table']} "
+            f"--partition {info['partition']}"
+        )
+    if info["sealed"]:
+        return (
+            f"{head}: SEALED v{info['version']} at {info['sealed_at']} by run {info['run_id']}; rows {info['rows']} "
+            f"in {info['files']} files, late {info['late']}; sealed when ready time was {info['sealed_by_ready_time']}"
+        )
+    lines = [
+        f"{head}: NOT SEALED; {info['reason']}",
+        f"  needs global ready time >= {info['ready_time_needed']} (now {info.get('ready_time')})",
+        f"  rows committed so far {info['rows_committed']}; idle MQ partitions {info.get('idle_partitions') or 'none'}",
+    ]
+    if "held_by" in info:
+        h = info["held_by"]
+        lines.append(
+            f"  held by MQ partition {h['partition']}: watermark {h['watermark']} must advance "
+            f"{h['must_advance_by_seconds']} s; it counts as idle if its offsets do not move until {h['idle_after']}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,210 @@
+"""The quality gate run on an hour before it is registered: Great Expectations 1.x on the
+hour's rows in Spark.
+
+Every table gets default expectations unless ``quality.default_expectations`` is false:
+
+- each primary-key column is not null;
+- the primary key is unique within the hour (not for ``cdc`` tables: a key changes many times
+  an hour, and a change delivered twice is the merge's to deduplicate, by version and offset);
+- the event time lies inside the hour, [start, end);
+- the hour has rows (an hour sealed empty is not validated: it has no data to judge).
+
+``quality.expectations`` adds GX expectation types with their arguments, e.g.
+``{type: expect_column_values_to_be_between, kwargs: {column: amount, min_value: 0}}``.
+The policy decides what a failure does: ``block`` quarantines the hour (not registered, not
+announced, until ``tidemark release``), ``warn`` registers it and records the failures.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark.config import TableConfig
+from tidemark.errors import ConfigError
+from tidemark.time.hours import Hour
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+DOCS_SITE = "tidemark"
+
+
+@dataclass(frozen=True)
+class QualityOutcome:
+    status: str  # passed | failed | empty
+    policy: str
+    failures: tuple[str, ...] = field(default_factory=tuple)
+    evaluated: int = 0  # expectations run
+    data_docs: str | None = None  # the hour's validation page, relative to the table's docs dir
+
+    @property
+    def blocks(self) -> bool:
+        return bool(self.failures) and self.policy == "block"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def expectation_specs(config: TableConfig, hour: Hour) -> list[tuple[str, dict[str, Any]]]:
+    """(GX expectation type, kwargs) for an hour: the defaults, then the table's own."""
+    specs: list[tuple[str, dict[str, Any]]] = []
+    if config.quality.default_expectations:
+        for column in config.primary_key:
+            specs.append(("expect_column_values_to_not_be_null", {"column": column}))
+        if config.cdc is not None:
+            pass
+        elif len(config.primary_key) == 1:
+            specs.append(("expect_column_values_to_be_unique", {"column": config.primary_key[0]}))
+        elif config.primary_key:
+            specs.append(("expect_compound_columns_to_be_unique", {"column_list": list(config.primary_key)}))
+        specs.append(
+            (
+                "expect_column_values_to_be_between",
+                {
+                    "column": config.event_time.field,
+                    # Spark hands GX naive timestamps in the session zone, which is UTC
+                    "min_value": _naive_utc(hour.start),
+                    "max_value": _naive_utc(hour.end),
+                    "strict_max": True,
+                },
+            )
+        )
+        specs.append(("expect_table_row_count_to_be_between", {"min_value": 1}))
+    for i, item in enumerate(config.quality.expectations):
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            raise ConfigError(config.table, [f"quality.expectations[{i}]: expected a 'type', got {item!r}"])
+        specs.append((kind, dict(item.get("kwargs") or {})))
+    return specs
+
+
+def _naive_utc(instant: datetime) -> datetime:
+    return instant.astimezone(UTC).replace(tzinfo=None)
+
+
+def _describe(kind: str, kwargs: dict[str, Any], result: dict[str, Any]) -> str:
+    """One line per failed expectation: what, on which column, and a sample of what failed."""
+    column = kwargs.get("column") or kwargs.get("column_list") or ""
+    parts = [f"{kind}({column})" if column else kind]
+    if result.get("unexpected_count") is not None:
+        parts.append(f"{result['unexpected_count']} unexpected")
+    sample = result.get("partial_unexpected_list")
+    if sample:
+        parts.append(f"e.g. {[str(v) for v in sample[:3]]}")
+    if result.get("observed_value") is not None:
+        parts.append(f"observed {result['observed_value']}")
+    return ", ".join(parts)
+
+
+def validate(
+    config: TableConfig, hour: Hour, frame: DataFrame, docs_dir: Path | None = None
+) -> tuple[bool, list[str], int, str | None]:
+    """Run the hour's expectations with GX on ``frame``: (success, failure lines, count, the
+    hour's Data Docs page relative to ``docs_dir`` if one was written)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    specs = expectation_specs(config, hour)
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    suite = context.suites.add(gx.ExpectationSuite(name=config.table))
+    problems = []
+    for i, (kind, kwargs) in enumerate(specs):
+        try:
+            suite.add_expectation_configuration(ExpectationConfiguration(type=kind, kwargs=kwargs))
+        except Exception as exc:  # GX raises several types for unknown types and bad kwargs
+            problems.append(f"quality expectation {i} {kind}{kwargs}: {str(exc).splitlines()[0]}")
+    if problems:
+        raise ConfigError(config.table, problems)
+    suite.save()
+    batch_definition = (
+        context.data_sources.add_spark(name="tidemark")
+        .add_dataframe_asset(name=config.table)
+        .add_batch_definition_whole_dataframe("hour")
+    )
+    actions: list[Any] = []
+    # GX's site builder removes pages its (ephemeral) store does not know, so each validation
+    # renders into a scratch site whose pages are then copied into the table's docs dir.
+    scratch = Path(tempfile.mkdtemp(prefix="tidemark-gx-docs-"))
+    if docs_dir is not None:
+        site: Any = {
+            "class_name": "SiteBuilder",
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(scratch)},
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        }
+        context.add_data_docs_site(site_name=DOCS_SITE, site_config=site)
+        actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE]))
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(name=f"{config.table}.{hour.key}", data=batch_definition, suite=suite)
+    )
+    checkpoint = context.checkpoints.add(
+        gx.Checkpoint(name=config.table, validation_definitions=[definition], actions=actions)
+    )
+    run = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=hour.key))
+    result = next(iter(run.run_results.values()))
+    failures = []
+    for r in result.results:
+        if not r.success:
+            expectation = r.expectation_config
+            kind, kwargs = (expectation.type, dict(expectation.kwargs)) if expectation else ("unknown", {})
+            failures.append(_describe(kind, kwargs, dict(r.result or {})))
+    page = _keep_pages(scratch, docs_dir, config.table, hour) if docs_dir is not None else None
+    shutil.rmtree(scratch, ignore_errors=True)
+    return bool(result.success), failures, len(specs), page
+
+
+def _keep_pages(scratch: Path, docs_dir: Path, table: str, hour: Hour) -> str | None:
+    """Copy the hour's validation page (and the shared static assets, once) into ``docs_dir``,
+    keeping GX's relative layout so the page's links work; return its relative path."""
+    if not (docs_dir / "static").exists() and (scratch / "static").exists():
+        shutil.copytree(scratch / "static", docs_dir / "static")
+    page = None
+    for source in sorted(scratch.glob(f"validations/{table}/{hour.key}/*/*.html")):
+        relative = source.relative_to(scratch)
+        (docs_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, docs_dir / relative)
+        page = str(relative)
+    return page
+
+
+def gate(
+    config: TableConfig, hour: Hour, frame: DataFrame | None, docs_dir: Path | None = None
+) -> QualityOutcome:
+    """Validate an hour's rows (``None``: the hour was sealed empty, nothing to judge); with
+    ``docs_dir``, also render its GX Data Docs page there."""
+    policy = config.quality.policy
+    if frame is None:
+        return QualityOutcome(status="empty", policy=policy)
+    success, failures, evaluated, page = validate(config, hour, frame, docs_dir)
+    outcome = QualityOutcome(
+        status="passed" if success else "failed",
+        policy=policy,
+        failures=tuple(failures),
+        evaluated=evaluated,
+        data_docs=page,
+    )
+    if failures:
+        log.warning(
+            "%s hour %s: %s of %s expectations failed (policy %s): %s",
+            config.table,
+            hour.key,
+            len(failures),
+            evaluated,
+            policy,
+            "; ".join(failures),
+        )
+    else:
+        log.info("%s hour %s: %s expectations passed", config.table, hour.key, evaluated)
+    return outcome

@@ -1,0 +1,332 @@
+"""The periodic merge: snapshot(T) = snapshot(previous) + the sealed increment hours up to T.
+
+Per primary key the row with the highest (version, MQ offset, MQ partition) wins; if that row
+is a delete (``cdc.delete_ops``) the key is gone. Snapshot rows rank below every change of
+the same version, so a change re-delivered after a bootstrap read it is still harmless.
+
+The merge is driven by sealing, not by a clock: every increment hour in (previous, T] must be
+sealed (its end is before the sealed frontier), or the merge refuses and names the hours. An
+hour with no rows is final once the frontier passed it, and empty.
+
+Late changes are never lost. The CDC tables use the ``amend`` policy: a change for an hour
+already sealed is folded into that hour as a new version. A merged snapshot records the
+version of every hour it read, so it knows when it is *stale*; merging any later snapshot
+first re-merges the stale ones in order (``remerged`` in the result), and the ingest DAG
+re-triggers the merge of the newest snapshot when an amend makes one stale.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark.config import TableConfig
+from tidemark.errors import MergeError, UnsealedHoursError
+from tidemark.faults import crash_point
+from tidemark.seal.metastore import quote_identifier
+from tidemark.settings import Settings
+from tidemark.snapshot.snapshots import (
+    Period,
+    SnapshotLog,
+    SnapshotRecord,
+    SnapshotStore,
+    base_for,
+    period_of,
+)
+from tidemark.state.journal import HourJournal, JournalState
+from tidemark.state.locks import TableLock
+from tidemark.time.hours import hour_of, hours_from, parse_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+# -- the pure transform ------------------------------------------------------------------------
+def latest_state(
+    base: DataFrame,
+    changes: DataFrame,
+    *,
+    key: list[str],
+    version_field: str,
+    op_field: str,
+    delete_ops: list[str],
+) -> DataFrame:
+    """Fold ``changes`` (snapshot columns + op + ``_mq_partition``/``_mq_offset``) into
+    ``base`` (snapshot columns): the latest row per key, deleted keys dropped."""
+    from pyspark.sql import functions as F
+
+    columns = base.columns
+    q = quote_identifier
+    ranked_base = base.select(
+        *(F.col(q(c)) for c in columns),
+        F.lit(None).cast("string").alias("_tm_op"),
+        F.lit(-1).cast("bigint").alias("_tm_offset"),
+        F.lit(-1).cast("int").alias("_tm_partition"),
+    )
+    ranked_changes = changes.select(
+        *(F.col(q(c)) for c in columns),
+        F.col(q(op_field)).cast("string").alias("_tm_op"),
+        F.col("_mq_offset").cast("bigint").alias("_tm_offset"),
+        F.col("_mq_partition").cast("int").alias("_tm_partition"),
+    )
+    rows = ranked_base.unionByName(ranked_changes)
+    payload = F.struct(*(F.col(q(c)) for c in columns), F.col("_tm_op"))
+    order = F.struct(F.col(q(version_field)), F.col("_tm_offset"), F.col("_tm_partition"))
+    latest = rows.groupBy(*(F.col(q(k)) for k in key)).agg(F.max_by(payload, order).alias("_tm_row"))
+    alive = latest.filter(F.col("_tm_row._tm_op").isNull() | ~F.col("_tm_row._tm_op").isin(delete_ops))
+    return alive.select(*(F.col(f"_tm_row.{q(c)}").alias(c) for c in columns))
+
+
+def after_alignment(changes: DataFrame, offsets: dict[str, int]) -> DataFrame:
+    """Drop increment rows below a bootstrap's aligned offsets (already in the source it read)."""
+    from pyspark.sql import functions as F
+
+    if not offsets:
+        return changes
+    floor = F.lit(0).cast("bigint")
+    for partition, offset in offsets.items():
+        floor = F.when(F.col("_mq_partition") == int(partition), F.lit(int(offset))).otherwise(floor)
+    return changes.filter(F.col("_mq_offset") >= floor)
+
+
+# -- planning (no Spark) -----------------------------------------------------------------------
+def published_versions(partitions: JournalState) -> dict[str, int]:
+    """hour -> the version readers see (quarantined hours are not published)."""
+    return {h: e.version for h, e in partitions.hours.items() if e.published}
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    period: Period
+    base: SnapshotRecord
+    hours: dict[str, int]  # hour key -> version to read; 0 = final and empty
+
+    def hour_keys_with_rows(self) -> list[str]:
+        return [h for h, v in self.hours.items() if v > 0]
+
+
+def plan_merge(
+    config: TableConfig, period: Period, live: dict[str, SnapshotRecord], partitions: JournalState
+) -> MergePlan:
+    """Which snapshot to start from and which hours to read; refuses unsealed hours."""
+    base = base_for(live, period)
+    if base is None:
+        raise MergeError(
+            f"{config.table}: no snapshot holds a state before {period.label} ends ({period.end.isoformat()}): "
+            f"bootstrap first (the tidemark_bootstrap_{config.table} DAG or `tidemark bootstrap`)"
+        )
+    first = hour_of(datetime.fromisoformat(base.increments_from), config.event_time.time_zone)
+    hours = list(hours_from(first, ending_by=period.end))
+    versions = published_versions(partitions)
+    frontier = datetime.fromisoformat(partitions.sealed_through) if partitions.sealed_through else None
+    waiting: dict[str, str] = {}
+    for hour in hours:
+        entry = partitions.hours.get(hour.key)
+        if entry is not None and entry.quarantined:
+            waiting[hour.key] = f"quarantined by the quality gate (tidemark release --table {config.table})"
+        elif entry is None and (frontier is None or hour.end > frontier):
+            waiting[hour.key] = "not sealed yet: the global watermark has not passed its end"
+    if waiting:
+        raise UnsealedHoursError(config.table, period.label, waiting)
+    return MergePlan(period, base, {h.key: versions.get(h.key, 0) for h in hours})
+
+
+def is_stale(record: SnapshotRecord, live: dict[str, SnapshotRecord], partitions: JournalState) -> bool:
+    """A merged snapshot whose hours were amended (or whose base changed) since it was built."""
+    if record.kind != "merge":
+        return False
+    versions = published_versions(partitions)
+    if any(versions.get(hour, 0) != version for hour, version in record.hours.items()):
+        return True
+    base_label = record.base.rsplit("@", 1)[0]
+    base = live.get(base_label)
+    return base is None or base.ref != record.base or is_stale(base, live, partitions)
+
+
+def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
+    """The newest merged snapshot if it (or one it builds on) is stale: merging it again
+    re-merges the whole stale chain. None when every snapshot is current."""
+    live = SnapshotLog(settings.state_location, config.table).live()
+    merged = [r for r in live.values() if r.kind == "merge"]
+    if not merged:
+        return None
+    newest = max(merged, key=lambda r: r.through_at)
+    partitions = HourJournal(settings.state_location, config.table).state()
+    return newest.label if is_stale(newest, live, partitions) else None
+
+
+def preview_merge(config: TableConfig, settings: Settings, label: str) -> dict[str, Any]:
+    """What a merge of ``label`` would read (dry run): base, hours, or why it would refuse."""
+    period = period_of(config, label)
+    live = SnapshotLog(settings.state_location, config.table).live()
+    partitions = HourJournal(settings.state_location, config.table).state()
+    preview: dict[str, Any] = {"table": config.table, "snapshot": period.label, "dry_run": True}
+    try:
+        plan = plan_merge(config, period, live, partitions)
+    except MergeError as exc:
+        return {**preview, "would_refuse": str(exc)}
+    stale = plan.base.kind == "merge" and is_stale(plan.base, live, partitions)
+    return {**preview, "base": plan.base.ref, "base_stale": stale, "hours": plan.hours}
+
+
+# -- running -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MergeResult:
+    table: str
+    run_id: str
+    snapshot: str
+    version: int
+    rows: int
+    base: str
+    hours: int
+    increment_rows: int
+    remerged: list[str] = field(default_factory=list)
+    already_done: bool = False
+    atomic_swap: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Merger:
+    def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> None:
+        if config.cdc is None:
+            raise MergeError(f"{config.table}: not a cdc table (no cdc: section), nothing to merge")
+        self.spark = spark
+        self.config = config
+        self.cdc = config.cdc
+        self.settings = settings
+        self.run_id = run_id
+        self.snapshots = SnapshotLog(settings.state_location, config.table)
+        self.journal = HourJournal(settings.state_location, config.table)
+        self.store = SnapshotStore(spark, config, settings)
+        self.table_dir = Path(settings.warehouse) / config.table
+
+    def merge(self, label: str) -> MergeResult:
+        period = period_of(self.config, label)
+        live = self.snapshots.live()
+        current = live.get(period.label)
+        if current is not None and current.run_id == self.run_id:
+            log.info(
+                "%s: run %s already merged %s; nothing to do", self.config.table, self.run_id, current.ref
+            )
+            return self._result(current, [], already_done=True)
+        partitions = self.journal.state()
+        remerged: list[str] = []
+        base = base_for(live, period)
+        if base is not None and is_stale(base, live, partitions):
+            log.info(
+                "%s: %s was built before some of its hours were amended: merging it again first",
+                self.config.table,
+                base.ref,
+            )
+            earlier = self.merge(base.label)
+            remerged = [*earlier.remerged, earlier.snapshot]
+            live = self.snapshots.live()
+        plan = plan_merge(self.config, period, live, partitions)
+        with TableLock(self.settings.state_location, self.config.table, f"snapshot-{period.label}").hold(
+            self.run_id
+        ):
+            return self._merge(plan, remerged)
+
+    def _merge(self, plan: MergePlan, remerged: list[str]) -> MergeResult:
+        table = self.config.table
+        with_rows = plan.hour_keys_with_rows()
+        log.info(
+            "%s: snapshot %s = %s + %s increment hour(s) %s..%s (%s with rows)",
+            table,
+            plan.period.label,
+            plan.base.ref,
+            len(plan.hours),
+            min(plan.hours, default="-"),
+            max(plan.hours, default="-"),
+            len(with_rows),
+        )
+        changes = after_alignment(self._increments(with_rows), plan.base.aligned_offsets)
+        increment_rows = changes.count()
+        merged = latest_state(
+            self.store.read(plan.base),
+            changes,
+            key=self.config.primary_key,
+            version_field=self.cdc.version_field,
+            op_field=self.cdc.op_field,
+            delete_ops=self.cdc.delete_ops,
+        )
+        staging = self.store.staging(plan.period.label, self.run_id)
+        rows, files = self.store.write(merged, staging)
+        crash_point("after_snapshot_staging")
+        atomic = self.store.publish(plan.period.label, staging)
+        record = self.snapshots.append(
+            SnapshotRecord(
+                seq=-1,
+                table=table,
+                label=plan.period.label,
+                kind="merge",
+                version=0,  # the log assigns the label's next version
+                run_id=self.run_id,
+                through=plan.period.end.isoformat(),
+                increments_from=plan.period.end.isoformat(),
+                rows=rows,
+                files=files,
+                created_at=datetime.now().astimezone().isoformat(),
+                base=plan.base.ref,
+                hours=plan.hours,
+                changes={"increment_rows": increment_rows},
+            )
+        )
+        self.store.discard(staging)
+        return self._result(record, remerged, atomic=atomic)
+
+    def _increments(self, hour_keys: list[str]) -> DataFrame:
+        """The change rows of the sealed hours (their current version, late rows folded in)."""
+        from pyspark.sql import functions as F
+
+        columns = [*(c for c, _ in self.store.columns()), self.cdc.op_field]
+        wanted = [*(F.col(quote_identifier(c)) for c in columns), F.col("_mq_partition"), F.col("_mq_offset")]
+        if not hour_keys:
+            schema = ", ".join(
+                [
+                    *(f"{quote_identifier(c.name)} {c.type.ddl()}" for c in self.config.schema_columns),
+                    "_mq_partition int",
+                    "_mq_offset bigint",
+                ]
+            )
+            return self.spark.createDataFrame([], schema).select(*wanted)
+        zone = self.config.event_time.time_zone
+        dirs = [str(self.table_dir / parse_key(k, zone).path) for k in hour_keys]
+        self.spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+        frame = self.spark.read.option("basePath", str(self.table_dir)).parquet(*dirs)
+        return frame.select(*wanted)
+
+    def _result(
+        self,
+        record: SnapshotRecord,
+        remerged: list[str],
+        *,
+        already_done: bool = False,
+        atomic: bool = True,
+    ) -> MergeResult:
+        return MergeResult(
+            table=self.config.table,
+            run_id=self.run_id,
+            snapshot=record.label,
+            version=record.version,
+            rows=record.rows,
+            base=record.base,
+            hours=len(record.hours),
+            increment_rows=int(record.changes.get("increment_rows", 0)),
+            remerged=remerged,
+            already_done=already_done,
+            atomic_swap=atomic,
+        )
+
+
+def run_merge(
+    spark: SparkSession, config: TableConfig, settings: Settings, run_id: str, label: str
+) -> MergeResult:
+    return Merger(spark, config, settings, run_id).merge(label)

@@ -1,0 +1,255 @@
+"""The snapshot table of a CDC table: its periods, its records and how a new version goes live.
+
+``<table>_snapshot`` is an external Parquet table with one partition per snapshot
+(``snapshot_dt=<label>``). Two kinds of snapshot exist:
+
+- a **bootstrap** (label chosen by its run, e.g. ``2026-11-22T1005``): the full source read
+  once, with the MQ end offsets recorded *before* the read;
+- a **merge** (label = a period: ``2026-11-22`` daily or ``2026-11-22T13`` hourly): the state
+  at the period's end, i.e. the previous snapshot plus the sealed increment hours up to it.
+
+The snapshot log (``<state>/<table>/snapshots/log/<seq>.json``, create-only, sequential like
+the partition journal) says which version of which label is live, what it was built from and
+through which instant it holds the state. Readers of the table see a partition's old files or
+its new ones (directory exchange), and merges only ever start from a recorded snapshot, so a
+half-built one is never used.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from tidemark.config import TableConfig
+from tidemark.errors import BatchConflictError, MergeError
+from tidemark.faults import crash_point
+from tidemark.seal.metastore import add_partition_sql, external_parquet_sql, quote_identifier
+from tidemark.settings import Settings
+from tidemark.state.layout import run_key
+from tidemark.state.storage import Location, create_only, exchange_directories, read_json
+from tidemark.time.hours import HourKeyError, parse_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+PARTITION_COLUMN = "snapshot_dt"
+LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+DAY_LABEL = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+# -- periods ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Period:
+    """The interval a merged snapshot closes: state as of ``end`` (UTC instants)."""
+
+    label: str
+    start: datetime
+    end: datetime
+
+
+def period_of(config: TableConfig, label: str) -> Period:
+    """``2026-11-22`` (a local day of the table's zone) or ``2026-11-22T13`` (an hour)."""
+    zone = config.event_time.time_zone
+    text = label.strip()
+    if DAY_LABEL.match(text):
+        try:
+            day = datetime.fromisoformat(text).replace(tzinfo=ZoneInfo(zone))
+        except ValueError as exc:
+            raise MergeError(f"{config.table}: snapshot {label!r}: {exc}") from None
+        following = (day + timedelta(days=1)).replace(hour=0)
+        return Period(text, day.astimezone(UTC), following.astimezone(UTC))
+    try:
+        hour = parse_key(text, zone)
+    except HourKeyError as exc:
+        raise MergeError(
+            f"{config.table}: snapshot {label!r}: expected a day (YYYY-MM-DD) or an hour (YYYY-MM-DDTHH); {exc}"
+        ) from None
+    return Period(text, hour.start, hour.end)
+
+
+def check_label(config: TableConfig, label: str) -> str:
+    if not LABEL_PATTERN.match(label):
+        raise MergeError(
+            f"{config.table}: snapshot label {label!r}: use letters, digits, '_', '.', '-' (at most 64), "
+            "e.g. 2026-11-22T1005"
+        )
+    return label
+
+
+# -- the log ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """One live version of a snapshot label."""
+
+    seq: int
+    table: str
+    label: str
+    kind: str  # bootstrap | merge
+    version: int
+    run_id: str
+    through: str  # ISO instant: the state this snapshot holds is as of here
+    increments_from: str  # ISO instant: the first increment hour a merge on top of it reads
+    rows: int
+    files: tuple[str, ...]
+    created_at: str  # wall clock, for reports only
+    source: str = ""  # bootstrap: what was read (no credentials)
+    aligned_offsets: dict[str, int] = field(default_factory=dict)  # bootstrap: MQ partition -> offset
+    base: str = ""  # merge: "<label>@v<version>" it started from
+    hours: dict[str, int] = field(default_factory=dict)  # merge: hour -> version read (0 = empty)
+    changes: dict[str, int] = field(default_factory=dict)  # merge: increment rows read, deletes, ...
+
+    @property
+    def through_at(self) -> datetime:
+        return datetime.fromisoformat(self.through)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.label}@v{self.version}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SnapshotRecord:
+        data = dict(data)
+        data["files"] = tuple(data.get("files", ()))
+        return cls(**data)
+
+
+class SnapshotLog:
+    """Sequential create-only records; the newest record of a label is its live version."""
+
+    ATTEMPTS = 20
+
+    def __init__(self, state_dir: Location | Path, table: str) -> None:
+        self.table = table
+        self.root = Location(state_dir) / table / "snapshots"
+        self.log_dir = self.root / "log"
+        self.plans = self.root / "plans"
+
+    def records(self) -> Iterator[SnapshotRecord]:
+        seq = 0
+        while (data := read_json(self.log_dir / f"{seq:010d}.json")) is not None:
+            yield SnapshotRecord.from_json(data)
+            seq += 1
+
+    def live(self) -> dict[str, SnapshotRecord]:
+        """label -> its newest record."""
+        current: dict[str, SnapshotRecord] = {}
+        for record in self.records():
+            current[record.label] = record
+        return current
+
+    def append(self, record: SnapshotRecord) -> SnapshotRecord:
+        """Write ``record`` at the next free seq (another label's writer may take one first),
+        as the next version of its label."""
+        for _ in range(self.ATTEMPTS):
+            records = list(self.records())
+            versions = [r.version for r in records if r.label == record.label]
+            placed = replace(record, seq=len(records), version=max(versions, default=0) + 1)
+            if create_only(self.log_dir / f"{placed.seq:010d}.json", placed.to_json()):
+                log.info(
+                    "%s: snapshot %s v%s (%s) recorded: %s rows through %s",
+                    self.table,
+                    placed.label,
+                    placed.version,
+                    placed.kind,
+                    placed.rows,
+                    placed.through,
+                )
+                return placed
+        raise BatchConflictError(
+            f"{self.table}: could not record snapshot {record.label}: the log keeps moving"
+        )
+
+    def plan(self, run_id: str) -> dict[str, Any] | None:
+        return read_json(self.plans / f"{run_key(run_id)}.json")
+
+    def save_plan(self, run_id: str, plan: dict[str, Any]) -> dict[str, Any]:
+        """Persist a run's plan once; a retry (or a racing twin) gets the first one back."""
+        create_only(self.plans / f"{run_key(run_id)}.json", plan)
+        stored = self.plan(run_id)
+        assert stored is not None
+        return stored
+
+
+def base_for(live: dict[str, SnapshotRecord], period: Period) -> SnapshotRecord | None:
+    """The newest snapshot holding a state before the period's end (never the period's own)."""
+    candidates = [r for r in live.values() if r.label != period.label and r.through_at < period.end]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda r: (r.through_at, r.kind == "bootstrap", r.seq))
+
+
+# -- files and the metastore -------------------------------------------------------------------
+class SnapshotStore:
+    """Where snapshot files live and how a staged version replaces the live one."""
+
+    def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings) -> None:
+        self.spark = spark
+        self.config = config
+        self.table = config.snapshot_table
+        warehouse = Path(settings.warehouse)
+        self.table_dir = warehouse / self.table
+        self.staging_root = warehouse / ".tidemark_staging" / self.table
+
+    def columns(self) -> list[tuple[str, str]]:
+        """(name, type) of the snapshot: the table's columns without the CDC operation."""
+        op = self.config.cdc.op_field if self.config.cdc else None
+        return [(c.name, c.type.ddl()) for c in self.config.schema_columns if c.name != op]
+
+    def partition_dir(self, label: str) -> Path:
+        return self.table_dir / f"{PARTITION_COLUMN}={label}"
+
+    def staging(self, label: str, run_id: str) -> Path:
+        """A fresh staging directory for this run (whatever an earlier attempt left is removed)."""
+        path = self.staging_root / f"{label}-{run_key(run_id)}"
+        if path.exists():
+            log.info("%s: removing the staging of an earlier attempt: %s", self.table, path)
+            shutil.rmtree(path)
+        return path
+
+    def read(self, record: SnapshotRecord) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        schema = ", ".join(f"{quote_identifier(n)} {t}" for n, t in self.columns())
+        frame = self.spark.read.schema(schema).parquet(str(self.partition_dir(record.label)))
+        return frame.select(*(F.col(quote_identifier(n)) for n, _ in self.columns()))
+
+    def write(self, frame: DataFrame, staging: Path) -> tuple[int, tuple[str, ...]]:
+        """Write the rows as Parquet into ``staging/data`` (one file per task of the frame's
+        last stage: JDBC ranges, or the merge's shuffle partitions); returns (rows, files)."""
+        data = staging / "data"
+        frame.write.mode("overwrite").parquet(str(data))
+        names = tuple(sorted(p.name for p in data.glob("*.parquet")))
+        rows = self.spark.read.parquet(str(data)).count() if names else 0
+        return rows, names
+
+    def publish(self, label: str, staging: Path) -> bool:
+        """Swap the staged files in for the label's partition and register it; True if atomic."""
+        target = self.partition_dir(label)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic = exchange_directories(staging / "data", target)
+        crash_point("after_snapshot_swap")
+        self.ensure_table()
+        self.spark.sql(add_partition_sql(self.table, {PARTITION_COLUMN: label}, target))
+        self.spark.catalog.refreshTable(self.table)
+        log.info("%s: partition %s=%s is live at %s", self.table, PARTITION_COLUMN, label, target)
+        return atomic
+
+    def discard(self, staging: Path) -> None:
+        """The previous version's files (after the swap) and the attempt's scratch."""
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def ensure_table(self) -> None:
+        self.table_dir.mkdir(parents=True, exist_ok=True)
+        self.spark.sql(external_parquet_sql(self.table, self.columns(), [PARTITION_COLUMN], self.table_dir))

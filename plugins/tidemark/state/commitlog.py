@@ -1,0 +1,279 @@
+"""The per-table commit log: the source of truth for what each batch read and wrote.
+
+Layout under ``<state dir>/<table>/log`` (``$TIDEMARK_HOME/state`` or ``TIDEMARK_STATE_DIR``,
+which may be an ``hdfs://`` URI: every record goes through ``tidemark.state.storage``)::
+
+    plans/<batch>.json      offset plan, written before any data is read (create-only)
+    commits/<batch>.json    commit record; its existence makes the batch visible (create-only)
+    runs/<run key>.json     run id -> batch id, so a retry finds its plan in O(1) (create-only)
+    checkpoint.json         compacted summary up to some batch (atomically replaced)
+
+Plans and commits are two sequential logs (``seqlog``): never overwritten, a second writer of
+the same record loses with BatchConflictError. Reading the state costs the checkpoint plus the
+commits after it, probed by sequential name.
+
+Words: an *MQ partition* is a partition of the topic (``mq_partition``); an *hour* is an hour
+partition of the table, keyed by its path ``dt=D/hr=H`` in ``rows_per_hour``. Records written
+before these names (``partition``, ``partitions``, ``rows_per_partition``) are still read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidemark.compat import renamed
+from tidemark.errors import BatchConflictError
+from tidemark.ingest.cardinality import merge
+from tidemark.state.layout import run_key
+from tidemark.state.seqlog import SequentialLog
+from tidemark.state.storage import Location, create_only, read_json
+from tidemark.time.watermarks import MqWatermark, ReadyTime
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_EVERY = 20
+
+
+@dataclass(frozen=True)
+class MqRange:
+    """Offsets [start, end) of one MQ partition; ``gap`` records offsets lost to retention."""
+
+    mq_partition: int
+    start: int
+    end: int
+    gap_from: int | None = None
+    gap_to: int | None = None
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MqRange:
+        return cls(**renamed(data, partition="mq_partition"))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a batch will read, fixed before reading. ``processing_time`` is decided once here
+    so a retry judges future event times exactly as the first attempt did."""
+
+    table: str
+    batch_id: int
+    run_id: str
+    topic: str
+    processing_time: str
+    ranges: tuple[MqRange, ...]
+    # Records with an event time before this instant belong to sealed hours: they are late.
+    # Decided at planning time so a retry classifies exactly as the first attempt did.
+    sealed_through: str | None = None
+
+    @property
+    def records_planned(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        ranges = tuple(MqRange.from_json(r) for r in data.pop("ranges"))
+        return cls(ranges=ranges, **data)
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{self.topic}[{r.mq_partition}] {r.start}..{r.end}" for r in self.ranges)
+        return f"batch {self.batch_id} (run {self.run_id}): {parts or 'no partitions'}"
+
+
+@dataclass(frozen=True)
+class MqPartitionStats:
+    """What one MQ partition contributed to a batch."""
+
+    mq_partition: int
+    read: int
+    rows: int
+    dirty: int
+    late: int = 0
+    min_event_time: str | None = None
+    max_event_time: str | None = None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The commit record: binds run id, offsets, files and counts of a batch."""
+
+    table: str
+    batch_id: int
+    run_id: str
+    committed_by_run: str
+    topic: str
+    processing_time: str
+    ranges: tuple[MqRange, ...]
+    files: tuple[str, ...]
+    rows_per_hour: dict[str, int]
+    mq_partitions: tuple[MqPartitionStats, ...]
+    dirty: int
+    rows: int
+    late: int = 0
+    late_per_hour: dict[str, int] = field(default_factory=dict)
+    watermarks: tuple[MqWatermark, ...] = ()
+    ready: ReadyTime | None = None
+    # values of data-derived partition columns this batch admitted, per hour (cardinality.py)
+    partition_values: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Commit:
+        data = renamed(
+            data,
+            partitions="mq_partitions",
+            rows_per_partition="rows_per_hour",
+            late_per_partition="late_per_hour",
+        )
+        data["ranges"] = tuple(MqRange.from_json(r) for r in data["ranges"])
+        data["mq_partitions"] = tuple(
+            MqPartitionStats(**renamed(p, partition="mq_partition")) for p in data["mq_partitions"]
+        )
+        data["files"] = tuple(data["files"])
+        data["watermarks"] = tuple(MqWatermark.from_json(w) for w in data.get("watermarks", ()))
+        data["ready"] = ReadyTime.from_json(data["ready"]) if data.get("ready") else None
+        return cls(**data)
+
+    @property
+    def end_offsets(self) -> dict[int, int]:
+        return {r.mq_partition: r.end for r in self.ranges}
+
+
+@dataclass
+class LogState:
+    """Summary of everything committed: next offsets, watermarks and running totals."""
+
+    last_committed: int = -1
+    end_offsets: dict[int, int] = field(default_factory=dict)
+    rows: int = 0
+    dirty: int = 0
+    late: int = 0
+    batches: int = 0
+    rows_per_hour: dict[str, int] = field(default_factory=dict)
+    late_per_hour: dict[str, int] = field(default_factory=dict)
+    watermarks: dict[int, MqWatermark] = field(default_factory=dict)
+    ready: ReadyTime | None = None
+    partition_values: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+    def apply(self, commit: Commit) -> None:
+        self.last_committed = commit.batch_id
+        self.end_offsets.update(commit.end_offsets)
+        self.rows += commit.rows
+        self.dirty += commit.dirty
+        self.late += commit.late
+        self.batches += 1
+        for hour, n in commit.rows_per_hour.items():
+            self.rows_per_hour[hour] = self.rows_per_hour.get(hour, 0) + n
+        for hour, n in commit.late_per_hour.items():
+            self.late_per_hour[hour] = self.late_per_hour.get(hour, 0) + n
+        if commit.watermarks:
+            self.watermarks = {w.mq_partition: w for w in commit.watermarks}
+        if commit.ready is not None:
+            self.ready = commit.ready
+        if commit.partition_values:
+            self.partition_values = merge(self.partition_values, commit.partition_values)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["watermarks"] = [asdict(w) for w in self.watermarks.values()]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LogState:
+        data = dict(data)
+        data["end_offsets"] = {int(k): int(v) for k, v in data["end_offsets"].items()}
+        marks = (MqWatermark.from_json(w) for w in data.get("watermarks", []))
+        data["watermarks"] = {w.mq_partition: w for w in marks}
+        data["ready"] = ReadyTime.from_json(data["ready"]) if data.get("ready") else None
+        return cls(**data)
+
+
+class CommitLog:
+    """Plans and commits of one table."""
+
+    def __init__(self, state_dir: Location | Path, table: str) -> None:
+        self.table = table
+        self.state_dir = Location(state_dir)
+        self.root = self.state_dir / table / "log"
+        self.plans = self.root / "plans"
+        self.commits = self.root / "commits"
+        self.runs = self.root / "runs"
+        self.checkpoint_file = self.root / "checkpoint.json"
+        self._plans = SequentialLog(self.plans)
+        self._commits = SequentialLog(self.commits, self.checkpoint_file)
+
+    # -- reading -------------------------------------------------------------------------
+    def plan(self, batch_id: int) -> Plan | None:
+        data = self._plans.read(batch_id)
+        return Plan.from_json(data) if data else None
+
+    def commit(self, batch_id: int) -> Commit | None:
+        data = self._commits.read(batch_id)
+        return Commit.from_json(data) if data else None
+
+    def batch_of_run(self, run_id: str) -> int | None:
+        data = read_json(self.runs / f"{run_key(run_id)}.json")
+        return int(data["batch_id"]) if data else None
+
+    def _checkpoint(self) -> LogState:
+        data = self._commits.read_checkpoint()
+        return LogState.from_json(data) if data else LogState()
+
+    def state(self) -> LogState:
+        """Checkpoint + the commits after it, probed by name."""
+        state = self._checkpoint()
+        for commit in self.iter_commits(state.last_committed + 1):
+            state.apply(commit)
+        return state
+
+    def iter_commits(self, since: int = 0) -> Iterator[Commit]:
+        for _, data in self._commits.records(since):
+            yield Commit.from_json(data)
+
+    def pending_plan(self, state: LogState) -> Plan | None:
+        """The plan of the first uncommitted batch, if one was persisted."""
+        return self.plan(state.last_committed + 1)
+
+    # -- writing -------------------------------------------------------------------------
+    def write_plan(self, plan: Plan) -> None:
+        if not self._plans.create(plan.batch_id, plan.to_json()):
+            raise BatchConflictError(
+                f"{self.table}: batch {plan.batch_id} was planned concurrently by another run; "
+                "nothing was read or written by this one"
+            )
+
+    def bind_run(self, run_id: str, batch_id: int) -> int:
+        """Record run -> batch (first binding wins); returns the bound batch id."""
+        path = self.runs / f"{run_key(run_id)}.json"
+        create_only(path, {"run_id": run_id, "batch_id": batch_id})
+        bound = self.batch_of_run(run_id)
+        assert bound is not None
+        return bound
+
+    def write_commit(self, commit: Commit) -> None:
+        if not self._commits.create(commit.batch_id, commit.to_json()):
+            raise BatchConflictError(
+                f"{self.table}: batch {commit.batch_id} was committed by another process first; "
+                "this attempt's files were not published"
+            )
+        if (commit.batch_id + 1) % CHECKPOINT_EVERY == 0:
+            self.write_checkpoint()
+
+    def write_checkpoint(self) -> LogState:
+        """Compact the committed state into checkpoint.json (atomic replace)."""
+        state = self.state()
+        self._commits.write_checkpoint(state.to_json())
+        log.info("%s: commit log checkpoint at batch %s", self.table, state.last_committed)
+        return state

@@ -1,0 +1,108 @@
+"""Where a table's files live and what they are called: the one module that both builds and
+parses every path and file name of the warehouse (secor's ``LogFilePath``, paimon's
+``SnapshotManager``), so a storage backend changes one place.
+
+Under the warehouse root::
+
+    <table>/_open/dt=D/hr=H/part-b<batch>-<i>.parquet   committed batch files, not yet sealed
+    <table>/dt=D/hr=H/part-<i>.parquet                  a sealed hour (+ _SUCCESS, the marker)
+    <table>/dt=D/hr=H/part-v<version>-<i>.parquet       rows an amend added (version >= 2)
+    <table>__late/dt=D/hr=H/part-b<batch>-<i>.parquet   late rows (side_table policy)
+    <table>__dirty/batch_id=<batch>/part-<i>.parquet    dirty records with their reasons
+    .tidemark_staging/<table>/b<batch>/attempt-*/       a dump attempt's staged files
+    .tidemark_staging/<table>/<step>-<hour>-<run>/      a seal, amend or rebuild in progress
+
+The leading underscore of ``_open`` and the dot of ``.tidemark_staging`` hide them from
+path-based readers (Hive and Spark skip such names).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tidemark.settings import Settings
+
+SUCCESS = "_SUCCESS"
+COMPACTED_MARKER = "_tidemark_compacted.json"
+DATA_DOCS = "data_docs"
+STAGING = ".tidemark_staging"
+_BATCH_FILE = re.compile(r"part-b(\d{10})-\d+\.parquet$")
+
+
+def run_key(run_id: str) -> str:
+    """A filesystem-safe, collision-free key for an Airflow run id (which holds ':' and '+')."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:80]
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
+    return f"{readable}-{digest}"
+
+
+def batch_dir_name(batch_id: int) -> str:
+    """``b0000000042``: a batch's directory of staged files or of rebuild receipts."""
+    return f"b{batch_id:010d}"
+
+
+def batch_file_name(batch_id: int, index: int) -> str:
+    """``part-b0000000042-00003.parquet``: a committed batch file of an hour (open or late)."""
+    return f"part-b{batch_id:010d}-{index:05d}.parquet"
+
+
+def batch_of_file(name: str) -> int | None:
+    """The batch a file of :func:`batch_file_name` came from; None for other files."""
+    match = _BATCH_FILE.search(name)
+    return int(match.group(1)) if match else None
+
+
+def sealed_file_prefix(version: int) -> str:
+    """``part`` for the files of a seal or rebuild, ``part-v0002`` for those an amend added."""
+    return "part" if version <= 1 else f"part-v{version:04d}"
+
+
+def write_success(hour_dir: Path, hour_key: str, rows: int, version: int) -> None:
+    """Mark an hour directory complete for path-based readers (after registration)."""
+    (hour_dir / SUCCESS).write_text(json.dumps({"hour": hour_key, "rows": rows, "version": version}))
+
+
+def read_success(hour_dir: Path) -> dict[str, Any] | None:
+    path = hour_dir / SUCCESS
+    return dict(json.loads(path.read_text())) if path.exists() else None
+
+
+def compaction_marker(hour_dir: Path) -> Path:
+    """The record of an hour's compacted files and rows (a retry never rewrites them)."""
+    return hour_dir / COMPACTED_MARKER
+
+
+def data_docs_dir(state_dir: Path, table: str) -> Path:
+    """Great Expectations Data Docs of a table (beside its state, when that is local)."""
+    return state_dir / table / DATA_DOCS
+
+
+class Layout:
+    """The directories of one table under the warehouse (one filesystem: staging renames
+    into the table)."""
+
+    def __init__(self, settings: Settings, table: str) -> None:
+        self.warehouse = Path(settings.warehouse)
+        self.table_dir = self.warehouse / table
+        self.open_dir = self.table_dir / "_open"
+        self.dirty_dir = self.warehouse / f"{table}__dirty"
+        self.late_dir = self.warehouse / f"{table}__late"
+        self.staging_root = self.warehouse / STAGING / table
+
+    def batch_staging(self, batch_id: int) -> Path:
+        return self.staging_root / batch_dir_name(batch_id)
+
+    def dirty_file(self, batch_id: int, index: int) -> Path:
+        return self.dirty_dir / f"batch_id={batch_id}" / f"part-{index:05d}.parquet"
+
+    def step_staging(self, step: str, hour_key: str, run_id: str) -> Path:
+        """Scratch of one seal, amend or rebuild step of an hour (``step`` names it)."""
+        return self.staging_root / f"{step}-{hour_key}-{run_key(run_id)}"
+
+    def relative(self, path: Path) -> str:
+        """A warehouse-relative path, as the commit log and the journal record files."""
+        return str(path.relative_to(self.warehouse))

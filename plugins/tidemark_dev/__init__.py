@@ -1,0 +1,1 @@
+"""Developer tooling: local services, the demo, data generators. Not shipped to executors."""

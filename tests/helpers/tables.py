@@ -1,0 +1,85 @@
+"""Shared helpers of the dump tests: a fresh table config per test and the landed offsets."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+from tidemark.config import TableConfig, load_table_file
+from tidemark.ingest.dump import Layout
+from tidemark.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+PROCESSING = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+DAY = datetime(2026, 11, 22, tzinfo=UTC)
+# A table expectation most test hours pass and an amount of 500 fails.
+AMOUNT_AT_MOST_100 = [
+    {"type": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "max_value": 100}}
+]
+
+
+def at(hh: int, mm: int = 0) -> datetime:
+    """An instant on the test day, UTC."""
+    return DAY + timedelta(hours=hh, minutes=mm)
+
+
+def registered(spark: Any, table: str) -> list[str]:
+    """The table's partitions in the metastore."""
+    return sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS `{table}`").collect())
+
+
+def fresh_table(
+    settings: Settings, tmp_path: Path, *, template: str = "events", **overrides: Any
+) -> tuple[TableConfig, Settings]:
+    """A conf/tables example under a unique table/topic name, with its own conf dir."""
+    data = yaml.safe_load((ROOT / "conf" / "tables" / f"{template}.yaml").read_text())
+    name = f"{template[:2]}_{uuid.uuid4().hex[:8]}"
+    data["table"] = name
+    data["source"]["topic"] = name
+    for dotted, value in overrides.items():
+        target = data
+        *parents, last = dotted.split("__")
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir(exist_ok=True)
+    path = conf_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_table_file(path), replace(settings, conf_dir=conf_dir)
+
+
+def landed(
+    settings: Settings, table: str
+) -> tuple[Counter[tuple[int, int]], Counter[tuple[int, int]], dict[tuple[int, int], str]]:
+    """(partition, offset) multisets of the table's rows and dirty records, and dirty reasons."""
+    layout = Layout(settings, table)
+    rows: Counter[tuple[int, int]] = Counter()
+    for path in layout.table_dir.rglob("*.parquet"):
+        t = pq.read_table(path, columns=["_mq_partition", "_mq_offset"])
+        rows.update(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+    dirty: Counter[tuple[int, int]] = Counter()
+    reasons = {}
+    for path in layout.dirty_dir.rglob("*.parquet"):
+        t = pq.read_table(path, columns=["mq_partition", "mq_offset", "reason"])
+        for p, o, r in zip(*(c.to_pylist() for c in t.columns), strict=True):
+            dirty[(p, o)] += 1
+            reasons[(p, o)] = r
+    return rows, dirty, reasons
+
+
+def late_landed(settings: Settings, table: str) -> Counter[tuple[int, int]]:
+    """(partition, offset) multiset of the late files of a table."""
+    late: Counter[tuple[int, int]] = Counter()
+    for path in Layout(settings, table).late_dir.rglob("*.parquet"):
+        t = pq.read_table(path, columns=["_mq_partition", "_mq_offset"])
+        late.update(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+    return late
