@@ -17,9 +17,9 @@ import pytest
 from tests.helpers.net import free_port
 from tests.helpers.tables import PROCESSING, START, fresh_table, landed
 from tidemark.faults import DUMP_POINTS, EXIT_CODE
-from tidemark.ingest.dump import Layout
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
+from tidemark.state.layout import Layout
 from tidemark_dev.generator import create_topic, events, produce
 
 pytestmark = pytest.mark.e2e

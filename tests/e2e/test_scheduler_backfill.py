@@ -24,10 +24,10 @@ from tests.helpers.airflow_api import AirflowApi, wait_for
 from tests.helpers.net import free_port
 from tests.helpers.tables import fresh_table
 from tidemark.config import TableConfig
-from tidemark.ingest.dump import Layout
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
+from tidemark.state.layout import Layout
 from tidemark.time.hours import hour_of
 from tidemark_dev.airflow_env import admin_password, airflow_environment
 from tidemark_dev.generator import create_topic, produce, records

@@ -17,9 +17,10 @@ import pytest
 
 from tests.helpers.tables import fresh_table
 from tidemark.faults import EXIT_CODE, SEAL_POINTS
-from tidemark.ingest.dump import Layout, run_dump
+from tidemark.ingest.dump import run_dump
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
+from tidemark.state.layout import Layout
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e

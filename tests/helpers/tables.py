@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import yaml
 
 from tidemark.config import TableConfig, load_table_file
-from tidemark.ingest.dump import Layout
 from tidemark.settings import Settings
+from tidemark.state.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)

@@ -18,12 +18,13 @@ from tests.helpers.tables import at, fresh_table, registered
 from tidemark.config import TableConfig
 from tidemark.errors import BatchConflictError, DataLossError, InjectedFault, RebuildError
 from tidemark.faults import REBUILD_POINTS
-from tidemark.ingest.dump import Layout, run_dump
+from tidemark.ingest.dump import run_dump
 from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.rebuild_plan import planned_hours
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
+from tidemark.state.layout import Layout
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration

@@ -12,12 +12,13 @@ import pytest
 
 from tests.helpers.tables import at, fresh_table, landed, late_landed, registered
 from tidemark.config import TableConfig
-from tidemark.ingest.dump import Layout, run_dump
+from tidemark.ingest.dump import run_dump
 from tidemark.observe.status import explain_hour
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
+from tidemark.state.layout import Layout
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration

@@ -22,6 +22,7 @@ from tidemark.config import load_tables
 from tidemark.errors import ConfigError
 from tidemark.observe.report import render_report, report_data
 from tidemark.settings import Settings
+from tidemark.state.layout import data_docs_dir
 
 URL_PREFIX = "/tidemark"
 
@@ -65,7 +66,7 @@ def create_app(settings: Settings | None = None) -> Any:
     @app.get("/tables/{table}/docs/{path:path}")
     def docs(table: str, path: str) -> Any:
         config = table_config(table)
-        root = (current().state_dir / config.table / "data_docs").resolve()
+        root = data_docs_dir(current().state_dir, config.table).resolve()
         target = (root / path).resolve()
         if not target.is_relative_to(root) or not target.is_file():
             raise HTTPException(status_code=404, detail="no such Data Docs page")

@@ -25,6 +25,7 @@ from tidemark.config import TableConfig
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
+from tidemark.state.layout import DATA_DOCS, data_docs_dir
 from tidemark.time.hours import parse_key
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ def _hour_label(path_key: str) -> str:
     return f"{parts.get('dt', '?')} {parts.get('hr', '?')}"
 
 
-def render_report(data: dict[str, Any], docs_prefix: str = "../data_docs/") -> str:
+def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -> str:
     """The health page as one HTML document (plotly.js inlined)."""
     import plotly.graph_objects as go
 
@@ -252,7 +253,7 @@ def write_report(
 ) -> Path:
     """Gather, render and write the page (default ``<state>/<table>/reports/health.html``)."""
     target = out or report_path(settings, config.table)
-    docs = settings.state_dir / config.table / "data_docs"
+    docs = data_docs_dir(settings.state_dir, config.table)
     prefix = Path(_relative(docs, target.parent)).as_posix() + "/"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_report(report_data(config, settings, as_of), docs_prefix=prefix))

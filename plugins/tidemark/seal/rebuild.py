@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, ReconciliationError
 from tidemark.faults import crash_point
+from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
 from tidemark.settings import Settings
-from tidemark.state.journal import EntryKind
-from tidemark.state.layout import run_key
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import EntryKind, HourJournal
+from tidemark.state.layout import batch_dir_name, compaction_marker, sealed_file_prefix, write_success
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import exchange_directories, replace_atomically
 from tidemark.time.hours import Hour, parse_key
@@ -63,16 +65,14 @@ class Rebuilder:
     """Rebuilds published hours of one table (I/O: broker, files, Spark, metastore, journal)."""
 
     def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> None:
-        from tidemark.seal.sealing import Sealer
-
         self.spark = spark
         self.config = config
         self.settings = settings
         self.run_id = run_id
-        self.sealer = Sealer(spark, config, settings, run_id)
-        self.layout = self.sealer.layout
-        self.journal = self.sealer.journal
-        self.commit_log = self.sealer.commit_log
+        self.files = HourFiles(spark, config, settings)
+        self.layout = self.files.layout
+        self.journal = HourJournal(settings.state_location, config.table)
+        self.commit_log = CommitLog(settings.state_location, config.table)
 
     def run(self, hour_keys: list[str]) -> RebuildResult:
         result = RebuildResult(self.config.table, self.run_id)
@@ -113,7 +113,7 @@ class Rebuilder:
             staging = self._staging(hour)
             shutil.rmtree(staging, ignore_errors=True)
             new_dir, files, rows = self._stage(hour, plan, staging, kafka_conf)
-            quality = self.sealer.quality_of(hour, new_dir, rows)
+            quality = self.files.quality_of(hour, new_dir, rows)
             if quality.blocks:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise QualityGateError(table, {hour.key: list(quality.failures)})
@@ -144,7 +144,7 @@ class Rebuilder:
         }
 
     def _staging(self, hour: Hour) -> Path:
-        return self.layout.staging_root / f"rebuild-{hour.key}-{run_key(self.run_id)}"
+        return self.layout.step_staging("rebuild", hour.key, self.run_id)
 
     def _stage(
         self, hour: Hour, plan: RebuildPlan, staging: Path, kafka_conf: dict[str, Any]
@@ -164,13 +164,13 @@ class Rebuilder:
             crash_point("mid_rebuild")
             rows = self.spark.read.parquet(str(written)).count()
             self._reconcile(hour, plan, staging / "receipts", rows)
-            self.sealer.move_staged(written, new_dir, "part")
+            self.files.move_staged(written, new_dir, sealed_file_prefix(1))
         target = self.layout.table_dir / hour.path
         files = [
             str((target / p.relative_to(new_dir)).relative_to(self.layout.warehouse))
             for p in sorted(new_dir.rglob("*.parquet"))
         ]
-        replace_atomically(new_dir / "_tidemark_compacted.json", {"files": files, "rows": rows})
+        replace_atomically(compaction_marker(new_dir), {"files": files, "rows": rows})
         return new_dir, files, rows
 
     def _current_files(self, hour: Hour) -> list[Path]:
@@ -206,7 +206,7 @@ class Rebuilder:
                 self.config.source.topic,
                 [r.__dict__ for r in source.ranges],
                 kafka_conf=kafka_conf,
-                receipts=receipts / f"b{source.batch_id:010d}",
+                receipts=receipts / batch_dir_name(source.batch_id),
                 spec=spec,
             )
             if self.config.partitioning.columns:
@@ -226,7 +226,7 @@ class Rebuilder:
         if rows != plan.expected_rows:
             problems.append(f"{rows} rows re-read != {plan.expected_rows} rows the commit log counted")
         for source in plan.sources:
-            read = sum(r["read"] for r in read_receipts(receipts / f"b{source.batch_id:010d}"))
+            read = sum(r["read"] for r in read_receipts(receipts / batch_dir_name(source.batch_id)))
             if read != source.records:
                 problems.append(
                     f"batch {source.batch_id}: {read} records re-read != {source.records} committed"
@@ -248,22 +248,19 @@ class Rebuilder:
         quality: dict[str, Any],
     ) -> tuple[Any, bool]:
         """Under the table lock: the newest version number, the swap, registration, journal."""
-        import json
-
-        from tidemark.seal.sealing import SUCCESS
-
         partitions = self.journal.state()
         current = partitions.hours[hour.key]
         version = current.version + 1
-        (new_dir / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": version}))
+        write_success(new_dir, hour.key, rows, version)
         target = self.layout.table_dir / hour.path
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic = exchange_directories(new_dir, target)
         crash_point("after_swap")
-        self.sealer.metastore.ensure_table(self.config.table, self.layout.table_dir)
-        self.sealer.metastore.add_partitions(self.config.table, self.sealer.partition_specs(hour, target))
+        self.files.register(self.config.table, self.layout.table_dir, hour, target)
         self.spark.catalog.refreshTable(self.config.table)
-        entry = self.sealer.entry(
+        entry = step_entry(
+            self.config,
+            self.run_id,
             hour,
             self.commit_log.state(),
             partitions,

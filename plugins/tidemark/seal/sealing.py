@@ -21,38 +21,31 @@ version of its files (``amend``), which re-announces it.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import re
 import shutil
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, ReconciliationError, ReleaseError
 from tidemark.faults import crash_point
-from tidemark.ingest.dump import Layout
-from tidemark.seal.metastore import Metastore
-from tidemark.seal.quality import QualityOutcome, gate
+from tidemark.seal.hourfiles import HourFiles, step_entry
+from tidemark.seal.late import LateRows
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
-from tidemark.state.layout import run_key
+from tidemark.state.layout import compaction_marker, sealed_file_prefix
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import read_json, replace_atomically
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-COMPACTED_MARKER = "_tidemark_compacted.json"
-SUCCESS = "_SUCCESS"
-_BATCH_OF_FILE = re.compile(r"part-b(\d{10})-\d+\.parquet$")
 
 
 @dataclass
@@ -104,17 +97,15 @@ class Sealer:
         self.spark = spark
         self.config = config
         self.run_id = run_id
-        self.layout = Layout(settings, config.table)
+        self.files = HourFiles(spark, config, settings)
+        self.layout = self.files.layout
         self.commit_log = CommitLog(settings.state_location, config.table)
         self.journal = HourJournal(settings.state_location, config.table)
-        self.metastore = Metastore(spark, config)
         self.zone = config.event_time.time_zone
-        self.extra_columns = list(config.partitioning.columns)
-        # GX Data Docs need a local directory: kept beside the state when it is local
-        state = settings.state_location
-        self.docs_dir = (
-            state.local_path() / config.table / "data_docs" if state.scheme in ("", "file") else None
-        )
+        self.late = LateRows(self.files, run_id)
+
+    def entry(self, hour: Hour, state: LogState, journal: JournalState, **step: Any) -> JournalEntry:
+        return step_entry(self.config, self.run_id, hour, state, journal, **step)
 
     # -- the whole run --------------------------------------------------------------------
     def run(self) -> SealResult:
@@ -142,9 +133,9 @@ class Sealer:
             (result.quarantined if entry.quarantined else result.sealed).append(hour.key)
             result.status = "sealed"
         if self.config.late_policy == "side_table":
-            result.late_registered = self._register_late(state)
+            result.late_registered = self.late.register(state, self.journal)
         else:
-            for entry in self._amend(state, partitions):
+            for entry in self.late.amend(state, partitions, self.journal):
                 partitions.apply(entry)
                 result.amended.append(entry.hour)
         result.sealed_through = partitions.sealed_through
@@ -186,7 +177,7 @@ class Sealer:
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
                 f"committed for {hour.path} by batches <= {state.last_committed}; nothing registered"
             )
-        quality = self.quality_of(hour, target, rows)
+        quality = self.files.quality_of(hour, target, rows)
         if quality.blocks:
             log.error(
                 "%s: hour %s quarantined (%s rows, files kept in %s, not registered): %s",
@@ -197,7 +188,7 @@ class Sealer:
                 "; ".join(quality.failures),
             )
         else:
-            self.publish(hour, target, rows, version=1)
+            self.files.publish(hour, target, rows, version=1)
         kind, version = (EntryKind.QUARANTINE, 0) if quality.blocks else (EntryKind.SEAL, 1)
         entry = self.entry(
             hour,
@@ -213,50 +204,6 @@ class Sealer:
         shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
         return entry
 
-    def publish(self, hour: Hour, target: Path, rows: int, *, version: int) -> None:
-        """Register the hour's partitions, then mark the directory complete for path readers."""
-        self.metastore.ensure_table(self.config.table, self.layout.table_dir)
-        self.metastore.add_partitions(self.config.table, self.partition_specs(hour, target))
-        crash_point("after_registration")
-        (target / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": version}))
-
-    def entry(
-        self,
-        hour: Hour,
-        state: LogState,
-        partitions: JournalState,
-        *,
-        kind: EntryKind,
-        version: int,
-        rows: int,
-        files: list[str] | tuple[str, ...],
-        quality: dict[str, Any],
-        late: int = 0,
-        folded_through_batch: int | None = None,
-        seq: int | None = None,
-    ) -> JournalEntry:
-        """The journal entry of one step of an hour (seal, quarantine, release, amend)."""
-        return JournalEntry(
-            seq=partitions.last_seq + 1 if seq is None else seq,
-            table=self.config.table,
-            hour=hour.key,
-            hour_start=hour.start.isoformat(),
-            hour_end=hour.end.isoformat(),
-            kind=kind,
-            version=version,
-            rows=rows,
-            late=late,
-            files=tuple(files),
-            sealed_at=datetime.now(UTC).isoformat(),  # audit only: freshness in reports
-            run_id=self.run_id,
-            ready_time=state.ready.time if state.ready else None,
-            processing_time=state.ready.processing_time if state.ready else "",
-            folded_through_batch=state.last_committed
-            if folded_through_batch is None
-            else folded_through_batch,
-            quality=quality,
-        )
-
     # -- release of a quarantined hour ----------------------------------------------------
     def release(self, hour_key: str) -> JournalEntry:
         """Register a quarantined hour after a person decided its data is acceptable."""
@@ -269,7 +216,7 @@ class Sealer:
             )
         hour = parse_key(hour_key, self.zone)
         target = self.layout.table_dir / hour.path
-        self.publish(hour, target, current.rows, version=1)
+        self.files.publish(hour, target, current.rows, version=1)
         quality = {**current.quality, "released_by_run": self.run_id}
         entry = self.entry(
             hour,
@@ -289,7 +236,7 @@ class Sealer:
 
     def _compact(self, hour: Hour, target: Path) -> tuple[list[str], int]:
         """Rewrite the hour's batch files as few files of about target_file_size."""
-        marker = target / COMPACTED_MARKER
+        marker = compaction_marker(target)
         done = read_json(marker)
         if done is not None:
             log.info(
@@ -306,13 +253,13 @@ class Sealer:
         if inputs:
             size = sum(p.stat().st_size for p in inputs)
             n_files = max(1, math.ceil(size / self.config.output.target_file_size))
-            frame = self.read_hour(source)
-            staging = self.layout.staging_root / f"seal-{hour.key}-{run_key(self.run_id)}"
+            frame = self.files.read_hour(source)
+            staging = self.layout.step_staging("seal", hour.key, self.run_id)
             shutil.rmtree(staging, ignore_errors=True)
-            frame.repartition(n_files).write.partitionBy(*self.extra_columns).parquet(str(staging))
+            frame.repartition(n_files).write.partitionBy(*self.files.extra_columns).parquet(str(staging))
             crash_point("mid_compaction")
             rows = self.spark.read.parquet(str(staging)).count()
-            files = self.move_staged(staging, target, "part")
+            files = self.files.move_staged(staging, target, sealed_file_prefix(1))
             log.info(
                 "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows",
                 self.config.table,
@@ -325,40 +272,6 @@ class Sealer:
         replace_atomically(marker, {"files": files, "rows": rows})
         return files, rows
 
-    def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
-        """Rename staged Parquet files into ``target`` as ``<prefix>-NNNNN.parquet`` (keeping
-        extra partition subdirectories); returns their warehouse-relative paths."""
-        moved = []
-        for i, staged in enumerate(sorted(staging.rglob("*.parquet"))):
-            final = target / staged.parent.relative_to(staging) / f"{prefix}-{i:05d}.parquet"
-            final.parent.mkdir(parents=True, exist_ok=True)
-            staged.replace(final)
-            moved.append(str(final.relative_to(self.layout.warehouse)))
-        shutil.rmtree(staging, ignore_errors=True)
-        return moved
-
-    def read_hour(self, hour_dir: Path) -> DataFrame:
-        """The rows under an hour directory, extra partition columns read back from the path."""
-        self.spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-        frame = self.spark.read.option("basePath", str(hour_dir)).parquet(str(hour_dir))
-        return frame
-
-    def partition_specs(self, hour: Hour, target: Path) -> list[tuple[dict[str, str], Path]]:
-        """(spec, location) of the metastore partitions of an hour: one per extra-column value."""
-        if not self.extra_columns:
-            return [(hour.spec, target)]
-        specs = []
-        depth = len(self.extra_columns)
-        pattern = "/".join("*" for _ in range(depth))
-        for leaf in sorted(p for p in target.glob(pattern) if p.is_dir()):
-            values = dict(part.split("=", 1) for part in leaf.relative_to(target).parts)
-            specs.append(({**hour.spec, **{c: values[c] for c in self.extra_columns}}, leaf))
-        return specs
-
-    def quality_of(self, hour: Hour, target: Path, rows: int) -> QualityOutcome:
-        frame = self.read_hour(target) if rows else None
-        return gate(self.config, hour, frame, self.docs_dir)
-
     def _sweep_sealed_leftovers(self, partitions: JournalState) -> None:
         """Batch files of hours already sealed (a crash between journal and cleanup)."""
         if not partitions.sealed_through or not self.layout.open_dir.exists():
@@ -369,86 +282,6 @@ class Sealer:
             if hour.end <= frontier and hour.key in partitions.hours:
                 log.warning("%s: removing batch files left by a sealed hour %s", self.config.table, hour.key)
                 shutil.rmtree(hour_dir)
-
-    # -- late rows ------------------------------------------------------------------------
-    def _late_hours(self, state: LogState) -> list[Hour]:
-        return sorted(parse_path(p, self.zone) for p, n in state.late_per_hour.items() if n)
-
-    def _register_late(self, state: LogState) -> list[str]:
-        """side_table: every hour with late rows is a partition of <table>__late."""
-        registry_file = self.journal.root / "late_registered.json"
-        registered = set((read_json(registry_file) or {}).get("hours", []))
-        todo = [h for h in self._late_hours(state) if h.key not in registered]
-        if not todo:
-            return []
-        late_table = self.config.late_table
-        self.metastore.ensure_table(late_table, self.layout.late_dir)
-        for hour in todo:
-            location = self.layout.late_dir / hour.path
-            self.metastore.add_partitions(late_table, self.partition_specs(hour, location))
-            registered.add(hour.key)
-        replace_atomically(registry_file, {"hours": sorted(registered)})
-        return [h.key for h in todo]
-
-    def _amend(self, state: LogState, partitions: JournalState) -> list[JournalEntry]:
-        """amend: fold late rows not yet in a sealed partition into it as a new file version."""
-        entries: list[JournalEntry] = []
-        for hour in self._late_hours(state):
-            current = partitions.hours.get(hour.key)
-            if current is not None and current.quarantined:
-                continue  # its late rows wait for the release
-            folded = current.folded_through_batch if current else -1
-            late_dir = self.layout.late_dir / hour.path
-            new_files = [
-                p
-                for p in sorted(late_dir.rglob("*.parquet"))
-                if (m := _BATCH_OF_FILE.search(p.name)) and int(m.group(1)) > folded
-            ]
-            if not new_files:
-                continue
-            version = (current.version if current else 0) + 1
-            target = self.layout.table_dir / hour.path
-            through = max(int(m.group(1)) for p in new_files if (m := _BATCH_OF_FILE.search(p.name)))
-            staging = self.layout.staging_root / f"amend-{hour.key}-v{version}"
-            shutil.rmtree(staging, ignore_errors=True)
-            frame = self.spark.read.option("basePath", str(late_dir)).parquet(*map(str, new_files))
-            frame.coalesce(1).write.partitionBy(*self.extra_columns).parquet(str(staging))
-            added = self.spark.read.parquet(str(staging)).count()
-            # One rename per file: readers see the old version or the new one, never half.
-            files = [
-                *(current.files if current else ()),
-                *self.move_staged(staging, target, f"part-v{version:04d}"),
-            ]
-            self.metastore.ensure_table(self.config.table, self.layout.table_dir)
-            self.metastore.add_partitions(self.config.table, self.partition_specs(hour, target))
-            self.spark.catalog.refreshTable(self.config.table)
-            rows = (current.rows if current else 0) + added
-            (target / SUCCESS).write_text(json.dumps({"hour": hour.key, "rows": rows, "version": version}))
-            entry = self.entry(
-                hour,
-                state,
-                partitions,
-                kind=EntryKind.AMEND,
-                version=version,
-                rows=rows,
-                files=files,
-                quality=current.quality if current else {},
-                late=(current.late if current else 0) + added,
-                folded_through_batch=through,
-                seq=partitions.last_seq + 1 + len(entries),  # the caller applies them after
-            )
-            self.journal.append(entry)
-            log.info(
-                "%s: hour %s amended to version %s with %s late rows of batches %s..%s",
-                self.config.table,
-                hour.key,
-                version,
-                added,
-                folded + 1,
-                through,
-            )
-            entries.append(entry)
-        return entries
 
 
 def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:

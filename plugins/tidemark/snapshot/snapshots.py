@@ -32,7 +32,8 @@ from tidemark.errors import BatchConflictError, MergeError
 from tidemark.faults import crash_point
 from tidemark.seal.metastore import add_partition_sql, external_parquet_sql, quote_identifier
 from tidemark.settings import Settings
-from tidemark.state.layout import run_key
+from tidemark.state.layout import Layout, run_key
+from tidemark.state.seqlog import SequentialLog
 from tidemark.state.storage import Location, create_only, exchange_directories, read_json
 from tidemark.time.hours import HourKeyError, parse_key
 
@@ -128,19 +129,16 @@ class SnapshotRecord:
 class SnapshotLog:
     """Sequential create-only records; the newest record of a label is its live version."""
 
-    ATTEMPTS = 20
-
     def __init__(self, state_dir: Location | Path, table: str) -> None:
         self.table = table
         self.root = Location(state_dir) / table / "snapshots"
         self.log_dir = self.root / "log"
         self.plans = self.root / "plans"
+        self._log = SequentialLog(self.log_dir)
 
     def records(self) -> Iterator[SnapshotRecord]:
-        seq = 0
-        while (data := read_json(self.log_dir / f"{seq:010d}.json")) is not None:
+        for _, data in self._log.records():
             yield SnapshotRecord.from_json(data)
-            seq += 1
 
     def live(self) -> dict[str, SnapshotRecord]:
         """label -> its newest record."""
@@ -152,24 +150,27 @@ class SnapshotLog:
     def append(self, record: SnapshotRecord) -> SnapshotRecord:
         """Write ``record`` at the next free seq (another label's writer may take one first),
         as the next version of its label."""
-        for _ in range(self.ATTEMPTS):
-            records = list(self.records())
-            versions = [r.version for r in records if r.label == record.label]
-            placed = replace(record, seq=len(records), version=max(versions, default=0) + 1)
-            if create_only(self.log_dir / f"{placed.seq:010d}.json", placed.to_json()):
-                log.info(
-                    "%s: snapshot %s v%s (%s) recorded: %s rows through %s",
-                    self.table,
-                    placed.label,
-                    placed.version,
-                    placed.kind,
-                    placed.rows,
-                    placed.through,
-                )
-                return placed
-        raise BatchConflictError(
-            f"{self.table}: could not record snapshot {record.label}: the log keeps moving"
+
+        def placed_at(seq: int) -> dict[str, Any]:
+            versions = [r.version for r in self.records() if r.label == record.label]
+            return replace(record, seq=seq, version=max(versions, default=0) + 1).to_json()
+
+        written = self._log.append(placed_at)
+        if written is None:
+            raise BatchConflictError(
+                f"{self.table}: could not record snapshot {record.label}: the log keeps moving"
+            )
+        placed = SnapshotRecord.from_json(written[1])
+        log.info(
+            "%s: snapshot %s v%s (%s) recorded: %s rows through %s",
+            self.table,
+            placed.label,
+            placed.version,
+            placed.kind,
+            placed.rows,
+            placed.through,
         )
+        return placed
 
     def plan(self, run_id: str) -> dict[str, Any] | None:
         return read_json(self.plans / f"{run_key(run_id)}.json")
@@ -198,9 +199,9 @@ class SnapshotStore:
         self.spark = spark
         self.config = config
         self.table = config.snapshot_table
-        warehouse = Path(settings.warehouse)
-        self.table_dir = warehouse / self.table
-        self.staging_root = warehouse / ".tidemark_staging" / self.table
+        layout = Layout(settings, self.table)
+        self.table_dir = layout.table_dir
+        self.staging_root = layout.staging_root
 
     def columns(self) -> list[tuple[str, str]]:
         """(name, type) of the snapshot: the table's columns without the CDC operation."""

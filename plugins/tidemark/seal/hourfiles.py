@@ -1,0 +1,129 @@
+"""Operations on the files and registration of one hour, shared by sealing, late-row amends,
+releases and rebuilds: reading an hour, moving staged files in under their final names, the
+metastore partitions of an hour, the quality gate, publishing (register, then ``_SUCCESS``)
+and the journal entry of a step.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark.config import TableConfig
+from tidemark.faults import crash_point
+from tidemark.seal.metastore import Metastore
+from tidemark.seal.quality import QualityOutcome, gate
+from tidemark.settings import Settings
+from tidemark.state.commitlog import LogState
+from tidemark.state.journal import EntryKind, JournalEntry, JournalState
+from tidemark.state.layout import Layout, data_docs_dir, write_success
+from tidemark.time.hours import Hour
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+class HourFiles:
+    """The hours of one table as files and metastore partitions (I/O: files, Spark, metastore)."""
+
+    def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings) -> None:
+        self.spark = spark
+        self.config = config
+        self.layout = Layout(settings, config.table)
+        self.metastore = Metastore(spark, config)
+        self.extra_columns = list(config.partitioning.columns)
+        # GX Data Docs need a local directory: kept beside the state when it is local
+        state = settings.state_location
+        self.docs_dir = (
+            data_docs_dir(state.local_path(), config.table) if state.scheme in ("", "file") else None
+        )
+
+    def hour_dir(self, hour: Hour) -> Path:
+        return self.layout.table_dir / hour.path
+
+    def read_hour(self, hour_dir: Path) -> DataFrame:
+        """The rows under an hour directory, extra partition columns read back from the path."""
+        self.spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+        return self.spark.read.option("basePath", str(hour_dir)).parquet(str(hour_dir))
+
+    def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
+        """Rename staged Parquet files into ``target`` as ``<prefix>-NNNNN.parquet`` (keeping
+        extra partition subdirectories); returns their warehouse-relative paths."""
+        moved = []
+        for i, staged in enumerate(sorted(staging.rglob("*.parquet"))):
+            final = target / staged.parent.relative_to(staging) / f"{prefix}-{i:05d}.parquet"
+            final.parent.mkdir(parents=True, exist_ok=True)
+            staged.replace(final)
+            moved.append(self.layout.relative(final))
+        shutil.rmtree(staging, ignore_errors=True)
+        return moved
+
+    def partition_specs(self, hour: Hour, target: Path) -> list[tuple[dict[str, str], Path]]:
+        """(spec, location) of the metastore partitions of an hour: one per extra-column value."""
+        if not self.extra_columns:
+            return [(hour.spec, target)]
+        specs = []
+        pattern = "/".join("*" for _ in self.extra_columns)
+        for leaf in sorted(p for p in target.glob(pattern) if p.is_dir()):
+            values = dict(part.split("=", 1) for part in leaf.relative_to(target).parts)
+            specs.append(({**hour.spec, **{c: values[c] for c in self.extra_columns}}, leaf))
+        return specs
+
+    def quality_of(self, hour: Hour, target: Path, rows: int) -> QualityOutcome:
+        frame = self.read_hour(target) if rows else None
+        return gate(self.config, hour, frame, self.docs_dir)
+
+    def register(self, table: str, location: Path, hour: Hour, target: Path) -> None:
+        """Create ``table`` at ``location`` if missing and add the hour's partitions at ``target``."""
+        self.metastore.ensure_table(table, location)
+        self.metastore.add_partitions(table, self.partition_specs(hour, target))
+
+    def publish(self, hour: Hour, target: Path, rows: int, *, version: int, refresh: bool = False) -> None:
+        """Register the hour's partitions, then mark the directory complete for path readers."""
+        self.register(self.config.table, self.layout.table_dir, hour, target)
+        if refresh:  # a registered hour's files changed: drop the session's cached listing
+            self.spark.catalog.refreshTable(self.config.table)
+        crash_point("after_registration")
+        write_success(target, hour.key, rows, version)
+
+
+def step_entry(
+    config: TableConfig,
+    run_id: str,
+    hour: Hour,
+    state: LogState,
+    journal: JournalState,
+    *,
+    kind: EntryKind,
+    version: int,
+    rows: int,
+    files: list[str] | tuple[str, ...],
+    quality: dict[str, Any],
+    late: int = 0,
+    folded_through_batch: int | None = None,
+    seq: int | None = None,
+) -> JournalEntry:
+    """The journal entry of one step of an hour (seal, quarantine, release, amend, rebuild)."""
+    return JournalEntry(
+        seq=journal.last_seq + 1 if seq is None else seq,
+        table=config.table,
+        hour=hour.key,
+        hour_start=hour.start.isoformat(),
+        hour_end=hour.end.isoformat(),
+        kind=kind,
+        version=version,
+        rows=rows,
+        late=late,
+        files=tuple(files),
+        sealed_at=datetime.now(UTC).isoformat(),  # audit only: freshness in reports
+        run_id=run_id,
+        ready_time=state.ready.time if state.ready else None,
+        processing_time=state.ready.processing_time if state.ready else "",
+        folded_through_batch=state.last_committed if folded_through_batch is None else folded_through_batch,
+        quality=quality,
+    )

@@ -1,0 +1,109 @@
+"""Late rows: records of hours sealed before their batch was planned.
+
+``side_table`` registers every hour with late rows as a partition of ``<table>__late``;
+``amend`` folds the late rows not yet in a sealed hour into it as a new version of its files
+(one rename per file: readers see the old version or the new one), which re-announces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+from tidemark.seal.hourfiles import HourFiles, step_entry
+from tidemark.state.commitlog import LogState
+from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
+from tidemark.state.layout import batch_of_file, sealed_file_prefix, write_success
+from tidemark.state.storage import read_json, replace_atomically
+from tidemark.time.hours import Hour, parse_path
+
+log = logging.getLogger(__name__)
+
+
+class LateRows:
+    """The late rows of one table, by its ``late_policy``."""
+
+    def __init__(self, files: HourFiles, run_id: str) -> None:
+        self.files = files
+        self.config = files.config
+        self.layout = files.layout
+        self.run_id = run_id
+        self.zone = self.config.event_time.time_zone
+
+    def hours(self, state: LogState) -> list[Hour]:
+        return sorted(parse_path(p, self.zone) for p, n in state.late_per_hour.items() if n)
+
+    def register(self, state: LogState, journal: HourJournal) -> list[str]:
+        """side_table: every hour with late rows is a partition of <table>__late."""
+        registry_file = journal.root / "late_registered.json"
+        registered = set((read_json(registry_file) or {}).get("hours", []))
+        todo = [h for h in self.hours(state) if h.key not in registered]
+        if not todo:
+            return []
+        late_table = self.config.late_table
+        for hour in todo:
+            self.files.register(late_table, self.layout.late_dir, hour, self.layout.late_dir / hour.path)
+            registered.add(hour.key)
+        replace_atomically(registry_file, {"hours": sorted(registered)})
+        return [h.key for h in todo]
+
+    def amend(self, state: LogState, partitions: JournalState, journal: HourJournal) -> list[JournalEntry]:
+        """amend: fold late rows not yet in a sealed partition into it as a new file version."""
+        entries: list[JournalEntry] = []
+        for hour in self.hours(state):
+            current = partitions.hours.get(hour.key)
+            if current is not None and current.quarantined:
+                continue  # its late rows wait for the release
+            folded = current.folded_through_batch if current else -1
+            late_dir = self.layout.late_dir / hour.path
+            new_files = [
+                p
+                for p in sorted(late_dir.rglob("*.parquet"))
+                if (batch := batch_of_file(p.name)) is not None and batch > folded
+            ]
+            if not new_files:
+                continue
+            version = (current.version if current else 0) + 1
+            target = self.layout.table_dir / hour.path
+            through = max(batch_of_file(p.name) or 0 for p in new_files)
+            staging = self.layout.step_staging("amend", hour.key, f"v{version}")
+            shutil.rmtree(staging, ignore_errors=True)
+            frame = self.files.spark.read.option("basePath", str(late_dir)).parquet(*map(str, new_files))
+            frame.coalesce(1).write.partitionBy(*self.files.extra_columns).parquet(str(staging))
+            added = self.files.spark.read.parquet(str(staging)).count()
+            # One rename per file: readers see the old version or the new one, never half.
+            files = [
+                *(current.files if current else ()),
+                *self.files.move_staged(staging, target, sealed_file_prefix(version)),
+            ]
+            self.files.register(self.config.table, self.layout.table_dir, hour, target)
+            self.files.spark.catalog.refreshTable(self.config.table)
+            rows = (current.rows if current else 0) + added
+            write_success(target, hour.key, rows, version)
+            entry = step_entry(
+                self.config,
+                self.run_id,
+                hour,
+                state,
+                partitions,
+                kind=EntryKind.AMEND,
+                version=version,
+                rows=rows,
+                files=files,
+                quality=current.quality if current else {},
+                late=(current.late if current else 0) + added,
+                folded_through_batch=through,
+                seq=partitions.last_seq + 1 + len(entries),  # the caller applies them after
+            )
+            journal.append(entry)
+            log.info(
+                "%s: hour %s amended to version %s with %s late rows of batches %s..%s",
+                self.config.table,
+                hour.key,
+                version,
+                added,
+                folded + 1,
+                through,
+            )
+            entries.append(entry)
+        return entries
