@@ -93,8 +93,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
-    if args.partition:
-        info = explain_hour(config, settings, args.partition)
+    if args.hour:
+        info = explain_hour(config, settings, args.hour)
         print(json.dumps(info, indent=2, default=str) if args.json else render_hour(info))
         return 0
     status = table_status(config, settings)
@@ -153,7 +153,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
     spark = build_session(f"tidemark-release-{config.table}", settings, hive=True)
     try:
         entry = run_release(
-            spark, config, settings, args.partition, args.run_id or f"release__{args.partition}"
+            spark, config, settings, args.hour, args.run_id or f"release__{args.hour}"
         )
     finally:
         spark.stop()
@@ -219,7 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--table", required=True)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument(
-        "--partition",
+        "--hour",
+        "--partition",  # the option's first name, kept as an alias
+        dest="hour",
         metavar="YYYY-MM-DDTHH",
         help="explain one hour: sealed or not, and if not which MQ partition's watermark holds it",
     )
@@ -266,8 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
         "the next announce emits its Asset event. Refuses hours that are not quarantined.",
     )
     release.add_argument("--table", required=True)
-    release.add_argument("--partition", required=True, metavar="YYYY-MM-DDTHH", help="the hour key")
-    release.add_argument("--run-id", help="recorded in the journal (default release__<partition>)")
+    release.add_argument(
+        "--hour", "--partition", dest="hour", required=True, metavar="YYYY-MM-DDTHH", help="the hour key"
+    )
+    release.add_argument("--run-id", help="recorded in the journal (default release__<hour>)")
     release.set_defaults(func=_cmd_release)
 
     report = sub.add_parser(

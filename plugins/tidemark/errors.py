@@ -83,7 +83,7 @@ class QualityGateError(TidemarkError):
         super().__init__(
             f"{table}: {len(failures)} hour(s) quarantined by the quality gate, not registered nor "
             f"announced ({hours}). Later hours were sealed. After checking the data, release with: "
-            f"tidemark release --table {table} --partition {first}"
+            f"tidemark release --table {table} --hour {first}"
         )
 
 
@@ -105,7 +105,7 @@ class SealDeadlineMissedError(TidemarkError):
         lines = "; ".join(f"{hour}: {why}" for hour, why in sorted(overdue.items()))
         super().__init__(
             f"{table}: {len(overdue)} hour(s) missed their seal deadline ({lines}). "
-            f"Explain one with: tidemark status --table {table} --partition {min(overdue)}"
+            f"Explain one with: tidemark status --table {table} --hour {min(overdue)}"
         )
 
 

@@ -46,7 +46,7 @@ sealed hour, with the hour (e.g. `2026-11-22T10`) as partition key.
 (`{config.watermark.seal_grace}`), naming the MQ partition that holds it. Trigger with
 **dry run** to see the next batch's offsets without reading anything.
 
-Inspect: `tidemark status --table {config.table}` and `--partition YYYY-MM-DDTHH` for one hour.
+Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for one hour.
 """
     with table_dag(
         config,

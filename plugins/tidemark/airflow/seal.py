@@ -37,7 +37,7 @@ def seal_dag(config: TableConfig, settings: Settings) -> Any:
 The ingest DAG seals after every batch; trigger this one to seal without dumping (for example
 once an idle MQ partition stops holding the ready time back) or to **release quarantined
 hours**: list them in *release* after checking their data (`tidemark status --table {table}
---partition HOUR` prints the failed expectations). Released hours are registered and announced.
+--hour HOUR` prints the failed expectations). Released hours are registered and announced.
 """,
         params={
             "release": Param(

@@ -1,0 +1,1 @@
+"""Ingest: from the broker to committed batch files (plan, read, classify, stage, publish, commit)."""

@@ -108,7 +108,8 @@ def explain_hour(config: TableConfig, settings: Settings, key: str) -> dict[str,
     needed = hour.end + config.watermark.commit_delay
     out: dict[str, Any] = {
         "table": config.table,
-        "partition": hour.key,
+        "hour": hour.key,
+        "partition": hour.key,  # the key's first name, kept for readers of this JSON
         "hour_start": hour.start.isoformat(),
         "hour_end": hour.end.isoformat(),
         "ready_time_needed": needed.isoformat(),
@@ -142,7 +143,8 @@ def explain_hour(config: TableConfig, settings: Settings, key: str) -> dict[str,
         holder = next(w for w in ready.mq_partitions if w.mq_partition == ready.holding)
         wm = datetime.fromisoformat(holder.watermark) if holder.watermark else None
         out["held_by"] = {
-            "partition": holder.mq_partition,
+            "mq_partition": holder.mq_partition,
+            "partition": holder.mq_partition,  # the key's first name, kept for readers of this JSON
             "watermark": holder.watermark,
             "max_event_time": holder.max_event_time,
             "last_moved_at": holder.last_moved_at,
@@ -160,13 +162,13 @@ def explain_hour(config: TableConfig, settings: Settings, key: str) -> dict[str,
 
 
 def render_hour(info: dict[str, Any]) -> str:
-    head = f"{info['table']} partition {info['partition']} [{info['hour_start']} .. {info['hour_end']})"
+    head = f"{info['table']} hour {info['hour']} [{info['hour_start']} .. {info['hour_end']})"
     if info["state"] == "quarantine":
         failures = "; ".join(info["quality"].get("failures", [])) or "?"
         return (
             f"{head}: QUARANTINED by the quality gate in run {info['run_id']} ({info['rows']} rows, not registered): "
             f"{failures}\n  after checking the data: tidemark release --table {info['table']} "
-            f"--partition {info['partition']}"
+            f"--hour {info['hour']}"
         )
     if info["sealed"]:
         return (

@@ -1,0 +1,1 @@
+"""Seal: from committed batch files to registered, checked, announced hours (and their rebuilds)."""

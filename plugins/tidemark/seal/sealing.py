@@ -126,7 +126,7 @@ class Sealer:
         hours = hours_to_seal(self.config, state, partitions)
         if not hours and seal_limit(self.config, state) is None:
             result.status = "no_ready_time"
-            result.message = "no global ready time yet (see tidemark status --partition)"
+            result.message = "no global ready time yet (see tidemark status --hour)"
         for hour in hours:
             entry = self._seal_hour(hour, state, partitions)
             partitions.apply(entry)

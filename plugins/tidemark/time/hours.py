@@ -62,7 +62,7 @@ class Hour:
 
     @property
     def key(self) -> str:
-        """The partition key of Asset events and ``status --partition``: ``2026-11-22T10``."""
+        """The partition key of Asset events and ``status --hour``: ``2026-11-22T10``."""
         return f"{self.dt}T{self.hr}"
 
     @property
