@@ -85,7 +85,7 @@ def postgres(settings: Settings) -> Iterator[str]:
     the server and the JDBC driver where missing); yields its JDBC URL."""
     import shutil
 
-    from tidemark_dev.services import PostgresService, postgres_url
+    from tidemark_dev.postgres import PostgresService, postgres_url
 
     service = PostgresService(settings)
     service.start()

@@ -41,7 +41,8 @@ examples:
 
 def _cmd_services(args: argparse.Namespace) -> int:
     from tidemark.settings import Settings
-    from tidemark_dev.services import SERVICES, AirflowService, resolve
+    from tidemark_dev.local import SERVICES, resolve
+    from tidemark_dev.services import AirflowService
 
     settings = Settings.from_env()
     names = resolve(args.names)
@@ -152,9 +153,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
     config = load_table(args.table, settings)
     spark = build_session(f"tidemark-release-{config.table}", settings, hive=True)
     try:
-        entry = run_release(
-            spark, config, settings, args.hour, args.run_id or f"release__{args.hour}"
-        )
+        entry = run_release(spark, config, settings, args.hour, args.run_id or f"release__{args.hour}")
     finally:
         spark.stop()
     print(

@@ -202,7 +202,7 @@ def _source_form(
     and the service to stop afterwards (None if none was started here)."""
     import json
 
-    from tidemark_dev.services import POSTGRES_PASSWORD, POSTGRES_USER, PostgresService, postgres_url
+    from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER, PostgresService, postgres_url
 
     if _postgres_available():
         from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, replace_table

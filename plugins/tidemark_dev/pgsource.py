@@ -18,7 +18,7 @@ from typing import Any
 
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
-from tidemark_dev.services import POSTGRES_PASSWORD, POSTGRES_USER
+from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
 
 ORDERS_DDL = (
     "order_id bigint PRIMARY KEY, version bigint NOT NULL, customer_id bigint, status text, "

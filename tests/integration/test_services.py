@@ -10,7 +10,8 @@ import pytest
 
 from tests.helpers.net import free_port
 from tidemark.settings import Settings
-from tidemark_dev.services import BrokerService, kafka_answers, resolve
+from tidemark_dev.local import resolve
+from tidemark_dev.services import BrokerService, kafka_answers
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from tidemark.snapshot.merge import run_merge, stale_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark_dev.generator import create_topic, order_changes, state_after
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, apply_order_changes, replace_table
-from tidemark_dev.services import POSTGRES_PASSWORD, POSTGRES_USER
+from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
 
 pytestmark = pytest.mark.integration
 

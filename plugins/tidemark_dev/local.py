@@ -1,0 +1,28 @@
+"""The local services by name, as `tidemark services start|stop|status NAME` takes them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tidemark.errors import ServiceError
+from tidemark.settings import Settings
+from tidemark_dev.postgres import PostgresService
+from tidemark_dev.services import AirflowService, BrokerService, Service
+
+SERVICES: dict[str, Callable[[Settings], Service]] = {
+    "broker": BrokerService,
+    "airflow": AirflowService,
+    "postgres": PostgresService,
+}
+
+
+def resolve(names: list[str]) -> list[str]:
+    """Expand ``all`` and check names; start order is broker first."""
+    if not names:
+        return ["broker"]
+    if "all" in names:
+        return list(SERVICES)
+    unknown = [n for n in names if n not in SERVICES]
+    if unknown:
+        raise ServiceError(f"unknown service(s) {', '.join(unknown)}; expected: {', '.join(SERVICES)}, all")
+    return [n for n in SERVICES if n in names]
