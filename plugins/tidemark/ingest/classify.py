@@ -33,11 +33,19 @@ is already sealed: they are *late* (``_late``) and go to the late files, never t
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from tidemark.ingest.columns import PARTITION_VALUE_PATTERN, REASONS, dirty_schema
-from tidemark.ingest.jsonlines import JsonLinesReader, json_line, parse_schema, to_date
+from tidemark.ingest.jsonlines import (
+    JsonLinesReader,
+    message_line,
+    parse_schema,
+    plain_block,
+    strict_json,
+    to_date,
+)
 from tidemark.ingest.spec import Classified, ClassifySpec, RawRecords, good_schema
 from tidemark.schema import Column
 from tidemark.time.hours import hour_of
@@ -46,6 +54,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 INTEGER_BITS = {"tinyint": 7, "smallint": 15, "int": 31, "bigint": 63}
+# Event times before this are dirty (``event_time_out_of_range``): Spark and Hive read older
+# timestamps differently by calendar (the Julian/Gregorian rebase of INT96 and legacy files),
+# and an hour of year 1 is not representable in every zone.
+EARLIEST_EVENT_TIME = datetime(1900, 1, 1, tzinfo=UTC)
 
 
 class Classifier:
@@ -89,10 +101,8 @@ class Classifier:
         n = len(values)
         if n and None not in values:
             present = cast("list[bytes]", values)
-            if max(map(len, present)) <= self.spec.max_message_bytes:
-                joined = b"\n".join(present)
-                if joined.count(b"\n") == n - 1 and b"\r" not in joined:  # the common case, at C speed
-                    return present, list(range(n))
+            if max(map(len, present)) <= self.spec.max_message_bytes and plain_block(b"\n".join(present), n):
+                return present, list(range(n))  # the common case, checked at C speed
         lines: list[bytes] = []
         line_of: list[int] = []
         for i, value in enumerate(values):
@@ -101,7 +111,7 @@ class Classifier:
             elif value is None:
                 dirty[i] = ("null_value", None)
             else:
-                line = json_line(value)
+                line = message_line(value)
                 if isinstance(line, str):
                     dirty[i] = ("invalid_json", line)
                 else:
@@ -112,7 +122,7 @@ class Classifier:
     def _rejected_reason(self, line: bytes, error: str) -> tuple[str, str | None]:
         """Reason and detail of a message the JSON reader rejected on its own."""
         try:
-            obj = json.loads(line)
+            obj = strict_json(line)
         except ValueError as exc:
             return "invalid_json", f"invalid JSON: {exc}"
         if not isinstance(obj, dict):
@@ -144,7 +154,7 @@ class Classifier:
             bits = INTEGER_BITS[kind]
             return isinstance(value, int) and not isinstance(value, bool) and -(2**bits) <= value < 2**bits
         if kind in {"float", "double"}:
-            return isinstance(value, int | float) and not isinstance(value, bool)
+            return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         line = json.dumps({column.name: value}, separators=(",", ":")).encode()
         _, rejected = self.column_readers[column.name].read([line])
         if rejected:
@@ -184,6 +194,8 @@ class Classifier:
         ]
         masks += [("type_mismatch", name, mask) for name, mask in bad_dates.items()]
         ts_utc = ts.cast(pa.timestamp("us", tz="UTC")) if n else pa.array([], pa.timestamp("us", tz="UTC"))
+        floor = pa.scalar(EARLIEST_EVENT_TIME, type=pa.timestamp("us", tz="UTC"))
+        masks.append(("event_time_out_of_range", "", pc.fill_null(pc.less(ts_utc, floor), False)))
         limit = pa.scalar(self.future_limit, type=pa.timestamp("us", tz="UTC"))
         masks.append(("future_event_time", "", pc.fill_null(pc.greater(ts_utc, limit), False)))
         for name in self.spec.partition_columns:
@@ -237,16 +249,21 @@ class Classifier:
                 return reason, None
             if reason == "future_event_time":
                 return reason, f"limit={self.spec.future_limit}"
+            if reason == "event_time_out_of_range":
+                return reason, f"earliest={EARLIEST_EVENT_TIME.isoformat()}"
             return reason, "fields=" + ",".join(fields)
         raise AssertionError(f"row {row} failed no check")
 
     def _hour_labels(self, ts: pa.Array) -> tuple[pa.Array, pa.Array]:
         """dt and hr of each instant by :func:`tidemark.time.hours.hour_of` itself, applied once per
         distinct minute (every zone's offset is whole minutes), so the rule exists once."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        minutes = pc.divide(ts.cast(pa.int64()), 60_000_000) if len(ts) else pa.array([], pa.int64())
+        # floor, not truncation: 1969-12-31T23:59:30 is in minute -1, not 0
+        micros = ts.cast(pa.int64()).to_numpy(zero_copy_only=False) if len(ts) else np.zeros(0, np.int64)
+        minutes = pa.array(np.floor_divide(micros, 60_000_000), pa.int64())
         distinct = pc.unique(minutes)
         labels = [self._hour_of_minute(m) for m in distinct.to_pylist()]
         index = pc.index_in(minutes, value_set=distinct)

@@ -23,6 +23,7 @@ REASONS = (
     "null_event_time",
     "missing_field",
     "type_mismatch",
+    "event_time_out_of_range",
     "future_event_time",
     "invalid_partition_value",
     "partition_cardinality",

@@ -1,5 +1,12 @@
 """``pyarrow.json`` over lines of messages, narrowing a rejected block down to the records at
-fault: one bad record costs a few small re-reads, never the block."""
+fault: one bad record costs a few small re-reads, never the block.
+
+One message is one record, never more, never fewer: the reader gets only lines that start
+with ``{`` and end with ``}`` (so no line is empty and every line yields at least one row), a
+piece is accepted only when it yields exactly one row per line, and a line the reader's error
+names is set aside only once it fails on its own (a message holding two objects, or trailing
+data, shifts the reader's row numbers).
+"""
 
 from __future__ import annotations
 
@@ -46,6 +53,14 @@ class JsonLinesReader:
         options = pj.ReadOptions(use_threads=False, block_size=max(len(data) + 1, 1 << 16))
         return pj.read_json(io.BytesIO(data), read_options=options, parse_options=self.parse_options)
 
+    def _fails_alone(self, line: bytes) -> bool:
+        import pyarrow as pa
+
+        try:
+            return bool(self._read([line]).num_rows != 1)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return True
+
     def read(self, lines: Sequence[bytes]) -> tuple[list[tuple[list[int], pa.Table]], dict[int, str]]:
         """Tables of the accepted lines, each with the indices of its lines (increasing), and
         the reader's error for each rejected line."""
@@ -81,7 +96,8 @@ class JsonLinesReader:
                 return
             match = _ERROR_ROW.search(error)
             row = int(match.group(1)) if match else -1
-            if 0 <= row < len(index):  # the reader named the line: set it aside, read the rest
+            if 0 <= row < len(index) and self._fails_alone(lines[index[row]]):
+                # the reader named the line and it fails on its own: set it aside, read the rest
                 rejected[index[row]] = error
                 index = index[:row] + index[row + 1 :]
                 continue
@@ -90,20 +106,63 @@ class JsonLinesReader:
             index = index[middle:]
 
 
-def json_line(value: bytes) -> bytes | str:
-    """The message as one JSON line for the reader, or why it is not a JSON object.
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (NaN and Infinity literals are refused)")
+
+
+def strict_json(text: bytes) -> Any:
+    """The value of one JSON document by the standard: no NaN/Infinity literals, no trailing
+    data; ``ValueError`` says why not (``RecursionError`` of deep nesting included)."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def message_line(value: bytes) -> bytes | str:
+    """The message as one JSON-object line for the reader, or why it is not exactly one JSON
+    object (empty, invalid UTF-8, several objects, trailing data, not an object, NaN).
 
     A message with line breaks (pretty-printed JSON) is re-serialized on one line; a line
-    break inside a string is not valid JSON, which ``json.loads`` reports."""
-    if b"\n" not in value and b"\r" not in value:
-        return value
+    break inside a string is not valid JSON, which the parser reports."""
+    stripped = value.strip()
+    if not stripped:
+        return "empty message"
     try:
-        obj = json.loads(value)
+        stripped.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"invalid UTF-8 at byte {exc.start}"
+    multiline = b"\n" in stripped or b"\r" in stripped
+    framed = stripped[:1] == b"{" and stripped[-1:] == b"}"
+    if framed and not multiline and b"NaN" not in stripped and b"Infinity" not in stripped:
+        return stripped  # the reader decides (several objects on the line: it yields two rows)
+    try:
+        obj = strict_json(stripped)
     except ValueError as exc:
         return f"invalid JSON: {exc}"
     if not isinstance(obj, dict):
         return f"not a JSON object but {type(obj).__name__}"
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return json.dumps(obj, separators=(",", ":")).encode() if multiline else stripped
+
+
+def plain_block(joined: bytes, n: int) -> bool:
+    """Whether ``n`` messages joined by line breaks are each one line that starts with ``{``
+    and ends with ``}``, valid UTF-8, without NaN/Infinity: checked at C speed, so the common
+    block goes to the reader as it is."""
+    if joined.count(b"\n") != n - 1 or b"\r" in joined:
+        return False
+    if joined[:1] != b"{" or joined[-1:] != b"}":
+        return False
+    if joined.count(b"\n{") != n - 1 or joined.count(b"}\n") != n - 1:
+        return False
+    if b"NaN" in joined or b"Infinity" in joined:
+        return False
+    if not joined.isascii():
+        try:
+            joined.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
 
 
 def to_date(values: Any) -> pa.Array:

@@ -20,7 +20,10 @@ from pyspark.sql.datasource import InputPartition
 from tidemark.ingest.spec import RawRecords
 
 DEFAULT_SUBRANGE = 250_000
-BLOCK_ROWS = 20_000  # records classified at a time
+BLOCK_ROWS = 20_000  # records classified at a time ...
+# ... and bytes: many messages just under max_message_bytes must not make a block of gigabytes
+# (a block is at most this plus one consume call, which librdkafka's queue bounds).
+BLOCK_BYTES = 16 << 20
 STALL_TIMEOUT_S = 60.0
 # librdkafka settings of a range reader (the benchmark's baselines use the same)
 READER_SETTINGS: dict[str, Any] = {
@@ -69,7 +72,7 @@ class RangeConsumer:
         self.last: int | None = None
 
     def blocks(self) -> Iterator[RawRecords]:
-        """Blocks of up to BLOCK_ROWS records, in offset order."""
+        """Blocks of up to BLOCK_ROWS records or about BLOCK_BYTES, in offset order."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         sub = self.sub
@@ -77,6 +80,7 @@ class RangeConsumer:
         where = f"{self.topic}[{sub.mq_partition}] offsets {sub.start}..{sub.end - 1}"
         consumer.assign([TopicPartition(self.topic, sub.mq_partition, sub.start)])
         block = RawRecords(sub.mq_partition, [], [], [], [])
+        block_bytes = 0
         position = sub.start
         last_progress = time.monotonic()
         try:
@@ -112,12 +116,15 @@ class RangeConsumer:
                     block.offsets += offsets
                     block.timestamps += [m.timestamp()[1] for m in messages]
                     block.keys += [m.key() for m in messages]
-                    block.values += [m.value() for m in messages]
+                    values = [m.value() for m in messages]
+                    block.values += values
+                    block_bytes += sum([len(v) for v in values if v is not None])
                     position = max(position, offsets[-1] + 1)
                     last_progress = time.monotonic()
-                if len(block) >= BLOCK_ROWS:
+                if len(block) >= BLOCK_ROWS or block_bytes >= BLOCK_BYTES:
                     yield self._counted(block)
                     block = RawRecords(sub.mq_partition, [], [], [], [])
+                    block_bytes = 0
             if len(block):
                 yield self._counted(block)
         finally:

@@ -1,0 +1,132 @@
+"""One message is one record or one dirty record, never another message's content: a corpus of
+hostile messages, each beside good ones, classified in one block (the fast path) and alone.
+Content is checked against offsets: every good row carries the event id produced at its own
+offset."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.helpers.classify import GOOD, block, event, events_config, spec_of
+from tidemark.ingest.classify import Classifier
+from tidemark.time.hours import hour_of
+
+pytestmark = pytest.mark.unit
+
+HOSTILE: list[tuple[str, bytes | None, str | None]] = [
+    (
+        "two objects",
+        b'{"event_id":"x1","event_type":"a","event_time":"2026-11-22T10:00:00Z"}'
+        b'{"event_id":"x2","event_type":"a","event_time":"2026-11-22T10:00:00Z"}',
+        "invalid_json",
+    ),
+    (
+        "two objects, spaced",
+        b'{"event_id":"x1","event_type":"a","event_time":"2026-11-22T10:00:00Z"} '
+        b'{"event_id":"x2","event_type":"a","event_time":"2026-11-22T10:00:00Z"}',
+        "invalid_json",
+    ),
+    ("empty", b"", "invalid_json"),
+    ("blank", b"  \t ", "invalid_json"),
+    ("trailing data", event()[:-1] + b"} trailing", "invalid_json"),
+    (
+        "invalid UTF-8 in a string",
+        event(event_type="caf\udcc3").replace(b"\\udcc3", b"\xc3\x28"),
+        "invalid_json",
+    ),
+    ("invalid UTF-8 outside", b"\xff" + event(), "invalid_json"),
+    ("raw NUL in a string", event(event_type="a").replace(b'"a"', b'"a\x00b"'), "invalid_json"),
+    ("NaN", event().replace(b'"amount": "12.50"', b'"amount": NaN'), "invalid_json"),
+    ("-Infinity", event().replace(b'"user_id": 7', b'"user_id": -Infinity'), "invalid_json"),
+    ("deep nesting", event()[:-1] + b', "deep": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),
+    ("deep nesting, unclosed", event()[:-1] + b', "deep": ' + b"[" * 100_000 + b"}", "invalid_json"),
+    ("null value (tombstone)", None, "null_value"),
+    ("JSON null", b"null", "invalid_json"),
+    ("array", b"[1, 2]", "invalid_json"),
+    ("string", b'"event"', "invalid_json"),
+    ("number too big", event(user_id=10**30), "type_mismatch"),
+    ("double out of range", event().replace(b'"user_id": 7', b'"user_id": 1e400'), "type_mismatch"),
+    ("duplicate key", event()[:-1] + b', "event_id": "dup"}', "invalid_json"),
+    ("year 0001", event(event_time="0001-01-01T00:00:00Z"), "event_time_out_of_range"),
+    ("year 1899", event(event_time="1899-12-31T23:59:59Z"), "event_time_out_of_range"),
+    ("year 9999", event(event_time="9999-12-31T23:59:59Z"), "future_event_time"),
+    ("pretty printed", json.dumps({**GOOD, "event_id": "pretty"}, indent=2).encode(), None),
+    ("escaped NUL", event(event_type="a\u0000b"), None),
+    ("non-ASCII", event(event_type="café ☕"), None),
+    ("pre-1970", event(event_time="1969-12-31T23:59:30Z"), None),
+]
+
+
+def corpus() -> tuple[list[bytes | None], dict[int, str | None], dict[int, str]]:
+    """Good, hostile, good, ... with the expected reason of each hostile offset and the
+    event id of each good one (offsets start at 100)."""
+    values: list[bytes | None] = []
+    expected: dict[int, str | None] = {}
+    ids: dict[int, str] = {}
+    for i, (_, value, reason) in enumerate(HOSTILE):
+        good_id = f"g{i}"
+        ids[100 + len(values)] = good_id
+        values.append(event(event_id=good_id))
+        expected[100 + len(values)] = reason
+        values.append(value)
+    ids[100 + len(values)] = "last"
+    values.append(event(event_id="last"))
+    return values, expected, ids
+
+
+def verdicts(values: list[bytes | None]) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    config = events_config()
+    classified = Classifier(spec_of(config)).classify(block(values))
+    good = {r["_mq_offset"]: r for r in classified.good.to_pylist()}
+    dirty = {r["mq_offset"]: r for r in classified.dirty.to_pylist()}
+    return good, dirty
+
+
+def test_every_hostile_message_is_exactly_one_verdict_and_good_rows_keep_their_content() -> None:
+    values, expected, ids = corpus()
+    good, dirty = verdicts(values)
+    assert set(good) | set(dirty) == set(range(100, 100 + len(values))) and not set(good) & set(dirty)
+    for offset, event_id in ids.items():  # content against offset, not only counts
+        assert offset in good, (offset, dirty.get(offset))
+        assert good[offset]["event_id"] == event_id
+    for (name, _, reason), offset in zip(HOSTILE, sorted(expected), strict=True):
+        if reason is None:
+            assert offset in good, (name, dirty.get(offset))
+        else:
+            assert offset in dirty, (name, good.get(offset))
+            assert dirty[offset]["reason"] == reason, (name, dirty[offset]["reason"], dirty[offset]["detail"])
+            assert dirty[offset]["raw_value"] == values[offset - 100]
+
+
+@pytest.mark.parametrize(("name", "value", "reason"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_each_hostile_message_gets_the_same_verdict_alone(
+    name: str, value: bytes | None, reason: str | None
+) -> None:
+    good, dirty = verdicts([value])
+    assert (dirty[100]["reason"] if dirty else None) == reason, (name, dirty)
+    assert bool(good) == (reason is None)
+
+
+def test_the_black_box_sequence_two_objects_good_empty_good() -> None:
+    two = HOSTILE[0][1]
+    assert two is not None
+    values: list[bytes | None] = [two, event(event_id="a"), b"", event(event_id="b")]
+    values += [event(event_id=f"c{i}") for i in range(60)]
+    good, dirty = verdicts(values)
+    assert sorted(dirty) == [100, 102]
+    assert {o: r["event_id"] for o, r in good.items()} == {
+        101: "a",
+        103: "b",
+        **{104 + i: f"c{i}" for i in range(60)},
+    }
+
+
+def test_pre_1970_instants_get_their_own_hour() -> None:
+    good, _ = verdicts([event(event_time="1969-12-31T23:59:30Z"), event(event_time="1970-01-01T00:00:30Z")])
+    labels = [(r["dt"], r["hr"]) for _, r in sorted(good.items())]
+    assert labels == [("1969-12-31", "23"), ("1970-01-01", "00")]
+    assert hour_of(datetime(1969, 12, 31, 23, 59, 30, tzinfo=UTC), "UTC").key == "1969-12-31T23"
