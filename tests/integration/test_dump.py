@@ -93,3 +93,59 @@ def test_dirty_ratio_exceeded_fails_and_commits_nothing(
     assert CommitLog(settings.state_dir, config.table).state().batches == 0
     rows, dirty, _ = landed(settings, config.table)
     assert not rows and not dirty
+
+
+def test_hostile_messages_land_one_verdict_each_and_rows_keep_their_own_content(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Through the real broker and the dump: the black-box sequence (two objects in one message,
+    a good one, an empty one, a good one) and the hostile corpus, each between good messages.
+    Every good row carries the event id produced at its offset."""
+    import pyarrow.parquet as pq
+
+    from tests.helpers.classify import HOSTILE, event
+    from tidemark.state.layout import Layout
+    from tidemark_dev.generator import Message
+
+    config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=1.0)
+    create_topic(broker, config.source.topic, 1)
+    values: list[bytes] = [HOSTILE[0][1] or b"", event(event_id="a"), b"", event(event_id="b")]
+    expected: list[str | None] = ["invalid_json", "a", "invalid_json", "b"]
+    for i, (_, value, reason) in enumerate(HOSTILE):
+        if value is None:
+            continue  # tombstones: the generator produces values only
+        values += [event(event_id=f"g{i}"), value]
+        expected += [f"g{i}", reason if reason is not None else "good"]
+    delivered = produce(broker, config.source.topic, [Message(0, v, None, None) for v in values])
+    offsets = [o for _, o, _ in delivered]
+    result = run_dump(spark, config, settings, "hostile-1", PROCESSING)
+    assert result.read == len(values)
+
+    layout = Layout(settings, config.table)
+    content: dict[int, str] = {}
+    for path in [*layout.open_dir.rglob("*.parquet"), *layout.late_dir.rglob("*.parquet")]:
+        for row in pq.read_table(path, columns=["_mq_offset", "event_id"]).to_pylist():
+            assert row["_mq_offset"] not in content
+            content[row["_mq_offset"]] = row["event_id"]
+    dirty: dict[int, str] = {}
+    for path in layout.dirty_dir.rglob("*.parquet"):
+        for row in pq.read_table(path, columns=["mq_offset", "reason"]).to_pylist():
+            assert row["mq_offset"] not in dirty
+            dirty[row["mq_offset"]] = row["reason"]
+    assert set(content) | set(dirty) == set(offsets) and not set(content) & set(dirty)
+    for offset, want in zip(offsets, expected, strict=True):
+        if want == "good":
+            assert offset in content, (offset, dirty.get(offset))
+        elif want in HOSTILE_REASONS:
+            assert dirty.get(offset) == want, (offset, want, content.get(offset))
+        else:  # a good message: its own event id at its own offset
+            assert content.get(offset) == want, (offset, want, dirty.get(offset))
+
+
+HOSTILE_REASONS = {
+    "invalid_json",
+    "type_mismatch",
+    "event_time_out_of_range",
+    "future_event_time",
+    "null_value",
+}

@@ -16,10 +16,13 @@ Each record is classified once, with the first reason that applies, in this orde
 |---|---|
 | ``oversized`` | the message is larger than ``source.max_message_bytes`` |
 | ``null_value`` | the message has no value (a tombstone) |
-| ``invalid_json`` | the value is not a JSON object |
+| ``invalid_json`` | the value is not exactly one JSON object: empty, several objects, trailing \
+data, not an object, invalid UTF-8, ``NaN``/``Infinity`` literals, a key given twice, nesting \
+deeper than the parser allows |
 | ``null_event_time`` | the event-time field is missing or null |
 | ``missing_field`` | a ``not null`` column is missing or null |
-| ``type_mismatch`` | a value cannot be converted to its column's type |
+| ``type_mismatch`` | a value cannot be converted to its column's type (numbers out of range too) |
+| ``event_time_out_of_range`` | event time before 1900-01-01 UTC (``EARLIEST_EVENT_TIME``) |
 | ``future_event_time`` | event time > the batch's processing time + ``watermark.max_future_skew`` |
 | ``invalid_partition_value`` | a value of a ``partitioning.columns`` column is null, longer than 64, or \
 not made of ``[A-Za-z0-9_.-]`` (so no path separators, ``..``, quotes or spaces) |
