@@ -108,14 +108,14 @@ def _spark_submit(table: str, job: str, job_args: list[str]) -> int:
     import subprocess
 
     from tidemark.config import load_table
-    from tidemark.jobs import SparkJob
+    from tidemark.jobs import SparkJob, spark_environment
     from tidemark.settings import Settings
 
     settings = Settings.from_env()
     load_table(table, settings)  # fail fast on a bad config, before a JVM starts
     command = SparkJob(job, table, job_args).command(settings)
     log.info("running %s", " ".join(command))
-    return subprocess.call(command)
+    return subprocess.call(command, env=spark_environment(settings))
 
 
 def _cmd_dump(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import argparse
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,21 +44,62 @@ class SparkJob:
         return str(settings.project_root / "spark_jobs" / f"{self.job}.py")
 
     def command(self, settings: Settings) -> list[str]:
-        """The spark-submit command line (the CLI runs it; Airflow's operator builds the same
-        from the application, the arguments and its connection)."""
-        import shutil
-        from pathlib import Path
-
+        """The spark-submit command line (the CLI runs it with :func:`spark_environment`;
+        Airflow's operator builds the same from the application, the arguments and its
+        connection)."""
         from tidemark.spark import jdbc_driver_class_path
 
-        submit = shutil.which("spark-submit") or str(Path(settings.python).parent / "spark-submit")
-        command = [submit, "--master", settings.spark_master, "--name", self.name]
+        command = [spark_submit(settings), "--master", settings.spark_master, "--name", self.name]
         drivers = jdbc_driver_class_path()
         if drivers:
             command += ["--driver-class-path", drivers]
         for key, value in settings.spark_conf.items():
             command += ["--conf", f"{key}={value}"]
         return [*command, self.application(settings), *self.arguments]
+
+
+def spark_submit(settings: Settings) -> str:
+    """The venv's own spark-submit (beside its interpreter), whatever PATH holds."""
+    from pathlib import Path
+
+    beside = Path(settings.python).parent / "spark-submit"
+    return str(beside) if beside.exists() else str(Path(spark_home()) / "bin" / "spark-submit")
+
+
+def spark_home() -> str:
+    """Spark's home inside the installed pyspark package (found without importing it)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("pyspark is not installed in this interpreter's environment")
+    return str(Path(spec.origin).parent)
+
+
+SPARK_ENVIRONMENT = ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PATH")
+
+
+def spark_environment(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a spark-submit of a tidemark job runs in: the venv's interpreter for the
+    driver and the executors and the venv's Spark home, whatever PATH holds (called by its path
+    from cron or systemd, spark-submit would find Spark's home with the ``python3`` on PATH,
+    which has no pyspark)."""
+    import os
+    from pathlib import Path
+
+    env = dict(os.environ if base is None else base)
+    venv_bin = str(Path(settings.python).parent)
+    path = env.get("PATH", "")
+    env.update(
+        {
+            "SPARK_HOME": env.get("SPARK_HOME") or spark_home(),
+            "PYSPARK_PYTHON": settings.python,
+            "PYSPARK_DRIVER_PYTHON": settings.python,
+            "PATH": path if path.split(os.pathsep)[:1] == [venv_bin] else f"{venv_bin}{os.pathsep}{path}",
+        }
+    )
+    return env
 
 
 def job_parser(prog: str, description: str) -> argparse.ArgumentParser:

@@ -96,12 +96,11 @@ def spark_job(
     **operator_kwargs: Any,
 ) -> Any:
     """A SparkSubmitOperator running ``spark_jobs/<job>.py`` for this table and run id."""
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
+    from tidemark.airflow.operators import TidemarkSparkSubmitOperator
     from tidemark.jobs import SparkJob
 
     submit = SparkJob(job, config.table, ["--run-id", "{{ run_id }}", *(extra_args or [])])
-    return (operator or SparkSubmitOperator)(
+    return (operator or TidemarkSparkSubmitOperator)(
         task_id=job,
         doc_md=doc,
         application=submit.application(settings),

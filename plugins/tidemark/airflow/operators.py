@@ -1,6 +1,9 @@
-"""The one custom operator: spark-submit with the bootstrap source's credentials.
+"""The operators of tidemark's Spark tasks: spark-submit in the venv's own environment, and
+with the bootstrap source's credentials.
 
-The credentials are looked up in ``execute`` (after templates were rendered and stored), from
+The environment (the venv's interpreter and Spark home) is set in ``execute``, from the
+worker's own settings, so a worker whose PATH lacks the venv still runs the right Spark. The
+credentials are looked up in ``execute`` (after templates were rendered and stored), from
 the Airflow connection the trigger form names, masked in the task log, and handed to the job
 through its environment only: never a param, an argument or a rendered field.
 """
@@ -18,12 +21,28 @@ from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
 log = logging.getLogger(__name__)
 
 
-class SourceCredentialsSparkSubmitOperator(SparkSubmitOperator):
+class TidemarkSparkSubmitOperator(SparkSubmitOperator):
+    """SparkSubmitOperator whose spark-submit runs with the venv's interpreter and Spark home
+    (``jobs.spark_environment``), whatever the worker's PATH holds."""
+
+    def execute(self, context: Any) -> Any:
+        from tidemark.jobs import SPARK_ENVIRONMENT, spark_environment
+        from tidemark.settings import Settings
+
+        full = spark_environment(Settings.from_env())
+        self.env_vars = {**{k: full[k] for k in SPARK_ENVIRONMENT}, **(self.env_vars or {})}
+        log.info(
+            "spark-submit with SPARK_HOME=%s PYSPARK_PYTHON=%s", full["SPARK_HOME"], full["PYSPARK_PYTHON"]
+        )
+        return super().execute(context)
+
+
+class SourceCredentialsSparkSubmitOperator(TidemarkSparkSubmitOperator):
     """SparkSubmitOperator that passes ``login``/``password`` of ``source_conn_id`` as
     ``TIDEMARK_SOURCE_USER``/``TIDEMARK_SOURCE_PASSWORD``. A missing connection is not an
     error: file sources need none, and a worker may provide the variables itself."""
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "source_conn_id")
+    template_fields: Sequence[str] = (*TidemarkSparkSubmitOperator.template_fields, "source_conn_id")
 
     def __init__(self, *, source_conn_id: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
