@@ -26,7 +26,9 @@ SEAL_POINTS = ("mid_compaction", "after_registration")
 ANNOUNCE_POINTS = ("before_announce",)
 REBUILD_POINTS = ("mid_rebuild", "before_swap", "after_swap")
 SNAPSHOT_POINTS = ("after_alignment", "after_snapshot_staging", "after_snapshot_swap")
-POINTS = DUMP_POINTS + SEAL_POINTS + ANNOUNCE_POINTS + REBUILD_POINTS + SNAPSHOT_POINTS
+# Faults of monitoring-only steps, which must never fail the job (used with TIDEMARK_FAIL_MODE=raise)
+MONITORING_POINTS = ("group_commit",)
+POINTS = DUMP_POINTS + SEAL_POINTS + ANNOUNCE_POINTS + REBUILD_POINTS + SNAPSHOT_POINTS + MONITORING_POINTS
 EXIT_CODE = 86
 
 

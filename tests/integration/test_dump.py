@@ -149,3 +149,32 @@ HOSTILE_REASONS = {
     "future_event_time",
     "null_value",
 }
+
+
+def test_group_commit_is_monitoring_only_and_never_moves_backwards(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tidemark.ingest.kafka import client_properties, commit_group_offsets, group_offsets
+    from tidemark.observe.metrics import emit_metrics
+
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 2)
+    produce(broker, config.source.topic, events(40, start=START, partitions=2))
+    conf = client_properties(settings.kafka_bootstrap, {})
+    # A failing group commit (injected where the client would raise) leaves the batch committed.
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "group_commit")
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    first = run_dump(spark, config, settings, "g-1", PROCESSING)
+    assert first.status == "committed" and first.read == 40
+    sent: dict[str, float] = {}
+    emit_metrics(config, settings, gauge=sent.__setitem__)
+    assert sent[f"tidemark.{config.table}.group_commit_failed"] == 1.0
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    # The retry of the committed run commits the group; a replay never moves it backwards.
+    assert run_dump(spark, config, settings, "g-1", PROCESSING).status == "already_committed"
+    assert group_offsets(conf, config.consumer_group, config.source.topic, [0, 1]) == {0: 20, 1: 20}
+    commit_group_offsets(conf, config.consumer_group, config.source.topic, {0: 35, 1: 35})
+    assert run_dump(spark, config, settings, "g-1", PROCESSING).status == "already_committed"
+    assert group_offsets(conf, config.consumer_group, config.source.topic, [0, 1]) == {0: 35, 1: 35}
+    emit_metrics(config, settings, gauge=sent.__setitem__)
+    assert sent[f"tidemark.{config.table}.group_commit_failed"] == 0.0

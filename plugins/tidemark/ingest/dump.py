@@ -38,6 +38,7 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, Plan
 from tidemark.state.layout import Layout
 from tidemark.state.locks import TableLock
+from tidemark.state.storage import replace_atomically
 from tidemark.time.watermarks import BatchObservation, MqWatermark, ReadyTime, advance, ready_time
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ def run_dump(
                 done.run_id,
             )
             Publisher(layout, done.batch_id).cleanup()
-            _commit_group(config, kafka_conf, done)
+            _commit_group(config, settings, kafka_conf, done)
             return _result(done, "already_committed")
         publisher = Publisher(layout, plan.batch_id)
         with watch.phase("rollback"):
@@ -284,7 +285,7 @@ def run_dump(
             watch.rounded(),
         )
     crash_point("before_group_commit")
-    _commit_group(config, kafka_conf, commit)
+    _commit_group(config, settings, kafka_conf, commit)
     return replace(_result(commit, "committed"), timings=watch.rounded())
 
 
@@ -315,9 +316,31 @@ def _watermarks(
     return tuple(wm[p] for p in sorted(wm)), ready
 
 
-def _commit_group(config: TableConfig, kafka_conf: dict[str, Any], commit: Commit) -> None:
-    if commit.ranges:
-        commit_group_offsets(kafka_conf, config.consumer_group, commit.topic, commit.end_offsets)
+def _commit_group(
+    config: TableConfig, settings: Settings, kafka_conf: dict[str, Any], commit: Commit
+) -> None:
+    """Consumer-group offsets for lag monitoring, after the commit record: a failure (an ACL, a
+    group shared with a live consumer) is a warning and the ``group_commit_failed`` gauge, never
+    a failed batch; the outcome is recorded beside the commit log for the metrics task."""
+    if not commit.ranges:
+        return
+    record = CommitLog(settings.state_location, config.table).root / "group_commit.json"
+    try:
+        crash_point("group_commit")
+        moved = commit_group_offsets(kafka_conf, config.consumer_group, commit.topic, commit.end_offsets)
+    except Exception as exc:  # monitoring only: whatever the client raises, the batch stands
+        log.warning(
+            "%s: batch %s is committed, but committing offsets %s of consumer group %s failed (lag "
+            "monitoring only; the commit log is the truth): %s",
+            config.table,
+            commit.batch_id,
+            commit.end_offsets,
+            config.consumer_group,
+            exc,
+        )
+        replace_atomically(record, {"batch_id": commit.batch_id, "failed": True, "error": str(exc)[:500]})
+        return
+    replace_atomically(record, {"batch_id": commit.batch_id, "failed": False, "committed": moved})
 
 
 def _result(commit: Commit, status: str) -> DumpResult:

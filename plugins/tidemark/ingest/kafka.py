@@ -100,13 +100,24 @@ def partition_offsets(conf: dict[str, Any], topic: str) -> dict[int, tuple[int, 
         consumer.close()
 
 
-def commit_group_offsets(conf: dict[str, Any], group: str, topic: str, ends: Mapping[int, int]) -> None:
-    """Commit ``ends`` for ``group`` (lag monitoring only: the commit log is the truth)."""
+def commit_group_offsets(
+    conf: dict[str, Any], group: str, topic: str, ends: Mapping[int, int]
+) -> dict[int, int]:
+    """Commit ``ends`` for ``group`` where they move forward (lag monitoring only: the commit
+    log is the truth, and a replayed or slow run must never move the group backwards); returns
+    what was committed."""
     from confluent_kafka import TopicPartition
 
     consumer = _consumer({**conf, "group.id": group})
     try:
-        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in ends.items()], asynchronous=False)
+        committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=TIMEOUT_S)
+        current = {tp.partition: int(tp.offset) for tp in committed}
+        forward = {p: o for p, o in ends.items() if o > current.get(p, -1)}
+        if forward:
+            consumer.commit(
+                offsets=[TopicPartition(topic, p, o) for p, o in sorted(forward.items())], asynchronous=False
+            )
+        return forward
     finally:
         consumer.close()
 

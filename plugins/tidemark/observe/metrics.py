@@ -11,6 +11,8 @@ gauges, names prefixed ``tidemark.<table>.``:
 | ``batch.read``, ``batch.rows``, ``batch.dirty``, ``batch.late`` | the last committed batch |
 | ``ready_lag_seconds`` | last batch's processing time - global ready time (how far sealing trails) |
 | ``hours_quarantined`` | hours held by the quality gate, waiting for ``tidemark release`` |
+| ``group_commit_failed`` | 1 when the last batch's consumer-group commit failed (lag monitoring \
+only; the batch is committed) |
 | ``hour.rows``, ``hour.late``, ``hour.freshness_seconds``, ``hour.quality_failures`` | each hour \
 sealed, amended or released since the previous metrics task, in order |
 """
@@ -62,6 +64,9 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         send("batch.rows", last.rows)
         send("batch.dirty", last.dirty)
         send("batch.late", last.late)
+    group = read_json(commit_log.root / "group_commit.json")
+    if group is not None:
+        send("group_commit_failed", 1.0 if group.get("failed") else 0.0)
     if state.ready is not None and state.ready.instant is not None:
         processing = datetime.fromisoformat(state.ready.processing_time)
         send("ready_lag_seconds", (processing - state.ready.instant).total_seconds())
