@@ -24,8 +24,9 @@ def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> A
     if args.dry_run:
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         return preview_batch(config, CommitLog(settings.state_location, config.table), conf)
-    processing_time = parse_instant(args.processing_time) or datetime.now(UTC)
-    return run_dump(spark, config, settings, args.run_id, processing_time)
+    started = datetime.now(UTC)  # the wall clock, read once here: a new plan records it
+    processing_time = parse_instant(args.processing_time) or started
+    return run_dump(spark, config, settings, args.run_id, processing_time, planned_at=started)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

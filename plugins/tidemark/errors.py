@@ -55,6 +55,27 @@ class DataLossError(TidemarkError):
         )
 
 
+class OffsetsWentBackError(TidemarkError):
+    """The broker holds fewer offsets than the commit log already read (the topic was recreated
+    or truncated, or a partition vanished): planning on would skip or re-read data silently."""
+
+    def __init__(
+        self, table: str, topic: str, partition: int, committed_end: int, latest: int | None
+    ) -> None:
+        self.table = table
+        self.topic = topic
+        self.partition = partition
+        self.committed_end = committed_end
+        self.latest = latest
+        now = "is gone from the broker" if latest is None else f"ends at offset {latest} on the broker"
+        super().__init__(
+            f"{table}: {topic}[{partition}] was read up to offset {committed_end} (commit log) but {now}; "
+            "the topic was recreated or truncated. Nothing was planned. Check the topic; to go on from "
+            f"the broker's offsets, record the decision: tidemark resolve --table {table} --action rebase "
+            '--reason "..."'
+        )
+
+
 class BatchConflictError(TidemarkError):
     """Another process holds the table's batch lock or won the race to a create-only record."""
 

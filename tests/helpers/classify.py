@@ -43,7 +43,7 @@ def spec_of(config: TableConfig, sealed_through: datetime | None = None) -> Clas
         topic="t",
         batch_id=4,
         run_id="run-4",
-        processing_time=PROCESSING,
+        clock=PROCESSING,
         sealed_through=sealed_through,
     )
     return ClassifySpec.from_json(spec.to_json())  # as the executors get it

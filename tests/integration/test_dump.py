@@ -178,3 +178,33 @@ def test_group_commit_is_monitoring_only_and_never_moves_backwards(
     assert group_offsets(conf, config.consumer_group, config.source.topic, [0, 1]) == {0: 35, 1: 35}
     emit_metrics(config, settings, gauge=sent.__setitem__)
     assert sent[f"tidemark.{config.table}.group_commit_failed"] == 0.0
+
+
+def test_a_cleared_or_queued_run_judges_future_times_by_the_clock_of_its_plan(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """The run of interval [11:00, 12:00) runs two hours late (cleared, queued, backfilled):
+    records of 13:50 are current, not future; the plan records the wall clock it was made at."""
+    from datetime import timedelta
+
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 2)
+    now = PROCESSING + timedelta(hours=2, minutes=5)
+    produce(
+        broker,
+        config.source.topic,
+        events(30, start=now - timedelta(minutes=15), partitions=2, span=timedelta(minutes=10)),
+    )
+    result = run_dump(spark, config, settings, "scheduled__11", PROCESSING, planned_at=now)
+    assert (result.read, result.rows, result.dirty) == (30, 30, 0)
+    plan = CommitLog(settings.state_dir, config.table).plan(result.batch_id)
+    assert (
+        plan is not None
+        and plan.planned_at == now.isoformat()
+        and plan.processing_time == PROCESSING.isoformat()
+    )
+    # a retry later still sees the same batch
+    again = run_dump(
+        spark, config, settings, "scheduled__11", PROCESSING, planned_at=now + timedelta(hours=5)
+    )
+    assert again.status == "already_committed" and again.batch_id == result.batch_id

@@ -132,3 +132,24 @@ def test_table_lock_blocks_live_holder_and_breaks_dead_one(tmp_path: Path) -> No
     path.write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 17, "run_id": "dead"}))
     with lock.hold("r3"):
         assert "r3" in path.read_text()
+
+
+def test_partitions_added_later_start_at_earliest_whatever_starting_offsets_says() -> None:
+    # first batch: latest skips what was there before tidemark started
+    assert next_ranges(table(starting_offsets="latest"), {}, {0: (0, 9)}) == [MqRange(0, 9, 9)]
+    # a partition added after the first batch: its early records are new data
+    ranges = next_ranges(table(starting_offsets="latest"), {0: 9}, {0: (0, 12), 1: (0, 4)})
+    assert ranges == [MqRange(0, 9, 12), MqRange(1, 0, 4)]
+    ranges = next_ranges(table(starting_offsets={0: 5}), {0: 9}, {0: (0, 12), 1: (0, 4)})
+    assert ranges == [MqRange(0, 9, 12), MqRange(1, 0, 4)]
+
+
+def test_offsets_that_went_back_raise_a_named_error() -> None:
+    from tidemark.errors import OffsetsWentBackError
+
+    with pytest.raises(OffsetsWentBackError, match=r"t\[1\] was read up to offset 40 .* ends at offset 3"):
+        next_ranges(table(), {0: 5, 1: 40}, {0: (0, 9), 1: (0, 3)})
+    with pytest.raises(
+        OffsetsWentBackError, match=r"t\[2\] was read up to offset 7 .* is gone from the broker"
+    ):
+        next_ranges(table(), {0: 5, 2: 7}, {0: (0, 9)})

@@ -117,7 +117,7 @@ def read_and_stage(
         topic=plan.topic,
         batch_id=plan.batch_id,
         run_id=plan.run_id,
-        processing_time=datetime.fromisoformat(plan.processing_time),
+        clock=datetime.fromisoformat(plan.clock),
         sealed_through=datetime.fromisoformat(plan.sealed_through) if plan.sealed_through else None,
     )
     ranges = [r.__dict__ for r in plan.ranges]
@@ -183,8 +183,14 @@ def run_dump(
     settings: Settings,
     run_id: str,
     processing_time: datetime,
+    *,
+    planned_at: datetime | None = None,
 ) -> DumpResult:
-    """Run (or finish, or confirm) the batch of ``run_id``. Safe to call any number of times."""
+    """Run (or finish, or confirm) the batch of ``run_id``. Safe to call any number of times.
+
+    ``processing_time`` is the run's logical time (Airflow's data interval end); ``planned_at``
+    is the wall clock the job started at (its entry point reads it), recorded in a new plan to
+    judge future event times. A retry reuses the plan, so both are decided once."""
     commit_log = CommitLog(settings.state_location, config.table)
     layout = Layout(settings, config.table)
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
@@ -195,7 +201,14 @@ def run_dump(
             bound = commit_log.batch_of_run(run_id)
             done = commit_log.commit(bound) if bound is not None else None
             if done is None:
-                plan = plan_batch(config, commit_log, run_id, processing_time.isoformat(), kafka_conf)
+                plan = plan_batch(
+                    config,
+                    commit_log,
+                    run_id,
+                    processing_time.isoformat(),
+                    kafka_conf,
+                    planned_at=planned_at.isoformat() if planned_at else None,
+                )
                 crash_point("after_plan")
                 done = commit_log.commit(plan.batch_id)
         if done is not None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import DataLossError
+from tidemark.errors import DataLossError, OffsetsWentBackError
 from tidemark.ingest.kafka import partition_offsets
 from tidemark.state.commitlog import CommitLog, MqRange, Plan
 from tidemark.state.journal import HourJournal
@@ -21,14 +21,27 @@ def next_ranges(
     broker_offsets: Mapping[int, tuple[int, int]],
 ) -> list[MqRange]:
     """Pure planning rule: start at the committed end (or ``starting_offsets``), end at the
-    latest offset capped by ``max_records_per_partition``; retention gaps per ``on_data_loss``."""
+    latest offset capped by ``max_records_per_partition``; retention gaps per ``on_data_loss``.
+
+    ``starting_offsets`` applies to the first batch only: an MQ partition added later starts
+    at its earliest offset (its first records are new data, never to be skipped). A committed
+    end beyond the broker's latest offset, or a committed partition the broker no longer has,
+    raises ``OffsetsWentBackError``."""
     source = config.source
     cap = source.max_records_per_partition
+    first_batch = not committed_ends
+    for partition, end in sorted(committed_ends.items()):
+        if partition not in broker_offsets:
+            raise OffsetsWentBackError(config.table, source.topic, partition, end, None)
+        if end > broker_offsets[partition][1]:
+            raise OffsetsWentBackError(
+                config.table, source.topic, partition, end, broker_offsets[partition][1]
+            )
     ranges = []
     for partition, (earliest, latest) in sorted(broker_offsets.items()):
         if partition in committed_ends:
             start = committed_ends[partition]
-        elif source.starting_offsets == "earliest":
+        elif source.starting_offsets == "earliest" or not first_batch:
             start = earliest
         elif source.starting_offsets == "latest":
             start = latest
@@ -58,6 +71,8 @@ def plan_batch(
     run_id: str,
     processing_time: str,
     client_conf: dict[str, Any],
+    *,
+    planned_at: str | None = None,
 ) -> Plan:
     """The plan for ``run_id``: its stored plan if any, else the pending uncommitted plan (a
     failed earlier run's batch must complete before anything new is planned), else a new one.
@@ -90,6 +105,7 @@ def plan_batch(
         processing_time=processing_time,
         ranges=tuple(next_ranges(config, state.end_offsets, offsets)),
         sealed_through=sealed_through,
+        planned_at=planned_at,
     )
     commit_log.write_plan(plan)
     bound_batch = commit_log.bind_run(run_id, plan.batch_id)

@@ -42,7 +42,7 @@ class ClassifySpec:
         topic: str,
         batch_id: int,
         run_id: str,
-        processing_time: datetime,
+        clock: datetime,
         sealed_through: datetime | None,
     ) -> ClassifySpec:
         return cls(
@@ -55,7 +55,7 @@ class ClassifySpec:
             event_time_field=config.event_time.field,
             time_zone=config.event_time.time_zone,
             max_message_bytes=config.source.max_message_bytes,
-            future_limit=as_utc(processing_time + config.watermark.max_future_skew).isoformat(),
+            future_limit=as_utc(clock + config.watermark.max_future_skew).isoformat(),
             sealed_through=as_utc(sealed_through).isoformat() if sealed_through else None,
             partition_columns=tuple(config.partitioning.columns),
         )

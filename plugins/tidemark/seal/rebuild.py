@@ -196,7 +196,7 @@ class Rebuilder:
                 topic=self.config.source.topic,
                 batch_id=source.batch_id,
                 run_id=source.run_id,
-                processing_time=datetime.fromisoformat(source.processing_time),
+                clock=datetime.fromisoformat(source.clock),
                 sealed_through=datetime.fromisoformat(source.sealed_through)
                 if source.sealed_through
                 else None,

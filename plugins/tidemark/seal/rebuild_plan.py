@@ -28,6 +28,7 @@ class HourSource:
     batch_id: int
     run_id: str
     processing_time: str
+    clock: str  # the plan's clock: future event times were judged against it
     sealed_through: str | None
     ranges: tuple[MqRange, ...]
     records: int  # records the batch read in total (reconciled against the re-read)
@@ -128,6 +129,7 @@ def plan_rebuild(
                 batch_id=commit.batch_id,
                 run_id=commit.run_id,
                 processing_time=commit.processing_time,
+                clock=plan.clock if plan else commit.processing_time,
                 sealed_through=plan.sealed_through if plan else None,
                 ranges=commit.ranges,
                 records=sum(p.read for p in commit.mq_partitions),

@@ -71,6 +71,15 @@ class Plan:
     # Records with an event time before this instant belong to sealed hours: they are late.
     # Decided at planning time so a retry classifies exactly as the first attempt did.
     sealed_through: str | None = None
+    # The wall clock when the plan was made (first attempt): future event times are judged
+    # against it, never against the run's logical time, so a run cleared, queued or backfilled
+    # hours later does not mark current records as future (plans before it used processing_time).
+    planned_at: str | None = None
+
+    @property
+    def clock(self) -> str:
+        """The instant future event times of this batch are judged against."""
+        return self.planned_at or self.processing_time
 
     @property
     def records_planned(self) -> int:
