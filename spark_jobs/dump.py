@@ -25,6 +25,21 @@ def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> A
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         return preview_batch(config, CommitLog(settings.state_location, config.table), conf)
     started = datetime.now(UTC)  # the wall clock, read once here: a new plan records it
+    if args.resolve:  # the trigger form's decision about a stuck batch, applied once per run
+        from tidemark.ingest.kafka import client_properties, partition_offsets
+        from tidemark.ingest.resolve import resolve
+
+        conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+        resolve(
+            config,
+            settings,
+            action=args.resolve,
+            reason=args.resolve_reason,
+            by=args.resolved_by,
+            at=started,
+            broker_offsets=partition_offsets(conf, config.source.topic) if args.resolve == "rebase" else None,
+            run_id=args.run_id,
+        )
     processing_time = parse_instant(args.processing_time) or started
     return run_dump(spark, config, settings, args.run_id, processing_time, planned_at=started)
 
@@ -36,6 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="ISO timestamp of the run (Airflow: {{ data_interval_end }}); recorded in the plan, so a "
         "retry judges future event times the same way. Default: now, for a first attempt only.",
     )
+    parser.add_argument(
+        "--resolve",
+        default="",
+        choices=["", "replan", "skip", "accept", "rebase"],
+        help="first record this decision about the pending batch (tidemark resolve)",
+    )
+    parser.add_argument("--resolve-reason", default="", help="why: kept in the audit log")
+    parser.add_argument("--resolved-by", default="airflow", help="who decided")
     return run_job(parser, argv, _dump, hive=False)
 
 

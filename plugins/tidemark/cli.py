@@ -36,6 +36,8 @@ examples:
                                      full snapshot, aligned to the orders topic's offsets
   tidemark merge --table orders --snapshot 2026-11-22
                                      snapshot of a day from the sealed increment hours
+  tidemark resolve --table events --action skip --reason "poison range, INC-42"
+                                     get past a batch that fails the same way on every run
 """
 
 
@@ -140,6 +142,35 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     run_id = args.run_id or f"merge__{args.snapshot}"
     return _spark_submit(args.table, "merge", ["--run-id", run_id, "--snapshot", args.snapshot])
+
+
+def _cmd_resolve(args: argparse.Namespace) -> int:
+    """Record and apply an operator decision about a stuck batch (no Spark needed)."""
+    import getpass
+    from datetime import UTC, datetime
+
+    from tidemark.config import load_table
+    from tidemark.ingest.kafka import client_properties, partition_offsets
+    from tidemark.ingest.resolve import resolve
+    from tidemark.settings import Settings
+
+    settings = Settings.from_env()
+    config = load_table(args.table, settings)
+    broker = None
+    if args.action == "rebase":
+        conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+        broker = partition_offsets(conf, config.source.topic)
+    record = resolve(
+        config,
+        settings,
+        action=args.action,
+        reason=args.reason,
+        by=args.by or getpass.getuser(),
+        at=datetime.now(UTC),  # the decision's wall clock, for the audit record
+        broker_offsets=broker,
+    )
+    print(f"{config.table}: recorded {record.describe()}")
+    return 0
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
@@ -272,6 +303,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     release.add_argument("--run-id", help="recorded in the journal (default release__<hour>)")
     release.set_defaults(func=_cmd_release)
+
+    resolve = sub.add_parser(
+        "resolve",
+        help="decide about a stuck batch: replan, skip (a recorded gap), accept (past the dirty gate) or rebase",
+        description="Every run completes the pending batch before planning a new one, so a failure that "
+        "repeats on the same offsets stops the table until somebody decides. replan: close the pending "
+        "batch reading nothing, the next run plans afresh; skip: close it and record its offsets as a gap; "
+        "accept: the next run commits it although its dirty records exceed max_dirty_ratio; rebase: after "
+        "OffsetsWentBackError (topic recreated or truncated), restart the affected MQ partitions at the "
+        "broker's earliest offsets. Each decision is kept in the table's audit log (tidemark status).",
+    )
+    resolve.add_argument("--table", required=True)
+    resolve.add_argument("--action", required=True, choices=["replan", "skip", "accept", "rebase"])
+    resolve.add_argument("--reason", required=True, help="why: kept in the audit log")
+    resolve.add_argument("--by", help="who decides (default: the current user)")
+    resolve.set_defaults(func=_cmd_resolve)
 
     report = sub.add_parser(
         "report",

@@ -21,7 +21,7 @@ from tidemark.settings import Settings
 
 def ingest_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_ingest_<table>``: dump one micro-batch, seal complete hours, announce them."""
-    from airflow.sdk import task
+    from airflow.sdk import Param, task
 
     from tidemark.seal.announce import table_asset
 
@@ -54,14 +54,40 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
         description=f"Exactly-once micro-batch dump of {config.source.topic} into {config.table}",
         schedule=config.schedule,
         doc_md=doc,
-        params={"dry_run": dry_run_param("the next batch's offsets and the hours a seal would register")},
+        params={
+            "dry_run": dry_run_param("the next batch's offsets and the hours a seal would register"),
+            "resolve": Param(
+                "",
+                type="string",
+                enum=["", "replan", "skip", "accept", "rebase"],
+                title="Resolve a stuck batch",
+                description="Only when every run fails the same way on the pending batch (tidemark status "
+                "shows it): replan closes it reading nothing; skip records its offsets as a gap; accept "
+                "commits it past max_dirty_ratio; rebase restarts MQ partitions the broker truncated. "
+                "Kept in the audit log with the reason and your user.",
+            ),
+            "resolve_reason": Param(
+                "", type="string", title="Reason", description="Why (required with a decision; audited)."
+            ),
+        },
     ) as dag:
         dump = spark_job(
             config,
             settings,
             "dump",
             "spark-submit spark_jobs/dump.py for this run id (idempotent).",
-            ["--processing-time", PROCESSING_TIME, "--dry-run", DRY_RUN],
+            [
+                "--processing-time",
+                PROCESSING_TIME,
+                "--dry-run",
+                DRY_RUN,
+                "--resolve",
+                "{{ params.resolve }}",
+                "--resolve-reason",
+                "{{ params.resolve_reason }}",
+                "--resolved-by",
+                "{{ dag_run.triggering_user_name or 'airflow' }}",
+            ],
         )
         seal = spark_job(
             config,

@@ -34,6 +34,7 @@ from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_
 from tidemark.ingest.kafka import client_properties, commit_group_offsets, masked
 from tidemark.ingest.planner import plan_batch
 from tidemark.ingest.publish import Publisher
+from tidemark.ingest.resolve import AuditLog
 from tidemark.settings import Settings
 from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, Plan
 from tidemark.state.layout import Layout
@@ -246,11 +247,25 @@ def run_dump(
         read = sum(s.read for s in stats)
         dirty = sum(s.dirty for s in stats)
         ratio = dirty / read if read else 0.0
-        if ratio > config.dirty.max_dirty_ratio:
+        over = ratio > config.dirty.max_dirty_ratio
+        accepted = AuditLog(settings.state_location, config.table).accepted(plan.batch_id) if over else None
+        if accepted is not None:
+            log.warning(
+                "%s batch %s: %s of %s records dirty (%.1f%% > max_dirty_ratio), committed as decided: %s",
+                config.table,
+                plan.batch_id,
+                dirty,
+                read,
+                ratio * 100,
+                accepted.describe(),
+            )
+        elif over:
             raise DirtyRatioExceededError(
                 f"{config.table} batch {plan.batch_id} (run {run_id}): {dirty} of {read} records dirty "
                 f"({ratio:.1%} > max_dirty_ratio {config.dirty.max_dirty_ratio:.1%}); reasons {reasons}; "
-                f"offsets {plan.describe()}; nothing committed"
+                f"offsets {plan.describe()}; nothing committed. Every run completes this batch first: fix "
+                f"the producer or the schema, or decide: tidemark resolve --table {config.table} "
+                '--action accept|skip --reason "..."'
             )
         with watch.phase("publish"):
             files = publisher.publish()

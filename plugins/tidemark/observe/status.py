@@ -8,6 +8,7 @@ from typing import Any
 from tidemark.config import TableConfig
 from tidemark.errors import BrokerUnavailableError
 from tidemark.ingest.kafka import client_properties, partition_offsets
+from tidemark.ingest.resolve import AuditLog
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import EntryKind, HourJournal
@@ -62,6 +63,9 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "batches_committed": state.batches,
         "last_committed_batch": state.last_committed,
         "pending_batch": pending.describe() if pending else None,
+        "decisions": [
+            r.describe() for r in list(AuditLog(settings.state_location, config.table).records())[-recent:]
+        ],
         "rows": state.rows,
         "dirty": state.dirty,
         "partitions": dict(sorted(partitions.items())),
@@ -83,6 +87,12 @@ def render(status: dict[str, Any]) -> str:
         lines.append(
             f"  pending (planned, not committed; the next run completes it): {status['pending_batch']}"
         )
+        lines.append(
+            f"    if it fails the same way on every run: tidemark resolve --table {status['table']} "
+            '--action replan|skip|accept --reason "..."'
+        )
+    for decision in status["decisions"]:
+        lines.append(f"  decision {decision}")
     if status["broker_error"]:
         lines.append(f"  broker: {status['broker_error']}")
     lines.append("  MQ partition  committed end  latest  lag  watermark")

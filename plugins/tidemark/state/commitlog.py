@@ -193,6 +193,9 @@ class LogState:
             self.ready = commit.ready
         if commit.partition_values:
             self.partition_values = merge(self.partition_values, commit.partition_values)
+        for gone in commit.extra.get("dropped_mq_partitions", ()):  # an operator's rebase
+            self.end_offsets.pop(int(gone), None)
+            self.watermarks.pop(int(gone), None)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
