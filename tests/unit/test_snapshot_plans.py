@@ -150,3 +150,32 @@ def test_a_snapshot_is_stale_when_an_hour_it_read_or_its_base_changed() -> None:
     assert not is_stale(live["2026-11-22T10"], live, partitions)
     assert is_stale(second, live, partitions)  # built on v1
     assert not is_stale(boot, live, partitions)
+
+
+def test_the_bootstrap_job_parses_the_source_beside_its_own_table_argument() -> None:
+    from tidemark.jobs import job_parser
+    from tidemark.snapshot.bootstrap import add_source_arguments, source_from_arguments
+
+    parser = job_parser("bootstrap", "test")
+    add_source_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--table",
+            "orders",
+            "--run-id",
+            "r",
+            "--source-kind",
+            "jdbc",
+            "--source",
+            "jdbc:x",
+            "--source-table",
+            "src",
+        ]
+    )
+    source = source_from_arguments(args)
+    assert args.table == "orders" and (source.kind, source.location, source.table) == (
+        "jdbc",
+        "jdbc:x",
+        "src",
+    )
+    assert source.num_partitions == 4

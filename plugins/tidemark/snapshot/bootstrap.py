@@ -148,7 +148,7 @@ def add_source_arguments(parser: Any) -> None:
     for arg in SOURCE_ARGUMENTS:
         parser.add_argument(
             arg.flag,
-            dest=arg.field,
+            dest=f"source__{arg.field}",  # apart from the job's own --table
             type=int if arg.integer else str,
             default=arg.default,
             required=arg.required,
@@ -159,7 +159,7 @@ def add_source_arguments(parser: Any) -> None:
 
 def source_from_arguments(args: Any) -> BootstrapSource:
     """The source an argparse namespace of :func:`add_source_arguments` describes."""
-    return BootstrapSource(**{arg.field: getattr(args, arg.field) for arg in SOURCE_ARGUMENTS})
+    return BootstrapSource(**{arg.field: getattr(args, f"source__{arg.field}") for arg in SOURCE_ARGUMENTS})
 
 
 def credentials(env: Mapping[str, str] | None = None) -> dict[str, str]:
