@@ -269,3 +269,47 @@ def test_partition_values_are_bounded_per_hour_and_a_retry_admits_the_same(
         "dt=2026-11-22/hr=11/app=zeta",
     ]
     assert hour_count(spark, config.table, "2026-11-22", "10") == 5
+
+
+@pytest.mark.parametrize("fail_at", ["after_registration", "mid_compaction"])
+def test_a_seal_that_failed_before_its_journal_entry_converges_after_a_straggler(
+    fail_at: str, spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seal compacts hour 10 (marker written) and fails before the journal entry; the next
+    ingest run dumps a straggler for hour 10; seal runs again: hour 10 holds every committed
+    row exactly once, and later hours seal too (a stale marker once stopped them for good)."""
+    from tidemark.errors import InjectedFault
+
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 2)
+    produce(
+        broker,
+        config.source.topic,
+        records(
+            [(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 10)] + [(0, at(11, 50)), (1, at(11, 45))]
+        ),
+    )
+    run_dump(spark, config, settings, "run-1", at(12))
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", fail_at)
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    with pytest.raises(InjectedFault):
+        run_seal(spark, config, settings, "run-1")
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    assert HourJournal(settings.state_dir, config.table).state().sealed_through is None
+    # a straggler of hour 10 (inside the tolerance of the watermark, which has not sealed it)
+    produce(
+        broker, config.source.topic, records([(1, at(10, 59)), (0, at(12, 40)), (1, at(12, 35))], prefix="s")
+    )
+    result = cycle(spark, config, settings, "run-2", at(13))
+    assert result.sealed == ["2026-11-22T10", "2026-11-22T11"]
+    assert hour_count(spark, config.table, "2026-11-22", "10") == 13
+    state = CommitLog(settings.state_dir, config.table).state()
+    entries = HourJournal(settings.state_dir, config.table).state().hours
+    assert entries["2026-11-22T10"].rows == 13 == state.rows_per_hour["dt=2026-11-22/hr=10"]
+    assert entries["2026-11-22T11"].rows == state.rows_per_hour["dt=2026-11-22/hr=11"]
+    hour_files = list((Layout(settings, config.table).table_dir / "dt=2026-11-22/hr=10").rglob("*.parquet"))
+    assert sorted(f"{config.table}/dt=2026-11-22/hr=10/{p.name}" for p in hour_files) == sorted(
+        entries["2026-11-22T10"].files
+    )
+    rows, dirty, _ = landed(settings, config.table)
+    assert max(rows.values()) == 1 and not dirty  # nothing published twice

@@ -39,7 +39,7 @@ from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
 from tidemark.state.layout import compaction_marker, sealed_file_prefix
 from tidemark.state.locks import TableLock
-from tidemark.state.storage import read_json, replace_atomically
+from tidemark.state.storage import exchange_directories, read_json, replace_atomically
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
 
 if TYPE_CHECKING:
@@ -171,11 +171,11 @@ class Sealer:
         log.info(
             "%s: sealing hour %s (%s rows expected from the commit log)", self.config.table, hour, expected
         )
-        files, rows = self._compact(hour, target)
+        files, rows = self._compact(hour, target, expected)
         if rows != expected:
             raise ReconciliationError(
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
-                f"committed for {hour.path} by batches <= {state.last_committed}; nothing registered"
+                f"committed for {hour.path} by batches <= {state.last_committed}: a batch file of the hour is missing or foreign; not sealed (docs/operations.md)"
             )
         quality = self.files.quality_of(hour, target, rows)
         if quality.blocks:
@@ -234,20 +234,48 @@ class Sealer:
         log.info("%s: hour %s released and registered (%s rows)", self.config.table, hour_key, current.rows)
         return entry
 
-    def _compact(self, hour: Hour, target: Path) -> tuple[list[str], int]:
-        """Rewrite the hour's batch files as few files of about target_file_size."""
+    def _compact(self, hour: Hour, target: Path, expected: int) -> tuple[list[str], int]:
+        """Rewrite the hour's batch files as few files of about target_file_size.
+
+        A marker records the result, so a retry after registration never rewrites a visible
+        hour for nothing. A marker whose count differs from the commit log's is stale: a seal
+        failed after compacting and before its journal entry (metastore, quality gate, a kill),
+        and batches committed rows for the hour since. The hour is then compacted again from
+        its batch files (all still in ``_open``) and swapped in whole, so readers of an hour
+        registered by the failed attempt see the old files or the new ones, never a mix."""
         marker = compaction_marker(target)
         done = read_json(marker)
-        if done is not None:
+        if done is not None and int(done["rows"]) == expected:
             log.info(
                 "%s: hour %s already compacted (%s files)", self.config.table, hour.key, len(done["files"])
             )
             return list(done["files"]), int(done["rows"])
-        if target.exists():  # residue of a crashed attempt; never registered, so invisible
-            shutil.rmtree(target)
+        if done is None:
+            if target.exists():  # residue of a crashed attempt; never registered, so invisible
+                shutil.rmtree(target)
+            return self._compact_into(hour, target, target)
+        log.warning(
+            "%s: hour %s was compacted with %s rows by a seal that failed before its journal entry; "
+            "batches committed since hold %s rows for it: compacting again",
+            self.config.table,
+            hour.key,
+            done["rows"],
+            expected,
+        )
+        scratch = self.layout.step_staging("recompact", hour.key, self.run_id)
+        shutil.rmtree(scratch, ignore_errors=True)
+        new_dir = scratch / "hour"
+        files, rows = self._compact_into(hour, new_dir, target)
+        exchange_directories(new_dir, target)
+        shutil.rmtree(scratch, ignore_errors=True)  # now holds the stale version
+        return files, rows
+
+    def _compact_into(self, hour: Hour, directory: Path, target: Path) -> tuple[list[str], int]:
+        """Compact the hour's batch files into ``directory`` (which becomes ``target``); the
+        files are returned as their paths under ``target``."""
         source = self.layout.open_dir / hour.path
         inputs = sorted(source.rglob("*.parquet")) if source.exists() else []
-        target.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
         files: list[str] = []
         rows = 0
         if inputs:
@@ -259,7 +287,11 @@ class Sealer:
             frame.repartition(n_files).write.partitionBy(*self.files.extra_columns).parquet(str(staging))
             crash_point("mid_compaction")
             rows = self.spark.read.parquet(str(staging)).count()
-            files = self.files.move_staged(staging, target, sealed_file_prefix(1))
+            moved = self.files.move_staged(staging, directory, sealed_file_prefix(1))
+            files = [
+                self.layout.relative(target / (self.layout.warehouse / m).relative_to(directory))
+                for m in moved
+            ]
             log.info(
                 "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows",
                 self.config.table,
@@ -269,7 +301,7 @@ class Sealer:
                 len(files),
                 rows,
             )
-        replace_atomically(marker, {"files": files, "rows": rows})
+        replace_atomically(compaction_marker(directory), {"files": files, "rows": rows})
         return files, rows
 
     def _sweep_sealed_leftovers(self, partitions: JournalState) -> None:
