@@ -86,6 +86,11 @@ class WatermarkConfig(_Strict):
     # An hour not sealed by end + commit_delay + seal_grace is overdue: the ingest DAG's
     # check_deadlines task fails and the health page lists it.
     seal_grace: Duration = timedelta(minutes=30)
+    # Event times older than the batch's clock - max_event_age are refused (dirty, reason
+    # event_time_too_old) or kept as late rows (too_old: late); unset: no lower bound beyond
+    # 1900-01-01. One record of 1970 would otherwise make the first seal walk every hour since.
+    max_event_age: Duration | None = None
+    too_old: Literal["dirty", "late"] = "dirty"
 
 
 class DirtyConfig(_Strict):
@@ -189,6 +194,15 @@ class TableConfig(_Strict):
                 problems.append(
                     f"partitioning.columns: {col!r} must be a string column, not {spec.type.ddl()}"
                 )
+        wm = self.watermark
+        if wm.idle_timeout <= timedelta(0):
+            problems.append("watermark.idle_timeout: must be longer than 0")
+        if wm.max_event_age is not None and wm.max_event_age <= wm.max_out_of_orderness + wm.commit_delay:
+            problems.append(
+                f"watermark.max_event_age: {wm.max_event_age} must be longer than max_out_of_orderness "
+                f"({wm.max_out_of_orderness}) + commit_delay ({wm.commit_delay}): records the watermark "
+                "still waits for would be refused as too old"
+            )
         if self.cdc is not None:
             for key in (self.cdc.op_field, self.cdc.version_field):
                 if key not in self.columns:

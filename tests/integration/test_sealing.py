@@ -313,3 +313,19 @@ def test_a_seal_that_failed_before_its_journal_entry_converges_after_a_straggler
     )
     rows, dirty, _ = landed(settings, config.table)
     assert max(rows.values()) == 1 and not dirty  # nothing published twice
+
+
+def test_no_hour_seals_before_processing_time_has_passed_its_end(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """One record stamped ahead of processing time (inside max_future_skew) on an otherwise
+    quiet topic must not seal its hour before the hour is over."""
+    config, settings = fresh_table(
+        settings, tmp_path, watermark__max_out_of_orderness="0s", watermark__commit_delay="0s"
+    )
+    create_topic(broker, config.source.topic, 1)
+    produce(broker, config.source.topic, records([(0, at(11, 30)), (0, at(12, 4))]))
+    early = cycle(spark, config, settings, "run-1", at(11, 50))
+    assert early.sealed == [] and early.ready_time == at(12, 4).isoformat()
+    on_time = cycle(spark, config, settings, "run-2", at(12, 1))
+    assert on_time.sealed == ["2026-11-22T11"]

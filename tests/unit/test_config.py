@@ -204,3 +204,28 @@ def test_bad_environment_is_named() -> None:
         Settings.from_env({"TIDEMARK_SPARK_CONF": "[1,2]", "TIDEMARK_AIRFLOW_PORT": "http"})
     assert info.value.source == "environment"
     assert [p.split(":")[0] for p in info.value.problems] == ["TIDEMARK_SPARK_CONF", "TIDEMARK_AIRFLOW_PORT"]
+
+
+def test_inconsistent_watermark_tolerances_are_refused_naming_them() -> None:
+    from tidemark.config import parse_table
+    from tidemark.errors import ConfigError
+
+    base = {
+        "table": "t",
+        "source": {"topic": "t"},
+        "schema": {"id": "string", "ts": "timestamp"},
+        "event_time": {"field": "ts"},
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_table(
+            {
+                **base,
+                "watermark": {"max_out_of_orderness": "10m", "commit_delay": "5m", "max_event_age": "12m"},
+            },
+            "t.yaml",
+        )
+    assert "watermark.max_event_age" in str(refused.value) and "max_out_of_orderness" in str(refused.value)
+    with pytest.raises(ConfigError, match=r"watermark\.idle_timeout"):
+        parse_table({**base, "watermark": {"idle_timeout": "0s"}}, "t.yaml")
+    ok = parse_table({**base, "watermark": {"max_event_age": "7d", "too_old": "late"}}, "t.yaml")
+    assert ok.watermark.max_event_age is not None and ok.watermark.too_old == "late"

@@ -86,3 +86,14 @@ def test_pre_1970_instants_get_their_own_hour() -> None:
     labels = [(r["dt"], r["hr"]) for _, r in sorted(good.items())]
     assert labels == [("1969-12-31", "23"), ("1970-01-01", "00")]
     assert hour_of(datetime(1969, 12, 31, 23, 59, 30, tzinfo=UTC), "UTC").key == "1969-12-31T23"
+
+
+def test_records_older_than_max_event_age_are_dirty_or_late_by_policy() -> None:
+    old, fresh = event(event_time="2026-11-01T10:00:00Z"), event(event_time="2026-11-22T10:00:00Z")
+    config = events_config(watermark__max_event_age="7d")
+    classified = Classifier(spec_of(config)).classify(block([old, fresh]))
+    (dirty,) = classified.dirty.to_pylist()
+    assert dirty["reason"] == "event_time_too_old" and dirty["mq_offset"] == 100
+    as_late = events_config(watermark__max_event_age="7d", watermark__too_old="late")
+    good = Classifier(spec_of(as_late)).classify(block([old, fresh])).good.to_pylist()
+    assert [(r["_mq_offset"], r["_late"]) for r in good] == [(100, True), (101, False)]

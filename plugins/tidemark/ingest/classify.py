@@ -23,6 +23,8 @@ deeper than the parser allows |
 | ``missing_field`` | a ``not null`` column is missing or null |
 | ``type_mismatch`` | a value cannot be converted to its column's type (numbers out of range too) |
 | ``event_time_out_of_range`` | event time before 1900-01-01 UTC (``EARLIEST_EVENT_TIME``) |
+| ``event_time_too_old`` | event time before the batch's clock - ``watermark.max_event_age`` (with \
+``too_old: late`` such rows are late rows instead) |
 | ``future_event_time`` | event time > the batch's processing time + ``watermark.max_future_skew`` |
 | ``invalid_partition_value`` | a value of a ``partitioning.columns`` column is null, longer than 64, or \
 not made of ``[A-Za-z0-9_.-]`` (so no path separators, ``..``, quotes or spaces) |
@@ -199,6 +201,14 @@ class Classifier:
         ts_utc = ts.cast(pa.timestamp("us", tz="UTC")) if n else pa.array([], pa.timestamp("us", tz="UTC"))
         floor = pa.scalar(EARLIEST_EVENT_TIME, type=pa.timestamp("us", tz="UTC"))
         masks.append(("event_time_out_of_range", "", pc.fill_null(pc.less(ts_utc, floor), False)))
+        too_old = pa.array(np.zeros(n, dtype=bool))
+        if self.spec.oldest_limit is not None:
+            oldest = pa.scalar(
+                datetime.fromisoformat(self.spec.oldest_limit), type=pa.timestamp("us", tz="UTC")
+            )
+            too_old = pc.fill_null(pc.less(ts_utc, oldest), False)
+            if self.spec.too_old == "dirty":
+                masks.append(("event_time_too_old", "", too_old))
         limit = pa.scalar(self.future_limit, type=pa.timestamp("us", tz="UTC"))
         masks.append(("future_event_time", "", pc.fill_null(pc.greater(ts_utc, limit), False)))
         for name in self.spec.partition_columns:
@@ -227,6 +237,8 @@ class Classifier:
             late = pc.less(ts_good, pa.scalar(self.sealed_through, type=pa.timestamp("us", tz="UTC")))
         else:
             late = pa.array(np.zeros(len(good_idx), dtype=bool))
+        if self.spec.too_old == "late":  # too old by policy: kept, as late rows
+            late = pc.or_(late, too_old.take(take))
         out.update(
             dt=dt,
             hr=hr,
@@ -254,6 +266,8 @@ class Classifier:
                 return reason, f"limit={self.spec.future_limit}"
             if reason == "event_time_out_of_range":
                 return reason, f"earliest={EARLIEST_EVENT_TIME.isoformat()}"
+            if reason == "event_time_too_old":
+                return reason, f"oldest={self.spec.oldest_limit}"
             return reason, "fields=" + ",".join(fields)
         raise AssertionError(f"row {row} failed no check")
 

@@ -24,6 +24,7 @@ REASONS = (
     "missing_field",
     "type_mismatch",
     "event_time_out_of_range",
+    "event_time_too_old",
     "future_event_time",
     "invalid_partition_value",
     "partition_cardinality",

@@ -32,6 +32,8 @@ class ClassifySpec:
     max_message_bytes: int
     future_limit: str  # ISO instant: event times after it are dirty
     sealed_through: str | None  # ISO instant: good rows before it are late
+    oldest_limit: str | None  # ISO instant: event times before it are too old
+    too_old: str  # dirty | late
     partition_columns: tuple[str, ...]
 
     @classmethod
@@ -57,6 +59,10 @@ class ClassifySpec:
             max_message_bytes=config.source.max_message_bytes,
             future_limit=as_utc(clock + config.watermark.max_future_skew).isoformat(),
             sealed_through=as_utc(sealed_through).isoformat() if sealed_through else None,
+            oldest_limit=as_utc(clock - config.watermark.max_event_age).isoformat()
+            if config.watermark.max_event_age
+            else None,
+            too_old=config.watermark.too_old,
             partition_columns=tuple(config.partitioning.columns),
         )
 

@@ -41,6 +41,7 @@ from tidemark.state.layout import compaction_marker, sealed_file_prefix
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import exchange_directories, read_json, replace_atomically
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
+from tidemark.time.instants import parse_instant
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,10 +67,15 @@ class SealResult:
 
 
 def seal_limit(config: TableConfig, state: LogState) -> datetime | None:
-    """Hours ending at or before this instant are complete."""
+    """Hours ending at or before this instant are complete: the global ready time has passed
+    their end + ``commit_delay``, and so has processing time, whatever event times say (one
+    record stamped up to ``max_future_skew`` ahead on an idle topic must not seal its hour
+    before the hour is over)."""
     if state.ready is None or state.ready.instant is None:
         return None
-    return state.ready.instant - config.watermark.commit_delay
+    processing = parse_instant(state.ready.processing_time)
+    limit = state.ready.instant if processing is None else min(state.ready.instant, processing)
+    return limit - config.watermark.commit_delay
 
 
 def first_unsealed_hour(config: TableConfig, state: LogState, partitions: JournalState) -> Hour | None:
