@@ -87,7 +87,7 @@ HOSTILE: list[tuple[str, bytes | None, str | None]] = [
     ("-Infinity", event().replace(b'"user_id": 7', b'"user_id": -Infinity'), "invalid_json"),
     ("deep nesting", event()[:-1] + b', "deep": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),
     ("deep nesting, unclosed", event()[:-1] + b', "deep": ' + b"[" * 100_000 + b"}", "invalid_json"),
-    ("null value (tombstone)", None, "null_value"),
+    ("null value (tombstone)", None, "tombstone"),
     ("JSON null", b"null", "invalid_json"),
     ("array", b"[1, 2]", "invalid_json"),
     ("string", b'"event"', "invalid_json"),

@@ -147,7 +147,7 @@ HOSTILE_REASONS = {
     "type_mismatch",
     "event_time_out_of_range",
     "future_event_time",
-    "null_value",
+    "tombstone",
 }
 
 

@@ -154,3 +154,41 @@ def test_records_written_with_the_old_partition_words_are_still_read() -> None:
     # and a record written now reads back the same
     assert Commit.from_json(commit.to_json()) == commit
     assert Location("hdfs://nn/x") / "y" == Location("hdfs://nn/x/y")
+
+
+def test_tombstones_are_reconciled_apart_from_dirty_records() -> None:
+    counts = [
+        StagedCount(0, "2026-11-22", "10", False, None, 3, T10, T10),
+        StagedCount(0, None, None, False, "tombstone", 2),
+        StagedCount(0, None, None, False, "invalid_json", 1),
+    ]
+    folded = fold_stats(counts)
+    tally = folded.per_mq_partition[0]
+    assert (tally.rows, tally.dirty, tally.tombstones) == (3, 1, 2)
+    (stats,) = reconcile(plan(MqRange(0, 0, 6)), [receipt(0, 0, 6, 6)], folded.per_mq_partition)
+    assert (stats.dirty, stats.tombstones) == (1, 2)
+    check_files(plan(MqRange(0, 0, 6)), {"rows": 3, "late": 0, "dirty": 3}, [stats])
+
+
+def test_a_partition_with_only_invalid_records_turns_idle() -> None:
+    from datetime import timedelta
+
+    from tidemark.time.watermarks import BatchObservation, advance, ready_time
+
+    t0 = datetime(2026, 11, 22, 12, tzinfo=UTC)
+    wm = advance(
+        {},
+        [BatchObservation(0, 10, T11.isoformat()), BatchObservation(1, 10, T10.isoformat())],
+        processing_time=t0,
+        max_out_of_orderness=timedelta(0),
+    )
+    later = t0 + timedelta(minutes=30)
+    # partition 1's end offset keeps moving, but only with dirty records: no event time
+    wm = advance(
+        wm,
+        [BatchObservation(0, 20, T11.isoformat()), BatchObservation(1, 90, None)],
+        processing_time=later,
+        max_out_of_orderness=timedelta(0),
+    )
+    ready = ready_time(wm, processing_time=later, idle_timeout=timedelta(minutes=30))
+    assert ready.idle == (1,) and ready.time == T11.isoformat()

@@ -53,7 +53,7 @@ def test_each_bad_input_gets_its_reason_and_the_fields_named(tmp_path: Path) -> 
     assert got.pop(0, None) is None
     assert got[1][0] == "invalid_json" and "Unterminated string" in str(got[1][1])
     assert got[2][0] == "invalid_json"
-    assert got[3] == ("null_value", None)
+    assert got[3] == ("tombstone", None)
     assert got[4] == ("oversized", f"bytes={config.source.max_message_bytes + 1}")
     assert got[5] == ("null_event_time", None)
     assert got[6] == ("missing_field", "fields=event_type")

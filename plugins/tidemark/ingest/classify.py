@@ -15,7 +15,8 @@ Each record is classified once, with the first reason that applies, in this orde
 | reason | when |
 |---|---|
 | ``oversized`` | the message is larger than ``source.max_message_bytes`` |
-| ``null_value`` | the message has no value (a tombstone) |
+| ``tombstone`` | the message has no value (a compaction tombstone): kept in the dirty files for \
+the offsets' sake but counted apart, never toward ``max_dirty_ratio`` |
 | ``invalid_json`` | the value is not exactly one JSON object: empty, several objects, trailing \
 data, not an object, invalid UTF-8, ``NaN``/``Infinity`` literals, a key given twice, nesting \
 deeper than the parser allows |
@@ -42,7 +43,7 @@ import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from tidemark.ingest.columns import PARTITION_VALUE_PATTERN, REASONS, dirty_schema
+from tidemark.ingest.columns import PARTITION_VALUE_PATTERN, REASONS, TOMBSTONE, dirty_schema
 from tidemark.ingest.jsonlines import (
     JsonLinesReader,
     message_line,
@@ -114,7 +115,7 @@ class Classifier:
             if value is not None and len(value) > self.spec.max_message_bytes:
                 dirty[i] = ("oversized", f"bytes={len(value)}")
             elif value is None:
-                dirty[i] = ("null_value", None)
+                dirty[i] = (TOMBSTONE, None)
             else:
                 line = message_line(value)
                 if isinstance(line, str):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 REASONS = (
     "oversized",
-    "null_value",
+    "tombstone",
     "invalid_json",
     "null_event_time",
     "missing_field",
@@ -29,6 +29,8 @@ REASONS = (
     "invalid_partition_value",
     "partition_cardinality",
 )
+# A message without a value: counted apart from dirty records (docs/configuration.md).
+TOMBSTONE = "tombstone"
 # Values of data-derived partition columns: safe in paths and in quoted metastore DDL.
 PARTITION_VALUE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 HOUR_COLUMNS = ("dt", "hr")

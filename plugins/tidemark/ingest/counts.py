@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from tidemark.errors import ReconciliationError
+from tidemark.ingest.columns import TOMBSTONE
 from tidemark.ingest.reader import DEFAULT_SUBRANGE, split_ranges
 from tidemark.state.commitlog import MqPartitionStats, Plan
 from tidemark.time.hours import hour_path
@@ -52,11 +53,13 @@ class MqPartitionTally:
     rows: int = 0
     dirty: int = 0
     late: int = 0
+    tombstones: int = 0  # in the dirty files, but never dirty
     min_ts: datetime | None = None
     max_ts: datetime | None = None
 
     def add(self, count: StagedCount) -> None:
-        setattr(self, count.kind, getattr(self, count.kind) + count.n)
+        kind = "tombstones" if count.reason == TOMBSTONE else count.kind
+        setattr(self, kind, getattr(self, kind) + count.n)
         if count.reason is None and count.min_ts is not None and count.max_ts is not None:
             self.min_ts = count.min_ts if self.min_ts is None else min(self.min_ts, count.min_ts)
             self.max_ts = count.max_ts if self.max_ts is None else max(self.max_ts, count.max_ts)
@@ -102,10 +105,11 @@ def reconcile(
     for r in plan.ranges:
         read = sum(x["read"] for x in receipts if x["mq_partition"] == r.mq_partition)
         got = per_mq_partition.get(r.mq_partition, MqPartitionTally())
-        if read != got.rows + got.dirty + got.late:
+        if read != got.rows + got.dirty + got.late + got.tombstones:
             problems.append(
                 f"{plan.topic}[{r.mq_partition}] offsets {r.start}..{r.end - 1}: "
                 f"read {read} != rows {got.rows} + dirty {got.dirty} + late {got.late}"
+                + (f" + tombstones {got.tombstones}" if got.tombstones else "")
             )
         stats.append(
             MqPartitionStats(
@@ -114,6 +118,7 @@ def reconcile(
                 rows=got.rows,
                 dirty=got.dirty,
                 late=got.late,
+                tombstones=got.tombstones,
                 min_event_time=iso(got.min_ts),
                 max_event_time=iso(got.max_ts),
             )
@@ -130,7 +135,7 @@ def check_files(plan: Plan, in_files: dict[str, int], stats: list[MqPartitionSta
     counted = {
         "rows": sum(s.rows for s in stats),
         "late": sum(s.late for s in stats),
-        "dirty": sum(s.dirty for s in stats),
+        "dirty": sum(s.dirty + s.tombstones for s in stats),  # tombstones sit in the dirty files
     }
     if in_files != counted:
         raise ReconciliationError(

@@ -290,7 +290,7 @@ def run_dump(
                 watermarks=watermarks,
                 ready=ready,
                 partition_values=staged.partition_values,
-                extra={"dirty_reasons": reasons},
+                extra={"dirty_reasons": reasons, "tombstones": sum(s.tombstones for s in stats)},
             )
             commit_log.write_commit(commit)
         publisher.cleanup()

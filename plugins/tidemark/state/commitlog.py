@@ -109,6 +109,7 @@ class MqPartitionStats:
     late: int = 0
     min_event_time: str | None = None
     max_event_time: str | None = None
+    tombstones: int = 0  # messages without a value: in the dirty files, never counted as dirty
 
 
 @dataclass(frozen=True)

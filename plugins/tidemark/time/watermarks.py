@@ -1,10 +1,12 @@
 """Per-MQ-partition watermarks and the global ready time (pure functions, no I/O).
 
 watermark(p) = max event time seen on p - ``max_out_of_orderness``, never moving backwards.
-The global ready time is the minimum over *active* partitions. A partition whose end offset
-has not moved for ``idle_timeout`` of processing time (the plans' processing times, never the
-wall clock) is idle and stops holding the minimum back; it counts again as soon as its end
-offset moves. When every partition is idle, everything that was sent has been read, so the
+The global ready time is the minimum over *active* partitions. A partition that has delivered
+no valid record (one with an event time) for ``idle_timeout`` of processing time (the plans'
+processing times, never the wall clock) is idle and stops holding the minimum back, even if
+its end offset moves with dirty records, tombstones or transaction markers; it counts again
+with its next valid record (``last_moved_at`` is when that last happened). When every
+partition is idle, everything that was sent has been read, so the
 ready time is the highest watermark. The ready time itself never moves backwards either.
 """
 
@@ -68,7 +70,9 @@ def advance(
             continue
         best_wm = max(filter(None, (parse_instant(prev.watermark), wm)), default=None)
         best_max = max(filter(None, (parse_instant(prev.max_event_time), candidate)), default=None)
-        moved = obs.end_offset != prev.end_offset
+        # Active means valid records arriving: a partition that only gets dirty records,
+        # tombstones or transaction markers moves its end offset but must still turn idle.
+        moved = obs.max_event_time is not None
         result[obs.mq_partition] = replace(
             prev,
             end_offset=obs.end_offset,
