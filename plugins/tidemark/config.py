@@ -319,5 +319,20 @@ def load_table(name: str, settings: Settings | None = None) -> TableConfig:
 
 
 def load_tables(settings: Settings | None = None) -> list[TableConfig]:
-    """All table configs, sorted by name."""
-    return [load_table_file(p) for p in table_files(settings)]
+    """All table configs, sorted by name; a table named like another's side table
+    (``__late``, ``__dirty``, ``_snapshot``) is refused."""
+    tables = [load_table_file(p) for p in table_files(settings)]
+    names = {t.table for t in tables}
+    problems = [
+        f"{other.table}: table {name!r} collides with {kind} of table {other.table!r}"
+        for other in tables
+        for kind, name in (
+            ("the late table", other.late_table),
+            ("the dirty table", other.dirty_table),
+            ("the snapshot table", other.snapshot_table),
+        )
+        if name in names
+    ]
+    if problems:
+        raise ConfigError("conf/tables", problems)
+    return tables

@@ -229,3 +229,36 @@ def test_inconsistent_watermark_tolerances_are_refused_naming_them() -> None:
         parse_table({**base, "watermark": {"idle_timeout": "0s"}}, "t.yaml")
     ok = parse_table({**base, "watermark": {"max_event_age": "7d", "too_old": "late"}}, "t.yaml")
     assert ok.watermark.max_event_age is not None and ok.watermark.too_old == "late"
+
+
+def test_a_table_named_like_another_tables_side_table_is_refused(tmp_path: Path) -> None:
+    from dataclasses import replace as replace_settings
+
+    from tidemark.config import load_tables
+    from tidemark.errors import ConfigError
+    from tidemark.settings import Settings
+
+    body = "source: {topic: %s}\nschema: {id: string, ts: timestamp}\nevent_time: {field: ts}\n"
+    for name in ("clicks", "clicks__late"):
+        (tmp_path / f"{name}.yaml").write_text(f"table: {name}\n" + body % name)
+    with pytest.raises(ConfigError, match="collides with the late table of table 'clicks'"):
+        load_tables(replace_settings(Settings.from_env(), conf_dir=tmp_path))
+
+
+def test_secrets_are_masked_in_properties_urls_and_messages() -> None:
+    from tidemark.masking import mask_text, masked
+
+    props = masked(
+        {
+            "sasl.oauthbearer.config": "clientId=app clientSecret=s3cr3t",
+            "sasl.password": "pw",
+            "bootstrap.servers": "broker:9092",
+            "schema.registry.url": "https://user:hunter2@registry:8081",
+        }
+    )
+    assert "s3cr3t" not in str(props) and "pw" not in props.values() and "hunter2" not in str(props)
+    assert props["bootstrap.servers"] == "broker:9092"
+    text = mask_text(
+        "cannot read jdbc:postgresql://db/x?user=u&password=topsecret; https://a:b@h/ clientSecret=zz"
+    )
+    assert "topsecret" not in text and "a:***@h" in text and "zz" not in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -67,3 +68,26 @@ def test_keys_round_trip(key: str) -> None:
 def test_bad_keys_are_rejected_with_a_reason(key: str, message: str) -> None:
     with pytest.raises(HourKeyError, match=message):
         parse_key(key, NY)
+
+
+@pytest.mark.parametrize(
+    ("zone", "start"),
+    [
+        ("Australia/Lord_Howe", datetime(2026, 4, 4, 12, tzinfo=UTC)),  # clocks back 30 minutes
+        ("Australia/Lord_Howe", datetime(2026, 10, 3, 13, tzinfo=UTC)),  # clocks forward 30 minutes
+        ("Europe/Berlin", datetime(2026, 10, 24, 22, tzinfo=UTC)),
+    ],
+)
+def test_half_hour_dst_zones_have_consecutive_hours_that_never_overlap(zone: str, start: datetime) -> None:
+    hours = list(hours_from(hour_of(start, zone), ending_by=start + timedelta(hours=8)))
+    assert len(hours) >= 6
+    for before, after in itertools.pairwise(hours):
+        assert before.end == after.start and before.key < after.key
+        assert parse_key(before.key, zone) == before
+    instant = start
+    while instant < hours[-1].end:
+        hour = hour_of(instant, zone)
+        assert hour.start <= instant < hour.end
+        instant += timedelta(minutes=10)
+    if zone == "Australia/Lord_Howe" and start.month == 4:
+        assert [h.key for h in hours][2:4] == ["2026-04-05T01", "2026-04-05T01b"]

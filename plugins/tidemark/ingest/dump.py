@@ -31,10 +31,11 @@ from tidemark.errors import DirtyRatioExceededError
 from tidemark.faults import crash_point
 from tidemark.ingest import cardinality
 from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_stats, reconcile
-from tidemark.ingest.kafka import client_properties, commit_group_offsets, masked
+from tidemark.ingest.kafka import client_properties, commit_group_offsets
 from tidemark.ingest.planner import plan_batch
 from tidemark.ingest.publish import Publisher
 from tidemark.ingest.resolve import AuditLog
+from tidemark.masking import masked
 from tidemark.settings import Settings
 from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, Plan
 from tidemark.state.layout import Layout

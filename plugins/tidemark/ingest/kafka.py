@@ -18,7 +18,6 @@ from tidemark.errors import BrokerUnavailableError, ConfigError
 log = logging.getLogger(__name__)
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_KEYS = ("password", "secret", "jaas", "token", "key.pem", "private")
 TIMEOUT_S = 15.0
 
 
@@ -40,11 +39,6 @@ def client_properties(bootstrap: str, properties: Mapping[str, str], **extra: An
         raise ConfigError("environment", missing)
     resolved.update(extra)
     return resolved
-
-
-def masked(properties: Mapping[str, Any]) -> dict[str, Any]:
-    """Properties safe to log: secret-looking values replaced by ***."""
-    return {k: ("***" if any(s in k.lower() for s in _SECRET_KEYS) else v) for k, v in properties.items()}
 
 
 def _consumer(conf: dict[str, Any]) -> Any:

@@ -63,7 +63,10 @@ class Publisher:
     def publish(self) -> list[str]:
         moves = self.targets()
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
-        (self.attempt_dir / "publish.json").write_text(json.dumps({"moves": moves}))
+        manifest = self.attempt_dir / "publish.json"  # whole or absent: written aside, renamed
+        aside = self.attempt_dir / f".publish.json.{uuid.uuid4().hex}"
+        aside.write_text(json.dumps({"moves": moves}))
+        os.replace(aside, manifest)
         base = self.layout.warehouse
         for i, (staged, target) in enumerate(moves):
             if i == len(moves) // 2:

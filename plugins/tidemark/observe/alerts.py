@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from tidemark.config import TableConfig
+from tidemark.masking import mask_text
 from tidemark.seal.sealing import first_unsealed_hour
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
@@ -78,7 +79,7 @@ def record_failure(table: str, context: Any) -> None:
             "task_id": ti.task_id,
             "run_id": ti.run_id,
             "try_number": ti.try_number,
-            "error": str(context.get("exception") or "")[:500],
+            "error": mask_text(str(context.get("exception") or ""))[:500],
             "logical_date": str(context.get("logical_date") or ""),
         }
         log.error(

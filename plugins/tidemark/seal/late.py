@@ -34,17 +34,20 @@ class LateRows:
         return sorted(parse_path(p, self.zone) for p, n in state.late_per_hour.items() if n)
 
     def register(self, state: LogState, journal: HourJournal) -> list[str]:
-        """side_table: every hour with late rows is a partition of <table>__late."""
+        """side_table: every hour with late rows is a partition of <table>__late, with a
+        partition per value of the data-derived partition columns. An hour is registered again
+        whenever its late count grew (later late rows may bring new values)."""
         registry_file = journal.root / "late_registered.json"
-        registered = set((read_json(registry_file) or {}).get("hours", []))
-        todo = [h for h in self.hours(state) if h.key not in registered]
+        stored = (read_json(registry_file) or {}).get("hours", {})
+        registered: dict[str, int] = stored if isinstance(stored, dict) else {}  # older: a list of keys
+        todo = [h for h in self.hours(state) if registered.get(h.key) != state.late_per_hour[h.path]]
         if not todo:
             return []
         late_table = self.config.late_table
         for hour in todo:
             self.files.register(late_table, self.layout.late_dir, hour, self.layout.late_dir / hour.path)
-            registered.add(hour.key)
-        replace_atomically(registry_file, {"hours": sorted(registered)})
+            registered[hour.key] = state.late_per_hour[hour.path]
+        replace_atomically(registry_file, {"hours": dict(sorted(registered.items()))})
         return [h.key for h in todo]
 
     def amend(self, state: LogState, partitions: JournalState, journal: HourJournal) -> list[JournalEntry]:

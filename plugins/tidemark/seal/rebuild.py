@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import QualityGateError, ReconciliationError
+from tidemark.errors import QualityGateError, RebuildError, ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
@@ -104,6 +104,11 @@ class Rebuilder:
                     "rows": current.rows,
                 }
             plan = plan_rebuild(self.config, self.settings, hour.key, partitions)
+            if not plan.sources and current is not None and current.rows:
+                raise RebuildError(
+                    f"{table} hour {hour.key} holds {current.rows} rows (v{current.version}) but the commit "
+                    "log names no batch that fed it; refusing to swap in an empty hour (published hour untouched)"
+                )
             log.info("%s: rebuilding %s", table, plan.describe())
             kafka_conf = client_properties(self.settings.kafka_bootstrap, self.config.source.kafka_properties)
             if plan.sources:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
@@ -26,6 +25,7 @@ from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError
 from tidemark.faults import crash_point
 from tidemark.ingest.kafka import client_properties, partition_offsets
+from tidemark.masking import mask_text
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore, check_label
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 SOURCE_KINDS = ("jdbc", "parquet", "csv")
 USER_ENV = "TIDEMARK_SOURCE_USER"
 PASSWORD_ENV = "TIDEMARK_SOURCE_PASSWORD"
-_URL_SECRET = re.compile(r"(password=)[^&;]*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ class BootstrapSource:
 
     def describe(self) -> str:
         """For logs and the snapshot record: no password, even one written into the URL."""
-        where = _URL_SECRET.sub(r"\1***", self.location)
+        where = mask_text(self.location)
         what = self.table or (f"query {self.query[:80]!r}" if self.query else "")
         split = f", {self.num_partitions} ranges of {self.partition_column}" if self.partition_column else ""
         return f"{self.kind} {where}" + (f" {what}" if what else "") + split
@@ -233,7 +232,7 @@ def _first_line(exc: BaseException) -> str:
     says "An error occurred while calling o70.load"); passwords in URLs masked."""
     java = getattr(exc, "java_exception", None)
     text = str(java.toString()) if java is not None else str(exc)
-    text = _URL_SECRET.sub(r"\1***", text)
+    text = mask_text(text)
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 

@@ -45,7 +45,10 @@ class Hour:
 
     @property
     def end(self) -> datetime:
-        return self.start + HOUR
+        """The next hour's start: one hour later, or sooner where a zone's clocks move by half
+        an hour (``Australia/Lord_Howe``): such an hour is shorter, never overlapping."""
+        following = _start_of(self.start + HOUR, ZoneInfo(self.zone))
+        return following if following > self.start else self.start + HOUR
 
     @property
     def _local(self) -> datetime:
@@ -94,9 +97,25 @@ def split_hour_path(path: str) -> tuple[str, str]:
 
 def hour_of(instant: datetime, zone: str) -> Hour:
     """The hour partition an instant falls into (naive instants are UTC)."""
-    local = as_utc(instant).astimezone(ZoneInfo(zone))
-    floor = local.replace(minute=0, second=0, microsecond=0)
-    return Hour(floor.astimezone(UTC), zone)
+    return Hour(_start_of(as_utc(instant), ZoneInfo(zone)), zone)
+
+
+def _start_of(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The UTC start of the local hour holding ``instant``: its local wall-clock hour, or the
+    last change of UTC offset after it (a clock set back by half an hour repeats only half an
+    hour, which is then an hour partition of its own, ``hr=01b``)."""
+    local = instant.astimezone(tz)
+    start = local.replace(minute=0, second=0, microsecond=0).astimezone(UTC)
+    if instant - start < HOUR:
+        return start
+    low, high = start, instant  # the offset changes once in between: find it to the minute
+    while high - low > timedelta(minutes=1):
+        middle = low + (high - low) / 2
+        if middle.astimezone(tz).utcoffset() == local.utcoffset():
+            high = middle
+        else:
+            low = middle
+    return high.replace(second=0, microsecond=0)
 
 
 def parse_key(key: str, zone: str) -> Hour:
@@ -111,6 +130,8 @@ def parse_key(key: str, zone: str) -> Hour:
         raise HourKeyError(f"partition {key!r}: {exc}") from None
     local = naive.replace(tzinfo=ZoneInfo(zone), fold=1 if repeated else 0)
     hour = hour_of(local.astimezone(UTC), zone)
+    if hour.key != key.strip() and repeated and hour.next().key == key.strip():
+        hour = hour.next()  # a half-hour repeat (Lord_Howe): the repeated part follows the hour
     if hour.key != key.strip():
         raise HourKeyError(f"partition {key!r} does not exist in time zone {zone} (nearest: {hour.key})")
     return hour

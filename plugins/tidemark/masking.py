@@ -1,0 +1,41 @@
+"""Secrets never reach a log line, an error message or a record: the one place that knows
+what a secret looks like, in client properties and in free text."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MASK = "***"
+# Property names whose values are secrets (Kafka client properties, JDBC options).
+SECRET_KEYS = (
+    "password",
+    "secret",
+    "jaas",
+    "token",
+    "key.pem",
+    "private",
+    "oauthbearer.config",
+    "credential",
+)
+_PATTERNS = (
+    re.compile(r"(://[^/:@\s]+:)[^@\s]+(@)"),  # user:password@host in a URL
+    re.compile(r"((?:password|passwd|pwd|secret|token|clientSecret)\s*[=:]\s*\"?)[^&;,\s\"]+", re.IGNORECASE),
+)
+
+
+def masked(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Properties safe to log: values of secret-looking keys replaced, secrets inside the
+    other values (a URL with credentials) masked."""
+    return {
+        k: MASK if any(s in k.lower() for s in SECRET_KEYS) else (mask_text(v) if isinstance(v, str) else v)
+        for k, v in properties.items()
+    }
+
+
+def mask_text(text: str) -> str:
+    """Free text (an error message, a URL) with credentials masked."""
+    for pattern in _PATTERNS:
+        text = pattern.sub(rf"\g<1>{MASK}" + (r"\g<2>" if pattern.groups == 2 else ""), text)
+    return text
