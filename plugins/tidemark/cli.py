@@ -173,6 +173,37 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_unlock(args: argparse.Namespace) -> int:
+    """Free a table lock left by a lost host (a job on this host frees its own, or is broken
+    once its process is gone), recording the decision."""
+    import getpass
+    from datetime import UTC, datetime
+
+    from tidemark.config import load_table
+    from tidemark.ingest.resolve import AuditLog
+    from tidemark.settings import Settings
+    from tidemark.state.locks import TableLock
+
+    settings = Settings.from_env()
+    config = load_table(args.table, settings)
+    lock = TableLock(settings.state_location, config.table, args.lock)
+    released = lock.release_by_operator(args.by or getpass.getuser())
+    if released is None:
+        print(f"{config.table}: the {args.lock} lock is free; nothing to do")
+        return 0
+    token, holder = released
+    record = AuditLog(settings.state_location, config.table).append(
+        action="unlock",
+        reason=args.reason,
+        by=args.by or getpass.getuser(),
+        at=datetime.now(UTC).isoformat(),
+        batch_id=None,
+        offsets=f"{args.lock} lock token {token} of {holder.describe()}",
+    )
+    print(f"{config.table}: released; recorded {record.describe()}")
+    return 0
+
+
 def _cmd_release(args: argparse.Namespace) -> int:
     """Register a quarantined hour in-process (a Hive-enabled Spark session, ~10 s to start)."""
     from tidemark.config import load_table
@@ -319,6 +350,19 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--reason", required=True, help="why: kept in the audit log")
     resolve.add_argument("--by", help="who decides (default: the current user)")
     resolve.set_defaults(func=_cmd_resolve)
+
+    unlock = sub.add_parser(
+        "unlock",
+        help="free a table lock left by a lost host (recorded in the audit log)",
+        description="A lock whose holder's process is gone on this host is broken by the next job; one "
+        "of another host once its lease expires (TIDEMARK_LOCK_LEASE_S, default 600). Use this when that "
+        "host is known to be gone for good: a holder that comes back finds its lease lost and stops.",
+    )
+    unlock.add_argument("--table", required=True)
+    unlock.add_argument("--lock", default="batch", help="the lock's name (default batch)")
+    unlock.add_argument("--reason", required=True, help="why: kept in the audit log")
+    unlock.add_argument("--by", help="who decides (default: the current user)")
+    unlock.set_defaults(func=_cmd_unlock)
 
     report = sub.add_parser(
         "report",

@@ -153,3 +153,8 @@ class UnsealedHoursError(MergeError):
 
 class StorageError(TidemarkError):
     """A state location that cannot be served with create-only semantics."""
+
+
+class LeaseLostError(TidemarkError):
+    """This job's lock lease expired and another job took the lock over (the job was paused
+    past its lease): it stops before making anything visible."""

@@ -25,6 +25,7 @@ from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout
+from tidemark.state.locks import TableLock
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration
@@ -165,13 +166,13 @@ def test_two_rebuilds_of_one_hour_at_once_one_wins_data_exact(
         except BatchConflictError as exc:
             outcomes[run] = exc
 
-    lock = settings.state_dir / config.table / f"rebuild-{HOUR}.lock"
+    lock = TableLock(settings.state_dir, config.table, f"rebuild-{HOUR}")
     first = threading.Thread(target=rebuild, args=("rebuild-1",))
     first.start()
     deadline = time.monotonic() + 60
-    while not lock.exists() and first.is_alive() and time.monotonic() < deadline:
+    while lock.holder() is None and first.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert lock.exists(), "the first rebuild never took the hour lock"
+    assert lock.holder() is not None, "the first rebuild never took the hour lock"
     rebuild("rebuild-2")  # while the first one holds it
     first.join()
     assert outcomes["rebuild-1"] == "rebuilt"
@@ -179,7 +180,7 @@ def test_two_rebuilds_of_one_hour_at_once_one_wins_data_exact(
     assert isinstance(loser, BatchConflictError), loser
     assert f"another job holds the rebuild-{HOUR} lock" in str(loser) and "run rebuild-1" in str(loser)
     assert hour_rows(spark, settings, config) == before
-    assert not lock.exists()
+    assert lock.holder() is None
 
 
 def test_a_rebuild_killed_at_any_point_is_finished_by_its_retry(

@@ -9,7 +9,6 @@ from tidemark.errors import BatchConflictError, DataLossError
 from tidemark.ingest.planner import next_ranges
 from tidemark.state.commitlog import CHECKPOINT_EVERY, Commit, CommitLog, MqRange, Plan
 from tidemark.state.layout import run_key
-from tidemark.state.locks import TableLock
 
 pytestmark = pytest.mark.unit
 
@@ -113,25 +112,6 @@ def test_state_uses_checkpoint_and_probes_only_newer_commits(tmp_path: Path) -> 
 def test_run_key_is_safe_and_unique() -> None:
     a, b = run_key("scheduled__2026-11-22T10:00:00+00:00"), run_key("scheduled__2026-11-22T10_00_00_00_00")
     assert "/" not in a and ":" not in a and a != b
-
-
-def test_table_lock_blocks_live_holder_and_breaks_dead_one(tmp_path: Path) -> None:
-    lock = TableLock(tmp_path, "t")
-    with (
-        lock.hold("r1"),
-        pytest.raises(BatchConflictError, match="another job holds the batch lock"),
-        lock.hold("r2"),
-    ):
-        pass
-    path = lock.path.local_path()
-    assert not path.exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    import json
-    import socket
-
-    path.write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 17, "run_id": "dead"}))
-    with lock.hold("r3"):
-        assert "r3" in path.read_text()
 
 
 def test_partitions_added_later_start_at_earliest_whatever_starting_offsets_says() -> None:

@@ -198,7 +198,7 @@ def run_dump(
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
     log.info("%s: dump for run %s, broker %s", config.table, run_id, masked(kafka_conf))
     watch = Stopwatch()
-    with TableLock(settings.state_location, config.table).hold(run_id):
+    with TableLock(settings.state_location, config.table).hold(run_id) as lease:
         with watch.phase("plan"):
             bound = commit_log.batch_of_run(run_id)
             done = commit_log.commit(bound) if bound is not None else None
@@ -269,6 +269,7 @@ def run_dump(
                 '--action accept|skip --reason "..."'
             )
         with watch.phase("publish"):
+            lease.check()  # a job paused past its lease publishes nothing
             files = publisher.publish()
         crash_point("before_commit_record")
         with watch.phase("commit"):
@@ -293,6 +294,7 @@ def run_dump(
                 partition_values=staged.partition_values,
                 extra={"dirty_reasons": reasons, "tombstones": sum(s.tombstones for s in stats)},
             )
+            lease.check()
             commit_log.write_commit(commit)
         publisher.cleanup()
         log.info(

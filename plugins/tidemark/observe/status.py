@@ -12,6 +12,7 @@ from tidemark.ingest.resolve import AuditLog
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import EntryKind, HourJournal
+from tidemark.state.locks import TableLock
 from tidemark.time.hours import parse_key
 
 
@@ -63,6 +64,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "batches_committed": state.batches,
         "last_committed_batch": state.last_committed,
         "pending_batch": pending.describe() if pending else None,
+        "lock": TableLock(settings.state_location, config.table).holder(),
         "decisions": [
             r.describe() for r in list(AuditLog(settings.state_location, config.table).records())[-recent:]
         ],
@@ -90,6 +92,12 @@ def render(status: dict[str, Any]) -> str:
         lines.append(
             f"    if it fails the same way on every run: tidemark resolve --table {status['table']} "
             '--action replan|skip|accept --reason "..."'
+        )
+    if status["lock"]:
+        lock = status["lock"]
+        expired = " (expired: the next job breaks it)" if lock["expired"] else ""
+        lines.append(
+            f"  batch lock held by {lock['holder']} since {lock['since']}, lease until {lock['expires_at']}{expired}"
         )
     for decision in status["decisions"]:
         lines.append(f"  decision {decision}")

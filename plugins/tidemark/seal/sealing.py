@@ -38,7 +38,7 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
 from tidemark.state.layout import compaction_marker, sealed_file_prefix
-from tidemark.state.locks import TableLock
+from tidemark.state.locks import Lease, TableLock
 from tidemark.state.storage import exchange_directories, read_json, replace_atomically
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
 from tidemark.time.instants import parse_instant
@@ -99,8 +99,16 @@ def hours_to_seal(config: TableConfig, state: LogState, partitions: JournalState
 class Sealer:
     """Seals and amends the hours of one table (I/O: files, Spark, metastore, journal)."""
 
-    def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: TableConfig,
+        settings: Settings,
+        run_id: str,
+        lease: Lease | None = None,
+    ) -> None:
         self.spark = spark
+        self.lease = lease  # checked before every step that makes an hour visible
         self.config = config
         self.run_id = run_id
         self.files = HourFiles(spark, config, settings)
@@ -170,6 +178,10 @@ class Sealer:
         if mine:
             raise QualityGateError(self.config.table, mine)
 
+    def _fence(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
+
     # -- one hour -------------------------------------------------------------------------
     def _seal_hour(self, hour: Hour, state: LogState, partitions: JournalState) -> JournalEntry:
         expected = state.rows_per_hour.get(hour.path, 0)
@@ -194,6 +206,7 @@ class Sealer:
                 "; ".join(quality.failures),
             )
         else:
+            self._fence()
             self.files.publish(hour, target, rows, version=1)
         kind, version = (EntryKind.QUARANTINE, 0) if quality.blocks else (EntryKind.SEAL, 1)
         entry = self.entry(
@@ -206,6 +219,7 @@ class Sealer:
             files=files,
             quality=quality.to_json(),
         )
+        self._fence()
         self.journal.append(entry)
         shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
         return entry
@@ -349,8 +363,8 @@ def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:
 
 def run_seal(spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> SealResult:
     """Seal every complete hour of ``config.table``; safe to run any number of times."""
-    with TableLock(settings.state_location, config.table).hold(run_id):
-        return Sealer(spark, config, settings, run_id).run()
+    with TableLock(settings.state_location, config.table).hold(run_id) as lease:
+        return Sealer(spark, config, settings, run_id, lease).run()
 
 
 def run_release(

@@ -1,8 +1,22 @@
-"""The table lock: one batch-changing job of a table at a time, across processes.
+"""Table locks as leases with fencing tokens: one batch-changing job of a table at a time,
+across processes and hosts.
 
-A create-only lock record names its holder (host, pid, run id). A lock left by a dead process
-on this host is broken automatically; one held by a live process makes the second writer
-fail cleanly with the holder's identity.
+A lock is a sequential, create-only log (``<state>/<table>/locks/<name>/<token>.json``): an
+``acquire`` record makes its writer the holder, with a lease that expires unless renewed; a
+``release`` record frees it. The sequence number of the acquire record is the **fencing
+token**. Taking a lock is creating the next record, so of two processes breaking the same
+stale lock exactly one wins (the create-only write), never both.
+
+- A live holder renews its lease in the background (``<token>.renew.json``, its own file).
+- A lease is broken only after it expired, or at once when its holder ran on this host and
+  its process is gone (a killed job's retry need not wait).
+- A holder checks its token before every step that makes data visible (``Lease.check``): a
+  job paused past its lease (GC, a frozen VM) finds another holder and stops with
+  ``LeaseLostError`` instead of publishing.
+- ``tidemark unlock`` releases a lock by an operator's decision, with an audit record.
+
+``latest.json`` is a hint of the newest record (readers probe forward from it), so taking a
+lock costs a few reads however long the log grows.
 """
 
 from __future__ import annotations
@@ -10,67 +24,212 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from tidemark.errors import BatchConflictError
-from tidemark.state.storage import Location, create_only, delete, read_json
+from tidemark.errors import BatchConflictError, LeaseLostError
+from tidemark.state.seqlog import SequentialLog
+from tidemark.state.storage import Location, read_json, replace_atomically
 
 log = logging.getLogger(__name__)
 
+DEFAULT_LEASE = timedelta(minutes=10)
+
+
+def lease_duration() -> timedelta:
+    """``TIDEMARK_LOCK_LEASE_S`` (seconds) or 10 minutes: how long a silent holder keeps a lock."""
+    return timedelta(seconds=float(os.environ.get("TIDEMARK_LOCK_LEASE_S", DEFAULT_LEASE.total_seconds())))
+
 
 @dataclass(frozen=True)
-class LockOwner:
+class LockRecord:
+    """One step of a lock: ``acquire`` (a holder and its lease) or ``release``."""
+
+    kind: str
     host: str
     pid: int
     run_id: str
+    at: str
+    expires_at: str | None = None
+    by: str = ""  # release: who (a job, or an operator's tidemark unlock)
+
+    def describe(self) -> str:
+        return f"host {self.host}, pid {self.pid}, run {self.run_id}"
 
 
 class TableLock:
-    """A create-only lock file serialising batches of one table across processes.
-
-    A lock left by a dead process on this host is broken automatically; one held by a live
-    process makes the second writer fail cleanly with the holder's identity.
-    """
+    """A named lock of one table (``batch`` serialises dump, seal, release and swaps)."""
 
     def __init__(self, state_dir: Location | Path, table: str, name: str = "batch") -> None:
         self.table = table
         self.name = name
-        self.path = Location(state_dir) / table / f"{name}.lock"
+        self.root = Location(state_dir) / table / "locks" / name
+        self._log = SequentialLog(self.root)
+        self._hint = self.root / "latest.json"
 
-    def _owner(self) -> LockOwner | None:
-        data = read_json(self.path)
-        return LockOwner(**data) if data else None
+    # -- reading -------------------------------------------------------------------------
+    def latest(self) -> tuple[int, LockRecord] | None:
+        """The newest record and its sequence number."""
+        hint = read_json(self._hint)
+        seq = int(hint["seq"]) if hint else -1
+        while self._log.read(seq + 1) is not None:
+            seq += 1
+        if seq < 0:
+            return None
+        data = self._log.read(seq)
+        if data is None:  # a hint ahead of the records cannot happen: it is written after them
+            return None
+        return seq, LockRecord(**data)
 
+    def expires_at(self, token: int, record: LockRecord) -> datetime:
+        renewal = read_json(self._renewal(token))
+        text = renewal["expires_at"] if renewal else record.expires_at
+        assert text is not None
+        return datetime.fromisoformat(text)
+
+    def holder(self, now: datetime | None = None) -> dict[str, Any] | None:
+        """The current holder and its lease, for ``tidemark status``; None when free."""
+        latest = self.latest()
+        if latest is None or latest[1].kind != "acquire":
+            return None
+        token, record = latest
+        expires = self.expires_at(token, record)
+        now = now or datetime.now(UTC)
+        return {
+            "lock": self.name,
+            "token": token,
+            "holder": record.describe(),
+            "since": record.at,
+            "expires_at": expires.isoformat(),
+            "expired": expires <= now,
+        }
+
+    # -- taking and giving back ------------------------------------------------------------
     @contextmanager
-    def hold(self, run_id: str) -> Iterator[None]:
-        me = LockOwner(socket.gethostname(), os.getpid(), run_id)
-        if not create_only(self.path, asdict(me)):
-            owner = self._owner()
-            if owner and owner.host == me.host and not _pid_alive(owner.pid):
+    def hold(self, run_id: str) -> Iterator[Lease]:
+        lease = self.acquire(run_id)
+        try:
+            with lease.renewing():
+                yield lease
+        finally:
+            lease.release()
+
+    def acquire(self, run_id: str) -> Lease:
+        now = datetime.now(UTC)
+        duration = lease_duration()
+        latest = self.latest()
+        next_seq = 0
+        if latest is not None:
+            seq, record = latest
+            next_seq = seq + 1
+            if record.kind == "acquire":
+                expired = self.expires_at(seq, record) <= now
+                dead_here = record.host == socket.gethostname() and not _pid_alive(record.pid)
+                if not (expired or dead_here):
+                    raise BatchConflictError(
+                        f"{self.table}: another job holds the {self.name} lock ({record.describe()}, lease "
+                        f"until {self.expires_at(seq, record).isoformat()}); this attempt did nothing and "
+                        f"can be retried (a lock left by a lost host: tidemark unlock --table {self.table})"
+                    )
                 log.warning(
-                    "%s: breaking stale %s lock of dead pid %s (run %s)",
+                    "%s: breaking the %s lock of %s (%s)",
                     self.table,
                     self.name,
-                    owner.pid,
-                    owner.run_id,
+                    record.describe(),
+                    "its process is gone" if dead_here else "its lease expired",
                 )
-                delete(self.path)
-                if not create_only(self.path, asdict(me)):
-                    raise BatchConflictError(f"{self.table}: lost the race for the {self.name} lock")
-            else:
-                raise BatchConflictError(
-                    f"{self.table}: another job holds the {self.name} lock (host "
-                    f"{owner.host if owner else '?'}, pid {owner.pid if owner else '?'}, run "
-                    f"{owner.run_id if owner else '?'}); this attempt did nothing and can be retried"
-                )
+        me = LockRecord(
+            "acquire",
+            socket.gethostname(),
+            os.getpid(),
+            run_id,
+            now.isoformat(),
+            (now + duration).isoformat(),
+        )
+        if not self._log.create(next_seq, asdict(me)):
+            raise BatchConflictError(
+                f"{self.table}: another job took the {self.name} lock at the same moment; this attempt did "
+                "nothing and can be retried"
+            )
+        replace_atomically(self._hint, {"seq": next_seq})
+        return Lease(self, next_seq, me, duration)
+
+    def release_by_operator(self, by: str) -> tuple[int, LockRecord] | None:
+        """``tidemark unlock``: free the lock whoever holds it; returns what was released."""
+        latest = self.latest()
+        if latest is None or latest[1].kind != "acquire":
+            return None
+        seq, _ = latest
+        self._append_release(seq + 1, by=by, run_id="unlock")
+        return latest
+
+    def _append_release(self, seq: int, *, by: str, run_id: str) -> bool:
+        record = LockRecord(
+            "release", socket.gethostname(), os.getpid(), run_id, datetime.now(UTC).isoformat(), by=by
+        )
+        if not self._log.create(seq, asdict(record)):
+            return False
+        replace_atomically(self._hint, {"seq": seq})
+        return True
+
+    def _renewal(self, token: int) -> Location:
+        return self.root / f"{token:010d}.renew.json"
+
+
+class Lease:
+    """A held lock: its fencing token, renewal while held, the check before visible steps."""
+
+    def __init__(self, lock: TableLock, token: int, record: LockRecord, duration: timedelta) -> None:
+        self.lock = lock
+        self.token = token
+        self.record = record
+        self.duration = duration
+        self._stop = threading.Event()
+
+    def check(self) -> None:
+        """Raise ``LeaseLostError`` unless this lease is still the lock's current holder."""
+        latest = self.lock.latest()
+        if latest is None or latest[0] != self.token:
+            now = f"now {latest[1].kind} by {latest[1].describe()}" if latest else "gone"
+            raise LeaseLostError(
+                f"{self.lock.table}: the {self.lock.name} lock (token {self.token}, run {self.record.run_id}) "
+                f"was taken over ({now}): its lease expired while this job was paused; nothing more is "
+                "made visible by this attempt, retry it"
+            )
+
+    def renew(self) -> None:
+        expires = datetime.now(UTC) + self.duration
+        replace_atomically(self.lock._renewal(self.token), {"expires_at": expires.isoformat()})
+
+    @contextmanager
+    def renewing(self) -> Iterator[None]:
+        """Renew the lease every third of its duration while the block runs."""
+        interval = max(1.0, self.duration.total_seconds() / 3)
+
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.renew()
+                except Exception:  # a renewal that fails ends in LeaseLostError at the next check
+                    log.exception("%s: could not renew the %s lock", self.lock.table, self.lock.name)
+
+        thread = threading.Thread(target=loop, name=f"lease-{self.lock.table}-{self.lock.name}", daemon=True)
+        thread.start()
         try:
             yield
         finally:
-            if self._owner() == me:
-                delete(self.path)
+            self._stop.set()
+            thread.join(timeout=5)
+
+    def release(self) -> None:
+        latest = self.lock.latest()
+        if latest is not None and latest[0] == self.token:
+            self.lock._append_release(self.token + 1, by="job", run_id=self.record.run_id)
 
 
 def _pid_alive(pid: int) -> bool:

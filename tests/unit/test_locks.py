@@ -1,0 +1,115 @@
+"""Table locks as leases with fencing tokens (local state dir: create-only records)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tidemark.errors import BatchConflictError, LeaseLostError
+from tidemark.state.locks import TableLock
+
+pytestmark = pytest.mark.unit
+
+
+def plant(lock: TableLock, seq: int, **fields: object) -> None:
+    """A lock record as another process (or host) left it."""
+    record = {
+        "kind": "acquire",
+        "host": socket.gethostname(),
+        "pid": 1,
+        "run_id": "other",
+        "at": "2026-11-22T10:00:00+00:00",
+    }
+    record.update(fields)
+    path = lock.root.local_path() / f"{seq:010d}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def test_a_live_holder_blocks_and_its_release_frees_the_lock(tmp_path: Path) -> None:
+    lock = TableLock(tmp_path, "t")
+    with lock.hold("r1") as lease:
+        assert lock.holder() is not None and lock.holder()["token"] == lease.token  # type: ignore[index]
+        with pytest.raises(BatchConflictError, match="another job holds the batch lock"):
+            lock.acquire("r2")
+        lease.check()
+    assert lock.holder() is None
+    with lock.hold("r3") as again:
+        assert again.token > lease.token
+
+
+def test_a_dead_process_on_this_host_is_broken_at_once(tmp_path: Path) -> None:
+    lock = TableLock(tmp_path, "t")
+    plant(lock, 0, pid=2**22 + 17, expires_at="2999-01-01T00:00:00+00:00")
+    with lock.hold("r1") as lease:
+        assert lease.token == 1
+
+
+def test_a_lock_of_another_host_is_broken_only_after_its_lease_expired(tmp_path: Path) -> None:
+    lock = TableLock(tmp_path, "t")
+    plant(lock, 0, host="elsewhere", pid=2**22 + 17, expires_at="2999-01-01T00:00:00+00:00")
+    with pytest.raises(BatchConflictError, match="host elsewhere"):
+        lock.acquire("r1")
+    plant(lock, 1, kind="release", host="elsewhere", expires_at=None)
+    plant(lock, 2, host="elsewhere", pid=2**22 + 17, expires_at="2000-01-01T00:00:00+00:00")
+    with lock.hold("r2") as lease:
+        assert lease.token == 3
+
+
+def test_two_breakers_racing_for_an_expired_lease_have_exactly_one_winner(tmp_path: Path) -> None:
+    for attempt in range(10):
+        lock = TableLock(tmp_path / str(attempt), "t")
+        plant(lock, 0, host="elsewhere", expires_at="2000-01-01T00:00:00+00:00")
+        barrier = threading.Barrier(4)
+        won: list[int] = []
+        lost: list[BaseException] = []
+
+        def breaker(
+            lock: TableLock = lock,
+            barrier: threading.Barrier = barrier,
+            won: list[int] = won,
+            lost: list[BaseException] = lost,
+        ) -> None:
+            barrier.wait()
+            try:
+                won.append(lock.acquire("breaker").token)
+            except BatchConflictError as exc:
+                lost.append(exc)
+
+        threads = [threading.Thread(target=breaker) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert won == [1] and len(lost) == 3
+
+
+def test_a_paused_holder_whose_lease_expired_cannot_publish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "0.001")
+    lock = TableLock(tmp_path, "t")
+    paused = lock.acquire("slow")  # no renewal: as if the job were frozen past its lease
+    time.sleep(0.05)
+    monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "600")
+    successor = lock.acquire("next")
+    with pytest.raises(LeaseLostError, match="taken over"):
+        paused.check()
+    successor.check()
+    paused.release()  # a lost lease releases nothing
+    assert lock.holder()["token"] == successor.token  # type: ignore[index]
+
+
+def test_an_operator_unlock_frees_a_lock_left_by_a_lost_host(tmp_path: Path) -> None:
+    lock = TableLock(tmp_path, "t")
+    plant(lock, 0, host="lost-host", expires_at="2999-01-01T00:00:00+00:00")
+    released = lock.release_by_operator("ops")
+    assert released is not None and released[1].host == "lost-host"
+    assert lock.holder() is None
+    with lock.hold("r1") as lease:
+        assert lease.token == 2
