@@ -20,6 +20,7 @@ DUMP_POINTS = (
     "after_staging",
     "mid_move",
     "before_commit_record",
+    "after_commit_record",
     "before_group_commit",
 )
 SEAL_POINTS = ("mid_compaction", "after_registration")

@@ -64,7 +64,7 @@ def assert_exact(settings: Settings, table: str, delivered: Sequence[tuple[int, 
     layout = Layout(settings, table)
     on_disk = {
         str(p.relative_to(layout.warehouse))
-        for d in (layout.table_dir, layout.dirty_dir)
+        for d in (layout.table_dir, layout.dirty_dir, layout.late_dir)
         for p in d.rglob("*.parquet")
     }
     committed = {f for c in CommitLog(settings.state_dir, table).iter_commits() for f in c.files}
@@ -82,10 +82,14 @@ def test_crash_then_retry_same_run_is_exact(
     assert code != 0, f"no crash at {point}"
     if point != "mid_read":  # a Python worker crash surfaces as a Spark task failure instead
         assert code == EXIT_CODE, err[-2000:]
+    layout = Layout(settings, config.table)
+    committed_before = DUMP_POINTS.index(point) > DUMP_POINTS.index("before_commit_record")
+    visible = [p for d in (layout.dirty_dir, layout.late_dir) for p in d.rglob("*.parquet")]
+    assert committed_before or not visible, f"visible before the commit record: {visible}"
     code, out, err = run(settings, config.table, "scheduled__crash")
     assert code == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
-    expected_status = "already_committed" if point == "before_group_commit" else "committed"
+    expected_status = "already_committed" if committed_before else "committed"
     assert result["status"] == expected_status and result["read"] == 400
     assert_exact(settings, config.table, delivered)
     if point == "before_group_commit":  # the retry still brings lag monitoring up to date

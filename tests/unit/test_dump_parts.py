@@ -109,11 +109,27 @@ def test_publisher_targets_are_deterministic_and_rollback_removes_published_file
     ]
     assert first.targets() == first.targets()
     published = first.publish()
-    assert all((tmp_path / t).exists() for t in published)
-    # A retry of the uncommitted batch undoes exactly what the first attempt published.
-    assert Publisher(layout, 7).rollback() == len(published)
+    # before the commit record only the hidden _open rows are in place: nothing visible
+    assert [t for t in published if (tmp_path / t).exists()] == targets[:4]
+    assert not (tmp_path / "t__late").exists() and not (tmp_path / "t__dirty").exists()
+    # a retry of the uncommitted batch undoes exactly what the first attempt moved
+    assert Publisher(layout, 7).rollback() == 4
     assert not any((tmp_path / t).exists() for t in published)
     assert not layout.batch_staging(7).exists()
+
+
+def test_after_the_commit_record_finish_makes_late_and_dirty_files_visible(tmp_path: Path) -> None:
+    layout = Layout(replace(Settings.from_env(), warehouse=str(tmp_path)), "t")
+    publisher = Publisher(layout, 3)
+    for kind, sub in (("rows", "dt=2026-11-22/hr=10/"), ("late", "dt=2026-11-22/hr=09/"), ("dirty", "")):
+        path = publisher.attempt_dir / kind / f"{sub}p0-000000000000.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    published = publisher.publish()
+    assert Publisher(layout, 3).finish() == 2  # e.g. by the next job, after a crash
+    assert all((tmp_path / t).exists() for t in published)
+    assert not layout.batch_staging(3).exists()
+    assert Publisher(layout, 3).finish() == 0
 
 
 def test_file_names_are_built_and_parsed_in_one_place() -> None:

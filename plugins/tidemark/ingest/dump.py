@@ -220,9 +220,11 @@ def run_dump(
                 done.batch_id,
                 done.run_id,
             )
-            Publisher(layout, done.batch_id).cleanup()
+            Publisher(layout, done.batch_id).finish()
             _commit_group(config, settings, kafka_conf, done)
             return _result(done, "already_committed")
+        if plan.batch_id > 0:  # a crash right after the previous commit record: finish it first
+            Publisher(layout, plan.batch_id - 1).finish()
         publisher = Publisher(layout, plan.batch_id)
         with watch.phase("rollback"):
             publisher.rollback()
@@ -296,7 +298,8 @@ def run_dump(
             )
             lease.check()
             commit_log.write_commit(commit)
-        publisher.cleanup()
+        crash_point("after_commit_record")
+        publisher.finish()
         log.info(
             "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, late %s, files %s, hours %s; "
             "global ready time %s (held by partition %s, idle %s); seconds %s",

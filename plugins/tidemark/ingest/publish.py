@@ -1,9 +1,13 @@
 """Publishing a batch's staged files into the table, and undoing an uncommitted attempt.
 
 The publisher writes the manifest of (staged, target) moves before it moves anything, under
-deterministic target names that carry the batch (``layout.batch_file_name``); a retry of an
-uncommitted batch deletes exactly the targets of every earlier attempt's manifest, then
-stages again. A batch is visible only once its commit record exists (``dump``).
+deterministic target names that carry the batch (``layout.batch_file_name``). Nothing becomes
+visible before the commit record: before it, only the table's rows move, into the hidden
+``_open`` directory (sealing reads only committed batches there); the late rows and dirty
+records, whose directories readers see, move after the commit record (``finish``). A retry of
+an uncommitted batch deletes exactly the targets of every earlier attempt's manifest, then
+stages again; a committed batch whose late or dirty files did not all move yet (a crash right
+after the commit record) is finished by whichever job of the table runs next.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import shutil
 import uuid
 
+from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.state.layout import Layout, batch_file_name
 
@@ -60,20 +65,49 @@ class Publisher:
             moves.append((staged, target))
         return [(self.layout.relative(s), self.layout.relative(t)) for s, t in moves]
 
+    def _hidden(self, target: str) -> bool:
+        """Whether a target is in the hidden ``_open`` directory (moved before the commit)."""
+        return (self.layout.warehouse / target).is_relative_to(self.layout.open_dir)
+
     def publish(self) -> list[str]:
+        """Write the manifest, move the rows into ``_open``; returns every target (the commit
+        record lists them all)."""
         moves = self.targets()
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
         manifest = self.attempt_dir / "publish.json"  # whole or absent: written aside, renamed
         aside = self.attempt_dir / f".publish.json.{uuid.uuid4().hex}"
         aside.write_text(json.dumps({"moves": moves}))
         os.replace(aside, manifest)
-        base = self.layout.warehouse
-        for i, (staged, target) in enumerate(moves):
-            if i == len(moves) // 2:
+        hidden = [(s, t) for s, t in moves if self._hidden(t)]
+        for i, (staged, target) in enumerate(hidden):
+            if i == len(hidden) // 2:
                 crash_point("mid_move")
-            (base / target).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(base / staged, base / target)
+            self._move(staged, target)
         return [t for _, t in moves]
 
-    def cleanup(self) -> None:
+    def finish(self) -> int:
+        """After the commit record: move what is still staged (late rows, dirty records) to its
+        visible place, then drop the staging; idempotent. Returns the files moved."""
+        moved = 0
+        for manifest in sorted(self.batch_dir.glob("attempt-*/publish.json")):
+            for staged, target in json.loads(manifest.read_text())["moves"]:
+                if (self.layout.warehouse / target).exists():
+                    continue
+                if not (self.layout.warehouse / staged).exists():
+                    raise ReconciliationError(
+                        f"batch {self.batch_id} is committed but its file {target} is neither in place nor "
+                        f"staged ({staged}); restore it from a backup or rebuild the hour"
+                    )
+                self._move(staged, target)
+                moved += 1
+        if moved:
+            log.info(
+                "batch %s: %s late/dirty files made visible after the commit record", self.batch_id, moved
+            )
         shutil.rmtree(self.batch_dir, ignore_errors=True)
+        return moved
+
+    def _move(self, staged: str, target: str) -> None:
+        base = self.layout.warehouse
+        (base / target).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(base / staged, base / target)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, ReconciliationError, ReleaseError
 from tidemark.faults import crash_point
+from tidemark.ingest.publish import Publisher
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.late import LateRows
 from tidemark.settings import Settings
@@ -124,6 +125,8 @@ class Sealer:
     # -- the whole run --------------------------------------------------------------------
     def run(self) -> SealResult:
         state = self.commit_log.state()
+        if state.last_committed >= 0:  # late and dirty files of a batch whose dump died after committing
+            Publisher(self.layout, state.last_committed).finish()
         pending = self.commit_log.pending_plan(state)
         result = SealResult(self.config.table, self.run_id, "nothing_to_seal")
         result.ready_time = state.ready.time if state.ready else None
