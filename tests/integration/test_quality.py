@@ -63,6 +63,8 @@ def test_block_quarantines_the_hour_later_hours_go_on_and_release_registers_it_o
     assert info["state"] == "quarantine" and not info["sealed"]
     assert "QUARANTINED" in render_hour(info) and "tidemark release" in render_hour(info)
     assert not (Path(settings.warehouse) / config.table / "dt=2026-11-22/hr=10/_SUCCESS").exists()
+    # a quarantined hour is invisible to path readers and MSCK REPAIR: not in the table's dt=/hr= tree
+    assert not (Path(settings.warehouse) / config.table / "dt=2026-11-22/hr=10").exists()
 
     entry = run_release(spark, config, settings, "2026-11-22T10", "release-1")
     assert (entry.kind, entry.version, entry.rows) == ("release", 1, 3)

@@ -192,24 +192,25 @@ class Sealer:
         log.info(
             "%s: sealing hour %s (%s rows expected from the commit log)", self.config.table, hour, expected
         )
-        files, rows = self._compact(hour, target, expected)
+        files, rows, home = self._compact(hour, target, expected)
         if rows != expected:
             raise ReconciliationError(
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
                 f"committed for {hour.path} by batches <= {state.last_committed}: a batch file of the hour is missing or foreign; not sealed (docs/operations.md)"
             )
-        quality = self.files.quality_of(hour, target, rows)
+        quality = self.files.quality_of(hour, home, rows)
         if quality.blocks:
             log.error(
-                "%s: hour %s quarantined (%s rows, files kept in %s, not registered): %s",
+                "%s: hour %s quarantined (%s rows, files kept in %s, hidden and not registered): %s",
                 self.config.table,
                 hour.key,
                 rows,
-                target,
+                home,
                 "; ".join(quality.failures),
             )
         else:
             self._fence()
+            self._reveal(home, target)
             self.files.publish(hour, target, rows, version=1)
         kind, version = (EntryKind.QUARANTINE, 0) if quality.blocks else (EntryKind.SEAL, 1)
         entry = self.entry(
@@ -239,6 +240,7 @@ class Sealer:
             )
         hour = parse_key(hour_key, self.zone)
         target = self.layout.table_dir / hour.path
+        self._reveal(self.layout.sealing_dir / hour.path, target)
         self.files.publish(hour, target, current.rows, version=1)
         quality = {**current.quality, "released_by_run": self.run_id}
         entry = self.entry(
@@ -257,7 +259,19 @@ class Sealer:
         log.info("%s: hour %s released and registered (%s rows)", self.config.table, hour_key, current.rows)
         return entry
 
-    def _compact(self, hour: Hour, target: Path, expected: int) -> tuple[list[str], int]:
+    def _reveal(self, home: Path, target: Path) -> None:
+        """Move a checked hour from the hidden ``_sealing`` directory to its place (one
+        rename; nothing to do when it is there already)."""
+        if home == target or not home.exists():
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():  # a directory left by an older version: swap, then drop it
+            exchange_directories(home, target)
+            shutil.rmtree(home, ignore_errors=True)
+        else:
+            home.rename(target)
+
+    def _compact(self, hour: Hour, target: Path, expected: int) -> tuple[list[str], int, Path]:
         """Rewrite the hour's batch files as few files of about target_file_size.
 
         A marker records the result, so a retry after registration never rewrites a visible
@@ -265,18 +279,26 @@ class Sealer:
         failed after compacting and before its journal entry (metastore, quality gate, a kill),
         and batches committed rows for the hour since. The hour is then compacted again from
         its batch files (all still in ``_open``) and swapped in whole, so readers of an hour
-        registered by the failed attempt see the old files or the new ones, never a mix."""
-        marker = compaction_marker(target)
-        done = read_json(marker)
+        registered by the failed attempt see the old files or the new ones, never a mix.
+
+        Until it passes the quality gate, a compacted hour lives in the hidden ``_sealing``
+        directory (readers by path and ``MSCK REPAIR`` never see it; a quarantined hour stays
+        there until it is released). Returns the files (named at their place), the rows and
+        the directory holding the hour now."""
+        hidden = self.layout.sealing_dir / hour.path
+        home = target if read_json(compaction_marker(target)) is not None else hidden
+        done = read_json(compaction_marker(home))
         if done is not None and int(done["rows"]) == expected:
             log.info(
                 "%s: hour %s already compacted (%s files)", self.config.table, hour.key, len(done["files"])
             )
-            return list(done["files"]), int(done["rows"])
+            return list(done["files"]), int(done["rows"]), home
         if done is None:
-            if target.exists():  # residue of a crashed attempt; never registered, so invisible
-                shutil.rmtree(target)
-            return self._compact_into(hour, target, target)
+            for residue in (hidden, target):  # of a crashed attempt; never registered
+                if residue.exists():
+                    shutil.rmtree(residue)
+            files, rows = self._compact_into(hour, hidden, target)
+            return files, rows, hidden
         log.warning(
             "%s: hour %s was compacted with %s rows by a seal that failed before its journal entry; "
             "batches committed since hold %s rows for it: compacting again",
@@ -289,9 +311,9 @@ class Sealer:
         shutil.rmtree(scratch, ignore_errors=True)
         new_dir = scratch / "hour"
         files, rows = self._compact_into(hour, new_dir, target)
-        exchange_directories(new_dir, target)
+        exchange_directories(new_dir, home)
         shutil.rmtree(scratch, ignore_errors=True)  # now holds the stale version
-        return files, rows
+        return files, rows, home
 
     def _compact_into(self, hour: Hour, directory: Path, target: Path) -> tuple[list[str], int]:
         """Compact the hour's batch files into ``directory`` (which becomes ``target``); the

@@ -5,6 +5,8 @@ parses every path and file name of the warehouse (secor's ``LogFilePath``, paimo
 Under the warehouse root::
 
     <table>/_open/dt=D/hr=H/part-b<batch>-<i>.parquet   committed batch files, not yet sealed
+    <table>/_sealing/dt=D/hr=H/part-<i>.parquet         an hour compacted, not yet checked and
+                                                        registered (or quarantined): hidden
     <table>/dt=D/hr=H/part-<i>.parquet                  a sealed hour (+ _SUCCESS, the marker)
     <table>/dt=D/hr=H/part-v<version>-<i>.parquet       rows an amend added (version >= 2)
     <table>__late/dt=D/hr=H/part-b<batch>-<i>.parquet   late rows (side_table policy)
@@ -92,6 +94,7 @@ class Layout:
         self.dirty_dir = self.warehouse / f"{table}__dirty"
         self.late_dir = self.warehouse / f"{table}__late"
         self.staging_root = self.warehouse / STAGING / table
+        self.sealing_dir = self.table_dir / "_sealing"
 
     def batch_staging(self, batch_id: int) -> Path:
         return self.staging_root / batch_dir_name(batch_id)
