@@ -106,3 +106,16 @@ def test_replan_closes_the_plan_reading_nothing_and_the_next_run_plans_afresh(
     assert (done.batch_id, done.read) == (1, 40)
     rows, dirty, _ = landed(settings, config.table)
     assert rows + dirty == Counter((p, o) for p, o, _ in delivered)
+
+
+def test_the_health_page_shows_the_pending_batch_and_the_decisions(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    from tidemark.observe.report import render_report, report_data
+
+    config, settings, _ = stuck_table(spark, broker, settings, tmp_path)
+    page = render_report(report_data(config, settings, as_of=DECIDED_AT))
+    assert 'id="pending"' in page and "batch 0" in page
+    resolve(config, settings, action="skip", reason="poison range, INC-9", by="ops", at=DECIDED_AT)
+    page = render_report(report_data(config, settings, as_of=DECIDED_AT))
+    assert 'id="pending"' not in page and "skip batch 0 by ops: poison range, INC-9" in page

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.config import TableConfig
+from tidemark.ingest.resolve import AuditLog
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
@@ -108,6 +109,10 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "as_of": as_of.isoformat(),
         "overdue": overdue_hours(config, settings, as_of),
         "failures": recent_failures(settings, config.table)[:MAX_FAILURES_SHOWN],
+        "pending": pending.describe() if (pending := commit_log.pending_plan(state)) else None,
+        "decisions": [r.describe() for r in AuditLog(settings.state_location, config.table).records()][
+            -MAX_FAILURES_SHOWN:
+        ],
     }
 
 
@@ -212,9 +217,17 @@ def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -
         f"<li>{e(f['dag_id'])}.{e(f['task_id'])} run {e(f['run_id'])} try {f['try_number']}: {e(f['error'])}</li>"
         for f in data["failures"]
     )
+    decision_items = "".join(f"<li>{e(d)}</li>" for d in reversed(data.get("decisions", [])))
+    pending = data.get("pending")
     alerts = (
         f'<section id="alerts"><h2>Alerts</h2><p id="overdue">{overdue_line}</p>'
+        + (f'<p id="pending">Pending batch (the next run completes it): {e(pending)}</p>' if pending else "")
         + (f'<p>Recent task failures:</p><ul id="failures">{failure_items}</ul>' if failure_items else "")
+        + (
+            f'<p>Operator decisions (audit log):</p><ul id="decisions">{decision_items}</ul>'
+            if decision_items
+            else ""
+        )
         + "</section>"
     )
     summary = (
