@@ -27,9 +27,25 @@ SEAL_POINTS = ("mid_compaction", "after_registration")
 ANNOUNCE_POINTS = ("before_announce",)
 REBUILD_POINTS = ("mid_rebuild", "before_swap", "after_swap")
 SNAPSHOT_POINTS = ("after_alignment", "after_snapshot_staging", "after_snapshot_swap")
+# Between the protocol's other steps: recovered by the retry, tested in-process (raise mode)
+PROTOCOL_POINTS = (
+    "after_plan_written",  # plan -> run binding
+    "after_success",  # _SUCCESS -> journal entry
+    "after_journal_entry",  # journal entry -> cleanup of the hour's batch files
+    "after_amend_moves",  # amend's file moves -> its journal entry
+    "after_late_registration",  # late partitions registered -> registry
+)
 # Faults of monitoring-only steps, which must never fail the job (used with TIDEMARK_FAIL_MODE=raise)
 MONITORING_POINTS = ("group_commit",)
-POINTS = DUMP_POINTS + SEAL_POINTS + ANNOUNCE_POINTS + REBUILD_POINTS + SNAPSHOT_POINTS + MONITORING_POINTS
+POINTS = (
+    DUMP_POINTS
+    + SEAL_POINTS
+    + ANNOUNCE_POINTS
+    + REBUILD_POINTS
+    + SNAPSHOT_POINTS
+    + PROTOCOL_POINTS
+    + MONITORING_POINTS
+)
 EXIT_CODE = 86
 
 

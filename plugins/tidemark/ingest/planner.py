@@ -8,6 +8,7 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import DataLossError, OffsetsWentBackError
+from tidemark.faults import crash_point
 from tidemark.ingest.kafka import partition_offsets
 from tidemark.state.commitlog import CommitLog, MqRange, Plan
 from tidemark.state.journal import HourJournal
@@ -108,6 +109,7 @@ def plan_batch(
         planned_at=planned_at,
     )
     commit_log.write_plan(plan)
+    crash_point("after_plan_written")
     bound_batch = commit_log.bind_run(run_id, plan.batch_id)
     if bound_batch != plan.batch_id:  # the same run planned concurrently elsewhere
         other = commit_log.plan(bound_batch)

@@ -90,6 +90,7 @@ class HourFiles:
             self.spark.catalog.refreshTable(self.config.table)
         crash_point("after_registration")
         write_success(target, hour.key, rows, version)
+        crash_point("after_success")
 
 
 def step_entry(

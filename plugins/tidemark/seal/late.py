@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 
+from tidemark.faults import crash_point
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
@@ -47,6 +48,7 @@ class LateRows:
         for hour in todo:
             self.files.register(late_table, self.layout.late_dir, hour, self.layout.late_dir / hour.path)
             registered[hour.key] = state.late_per_hour[hour.path]
+        crash_point("after_late_registration")
         replace_atomically(registry_file, {"hours": dict(sorted(registered.items()))})
         return [h.key for h in todo]
 
@@ -83,6 +85,7 @@ class LateRows:
             self.files.spark.catalog.refreshTable(self.config.table)
             rows = (current.rows if current else 0) + added
             write_success(target, hour.key, rows, version)
+            crash_point("after_amend_moves")
             entry = step_entry(
                 self.config,
                 self.run_id,

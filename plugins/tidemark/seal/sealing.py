@@ -225,6 +225,7 @@ class Sealer:
         )
         self._fence()
         self.journal.append(entry)
+        crash_point("after_journal_entry")
         shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
         return entry
 
