@@ -243,6 +243,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(scale=args.scale)
 
 
+def _decision_arguments(parser: argparse.ArgumentParser) -> None:
+    """Why and who, of an operator decision kept in the table's audit log."""
+    parser.add_argument("--reason", required=True, help="why: kept in the audit log")
+    parser.add_argument("--by", help="who decides (default: the current user)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark",
@@ -347,8 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resolve.add_argument("--table", required=True)
     resolve.add_argument("--action", required=True, choices=["replan", "skip", "accept", "rebase"])
-    resolve.add_argument("--reason", required=True, help="why: kept in the audit log")
-    resolve.add_argument("--by", help="who decides (default: the current user)")
+    _decision_arguments(resolve)
     resolve.set_defaults(func=_cmd_resolve)
 
     unlock = sub.add_parser(
@@ -360,8 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     unlock.add_argument("--table", required=True)
     unlock.add_argument("--lock", default="batch", help="the lock's name (default batch)")
-    unlock.add_argument("--reason", required=True, help="why: kept in the audit log")
-    unlock.add_argument("--by", help="who decides (default: the current user)")
+    _decision_arguments(unlock)
     unlock.set_defaults(func=_cmd_unlock)
 
     report = sub.add_parser(
