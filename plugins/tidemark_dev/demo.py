@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from tidemark.settings import Settings
+from tidemark.time.hours import hour_path
 from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, airflow_environment
 from tidemark_dev.generator import Message, create_topic, events, produce, records
 from tidemark_dev.services import BrokerService
@@ -167,13 +168,15 @@ def _report(config: Any, settings: Settings, produced: int) -> int:
             f"SELECT dt, hr, count(*) AS n FROM `{config.table}` GROUP BY dt, hr ORDER BY dt, hr"
         ).collect()
         for r in spark.sql(f"SHOW PARTITIONS `{config.table}`").collect():
-            n = next((x["n"] for x in per_hour if f"dt={x['dt']}/hr={x['hr']}" == r[0]), 0)
+            n = next((x["n"] for x in per_hour if hour_path(x["dt"], x["hr"]) == r[0]), 0)
             print(f"  {r[0]}: {n} rows")
         sealed_rows = sum(int(x["n"]) for x in per_hour)
         late = spark.sql(
             f"SELECT dt, hr, count(*) AS n FROM `{config.late_table}` GROUP BY dt, hr ORDER BY dt, hr"
         ).collect()
-        print("late rows (events__late): " + ", ".join(f"dt={x['dt']}/hr={x['hr']}: {x['n']}" for x in late))
+        print(
+            "late rows (events__late): " + ", ".join(f"{hour_path(x['dt'], x['hr'])}: {x['n']}" for x in late)
+        )
     finally:
         spark.stop()
     open_rows = state.rows - sealed_rows
