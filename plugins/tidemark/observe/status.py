@@ -202,6 +202,6 @@ def render_hour(info: dict[str, Any]) -> str:
         h = info["held_by"]
         lines.append(
             f"  held by MQ partition {h['partition']}: watermark {h['watermark']} must advance "
-            f"{h['must_advance_by_seconds']} s; it counts as idle if its offsets do not move until {h['idle_after']}"
+            f"{h['must_advance_by_seconds']} s; it counts as idle if no valid record arrives on it until {h['idle_after']}"
         )
     return "\n".join(lines)
