@@ -91,3 +91,16 @@ def test_half_hour_dst_zones_have_consecutive_hours_that_never_overlap(zone: str
         instant += timedelta(minutes=10)
     if zone == "Australia/Lord_Howe" and start.month == 4:
         assert [h.key for h in hours][2:4] == ["2026-04-05T01", "2026-04-05T01b"]
+
+
+def test_hours_of_airflow_pendulum_instants() -> None:
+    """Airflow's data intervals are pendulum DateTimes: hour arithmetic must not mix them with
+    plain datetimes (it raised "can't compare offset-naive and offset-aware datetimes")."""
+    import pendulum
+
+    from tidemark.seal.rebuild_plan import hours_between
+
+    start = pendulum.datetime(2026, 11, 23, 10, tz="UTC")
+    hours = hours_between(start, start.add(hours=3), "Europe/Berlin")
+    assert [h.key for h in hours] == ["2026-11-23T11", "2026-11-23T12", "2026-11-23T13"]
+    assert hours[0].next() == hours[1] and type(hours[0].start) is datetime

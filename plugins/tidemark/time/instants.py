@@ -9,8 +9,11 @@ from datetime import UTC, datetime
 
 
 def as_utc(value: datetime) -> datetime:
-    """``value`` as an aware instant in UTC (naive means UTC)."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    """``value`` as an aware instant in UTC (naive means UTC), always a plain ``datetime``:
+    Airflow hands out pendulum ``DateTime`` subclasses, whose arithmetic with plain datetimes
+    fails ("can't compare offset-naive and offset-aware datetimes")."""
+    v = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return datetime(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, tzinfo=UTC)
 
 
 def aware(value: datetime | None) -> datetime | None:
