@@ -35,6 +35,8 @@ PROTOCOL_POINTS = (
     "after_amend_moves",  # amend's file moves -> its journal entry
     "after_late_registration",  # late partitions registered -> registry
 )
+# Between a commit record and the commit log's checkpoint (every CHECKPOINT_EVERY batches)
+STATE_POINTS = ("before_checkpoint",)
 # Faults of monitoring-only steps, which must never fail the job (used with TIDEMARK_FAIL_MODE=raise)
 MONITORING_POINTS = ("group_commit",)
 POINTS = (
@@ -44,6 +46,7 @@ POINTS = (
     + REBUILD_POINTS
     + SNAPSHOT_POINTS
     + PROTOCOL_POINTS
+    + STATE_POINTS
     + MONITORING_POINTS
 )
 EXIT_CODE = 86

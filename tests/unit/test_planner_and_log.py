@@ -133,3 +133,44 @@ def test_offsets_that_went_back_raise_a_named_error() -> None:
         OffsetsWentBackError, match=r"t\[2\] was read up to offset 7 .* is gone from the broker"
     ):
         next_ranges(table(), {0: 5, 2: 7}, {0: (0, 9)})
+
+
+def test_a_crash_between_a_commit_record_and_its_checkpoint_loses_only_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tidemark.errors import InjectedFault
+    from tidemark.state.commitlog import MqPartitionStats
+
+    log = CommitLog(tmp_path, "t")
+
+    def commit(batch: int) -> Commit:
+        ranges = (MqRange(0, batch * 10, batch * 10 + 10),)
+        return Commit(
+            "t",
+            batch,
+            f"r{batch}",
+            f"r{batch}",
+            "t",
+            "2026-11-22T12:00:00+00:00",
+            ranges,
+            (),
+            {"dt=2026-11-22/hr=10": 10},
+            (MqPartitionStats(0, 10, 10, 0),),
+            0,
+            10,
+        )
+
+    for batch in range(CHECKPOINT_EVERY - 1):
+        log.write_commit(commit(batch))
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "before_checkpoint")
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    with pytest.raises(InjectedFault):
+        log.write_commit(commit(CHECKPOINT_EVERY - 1))
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    assert not log.checkpoint_file.local_path().exists()
+    state = log.state()  # probed from the start: nothing lost
+    assert state.last_committed == CHECKPOINT_EVERY - 1 and state.rows == 10 * CHECKPOINT_EVERY
+    assert state.end_offsets == {0: 10 * CHECKPOINT_EVERY}
+    for batch in range(CHECKPOINT_EVERY, 2 * CHECKPOINT_EVERY):
+        log.write_commit(commit(batch))
+    assert log.checkpoint_file.local_path().exists() and log.state().rows == 20 * CHECKPOINT_EVERY

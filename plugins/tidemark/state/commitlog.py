@@ -27,6 +27,7 @@ from typing import Any
 
 from tidemark.compat import renamed
 from tidemark.errors import BatchConflictError
+from tidemark.faults import crash_point
 from tidemark.ingest.cardinality import merge
 from tidemark.state.layout import run_key
 from tidemark.state.seqlog import SequentialLog
@@ -282,6 +283,8 @@ class CommitLog:
                 "this attempt's files were not published"
             )
         if (commit.batch_id + 1) % CHECKPOINT_EVERY == 0:
+            # A crash here loses only the checkpoint: readers probe on from the previous one.
+            crash_point("before_checkpoint")
             self.write_checkpoint()
 
     def write_checkpoint(self) -> LogState:
