@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from tidemark.ingest.resolve import ACTIONS
 from tidemark.jobs import job_parser, run_job
 from tidemark.time.instants import parse_instant
 
@@ -26,10 +27,8 @@ def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> A
         return preview_batch(config, CommitLog(settings.state_location, config.table), conf)
     started = datetime.now(UTC)  # the wall clock, read once here: a new plan records it
     if args.resolve:  # the trigger form's decision about a stuck batch, applied once per run
-        from tidemark.ingest.kafka import client_properties, partition_offsets
         from tidemark.ingest.resolve import resolve
 
-        conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         resolve(
             config,
             settings,
@@ -37,7 +36,6 @@ def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> A
             reason=args.resolve_reason,
             by=args.resolved_by,
             at=started,
-            broker_offsets=partition_offsets(conf, config.source.topic) if args.resolve == "rebase" else None,
             run_id=args.run_id,
         )
     processing_time = parse_instant(args.processing_time) or started
@@ -54,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--resolve",
         default="",
-        choices=["", "replan", "skip", "accept", "rebase"],
+        choices=["", *ACTIONS],
         help="first record this decision about the pending batch (tidemark resolve)",
     )
     parser.add_argument("--resolve-reason", default="", help="why: kept in the audit log")

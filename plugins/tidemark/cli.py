@@ -150,16 +150,11 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from tidemark.config import load_table
-    from tidemark.ingest.kafka import client_properties, partition_offsets
     from tidemark.ingest.resolve import resolve
     from tidemark.settings import Settings
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
-    broker = None
-    if args.action == "rebase":
-        conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
-        broker = partition_offsets(conf, config.source.topic)
     record = resolve(
         config,
         settings,
@@ -167,7 +162,6 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         reason=args.reason,
         by=args.by or getpass.getuser(),
         at=datetime.now(UTC),  # the decision's wall clock, for the audit record
-        broker_offsets=broker,
     )
     print(f"{config.table}: recorded {record.describe()}")
     return 0

@@ -55,3 +55,17 @@ def test_rebase_restarts_truncated_partitions_and_drops_vanished_ones(tmp_path: 
     assert [r.action for r in AuditLog(settings.state_location, config.table).records()] == ["rebase"]
     with pytest.raises(ResolveError, match="nothing to rebase"):
         resolve(config, settings, action="rebase", reason="again", by="ops", at=at, broker_offsets=broker)
+
+
+def test_every_entry_point_offers_the_decisions_resolve_knows() -> None:
+    """The CLI keeps its choices literal (no config import at start-up): they must match."""
+    from tidemark.cli import build_parser
+    from tidemark.ingest.resolve import ACTIONS
+
+    args = build_parser().parse_args(["resolve", "--table", "t", "--action", "rebase", "--reason", "r"])
+    assert args.action == "rebase"
+    import argparse
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    action = next(a for a in sub.choices["resolve"]._actions if a.dest == "action")
+    assert tuple(action.choices or ()) == ACTIONS

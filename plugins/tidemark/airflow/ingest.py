@@ -16,6 +16,7 @@ from tidemark.airflow.common import (
     table_dag,
 )
 from tidemark.config import TableConfig
+from tidemark.ingest.resolve import ACTIONS
 from tidemark.settings import Settings
 
 
@@ -59,7 +60,7 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
             "resolve": Param(
                 "",
                 type="string",
-                enum=["", "replan", "skip", "accept", "rebase"],
+                enum=["", *ACTIONS],
                 title="Resolve a stuck batch",
                 description="Only when every run fails the same way on the pending batch (tidemark status "
                 "shows it): replan closes it reading nothing; skip records its offsets as a gap; accept "

@@ -10,10 +10,13 @@ Protocol (seeds 000/003: commit, rollback and recommit of an in-flight instant):
    batch and attempt;
 5. reconcile per MQ partition: records read (source receipts) == rows + dirty; check the dirty
    ratio;
-6. publish: write the manifest of deterministic target names, then move the files in;
-7. write the commit record (create-only): the batch is now visible;
-8. commit consumer-group offsets (lag monitoring only).
-A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry is a no-op.
+6. publish: write the manifest of deterministic target names, then move the rows into the
+   hidden ``_open`` directory (after checking the lock's lease);
+7. write the commit record (create-only): the batch is now visible to sealing;
+8. move the late rows and dirty records to their visible directories (``Publisher.finish``,
+   rolled forward by the next dump or seal if this job dies first);
+9. commit consumer-group offsets (lag monitoring only; a failure is a warning).
+A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry finishes step 8.
 """
 
 from __future__ import annotations
@@ -358,7 +361,7 @@ def _commit_group(
     a failed batch; the outcome is recorded beside the commit log for the metrics task."""
     if not commit.ranges:
         return
-    record = CommitLog(settings.state_location, config.table).root / "group_commit.json"
+    record = CommitLog(settings.state_location, config.table).group_commit_file
     try:
         crash_point("group_commit")
         moved = commit_group_offsets(kafka_conf, config.consumer_group, commit.topic, commit.end_offsets)

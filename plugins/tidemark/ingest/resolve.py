@@ -29,6 +29,7 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import TidemarkError
+from tidemark.ingest.kafka import client_properties, partition_offsets
 from tidemark.ingest.publish import Publisher
 from tidemark.settings import Settings
 from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, MqRange, Plan
@@ -102,8 +103,9 @@ def resolve(
     run_id: str | None = None,
 ) -> AuditRecord:
     """Record and apply an operator decision about the table's pending batch (see the module
-    doc); ``broker_offsets`` ({partition: (earliest, latest)}) are needed by ``rebase``. A
-    decision made by an Airflow run (``run_id``) is applied once: its retries find it done."""
+    doc). ``rebase`` needs the broker's offsets ({partition: (earliest, latest)}): given, or
+    read from the table's topic. A decision made by an Airflow run (``run_id``) is applied
+    once: its retries find it done."""
     if action not in ACTIONS:
         raise ResolveError(f"{config.table}: unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
     if not reason.strip():
@@ -123,7 +125,8 @@ def resolve(
                     f"{config.table}: {pending.describe()} is pending; resolve it first (replan or skip)"
                 )
             if broker_offsets is None:
-                raise ResolveError(f"{config.table}: rebase needs the broker's offsets")
+                conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+                broker_offsets = partition_offsets(conf, config.source.topic)
             return _rebase(
                 config, commit_log, audit, state, broker_offsets, reason=reason, by=by, at=at, run_id=run_id
             )

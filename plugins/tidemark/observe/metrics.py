@@ -64,7 +64,7 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         send("batch.rows", last.rows)
         send("batch.dirty", last.dirty)
         send("batch.late", last.late)
-    group = read_json(commit_log.root / "group_commit.json")
+    group = read_json(commit_log.group_commit_file)
     if group is not None:
         send("group_commit_failed", 1.0 if group.get("failed") else 0.0)
     if state.ready is not None and state.ready.instant is not None:

@@ -225,6 +225,7 @@ class CommitLog:
         self.commits = self.root / "commits"
         self.runs = self.root / "runs"
         self.checkpoint_file = self.root / "checkpoint.json"
+        self.group_commit_file = self.root / "group_commit.json"  # last consumer-group commit (monitoring)
         self._plans = SequentialLog(self.plans)
         self._commits = SequentialLog(self.commits, self.checkpoint_file)
 
