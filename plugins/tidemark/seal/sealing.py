@@ -4,11 +4,12 @@ An hour H is complete when the global ready time (from the commit log) >= H.end 
 ``commit_delay``. For each complete hour, in order:
 
 1. compact its batch files (``<table>/_open/<hour>``) into ``target_file_size`` files in
-   ``<table>/<hour>`` (not registered yet, so invisible to metastore readers); a marker file
-   records the result so a retry after registration never rewrites a visible partition;
+   the hidden ``<table>/_sealing/<hour>``; a marker file records the result so a retry never
+   rewrites an hour for nothing (a stale marker: see ``_compact``);
 2. reconcile the compacted row count against the commit log's count for the hour;
-3. run the quality gate;
-4. register the partition (``ADD IF NOT EXISTS``), creating the table if missing;
+3. run the quality gate (a quarantined hour stays hidden until ``tidemark release``);
+4. move the hour to ``<table>/<hour>`` and register the partition (``ADD IF NOT EXISTS``),
+   creating the table if missing;
 5. write ``_SUCCESS``;
 6. append the journal entry (create-only): the hour is sealed;
 7. remove the hour's batch files.
@@ -134,7 +135,8 @@ class Sealer:
             result.status = "waiting_for_batch"
             result.message = (
                 f"batch {pending.batch_id} (run {pending.run_id}) is planned but not committed; "
-                "its rows may belong to the next hours, so nothing is sealed until it commits"
+                "its rows may belong to the next hours, so nothing is sealed until it commits (if it "
+                f"fails the same way on every run: tidemark resolve --table {self.config.table})"
             )
             log.warning("%s: %s", self.config.table, result.message)
             return result
