@@ -128,12 +128,13 @@ class TableLock:
             seq, record = latest
             next_seq = seq + 1
             if record.kind == "acquire":
-                expired = self.expires_at(seq, record) <= now
+                expires = self.expires_at(seq, record)
+                expired = expires <= now
                 dead_here = record.host == socket.gethostname() and not _pid_alive(record.pid)
                 if not (expired or dead_here):
                     raise BatchConflictError(
                         f"{self.table}: another job holds the {self.name} lock ({record.describe()}, lease "
-                        f"until {self.expires_at(seq, record).isoformat()}); this attempt did nothing and "
+                        f"until {expires.isoformat()}); this attempt did nothing and "
                         f"can be retried (a lock left by a lost host: tidemark unlock --table {self.table})"
                     )
                 log.warning(
