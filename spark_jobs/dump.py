@@ -39,7 +39,19 @@ def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> A
             run_id=args.run_id,
         )
     processing_time = parse_instant(args.processing_time) or started
-    return run_dump(spark, config, settings, args.run_id, processing_time, planned_at=started)
+    result = run_dump(spark, config, settings, args.run_id, processing_time, planned_at=started)
+    if args.replay_dirty:  # the trigger form's replay, after this run's own batch (once per run)
+        from tidemark.ingest.replay import ReplayRequest, replay_dirty
+
+        request = ReplayRequest(
+            ReplayRequest.parse_batches(args.replay_dirty),
+            by=args.resolved_by,
+            reason=args.resolve_reason,
+            at=started,
+        )
+        replayed = replay_dirty(spark, config, settings, f"{args.run_id}__replay", request)
+        return {**result.to_json(), "replay": replayed.to_json()}
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,7 +67,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["", *ACTIONS],
         help="first record this decision about the pending batch (tidemark resolve)",
     )
-    parser.add_argument("--resolve-reason", default="", help="why: kept in the audit log")
+    parser.add_argument(
+        "--replay-dirty",
+        default="",
+        help="then replay these batches' dirty records ('all' or 3,5; tidemark replay), as batch of run RUN_ID__replay",
+    )
+    parser.add_argument(
+        "--resolve-reason", default="", help="why (a decision or a replay): kept in the audit log"
+    )
     parser.add_argument("--resolved-by", default="airflow", help="who decided")
     return run_job(parser, argv, _dump, hive=False)
 

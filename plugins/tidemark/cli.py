@@ -38,6 +38,8 @@ examples:
                                      snapshot of a day from the sealed increment hours
   tidemark resolve --table events --action skip --reason "poison range, INC-42"
                                      get past a batch that fails the same way on every run
+  tidemark replay --table events --batches all --reason "schema fixed, INC-43"
+                                     land the dirty records that are valid now
 """
 
 
@@ -142,6 +144,17 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     run_id = args.run_id or f"merge__{args.snapshot}"
     return _spark_submit(args.table, "merge", ["--run-id", run_id, "--snapshot", args.snapshot])
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    """Replay dirty records (spark-submit spark_jobs/replay.py), the decision's clock read here."""
+    import getpass
+    from datetime import UTC, datetime
+
+    at = datetime.now(UTC).isoformat()  # the caller's instant, decided once (a retry reuses the plan)
+    run_id = args.run_id or f"replay__{at}"
+    job_args = ["--run-id", run_id, "--batches", args.batches, "--reason", args.reason]
+    return _spark_submit(args.table, "replay", [*job_args, "--by", args.by or getpass.getuser(), "--at", at])
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
@@ -349,6 +362,20 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--action", required=True, choices=["replan", "skip", "accept", "rebase"])
     _decision_arguments(resolve)
     resolve.set_defaults(func=_cmd_resolve)
+
+    replay = sub.add_parser(
+        "replay",
+        help="classify dirty records again and land those valid now (after a schema or producer fix)",
+        description="A batch of its own: the dirty records of the chosen batches are classified again by "
+        "today's config and clock; the valid ones become rows (late rows if their hour is sealed), the "
+        "others stay in <table>__dirty with today's reason. The replayed records move to the hidden "
+        "<table>__dirty/_replayed, so every record stays in exactly one place. Kept in the audit log.",
+    )
+    replay.add_argument("--table", required=True)
+    replay.add_argument("--batches", default="all", help="'all' (default) or batch ids, e.g. 3,5")
+    replay.add_argument("--run-id", help="idempotency key: rerun with it to finish a failed replay")
+    _decision_arguments(replay)
+    replay.set_defaults(func=_cmd_replay)
 
     unlock = sub.add_parser(
         "unlock",

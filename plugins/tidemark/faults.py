@@ -24,7 +24,10 @@ DUMP_POINTS = (
     "before_group_commit",
 )
 SEAL_POINTS = ("mid_compaction", "after_registration")
-ANNOUNCE_POINTS = ("before_announce",)
+# before the events are added, and after (the task dies before Airflow records them: its
+# retry or the next run emits them, once; the journal's announced pointer moves only when a
+# later run sees them in Airflow)
+ANNOUNCE_POINTS = ("before_announce", "after_announce")
 REBUILD_POINTS = ("mid_rebuild", "before_swap", "after_swap")
 SNAPSHOT_POINTS = ("after_alignment", "after_snapshot_staging", "after_snapshot_swap")
 # Between the protocol's other steps: recovered by the retry, tested in-process (raise mode)
@@ -32,9 +35,12 @@ PROTOCOL_POINTS = (
     "after_plan_written",  # plan -> run binding
     "after_success",  # _SUCCESS -> journal entry
     "after_journal_entry",  # journal entry -> cleanup of the hour's batch files
-    "after_amend_moves",  # amend's file moves -> its journal entry
+    "after_amend_files",  # amend's file moves -> registration and its _SUCCESS
+    "after_amend_moves",  # amend's _SUCCESS -> its journal entry
     "after_late_registration",  # late partitions registered -> registry
 )
+# A replay's commit -> its replayed dirty records hidden -> its own files visible (test_replay)
+REPLAY_POINTS = ("mid_retire",)
 # Between a commit record and the commit log's checkpoint (every CHECKPOINT_EVERY batches)
 STATE_POINTS = ("before_checkpoint",)
 # Faults of monitoring-only steps, which must never fail the job (used with TIDEMARK_FAIL_MODE=raise)
@@ -46,6 +52,7 @@ POINTS = (
     + REBUILD_POINTS
     + SNAPSHOT_POINTS
     + PROTOCOL_POINTS
+    + REPLAY_POINTS
     + STATE_POINTS
     + MONITORING_POINTS
 )

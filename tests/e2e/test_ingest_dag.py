@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.tables import at, fresh_table, landed
+from tidemark.faults import ANNOUNCE_POINTS
 from tidemark.observe.alerts import recent_failures
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
@@ -39,8 +40,9 @@ def run_dag(config_dir: Path, dag_id: str, when: datetime) -> Any:
     return dag.test(logical_date=when, run_after=when)
 
 
+@pytest.mark.parametrize("point", ANNOUNCE_POINTS)
 def test_ingest_dag_seals_and_announces_each_hour_once(
-    dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    point: str, dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, settings = fresh_table(dag_env, tmp_path, retries=2, retry_delay="0s")
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
@@ -51,8 +53,9 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
         config.source.topic,
         records([(p, at(10, m)) for p in (0, 1) for m in (5, 25, 45)] + [(0, at(11, 50)), (1, at(11, 40))]),
     )
-    # Run 1: hour 10 is sealed, but the announce task fails (injected) before emitting.
-    monkeypatch.setenv("TIDEMARK_FAIL_AT", "before_announce")
+    # Run 1: hour 10 is sealed, but the announce task fails (injected) before emitting, or
+    # after adding the events but before Airflow recorded them (the task failed).
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
     monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
     first = run_dag(settings.conf_dir, dag_id, at(12))
     states = {ti.task_id: ti.state for ti in first.get_task_instances()}
@@ -67,7 +70,7 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
     # The failure callback recorded it for the health page.
     failures = recent_failures(settings, config.table)
     assert [(f["task_id"], f["try_number"]) for f in failures] == [("announce", 3)]  # the final try only
-    assert "TIDEMARK_FAIL_AT=before_announce" in failures[0]["error"]
+    assert f"TIDEMARK_FAIL_AT={point}" in failures[0]["error"]
     monkeypatch.delenv("TIDEMARK_FAIL_AT")
 
     # Run 2: more data seals hour 11; announce catches up on hour 10 too.

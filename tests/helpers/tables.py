@@ -68,12 +68,21 @@ def landed(
         rows.update(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
     dirty: Counter[tuple[int, int]] = Counter()
     reasons = {}
-    for path in layout.dirty_dir.rglob("*.parquet"):
+    for path in visible_files(layout.dirty_dir):
         t = pq.read_table(path, columns=["mq_partition", "mq_offset", "reason"])
         for p, o, r in zip(*(c.to_pylist() for c in t.columns), strict=True):
             dirty[(p, o)] += 1
             reasons[(p, o)] = r
     return rows, dirty, reasons
+
+
+def visible_files(directory: Path) -> list[Path]:
+    """Parquet files under ``directory`` that path readers see (no ``_``/``.`` hidden parts)."""
+    return [
+        p
+        for p in directory.rglob("*.parquet")
+        if not any(part.startswith(("_", ".")) for part in p.relative_to(directory).parts)
+    ]
 
 
 def late_landed(settings: Settings, table: str) -> Counter[tuple[int, int]]:

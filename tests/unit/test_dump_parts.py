@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from tidemark.errors import ReconciliationError
-from tidemark.ingest.counts import StagedCount, check_files, fold_stats, reconcile
+from tidemark.ingest.counts import StagedCount, check_files, fold_stats, reconcile, reconcile_reads
 from tidemark.ingest.publish import Publisher
+from tidemark.ingest.replay import ReplayError, ReplayRequest
 from tidemark.settings import Settings
-from tidemark.state.commitlog import Commit, MqRange, Plan
+from tidemark.state.commitlog import Commit, LogState, MqRange, Plan
 from tidemark.state.layout import Layout, batch_file_name, batch_of_file, run_key, sealed_file_prefix
 from tidemark.state.storage import Location
 from tidemark.time.watermarks import ReadyTime
@@ -208,3 +209,50 @@ def test_a_partition_with_only_invalid_records_turns_idle() -> None:
     )
     ready = ready_time(wm, processing_time=later, idle_timeout=timedelta(minutes=30))
     assert ready.idle == (1,) and ready.time == T11.isoformat()
+
+
+def test_a_replay_reconciles_against_the_records_it_found_and_refuses_staged_records_nothing_read() -> None:
+    folded = fold_stats(COUNTS)
+    stats = reconcile_reads(plan(), {0: 13, 1: 1}, folded.per_mq_partition)
+    assert [(s.mq_partition, s.read, s.rows, s.dirty, s.late) for s in stats] == [
+        (0, 13, 10, 2, 1),
+        (1, 1, 0, 1, 0),
+    ]
+    with pytest.raises(ReconciliationError, match=r"staged records of MQ partitions \[1\] that nothing read"):
+        reconcile_reads(plan(), {0: 13}, folded.per_mq_partition)
+    with pytest.raises(ReconciliationError, match=r"topic\[0\] dirty records: read 12 != rows 10"):
+        reconcile_reads(plan(), {0: 12, 1: 1}, folded.per_mq_partition, where={0: "dirty records"})
+
+
+def test_a_replay_commit_takes_over_the_dirty_records_it_replayed_in_the_totals() -> None:
+    dump = Commit("t", 0, "r0", "r0", "topic", "p", (MqRange(0, 0, 10),), (), {"dt=D/hr=10": 7}, (), 3, 7)
+    replay = Commit(
+        "t", 1, "r1", "r1", "topic", "p", (), (), {"dt=D/hr=10": 2}, (), 1, 2,
+        extra={"replay": {"batches": [0], "dirty_replaced": 3}},
+    )  # fmt: skip
+    state = LogState()
+    state.apply(dump)
+    state.apply(replay)
+    assert (state.rows, state.dirty, state.end_offsets) == (9, 1, {0: 10})
+    assert replay.replayed_batches == (0,) and dump.replayed_batches == () and dump.dirty_replaced == 0
+    assert ReplayRequest.parse_batches("all") is None and ReplayRequest.parse_batches(" 5,3,5 ") == (3, 5)
+    with pytest.raises(ReplayError, match="neither 'all' nor a list"):
+        ReplayRequest.parse_batches("last")
+
+
+def test_finish_hides_the_replayed_dirty_records_before_showing_the_replays_own(tmp_path: Path) -> None:
+    layout = Layout(replace(Settings.from_env(), warehouse=str(tmp_path)), "t")
+    old = layout.dirty_file(2, 0)
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"old")
+    publisher = Publisher(layout, 5)
+    staged = publisher.attempt_dir / "dirty" / "p0-000000000000.parquet"
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"new")
+    publisher.publish(retire=(2,))
+    assert old.exists()  # nothing changes before the commit record
+    assert Publisher(layout, 5).finish() == 1
+    assert not layout.dirty_batch_dir(2).exists()
+    assert (layout.replayed_dirty_dir(2) / old.name).read_bytes() == b"old"
+    assert layout.dirty_file(5, 0).read_bytes() == b"new"
+    assert layout.dirty_files_of(2) == [layout.replayed_dirty_dir(2) / old.name]

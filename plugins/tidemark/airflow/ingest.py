@@ -67,8 +67,20 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
                 "commits it past max_dirty_ratio; rebase restarts MQ partitions the broker truncated. "
                 "Kept in the audit log with the reason and your user.",
             ),
+            "replay_dirty": Param(
+                "",
+                type="string",
+                pattern=r"^(|all|\d+(,\d+)*)$",
+                title="Replay dirty records",
+                description="After fixing the schema or the producer: 'all' or batch ids (3,5) whose "
+                "dirty records are classified again after this run's batch; the valid ones land as rows. "
+                "Needs a reason; audited.",
+            ),
             "resolve_reason": Param(
-                "", type="string", title="Reason", description="Why (required with a decision; audited)."
+                "",
+                type="string",
+                title="Reason",
+                description="Why (required with a decision or a replay; audited).",
             ),
         },
     ) as dag:
@@ -84,6 +96,8 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
                 DRY_RUN,
                 "--resolve",
                 "{{ params.resolve }}",
+                "--replay-dirty",
+                "{{ params.replay_dirty }}",
                 "--resolve-reason",
                 "{{ params.resolve_reason }}",
                 "--resolved-by",

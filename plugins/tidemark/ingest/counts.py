@@ -101,19 +101,37 @@ def reconcile(
     }
     seen = {(r["mq_partition"], r["start"], r["end"]) for r in receipts}
     problems = [f"{plan.topic}[{p}] {s}..{e - 1}: no read receipt" for p, s, e in sorted(expected - seen)]
+    reads = {
+        r.mq_partition: sum(x["read"] for x in receipts if x["mq_partition"] == r.mq_partition)
+        for r in plan.ranges
+    }
+    where = {r.mq_partition: f"offsets {r.start}..{r.end - 1}" for r in plan.ranges}
+    return reconcile_reads(plan, reads, per_mq_partition, where=where, problems=problems)
+
+
+def reconcile_reads(
+    plan: Plan,
+    reads: dict[int, int],
+    per_mq_partition: dict[int, MqPartitionTally],
+    *,
+    where: dict[int, str] | None = None,
+    problems: list[str] | None = None,
+) -> list[MqPartitionStats]:
+    """read == rows + dirty + late (+ tombstones) for each MQ partition of ``reads`` (records
+    read per MQ partition, counted apart from the staged counts); the stats to commit."""
+    problems = list(problems or [])
     stats = []
-    for r in plan.ranges:
-        read = sum(x["read"] for x in receipts if x["mq_partition"] == r.mq_partition)
-        got = per_mq_partition.get(r.mq_partition, MqPartitionTally())
+    for mq_partition, read in sorted(reads.items()):
+        got = per_mq_partition.get(mq_partition, MqPartitionTally())
         if read != got.rows + got.dirty + got.late + got.tombstones:
             problems.append(
-                f"{plan.topic}[{r.mq_partition}] offsets {r.start}..{r.end - 1}: "
+                f"{plan.topic}[{mq_partition}] {(where or {}).get(mq_partition, 'records')}: "
                 f"read {read} != rows {got.rows} + dirty {got.dirty} + late {got.late}"
                 + (f" + tombstones {got.tombstones}" if got.tombstones else "")
             )
         stats.append(
             MqPartitionStats(
-                mq_partition=r.mq_partition,
+                mq_partition=mq_partition,
                 read=read,
                 rows=got.rows,
                 dirty=got.dirty,
@@ -123,6 +141,9 @@ def reconcile(
                 max_event_time=iso(got.max_ts),
             )
         )
+    unread = sorted(set(per_mq_partition) - set(reads))
+    if unread:
+        problems.append(f"staged records of MQ partitions {unread} that nothing read")
     if problems:
         raise ReconciliationError(
             f"{plan.table} batch {plan.batch_id} (run {plan.run_id}) not committed: " + "; ".join(problems)

@@ -37,6 +37,7 @@ from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_
 from tidemark.ingest.kafka import client_properties, commit_group_offsets
 from tidemark.ingest.planner import plan_batch
 from tidemark.ingest.publish import Publisher
+from tidemark.ingest.replay import ReplayRequest, plan_replay, replay_and_stage
 from tidemark.ingest.resolve import AuditLog
 from tidemark.masking import masked
 from tidemark.settings import Settings
@@ -94,6 +95,7 @@ class Staged:
     stats: list[MqPartitionStats]
     counts: FoldedCounts
     partition_values: dict[str, dict[str, list[str]]]
+    extra: dict[str, Any] = field(default_factory=dict)  # recorded in the commit (a replay's)
 
 
 def read_and_stage(
@@ -117,18 +119,11 @@ def read_and_stage(
     from tidemark.ingest.staging import staged_rows
 
     receipts_dir = publisher.attempt_dir / "receipts"
-    spec = ClassifySpec.of(
-        config,
-        topic=plan.topic,
-        batch_id=plan.batch_id,
-        run_id=plan.run_id,
-        clock=datetime.fromisoformat(plan.clock),
-        sealed_through=datetime.fromisoformat(plan.sealed_through) if plan.sealed_through else None,
-    )
+    spec = ClassifySpec.of_plan(config, plan)
     ranges = [r.__dict__ for r in plan.ranges]
     admitted: cardinality.PartitionValues = {}
     if config.partitioning.columns:
-        counts, admitted = _stage_with_spark(
+        counts, admitted = stage_classified(
             read_ranges(spark, plan.topic, ranges, kafka_conf=kafka_conf, receipts=receipts_dir, spec=spec),
             config,
             publisher,
@@ -154,11 +149,12 @@ def read_and_stage(
     return Staged(stats, folded, admitted)
 
 
-def _stage_with_spark(
+def stage_classified(
     classified: Any, config: TableConfig, publisher: Publisher, state: LogState, stopwatch: Stopwatch
 ) -> tuple[list[StagedCount], cardinality.PartitionValues]:
     """Bound partition values over the whole batch, then write rows, late rows and dirty
-    records with Spark; return the grouped counts and the values this batch admitted."""
+    records of a classified frame with Spark; return the grouped counts and the values this
+    batch admitted (tables with partition columns, and replays)."""
     from pyspark import StorageLevel
 
     from tidemark.ingest.columns import partition_columns
@@ -190,12 +186,14 @@ def run_dump(
     processing_time: datetime,
     *,
     planned_at: datetime | None = None,
+    replay: ReplayRequest | None = None,
 ) -> DumpResult:
     """Run (or finish, or confirm) the batch of ``run_id``. Safe to call any number of times.
 
     ``processing_time`` is the run's logical time (Airflow's data interval end); ``planned_at``
     is the wall clock the job started at (its entry point reads it), recorded in a new plan to
-    judge future event times. A retry reuses the plan, so both are decided once."""
+    judge future event times. A retry reuses the plan, so both are decided once. With
+    ``replay``, a new plan replays dirty records instead of reading offsets (``replay.py``)."""
     commit_log = CommitLog(settings.state_location, config.table)
     layout = Layout(settings, config.table)
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
@@ -205,7 +203,9 @@ def run_dump(
         with watch.phase("plan"):
             bound = commit_log.batch_of_run(run_id)
             done = commit_log.commit(bound) if bound is not None else None
-            if done is None:
+            if done is None and replay is not None and bound is None:
+                plan = plan_replay(config, layout, commit_log, run_id, replay)
+            elif done is None:
                 plan = plan_batch(
                     config,
                     commit_log,
@@ -232,7 +232,13 @@ def run_dump(
         with watch.phase("rollback"):
             publisher.rollback()
             state = commit_log.state()  # everything before this batch: the lock is held
-        if plan.records_planned:
+        if plan.replay:
+            if spark is None:
+                raise ValueError("a Spark session is required to replay dirty records")
+            staged = replay_and_stage(
+                spark, config=config, plan=plan, publisher=publisher, state=state, stopwatch=watch
+            )
+        elif plan.records_planned:
             if spark is None:
                 raise ValueError("a Spark session is required to read a non-empty batch")
             staged = read_and_stage(
@@ -253,7 +259,7 @@ def run_dump(
         read = sum(s.read for s in stats)
         dirty = sum(s.dirty for s in stats)
         ratio = dirty / read if read else 0.0
-        over = ratio > config.dirty.max_dirty_ratio
+        over = ratio > config.dirty.max_dirty_ratio and not plan.replay  # a replay's were dirty already
         accepted = AuditLog(settings.state_location, config.table).accepted(plan.batch_id) if over else None
         if accepted is not None:
             log.warning(
@@ -275,10 +281,11 @@ def run_dump(
             )
         with watch.phase("publish"):
             lease.check()  # a job paused past its lease publishes nothing
-            files = publisher.publish()
+            files = publisher.publish(retire=plan.replayed_batches)
         crash_point("before_commit_record")
         with watch.phase("commit"):
-            watermarks, ready = _watermarks(config, state, plan, stats)
+            # a replay reads no offsets: the watermarks and the ready time stay as they are
+            watermarks, ready = _watermarks(config, state, plan, stats) if not plan.replay else ((), None)
             commit = Commit(
                 table=config.table,
                 batch_id=plan.batch_id,
@@ -297,7 +304,11 @@ def run_dump(
                 watermarks=watermarks,
                 ready=ready,
                 partition_values=staged.partition_values,
-                extra={"dirty_reasons": reasons, "tombstones": sum(s.tombstones for s in stats)},
+                extra={
+                    "dirty_reasons": reasons,
+                    "tombstones": sum(s.tombstones for s in stats),
+                    **staged.extra,
+                },
             )
             lease.check()
             commit_log.write_commit(commit)
@@ -305,7 +316,7 @@ def run_dump(
         publisher.finish()
         log.info(
             "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, late %s, files %s, hours %s; "
-            "global ready time %s (held by partition %s, idle %s); seconds %s",
+            "global ready time %s; seconds %s",
             config.table,
             commit.batch_id,
             run_id,
@@ -316,9 +327,9 @@ def run_dump(
             commit.late,
             len(files),
             sorted(folded.rows_per_hour),
-            ready.time,
-            ready.holding,
-            list(ready.idle),
+            f"{ready.time} (held by partition {ready.holding}, idle {list(ready.idle)})"
+            if ready
+            else "unchanged (a replay)",
             watch.rounded(),
         )
     crash_point("before_group_commit")

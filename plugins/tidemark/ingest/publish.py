@@ -8,6 +8,11 @@ records, whose directories readers see, move after the commit record (``finish``
 an uncommitted batch deletes exactly the targets of every earlier attempt's manifest, then
 stages again; a committed batch whose late or dirty files did not all move yet (a crash right
 after the commit record) is finished by whichever job of the table runs next.
+
+A replay batch (``replay.py``) also *retires* the dirty records it classified again: after its
+commit record, ``finish`` moves those batches' dirty directories to the hidden ``_replayed``
+directory (their records are now the replay's rows or its dirty records), then makes the
+replay's own files visible.
 """
 
 from __future__ import annotations
@@ -69,14 +74,22 @@ class Publisher:
         """Whether a target is in the hidden ``_open`` directory (moved before the commit)."""
         return (self.layout.warehouse / target).is_relative_to(self.layout.open_dir)
 
-    def publish(self) -> list[str]:
+    def publish(self, retire: tuple[int, ...] = ()) -> list[str]:
         """Write the manifest, move the rows into ``_open``; returns every target (the commit
-        record lists them all)."""
+        record lists them all). ``retire``: batches whose dirty records this (replay) batch
+        took over, hidden by ``finish``."""
         moves = self.targets()
+        retired = [
+            (
+                self.layout.relative(self.layout.dirty_batch_dir(b)),
+                self.layout.relative(self.layout.replayed_dirty_dir(b)),
+            )
+            for b in retire
+        ]
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
         manifest = self.attempt_dir / "publish.json"  # whole or absent: written aside, renamed
         aside = self.attempt_dir / f".publish.json.{uuid.uuid4().hex}"
-        aside.write_text(json.dumps({"moves": moves}))
+        aside.write_text(json.dumps({"moves": moves, "retire": retired}))
         os.replace(aside, manifest)
         hidden = [(s, t) for s, t in moves if self._hidden(t)]
         for i, (staged, target) in enumerate(hidden):
@@ -90,7 +103,11 @@ class Publisher:
         visible place, then drop the staging; idempotent. Returns the files moved."""
         moved = 0
         for manifest in sorted(self.batch_dir.glob("attempt-*/publish.json")):
-            for staged, target in json.loads(manifest.read_text())["moves"]:
+            recorded = json.loads(manifest.read_text())
+            for visible, hidden in recorded.get("retire", ()):
+                self._retire(visible, hidden)
+                crash_point("mid_retire")
+            for staged, target in recorded["moves"]:
                 if (self.layout.warehouse / target).exists():
                     continue
                 if not (self.layout.warehouse / staged).exists():
@@ -106,6 +123,20 @@ class Publisher:
             )
         shutil.rmtree(self.batch_dir, ignore_errors=True)
         return moved
+
+    def _retire(self, visible: str, hidden: str) -> None:
+        """Hide a replayed batch's dirty directory (one rename; done already on a retry)."""
+        source, target = self.layout.warehouse / visible, self.layout.warehouse / hidden
+        if not source.exists():
+            return
+        if target.exists():
+            raise ReconciliationError(
+                f"batch {self.batch_id}: dirty records {visible} were replayed, but {hidden} already exists; "
+                "move one of them aside by hand after checking which holds the records"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+        log.info("batch %s: dirty records %s replayed, now hidden in %s", self.batch_id, visible, hidden)
 
     def _move(self, staged: str, target: str) -> None:
         base = self.layout.warehouse

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tidemark.config import TableConfig
+    from tidemark.state.commitlog import Plan
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,39 @@ class ClassifySpec:
             else None,
             too_old=config.watermark.too_old,
             partition_columns=tuple(config.partitioning.columns),
+        )
+
+    @classmethod
+    def of_batch(
+        cls,
+        config: TableConfig,
+        *,
+        topic: str,
+        batch_id: int,
+        run_id: str,
+        clock: str,
+        sealed_through: str | None,
+    ) -> ClassifySpec:
+        """The spec of a planned batch, from its plan's recorded instants (ISO text): a retry,
+        a replay and a rebuild classify exactly as the batch's first attempt did."""
+        return cls.of(
+            config,
+            topic=topic,
+            batch_id=batch_id,
+            run_id=run_id,
+            clock=datetime.fromisoformat(clock),
+            sealed_through=datetime.fromisoformat(sealed_through) if sealed_through else None,
+        )
+
+    @classmethod
+    def of_plan(cls, config: TableConfig, plan: Plan) -> ClassifySpec:
+        return cls.of_batch(
+            config,
+            topic=plan.topic,
+            batch_id=plan.batch_id,
+            run_id=plan.run_id,
+            clock=plan.clock,
+            sealed_through=plan.sealed_through,
         )
 
     def to_json(self) -> str:

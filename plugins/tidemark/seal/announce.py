@@ -92,4 +92,5 @@ def announce_sealed(
         asset.name,
         ", ".join(f"{h} v{v}" for h, v in sorted(todo.items())),
     )
+    crash_point("after_announce")
     return sorted(todo)

@@ -81,6 +81,7 @@ class LateRows:
                 *(current.files if current else ()),
                 *self.files.move_staged(staging, target, sealed_file_prefix(version)),
             ]
+            crash_point("after_amend_files")
             self.files.register(self.config.table, self.layout.table_dir, hour, target)
             self.files.spark.catalog.refreshTable(self.config.table)
             rows = (current.rows if current else 0) + added

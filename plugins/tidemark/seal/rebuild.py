@@ -9,7 +9,10 @@ The commit log knows which batches fed hour H (``rows_per_hour`` and
    plan's processing time and sealed frontier, the admitted partition values), keeping the
    rows of H: the on-time rows and, under ``late_policy: amend``, H's late rows (the
    partition holds them too). Under ``side_table`` the late rows stay in ``<table>__late``:
-   folding them in would count them twice for readers of both tables;
+   folding them in would count them twice for readers of both tables. A replay batch
+   (``ingest/replay.py``) is re-read from the dirty records it replayed (kept hidden under
+   ``<table>__dirty/_replayed``); the records a batch left dirty are never its rows, even if
+   today's config would accept them (they are a replay's, or still dirty);
 3. reconciles: rows kept == rows the commit log counted, records read == records committed;
 4. writes them sorted by (MQ partition, offset) into a staging directory and runs the
    quality gate on it: a failure leaves the published hour untouched;
@@ -28,7 +31,6 @@ import logging
 import math
 import shutil
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,38 +192,48 @@ class Rebuilder:
 
         from tidemark.ingest import cardinality
         from tidemark.ingest.columns import HOUR_COLUMNS, table_columns
+        from tidemark.ingest.replay import classified_again, dirty_frame
         from tidemark.ingest.source import read_ranges
         from tidemark.ingest.spec import ClassifySpec
 
         state = self.commit_log.state()
         frames = []
         for source in plan.sources:
-            spec = ClassifySpec.of(
+            spec = ClassifySpec.of_batch(
                 self.config,
                 topic=self.config.source.topic,
                 batch_id=source.batch_id,
                 run_id=source.run_id,
-                clock=datetime.fromisoformat(source.clock),
-                sealed_through=datetime.fromisoformat(source.sealed_through)
-                if source.sealed_through
-                else None,
+                clock=source.clock,
+                sealed_through=source.sealed_through,
             )
-            classified = read_ranges(
-                self.spark,
-                self.config.source.topic,
-                [r.__dict__ for r in source.ranges],
-                kafka_conf=kafka_conf,
-                receipts=receipts / batch_dir_name(source.batch_id),
-                spec=spec,
-            )
+            if source.replayed:
+                inputs = [f for b in source.replayed for f in self.layout.dirty_files_of(b)]
+                classified = classified_again(self.spark, inputs, spec)
+            else:
+                classified = read_ranges(
+                    self.spark,
+                    self.config.source.topic,
+                    [r.__dict__ for r in source.ranges],
+                    kafka_conf=kafka_conf,
+                    receipts=receipts / batch_dir_name(source.batch_id),
+                    spec=spec,
+                )
             if self.config.partitioning.columns:
                 classified = cardinality.apply_bound(classified, self.config, state.partition_values)
             keep = F.col("_reason").isNull() & (F.col("dt") == hour.dt) & (F.col("hr") == hour.hr)
             if not plan.include_late:
                 keep = keep & ~F.col("_late")
+            rows = classified.where(keep)
+            left_dirty = self.layout.dirty_files_of(source.batch_id)
+            if left_dirty:  # dirty when the batch ran: not its rows, whatever today's config says
+                offsets = dirty_frame(self.spark, left_dirty).select(
+                    F.col("mq_partition").alias("_mq_partition"), F.col("mq_offset").alias("_mq_offset")
+                )
+                rows = rows.join(offsets, ["_mq_partition", "_mq_offset"], "left_anti")
             # The hour is the directory: its files hold no dt/hr columns, like sealed ones.
             columns = [c for c in table_columns(self.config) if c not in HOUR_COLUMNS]
-            frames.append(classified.where(keep).select(*columns))
+            frames.append(rows.select(*columns))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
     def _reconcile(self, hour: Hour, plan: RebuildPlan, receipts: Path, rows: int) -> None:

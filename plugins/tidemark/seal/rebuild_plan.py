@@ -31,9 +31,10 @@ class HourSource:
     clock: str  # the plan's clock: future event times were judged against it
     sealed_through: str | None
     ranges: tuple[MqRange, ...]
-    records: int  # records the batch read in total (reconciled against the re-read)
+    records: int  # records the batch read from the broker (reconciled against the re-read)
     rows: int  # on-time rows of the hour
     late: int  # late rows of the hour
+    replayed: tuple[int, ...] = ()  # a replay: the batches whose dirty records it classified again
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class RebuildPlan:
         batches = ", ".join(
             f"b{s.batch_id} ("
             + " ".join(f"[{r.mq_partition}] {r.start}..{r.end - 1}" for r in s.ranges if r.size)
+            + (f"replay of the dirty records of b{', b'.join(map(str, s.replayed))}" if s.replayed else "")
             + f": {s.rows} rows{f', {s.late} late' if s.late else ''})"
             for s in self.sources
         )
@@ -132,9 +134,10 @@ def plan_rebuild(
                 clock=plan.clock if plan else commit.processing_time,
                 sealed_through=plan.sealed_through if plan else None,
                 ranges=commit.ranges,
-                records=sum(p.read for p in commit.mq_partitions),
+                records=sum(p.read for p in commit.mq_partitions) if not commit.replayed_batches else 0,
                 rows=rows,
                 late=late,
+                replayed=commit.replayed_batches,
             )
         )
     return RebuildPlan(

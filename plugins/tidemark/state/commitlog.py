@@ -76,6 +76,13 @@ class Plan:
     # against it, never against the run's logical time, so a run cleared, queued or backfilled
     # hours later does not mark current records as future (plans before it used processing_time).
     planned_at: str | None = None
+    # A replay of dirty records (``ingest.replay``): {"batches": [...], "audit_seq": n}. Such a
+    # batch reads no offsets: it classifies those batches' dirty records again.
+    replay: dict[str, Any] | None = None
+
+    @property
+    def replayed_batches(self) -> tuple[int, ...]:
+        return tuple(int(b) for b in self.replay["batches"]) if self.replay else ()
 
     @property
     def clock(self) -> str:
@@ -95,6 +102,11 @@ class Plan:
         return cls(ranges=ranges, **data)
 
     def describe(self) -> str:
+        if self.replay:
+            batches = ", ".join(str(b) for b in self.replayed_batches)
+            return (
+                f"batch {self.batch_id} (run {self.run_id}): replay of the dirty records of batches {batches}"
+            )
         parts = ", ".join(f"{self.topic}[{r.mq_partition}] {r.start}..{r.end}" for r in self.ranges)
         return f"batch {self.batch_id} (run {self.run_id}): {parts or 'no partitions'}"
 
@@ -161,6 +173,16 @@ class Commit:
     def end_offsets(self) -> dict[int, int]:
         return {r.mq_partition: r.end for r in self.ranges}
 
+    @property
+    def replayed_batches(self) -> tuple[int, ...]:
+        """The batches whose dirty records this batch classified again (a replay), else ()."""
+        return tuple(int(b) for b in self.extra.get("replay", {}).get("batches", ()))
+
+    @property
+    def dirty_replaced(self) -> int:
+        """Dirty records of earlier batches that this replay took over (rows now, or dirty again)."""
+        return int(self.extra.get("replay", {}).get("dirty_replaced", 0))
+
 
 @dataclass
 class LogState:
@@ -182,7 +204,7 @@ class LogState:
         self.last_committed = commit.batch_id
         self.end_offsets.update(commit.end_offsets)
         self.rows += commit.rows
-        self.dirty += commit.dirty
+        self.dirty += commit.dirty - commit.dirty_replaced
         self.late += commit.late
         self.batches += 1
         for hour, n in commit.rows_per_hour.items():

@@ -11,6 +11,8 @@ Under the warehouse root::
     <table>/dt=D/hr=H/part-v<version>-<i>.parquet       rows an amend added (version >= 2)
     <table>__late/dt=D/hr=H/part-b<batch>-<i>.parquet   late rows (side_table policy)
     <table>__dirty/batch_id=<batch>/part-<i>.parquet    dirty records with their reasons
+    <table>__dirty/_replayed/batch_id=<batch>/          dirty records a replay classified again
+                                                        (hidden; kept: rebuilds re-read them)
     .tidemark_staging/<table>/b<batch>/attempt-*/       a dump attempt's staged files
     .tidemark_staging/<table>/<step>-<hour>-<run>/      a seal, amend or rebuild in progress
 
@@ -100,7 +102,37 @@ class Layout:
         return self.staging_root / batch_dir_name(batch_id)
 
     def dirty_file(self, batch_id: int, index: int) -> Path:
-        return self.dirty_dir / f"batch_id={batch_id}" / f"part-{index:05d}.parquet"
+        return self.dirty_batch_dir(batch_id) / f"part-{index:05d}.parquet"
+
+    def dirty_batch_dir(self, batch_id: int) -> Path:
+        """The visible dirty records of a batch (a partition of ``<table>__dirty``)."""
+        return self.dirty_dir / f"batch_id={batch_id}"
+
+    def replayed_dirty_dir(self, batch_id: int) -> Path:
+        """Where a batch's dirty records go once a replay has classified them again: hidden from
+        readers of ``<table>__dirty``, kept as the replay's input."""
+        return self.dirty_dir / "_replayed" / f"batch_id={batch_id}"
+
+    def dirty_batches(self) -> list[int]:
+        """Batches with visible dirty records, in order (files without rows do not count)."""
+        import pyarrow.parquet as pq
+
+        if not self.dirty_dir.exists():
+            return []
+        batches = []
+        for directory in self.dirty_dir.glob("batch_id=*"):
+            batch = directory.name.removeprefix("batch_id=")
+            if batch.isdigit() and any(pq.read_metadata(f).num_rows for f in directory.glob("*.parquet")):
+                batches.append(int(batch))
+        return sorted(batches)
+
+    def dirty_files_of(self, batch_id: int) -> list[Path]:
+        """A batch's dirty files, visible or replayed (a batch's records are in one of them)."""
+        for directory in (self.dirty_batch_dir(batch_id), self.replayed_dirty_dir(batch_id)):
+            files = sorted(directory.glob("*.parquet"))
+            if files:
+                return files
+        return []
 
     def step_staging(self, step: str, hour_key: str, run_id: str) -> Path:
         """Scratch of one seal, amend or rebuild step of an hour (``step`` names it)."""
