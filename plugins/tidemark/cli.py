@@ -34,6 +34,7 @@ examples:
   tidemark status --table events     batches, offsets, lag per MQ partition, dirty counts
   tidemark bootstrap --table orders -- --source-kind parquet --source /data/orders_export
                                      full snapshot, aligned to the orders topic's offsets
+  tidemark seal --table events        seal the hours that are complete (what the DAGs run)
   tidemark merge --table orders --snapshot 2026-11-22
                                      snapshot of a day from the sealed increment hours
   tidemark resolve --table events --action skip --reason "poison range, INC-42"
@@ -125,6 +126,17 @@ def _spark_submit(table: str, job: str, job_args: list[str]) -> int:
 def _cmd_dump(args: argparse.Namespace) -> int:
     extra = ["--processing-time", args.processing_time] if args.processing_time else []
     return _spark_submit(args.table, "dump", ["--run-id", args.run_id, *extra])
+
+
+def _cmd_seal(args: argparse.Namespace) -> int:
+    """The seal job the ingest and seal DAGs run (spark-submit spark_jobs/seal.py)."""
+    from datetime import UTC, datetime
+
+    run_id = args.run_id or f"seal__{datetime.now(UTC).isoformat()}"  # sealing is safe to repeat
+    job_args = ["--run-id", run_id, "--dry-run", str(args.dry_run).lower()]
+    return _spark_submit(
+        args.table, "seal", [*job_args, *(["--release", args.release] if args.release else [])]
+    )
 
 
 def _cmd_rebuild(args: argparse.Namespace) -> int:
@@ -300,6 +312,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="explain one hour: sealed or not, and if not which MQ partition's watermark holds it",
     )
     status.set_defaults(func=_cmd_status)
+
+    seal = sub.add_parser(
+        "seal",
+        help="seal, register and amend the complete hours (spark-submit spark_jobs/seal.py; what the DAGs run)",
+        description="Compact, reconcile and check every hour the global ready time (and processing time) "
+        "has passed by commit_delay, register it in the metastore, write its _SUCCESS and journal it; fold "
+        "late rows per late_policy. Safe to repeat: an hour is sealed once.",
+    )
+    seal.add_argument("--table", required=True)
+    seal.add_argument("--run-id", help="recorded in the hour journal (default seal__<now>)")
+    seal.add_argument(
+        "--dry-run", action="store_true", help="list the hours a seal would register; change nothing"
+    )
+    seal.add_argument("--release", default="", help="comma-separated quarantined hours to register first")
+    seal.set_defaults(func=_cmd_seal)
 
     rebuild = sub.add_parser(
         "rebuild",

@@ -14,6 +14,7 @@ Everything deployment-specific comes from the environment, so one checkout runs 
 | ``TIDEMARK_HIVE_METASTORE_URIS`` | unset: embedded Derby under ``$TIDEMARK_HOME/metastore_db`` |
 | ``TIDEMARK_AIRFLOW_PORT`` | ``8080`` |
 | ``TIDEMARK_POSTGRES_PORT`` | ``15432``: the local PostgreSQL of the demo and the JDBC tests |
+| ``TIDEMARK_METASTORE_PORT`` | ``9083``: the local Hive metastore service (``services start metastore``) |
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Settings:
     hive_metastore_uris: str = ""
     airflow_port: int = 8080
     postgres_port: int = 15432
+    metastore_port: int = 9083
     python: str = sys.executable
     # commit logs, journals and locks; a path or an hdfs:// URI (TIDEMARK_STATE_DIR)
     state_uri: str = ""
@@ -81,6 +83,9 @@ class Settings:
         pg_port_text = env.get("TIDEMARK_POSTGRES_PORT", "15432")
         if not pg_port_text.isdigit() or not 0 < int(pg_port_text) < 65536:
             problems.append(f"TIDEMARK_POSTGRES_PORT: expected a TCP port number, got {pg_port_text!r}")
+        ms_port_text = env.get("TIDEMARK_METASTORE_PORT", "9083")
+        if not ms_port_text.isdigit() or not 0 < int(ms_port_text) < 65536:
+            problems.append(f"TIDEMARK_METASTORE_PORT: expected a TCP port number, got {ms_port_text!r}")
         bootstrap = env.get("TIDEMARK_KAFKA_BOOTSTRAP", DEFAULT_BOOTSTRAP).strip()
         if not bootstrap:
             problems.append("TIDEMARK_KAFKA_BOOTSTRAP: expected host:port[,host:port...], got an empty value")
@@ -96,6 +101,7 @@ class Settings:
             hive_metastore_uris=env.get("TIDEMARK_HIVE_METASTORE_URIS", ""),
             airflow_port=int(port_text),
             postgres_port=int(pg_port_text),
+            metastore_port=int(ms_port_text),
             python=env.get("PYSPARK_PYTHON", sys.executable),
             state_uri=env.get("TIDEMARK_STATE_DIR", ""),
         )

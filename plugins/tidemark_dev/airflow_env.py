@@ -13,6 +13,14 @@ from tidemark.settings import Settings
 HIVE_METASTORE_POOL = "hive_metastore"
 
 
+def metastore_pool(settings: Settings) -> tuple[int, str]:
+    """Slots and description of the pool of metastore tasks: embedded Derby admits one
+    process; a metastore service (``TIDEMARK_HIVE_METASTORE_URIS``) many."""
+    if settings.hive_metastore_uris:
+        return 16, "Hive metastore service: concurrent seal, rebuild and merge tasks"
+    return 1, "Embedded Derby admits one process: serialises Hive metastore tasks"
+
+
 def airflow_environment(settings: Settings, *, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment variables for every Airflow process of the local stack.
 

@@ -37,7 +37,7 @@ import yaml
 
 from tidemark.settings import Settings
 from tidemark.time.hours import hour_path
-from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, airflow_environment
+from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, airflow_environment, metastore_pool
 from tidemark_dev.generator import Message, create_topic, events, produce, records
 from tidemark_dev.services import BrokerService
 
@@ -110,7 +110,7 @@ def _prepare_airflow(settings: Settings) -> Any:
     from airflow.utils.db import initdb
 
     initdb()
-    Pool.create_or_update_pool(HIVE_METASTORE_POOL, 1, "one Derby metastore client at a time", False)
+    Pool.create_or_update_pool(HIVE_METASTORE_POOL, *metastore_pool(settings), False)
     return _dag(f"tidemark_ingest_{TABLE}")
 
 

@@ -6,13 +6,14 @@ from collections.abc import Callable
 
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
-from tidemark_dev.postgres import PostgresService
+from tidemark_dev.postgres import MetastoreService, PostgresService
 from tidemark_dev.services import AirflowService, BrokerService, Service
 
 SERVICES: dict[str, Callable[[Settings], Service]] = {
     "broker": BrokerService,
     "airflow": AirflowService,
     "postgres": PostgresService,
+    "metastore": MetastoreService,  # after postgres: its database
 }
 
 

@@ -1,5 +1,6 @@
 """A PostgreSQL cluster of tidemark's own for the demo and the tests (the JDBC source of the
-orders bootstrap), managed like the other local services."""
+orders bootstrap, and the database of the Hive metastore service), managed like the other
+local services."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
@@ -23,6 +25,7 @@ log = logging.getLogger(__name__)
 POSTGRES_USER = "tidemark"
 # A throwaway local cluster with a published password, never a real database's credentials.
 POSTGRES_PASSWORD = "tidemark"
+POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"  # Debian's libpostgresql-jdbc-java
 
 
 def postgres_url(settings: Settings, database: str = "postgres") -> str:
@@ -123,3 +126,184 @@ class PostgresService(Service):
         if result.returncode != 0:
             raise ServiceError(f"postgres: initdb of {self.data_dir} failed; see {self.log_file}")
         log.info("postgres: new cluster in %s (user %s)", self.data_dir, POSTGRES_USER)
+
+
+METASTORE_DATABASE = "hive_metastore"
+HIVE_SITE = """<?xml version="1.0"?>
+<!-- written by tidemark services start metastore: a Hive 2.3 Thrift metastore on tidemark's own
+     PostgreSQL (a throwaway local cluster: its published password, never a real one's) -->
+<configuration>
+{properties}
+</configuration>
+"""
+
+
+class MetastoreService(Service):
+    """The Hive 2.3.10 Thrift metastore that the pyspark wheel's jars hold, run standalone on
+    ``TIDEMARK_METASTORE_PORT`` over the local PostgreSQL cluster (started first: ``services start
+    postgres metastore``). Unlike embedded Derby, any number of jobs use it at once: point them
+    at it with ``TIDEMARK_HIVE_METASTORE_URIS=thrift://127.0.0.1:<port>``."""
+
+    name = "metastore"
+    start_timeout = 120.0
+
+    def address(self) -> str:
+        return f"thrift://127.0.0.1:{self.settings.metastore_port}"
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.settings.home / "metastore-service" / "conf"
+
+    def hive_site(self) -> dict[str, str]:
+        return {
+            "javax.jdo.option.ConnectionURL": postgres_url(self.settings, METASTORE_DATABASE),
+            "javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+            "javax.jdo.option.ConnectionUserName": POSTGRES_USER,
+            "javax.jdo.option.ConnectionPassword": POSTGRES_PASSWORD,
+            # The schema is made whole before the first start (``_create_schema``); left to
+            # DataNucleus's lazy creation, the first create_table hangs for good: it adds a
+            # foreign key to TBLS from one connection while another holds a transaction on it.
+            "datanucleus.schema.autoCreateAll": "false",
+            "hive.metastore.schema.verification": "false",
+            # Without it the service dies on a NoClassDefFoundError for lmax disruptor.
+            "hive.async.log.enabled": "false",
+            "hive.metastore.warehouse.dir": self.settings.warehouse,
+        }
+
+    def _java(self) -> tuple[str, str]:
+        """The java binary and the class path: conf first, the wheel's jars, the JDBC driver."""
+        from tidemark.jobs import spark_home
+
+        java_home = os.environ.get("JAVA_HOME")
+        java = (
+            shutil.which("java", path=os.path.join(java_home, "bin")) if java_home else None
+        ) or shutil.which("java")
+        if java is None:
+            raise ServiceError("metastore: no java on PATH or under JAVA_HOME (scripts/check_java.sh)")
+        return java, ":".join([str(self.conf_dir), f"{spark_home()}/jars/*", POSTGRES_JDBC_JAR])
+
+    def command(self) -> list[str]:
+        java, class_path = self._java()
+        return [
+            java,
+            "-Xmx512m",
+            f"-Dhive.log.dir={self.settings.log_dir}",
+            "-Dhive.log.file=metastore-hive.log",
+            "-cp",
+            class_path,
+            "org.apache.hadoop.hive.metastore.HiveMetaStore",
+            "-p",
+            str(self.settings.metastore_port),
+        ]
+
+    def answers(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.settings.metastore_port), timeout=2).close()
+        except OSError:
+            return False
+        return True
+
+    def prepare(self) -> None:
+        """The metastore database in the running PostgreSQL cluster, and hive-site.xml."""
+        postgres = PostgresService(self.settings)
+        if not postgres.status().answering:
+            raise ServiceError(
+                f"metastore: PostgreSQL does not answer on {postgres.address()}; start it first "
+                "(tidemark services start postgres metastore)"
+            )
+        if not Path(POSTGRES_JDBC_JAR).is_file():
+            raise ServiceError(
+                f"metastore: no JDBC driver at {POSTGRES_JDBC_JAR}; run scripts/ensure_postgres.sh"
+            )
+        created = subprocess.run(
+            [
+                postgres._bin("createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.settings.postgres_port),
+                "-U",
+                POSTGRES_USER,
+                METASTORE_DATABASE,
+            ],
+            env={**os.environ, "PGPASSWORD": POSTGRES_PASSWORD},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if created.returncode != 0 and "already exists" not in created.stderr:
+            raise ServiceError(f"metastore: createdb {METASTORE_DATABASE} failed: {created.stderr.strip()}")
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        properties = "\n".join(
+            f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>"
+            for k, v in self.hive_site().items()
+        )
+        (self.conf_dir / "hive-site.xml").write_text(HIVE_SITE.format(properties=properties))
+        if created.returncode == 0:  # a new database: its schema, whole, before the first start
+            try:
+                self._create_schema()
+            except ServiceError:
+                subprocess.run(
+                    [
+                        postgres._bin("dropdb"),
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        str(self.settings.postgres_port),
+                        "-U",
+                        POSTGRES_USER,
+                        METASTORE_DATABASE,
+                    ],
+                    env={**os.environ, "PGPASSWORD": POSTGRES_PASSWORD},
+                    capture_output=True,
+                    check=False,
+                )
+                raise
+
+    def _create_schema(self) -> None:
+        """Every metastore table at once, with DataNucleus's SchemaTool over the JDO mapping in
+        the hive-metastore jar (Hive's own schematool and its SQL scripts are not in the wheel)."""
+        import zipfile
+
+        from tidemark.jobs import spark_home
+
+        jars = Path(spark_home()) / "jars"
+        metastore_jar = next(iter(sorted(jars.glob("hive-metastore-*.jar"))), None)
+        if metastore_jar is None:
+            raise ServiceError(f"metastore: no hive-metastore jar in {jars}")
+        with zipfile.ZipFile(metastore_jar) as jar:
+            (self.conf_dir / "package.jdo").write_bytes(jar.read("package.jdo"))
+        site = self.hive_site()
+        props = {k: v for k, v in site.items() if k.startswith("javax.jdo.option.")}
+        # Hive's identifier rules, so the tables get the names the metastore looks up
+        props.update(
+            {
+                "datanucleus.identifierFactory": "datanucleus1",
+                "datanucleus.rdbms.useLegacyNativeValueStrategy": "true",
+            }
+        )
+        (self.conf_dir / "schema.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        java, class_path = self._java()
+        with open(self.log_file, "ab") as out:
+            done = subprocess.run(
+                [
+                    java,
+                    "-cp",
+                    class_path,
+                    "org.datanucleus.store.schema.SchemaTool",
+                    "-create",
+                    "-api",
+                    "JDO",
+                    "-props",
+                    "schema.properties",
+                    "package.jdo",
+                ],
+                cwd=self.conf_dir,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=300,
+                check=False,
+            )
+        if done.returncode != 0:
+            raise ServiceError(f"metastore: creating the schema failed; see {self.log_file}")
+        log.info("metastore: schema created in database %s", METASTORE_DATABASE)

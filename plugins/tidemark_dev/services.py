@@ -24,7 +24,7 @@ import psutil
 
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
-from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, admin_password, airflow_environment
+from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, admin_password, airflow_environment, metastore_pool
 
 log = logging.getLogger(__name__)
 
@@ -249,14 +249,7 @@ class AirflowService(Service):
         env = self.environment()
         steps = [
             [self._airflow(), "db", "migrate"],
-            [
-                self._airflow(),
-                "pools",
-                "set",
-                HIVE_METASTORE_POOL,
-                "1",
-                "Embedded Derby admits one process: serialises Hive metastore tasks",
-            ],
+            [self._airflow(), "pools", "set", HIVE_METASTORE_POOL, *map(str, metastore_pool(self.settings))],
         ]
         # The env var AIRFLOW_CONN_SPARK_DEFAULT wins at run time; the DB copy makes the
         # connection visible (and editable) in the UI.

@@ -1,0 +1,121 @@
+"""The Hive metastore as a service (the Thrift metastore of the pyspark wheel's jars on
+tidemark's own PostgreSQL, `tidemark services start postgres metastore`): jobs that embedded
+Derby admits one at a time run at once. Two seals and a rebuild of other hours, three
+spark-submit processes through the CLI, all register their partitions, exactly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.net import free_port
+from tests.helpers.tables import at, fresh_table
+from tidemark.ingest.dump import run_dump
+from tidemark.settings import Settings
+from tidemark.state.journal import HourJournal
+from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.postgres import METASTORE_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER, MetastoreService
+
+pytestmark = pytest.mark.e2e
+
+HOUR = "2026-11-22T10"
+
+
+@pytest.fixture(scope="module")
+def metastore(settings: Settings, postgres: str) -> Iterator[Settings]:
+    """The metastore service on a free port; yields settings that point jobs at it."""
+    own = replace(settings, metastore_port=free_port())
+    service = MetastoreService(own)
+    service.start()
+    try:
+        yield replace(own, hive_metastore_uris=service.address())
+    finally:
+        service.stop()
+
+
+def registered(settings: Settings) -> set[tuple[str, str]]:
+    """(table, partition) pairs in the service's database, read with psql."""
+    query = 'SELECT t."TBL_NAME", p."PART_NAME" FROM "PARTITIONS" p JOIN "TBLS" t ON p."TBL_ID" = t."TBL_ID"'
+    out = subprocess.run(
+        [
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(settings.postgres_port),
+            "-U",
+            POSTGRES_USER,
+            "-d",
+            METASTORE_DATABASE,
+            "-At",
+            "-F",
+            "|",
+            "-c",
+            query,
+        ],
+        env={**os.environ, "PGPASSWORD": POSTGRES_PASSWORD},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {tuple(line.split("|")) for line in out.splitlines() if line}  # type: ignore[misc]
+
+
+def cli(settings: Settings, *args: str) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "TIDEMARK_HOME": str(settings.home),
+        "TIDEMARK_CONF_DIR": str(settings.conf_dir),
+        "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "TIDEMARK_HIVE_METASTORE_URIS": settings.hive_metastore_uris,
+    }
+    tidemark = str(Path(sys.executable).parent / "tidemark")
+    return subprocess.Popen(
+        [tidemark, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def finished(process: subprocess.Popen[str]) -> str:
+    out, _ = process.communicate(timeout=420)
+    assert process.returncode == 0, out[-4000:]
+    return out
+
+
+def test_two_seals_and_a_rebuild_at_once_on_the_metastore_service(
+    spark: Any, broker: str, metastore: Settings, tmp_path: Path
+) -> None:
+    tables = []
+    for _ in range(3):
+        config, settings = fresh_table(metastore, tmp_path)
+        create_topic(broker, config.source.topic, 2)
+        items = [(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 15)] + [
+            (0, at(11, 50)),
+            (1, at(11, 45)),
+        ]
+        produce(broker, config.source.topic, records(items))
+        run_dump(spark, config, settings, "run-1", at(12))  # the dump does not use the metastore
+        tables.append(config.table)
+    first, second, rebuilt = tables
+    finished(cli(settings, "seal", "--table", rebuilt, "--run-id", "seal-1"))
+    assert (rebuilt, "dt=2026-11-22/hr=10") in registered(settings)
+
+    # Embedded Derby admits one of these at a time (the hive_metastore pool of one slot).
+    running = [
+        cli(settings, "seal", "--table", first, "--run-id", "seal-1"),
+        cli(settings, "seal", "--table", second, "--run-id", "seal-1"),
+        cli(settings, "rebuild", "--table", rebuilt, "--hours", HOUR, "--run-id", "rebuild-1"),
+    ]
+    for process in running:
+        finished(process)
+    assert {(t, "dt=2026-11-22/hr=10") for t in tables} <= registered(settings)
+    for table in tables:
+        entry = HourJournal(settings.state_dir, table).state().hours[HOUR]
+        assert entry.rows == 8 and entry.published
+    assert HourJournal(settings.state_dir, rebuilt).state().hours[HOUR].version == 2
