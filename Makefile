@@ -28,10 +28,11 @@ browser:  ## headless Chromium for the report's browser test (Debian package, in
 postgres:  ## PostgreSQL server + JDBC driver for the JDBC bootstrap tests (Debian packages, installed if missing)
 	@scripts/ensure_postgres.sh
 
-lint: venv  ## ruff + mypy
+lint: venv  ## ruff + mypy, and docker-compose.yaml against the Compose spec (offline)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yaml
 
 unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q

@@ -1,0 +1,74 @@
+"""docker-compose.yaml keeps the production topology's promises (the Compose schema itself is
+checked by `make lint`): the services the design names, loopback-only ports, healthchecks
+behind every dependency, and secrets only from .env."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+ONE_SHOT = {"airflow-init", "metastore-init"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROOT / "docker-compose.yaml").read_text()))
+
+
+def test_the_topology_has_every_service_the_design_names(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {
+        "kafka",
+        "postgres",
+        "s3",
+        "metastore",
+        "spark-master",
+        "spark-worker-1",
+        "spark-worker-2",
+        "airflow-init",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    } <= set(services)
+    assert "broker,controller" in services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"]  # KRaft
+    assert services["airflow-scheduler"]["image"].startswith("tidemark-airflow:3.3")
+    assert (
+        services["spark-master"]["environment"]["TIDEMARK_HIVE_METASTORE_URIS"] == "thrift://metastore:9083"
+    )
+
+
+def test_ports_are_on_loopback_and_every_dependency_waits_for_health(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+        if name not in ONE_SHOT:
+            assert "healthcheck" in service or name.startswith("spark-worker"), name
+        for dependency, condition in service.get("depends_on", {}).items():
+            expected = "service_completed_successfully" if dependency in ONE_SHOT else "service_healthy"
+            assert condition == {"condition": expected}, (name, dependency)
+
+
+def test_secrets_come_from_the_env_file_and_the_example_names_them_all() -> None:
+    text = (ROOT / "docker-compose.yaml").read_text()
+    required = set(re.findall(r"\$\{([A-Z0-9_]+):\?", text))
+    example = {
+        line.split("=", 1)[0]
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert required and required <= example, required - example
+    secrets = re.findall(r"^\s*(\w*(?:PASSWORD|SECRET|_KEY)\w*):\s*(.+)$", text, re.MULTILINE)
+    assert secrets
+    for name, value in secrets:
+        assert value.startswith("${") or name.endswith("_FILE"), (
+            f"{name}: a literal secret in docker-compose.yaml"
+        )
