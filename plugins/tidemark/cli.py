@@ -29,6 +29,7 @@ examples:
   tidemark services start postgres   a PostgreSQL of tidemark's own (JDBC bootstrap source)
   tidemark services status all       which local services run and answer
   tidemark tables validate           check every table YAML, listing all problems
+  tidemark tables show events        the effective configuration, defaults included
   tidemark dump --table events --run-id manual__1
                                      one exactly-once micro-batch (retry-safe)
   tidemark status --table events     batches, offsets, lag per MQ partition, dirty counts
@@ -74,9 +75,21 @@ def _cmd_services(args: argparse.Namespace) -> int:
 
 
 def _cmd_tables(args: argparse.Namespace) -> int:
-    from tidemark.config import load_table_file, table_files
-    from tidemark.errors import ConfigError
+    import yaml
 
+    from tidemark.config import effective_config, load_table, load_table_file, table_files
+    from tidemark.errors import ConfigError
+    from tidemark.settings import Settings
+
+    if args.action == "show" and args.table:
+        config = load_table(args.table, Settings.from_env())
+        effective = effective_config(config)
+        if args.json:
+            print(json.dumps(effective, indent=2, default=str))
+        else:
+            print(f"# {config.table}: the effective configuration, defaults included")
+            print(yaml.safe_dump(effective, sort_keys=False, default_flow_style=False).rstrip())
+        return 0
     failures = 0
     for path in table_files():
         try:
@@ -86,7 +99,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             continue
         if args.action == "show":
-            print(json.dumps(config.model_dump(mode="json", by_alias=True), indent=2, default=str))
+            print(json.dumps(effective_config(config), indent=2, default=str))
         else:
             print(f"{config.table:16} topic={config.source.topic:16} {path}  ok")
     return 1 if failures else 0
@@ -434,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     tables = sub.add_parser("tables", help="list, validate or show table configs")
     tables.add_argument("action", choices=["list", "validate", "show"])
+    tables.add_argument(
+        "table", nargs="?", help="show: one table's effective configuration, defaults included"
+    )
+    tables.add_argument("--json", action="store_true", help="show: as JSON")
     tables.set_defaults(func=_cmd_tables)
     return parser
 

@@ -336,3 +336,24 @@ def load_tables(settings: Settings | None = None) -> list[TableConfig]:
     if problems:
         raise ConfigError("conf/tables", problems)
     return tables
+
+
+def effective_config(config: TableConfig) -> dict[str, Any]:
+    """The configuration a table runs with, defaults included, as a person reads it: durations
+    as ``10m``, columns as their DDL, secrets in ``kafka_properties`` masked."""
+    from tidemark.durations import format_duration
+    from tidemark.masking import masked
+
+    def readable(value: Any) -> Any:
+        if isinstance(value, timedelta):
+            return format_duration(value)
+        if isinstance(value, dict):
+            return {k: readable(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [readable(v) for v in value]
+        return value
+
+    data = readable(config.model_dump(mode="python", by_alias=True, exclude={"columns"}))
+    data["source"]["kafka_properties"] = masked(config.source.kafka_properties)
+    columns = {c.name: c.type.ddl() + ("" if c.nullable else " not null") for c in config.schema_columns}
+    return {"table": data.pop("table"), "description": data.pop("description"), "schema": columns, **data}

@@ -19,6 +19,7 @@ from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
 from tidemark.faults import SNAPSHOT_POINTS
 from tidemark.ingest.dump import run_dump
+from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV, BootstrapSource, run_bootstrap
@@ -246,6 +247,13 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
     assert snapshot(spark, config, "base") == truth(source_state)
     records = list(SnapshotLog(settings.state_location, config.table).records())
     assert [(r.label, r.version) for r in records] == [("base", 1), ("2026-11-22T10", 1)]
+    # tidemark status lists the snapshots, each at its current version
+    listed = table_status(config, settings)["snapshots"]
+    assert [(s["label"], s["kind"], s["version"], s["base"]) for s in listed] == [
+        ("2026-11-22T10", "merge", 1, "base@v1"),
+        ("base", "bootstrap", 1, None),
+    ]
+    assert f"snapshot base v1 (bootstrap): {listed[1]['rows']} rows" in render(table_status(config, settings))
     store = SnapshotStore(spark, config, settings)
     assert not store.staging_root.exists() or not any(store.staging_root.iterdir())
 

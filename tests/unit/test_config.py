@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tidemark.config import load_table, load_table_file, load_tables
+from tidemark.config import effective_config, load_table, load_table_file, load_tables
 from tidemark.errors import ConfigError
 from tidemark.settings import DEFAULT_BOOTSTRAP, Settings
 
@@ -262,3 +262,25 @@ def test_secrets_are_masked_in_properties_urls_and_messages() -> None:
         "cannot read jdbc:postgresql://db/x?user=u&password=topsecret; https://a:b@h/ clientSecret=zz"
     )
     assert "topsecret" not in text and "a:***@h" in text and "zz" not in text
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "conf" / "tables").glob("*.yaml")), ids=lambda p: p.stem)
+def test_the_effective_configuration_reads_back_as_the_same_table(example: Path, tmp_path: Path) -> None:
+    config = load_table_file(example)
+    effective = effective_config(config)
+    assert effective["watermark"]["commit_delay"] == "5m" or "m" in str(
+        effective["watermark"]["commit_delay"]
+    )
+    assert effective["quality"]["default_expectations"] in (True, False)  # defaults are shown
+    again = load_table_file(write(tmp_path, effective, config.table))
+    assert again == config
+
+
+def test_the_effective_configuration_masks_secrets(tmp_path: Path) -> None:
+    secret = {"sasl.password": "hunter2", "sasl.mechanism": "PLAIN"}
+    config = load_table_file(write(tmp_path, variant(source__kafka_properties=secret)))
+    shown = effective_config(config)
+    assert shown["source"]["kafka_properties"]["sasl.mechanism"] == "PLAIN"
+    assert "hunter2" not in str(shown)
+    assert shown["schema"] == {"id": "string not null", "ts": "timestamp not null", "app": "string"}
+    assert shown["watermark"]["idle_timeout"] == "30m"

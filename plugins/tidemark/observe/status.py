@@ -70,10 +70,32 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         ],
         "rows": state.rows,
         "dirty": state.dirty,
+        "snapshots": snapshots(config, settings),
         "partitions": dict(sorted(partitions.items())),
         "recent_batches": batches,
         "broker_error": broker_error,
     }
+
+
+def snapshots(config: TableConfig, settings: Settings) -> list[dict[str, Any]]:
+    """The current version of each snapshot of a CDC table (bootstrap or merge), by label."""
+    from tidemark.snapshot.snapshots import SnapshotLog
+
+    if config.cdc is None:
+        return []
+    live = SnapshotLog(settings.state_location, config.table).live()
+    return [
+        {
+            "label": r.label,
+            "kind": r.kind,
+            "version": r.version,
+            "rows": r.rows,
+            "through": r.through,
+            "base": r.base or None,
+            "run_id": r.run_id,
+        }
+        for _, r in sorted(live.items())
+    ]
 
 
 def render(status: dict[str, Any]) -> str:
@@ -101,6 +123,12 @@ def render(status: dict[str, Any]) -> str:
         )
     for decision in status["decisions"]:
         lines.append(f"  decision {decision}")
+    for snap in status["snapshots"]:
+        base = f", from {snap['base']}" if snap["base"] else ""
+        lines.append(
+            f"  snapshot {snap['label']} v{snap['version']} ({snap['kind']}{base}): {snap['rows']} rows "
+            f"as of {snap['through']}"
+        )
     if status["broker_error"]:
         lines.append(f"  broker: {status['broker_error']}")
     lines.append("  MQ partition  committed end  latest  lag  watermark")
