@@ -14,6 +14,9 @@ Each run's processing time is its logical date (a fixed timeline, so the demo is
 At the end it queries the metastore with Spark SQL and prints the registered hours, rows per
 hour, late and dirty counts and ``produced == rows + dirty + late``.
 
+The terminal gets the story, one line per step (``console.Console``); everything Airflow,
+Spark and the JVM print goes to a log file per step under ``<demo home>/logs``.
+
 Then the orders path (full + periodic increment): order changes of 06:00-08:00 go to the
 ``orders`` topic and into the source (PostgreSQL through JDBC when the server is installed,
 Parquet files otherwise); ``tidemark_bootstrap_orders`` reads the source at 08:00, aligned to
@@ -38,6 +41,7 @@ import yaml
 from tidemark.settings import Settings
 from tidemark.time.hours import hour_path
 from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, airflow_environment, metastore_pool
+from tidemark_dev.console import Console
 from tidemark_dev.generator import Message, create_topic, events, produce, records
 from tidemark_dev.services import BrokerService
 
@@ -115,78 +119,119 @@ def _prepare_airflow(settings: Settings) -> Any:
 
 
 def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
+    """The demo's story on the terminal (one line per step, at most ~80), every Airflow and
+    Spark log in ``<demo home>/logs``; 0 when both reconciliations hold."""
     base = settings or Settings.from_env()
     demo = _demo_settings(base)
+    console = Console(demo.home / "logs")
+    say = console.say
+    say("tidemark demo: the events and orders pipelines through Airflow (dag.test) on embedded defaults")
+    say(f"  home {demo.home}; Airflow, Spark and JVM output goes to {console.log_dir}/")
     broker = BrokerService(base)
     started_here = not broker.status().running
-    broker.start()
     try:
-        from tidemark.config import load_table
-        from tidemark.observe.status import explain_hour, render, render_hour, table_status
-
-        config = load_table(TABLE, demo)
-        create_topic(demo.kafka_bootstrap, config.source.topic, 4)
-        dag = _prepare_airflow(demo)
-        produced = 0
-        for i, (processing, messages) in enumerate(_phases(scale), start=1):
-            produced += len(produce(demo.kafka_bootstrap, config.source.topic, messages))
-            print(
-                f"\n== run {i}: produced {len(messages)} messages; DAG run at {processing.isoformat()}",
-                flush=True,
-            )
-            run = dag.test(logical_date=processing, run_after=processing)
-            states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-            print(f"   tasks: {states}", flush=True)
-            if i == 1:
-                print(render_hour(explain_hour(config, demo, "2026-11-22T08")), flush=True)
-            if states.get("check_deadlines") == "failed":
-                print(
-                    "   check_deadlines is the alert for hours still unsealed at their end + commit delay + "
-                    "seal_grace: here one MQ partition went quiet and holds them until it counts as idle",
-                    flush=True,
-                )
-        print()
-        print(render(table_status(config, demo)))
-        orders, final_state = _run_orders(demo, base, scale)
-        # In-process Spark last: its JVM keeps the embedded Derby metastore booted until exit.
-        events_ok = _report(config, demo, produced) == 0
-        return 0 if _check_snapshot(orders, demo, final_state) == 0 and events_ok else 1
+        with console.step("setup", f"starting the broker ({base.kafka_bootstrap}) and Airflow's database"):
+            broker.start()
+            dag = _prepare_airflow(demo)
+        events_ok = _run_events(console, demo, dag, scale)
+        orders, final_state = _run_orders(console, demo, base, scale)
+        with console.step("orders-check", "checking the merged snapshot against the source (Spark SQL)"):
+            orders_ok = _check_snapshot(orders, demo, final_state)
+        say(orders_ok[1])
+        ok = events_ok and orders_ok[0]
+        say("")
+        say("where to look next:")
+        say(f"  TIDEMARK_HOME={demo.home} tidemark status --table {TABLE} --hour 2026-11-22T08")
+        say(f"  TIDEMARK_HOME={demo.home} tidemark report --table {TABLE}    (the health page)")
+        say("  make up    (Airflow UI on http://127.0.0.1:8080, the DAGs with their trigger forms)")
+        say(f"logs: {console.log_dir}/ ({', '.join(f.name for f in console.files)})")
+        say(f"demo {'OK' if ok else 'FAILED: see the lines above'}")
+        return 0 if ok else 1
+    except Exception as exc:  # the story ends with the error and where to read more
+        say(f"demo failed: {type(exc).__name__}: {exc}")
+        say(f"  the logs: {', '.join(str(f) for f in console.files)}")
+        return 1
     finally:
-        if started_here:
-            broker.stop()
+        try:
+            if started_here:
+                broker.stop()
+        finally:
+            console.close()
 
 
-def _report(config: Any, settings: Settings, produced: int) -> int:
+def _run_events(console: Console, demo: Settings, dag: Any, scale: int) -> bool:
+    """Three ingest runs of the events table, each explained in a line or two; then its status
+    and the reconciliation of what was produced with what landed."""
+    from tidemark.config import load_table
+    from tidemark.observe.status import render, table_status
+    from tidemark.state.commitlog import CommitLog
+    from tidemark.state.journal import HourJournal
+
+    say = console.say
+    config = load_table(TABLE, demo)
+    create_topic(demo.kafka_bootstrap, config.source.topic, 4)
+    say(f"events: topic {config.source.topic} with 4 MQ partitions; table {TABLE} (hourly, UTC)")
+    produced = 0
+    for i, (processing, messages) in enumerate(_phases(scale), start=1):
+        produced += len(produce(demo.kafka_bootstrap, config.source.topic, messages))
+        before = CommitLog(demo.state_location, TABLE).state()
+        sealed_before = set(HourJournal(demo.state_location, TABLE).state().hours)
+        title = f"run {i}/3 at {processing:%H:%M}: {len(messages):,} messages; ingest DAG"
+        with console.step(f"events-run-{i}", title):
+            run = dag.test(logical_date=processing, run_after=processing)
+        states = _states(run)
+        say("   " + ", ".join(f"{task} {state}" for task, state in states.items()))
+        after = CommitLog(demo.state_location, TABLE).state()
+        sealed = sorted(set(HourJournal(demo.state_location, TABLE).state().hours) - sealed_before)
+        say(
+            f"   rows {after.rows - before.rows:,}, dirty {after.dirty - before.dirty}, late "
+            f"{after.late - before.late}; sealed and registered: {', '.join(sealed) or 'none yet'}; "
+            f"global ready time {after.ready.time if after.ready else None}"
+        )
+        if states.get("check_deadlines") == "failed":
+            say(
+                "   check_deadlines failed on purpose: MQ partition 3 went quiet at 08:20 and holds the "
+                "hours back until it counts as idle (idle_timeout 30m); this is the alert an on-call "
+                "engineer gets (a named SealDeadlineMissedError, its traceback is in the log), not a crash"
+            )
+        if after.late > before.late:
+            say(f"   late records for already sealed hours went to {config.late_table}, counted, not lost")
+    say("")
+    for line in render(table_status(config, demo)).splitlines():
+        say(line)
+    with console.step("events-check", "reading the registered hours back (Spark SQL)"):
+        ok, lines = _report(config, demo, produced)
+    for line in lines:
+        say(line)
+    return ok
+
+
+def _report(config: Any, settings: Settings, produced: int) -> tuple[bool, list[str]]:
     from tidemark.spark import build_session
     from tidemark.state.commitlog import CommitLog
 
     state = CommitLog(settings.state_location, config.table).state()
     spark = build_session("tidemark-demo-report", settings, hive=True)
     try:
-        print("\nhours registered in the metastore (Spark SQL):")
         per_hour = spark.sql(
             f"SELECT dt, hr, count(*) AS n FROM `{config.table}` GROUP BY dt, hr ORDER BY dt, hr"
         ).collect()
-        for r in spark.sql(f"SHOW PARTITIONS `{config.table}`").collect():
-            n = next((x["n"] for x in per_hour if hour_path(x["dt"], x["hr"]) == r[0]), 0)
-            print(f"  {r[0]}: {n} rows")
-        sealed_rows = sum(int(x["n"]) for x in per_hour)
+        registered = [r[0] for r in spark.sql(f"SHOW PARTITIONS `{config.table}`").collect()]
         late = spark.sql(
             f"SELECT dt, hr, count(*) AS n FROM `{config.late_table}` GROUP BY dt, hr ORDER BY dt, hr"
         ).collect()
-        print(
-            "late rows (events__late): " + ", ".join(f"{hour_path(x['dt'], x['hr'])}: {x['n']}" for x in late)
-        )
     finally:
         spark.stop()
-    open_rows = state.rows - sealed_rows
+    counts = {hour_path(x["dt"], x["hr"]): int(x["n"]) for x in per_hour}
+    sealed_rows = sum(counts.values())
     total = state.rows + state.dirty + state.late
     ok = total == produced
-    print(
-        f"reconciliation: produced {produced} == rows {state.rows} (sealed {sealed_rows} + open {open_rows}) "
-        f"+ dirty {state.dirty} + late {state.late}: {'OK' if ok else 'MISMATCH'}"
-    )
-    return 0 if ok else 1
+    return ok, [
+        "   hours in the metastore: " + ", ".join(f"{h} ({counts.get(h, 0):,} rows)" for h in registered),
+        f"   {config.late_table}: " + ", ".join(f"{hour_path(x['dt'], x['hr'])}: {x['n']}" for x in late),
+        f"   reconciliation: produced {produced:,} == rows {state.rows:,} (sealed {sealed_rows:,} + open "
+        f"{state.rows - sealed_rows:,}) + dirty {state.dirty} + late {state.late}: {'OK' if ok else 'MISMATCH'}",
+    ]
 
 
 # -- the orders path: bootstrap + hourly increments + daily merge ---------------------------------
@@ -200,9 +245,9 @@ def _postgres_available() -> bool:
 
 def _source_form(
     demo: Settings, base: Settings, state: dict[int, dict[str, Any]]
-) -> tuple[dict[str, Any], Any]:
-    """Load the source (PostgreSQL when installed, else Parquet files); the trigger form for it
-    and the service to stop afterwards (None if none was started here)."""
+) -> tuple[dict[str, Any], Any, str]:
+    """Load the source (PostgreSQL when installed, else Parquet files); the trigger form for it,
+    the service to stop afterwards (None if none was started here) and what it is, in words."""
     import json
 
     from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER, PostgresService, postgres_url
@@ -223,8 +268,10 @@ def _source_form(
             "partition_column": "order_id",
             "num_partitions": 2,
         }
-        print(f"   source: PostgreSQL table orders_source on {postgres_url(demo)} ({len(state)} rows)")
-        return form, service if started else None
+        described = (
+            f"PostgreSQL table orders_source on {postgres_url(demo)} ({len(state):,} rows), read over JDBC"
+        )
+        return form, service if started else None, described
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -243,8 +290,8 @@ def _source_form(
         }
     )
     pq.write_table(table, export / "orders.parquet")
-    print(f"   source: Parquet export {export} ({len(state)} rows; PostgreSQL is not installed)")
-    return {"source_kind": "parquet", "source": str(export)}, None
+    described = f"Parquet export {export} ({len(state):,} rows; PostgreSQL is not installed)"
+    return {"source_kind": "parquet", "source": str(export)}, None, described
 
 
 def _closing_changes(state: dict[int, dict[str, Any]], partitions: int) -> list[dict[str, Any]]:
@@ -260,22 +307,35 @@ def _closing_changes(state: dict[int, dict[str, Any]], partitions: int) -> list[
     return changes
 
 
-def _run_orders(demo: Settings, base: Settings, scale: int) -> tuple[Any, dict[int, dict[str, Any]]]:
+def _run_orders(
+    console: Console, demo: Settings, base: Settings, scale: int
+) -> tuple[Any, dict[int, dict[str, Any]]]:
     """The orders DAG runs; returns the config and the source's final state to check against."""
     from tidemark.config import load_table
     from tidemark_dev.generator import change_messages, order_changes, state_after
 
+    say = console.say
     config = load_table(ORDERS, demo)
     topic = config.source.topic
     create_topic(demo.kafka_bootstrap, topic, 4)
     before = order_changes(scale // 3, start=at(6), span=timedelta(hours=2), seed=31)
     source_state = state_after(before)
     produce(demo.kafka_bootstrap, topic, change_messages(before, partitions=4))
-    print(f"\n== orders: {len(before)} changes of 06:00-08:00 are in topic {topic} and in the source")
-    form, service = _source_form(demo, base, source_state)
+    say("")
+    say(
+        f"orders (full + periodic increment): {len(before):,} changes of 06:00-08:00 in topic {topic} and the source"
+    )
+    with console.step("orders-source", "   loading the source database"):
+        form, service, described = _source_form(demo, base, source_state)
+    say(f"   source: {described}")
     try:
-        run = _dag(f"tidemark_bootstrap_{ORDERS}").test(logical_date=at(8), run_after=at(8), run_conf=form)
-        print(f"   bootstrap: {_states(run)}")
+        with console.step(
+            "orders-bootstrap", "   bootstrap DAG: the full snapshot at 08:00, aligned to the topic"
+        ):
+            run = _dag(f"tidemark_bootstrap_{ORDERS}").test(
+                logical_date=at(8), run_after=at(8), run_conf=form
+            )
+        say("   " + ", ".join(f"{task} {state}" for task, state in _states(run).items()))
         after = order_changes(
             scale, start=at(8), span=timedelta(hours=15, minutes=50), existing=source_state, seed=32
         )
@@ -283,19 +343,21 @@ def _run_orders(demo: Settings, base: Settings, scale: int) -> tuple[Any, dict[i
         tail = _closing_changes(final_state, 4)
         messages = change_messages(after + tail, partitions=4, duplicates=0.02, reorder=0.01)
         produce(demo.kafka_bootstrap, topic, messages)
-        print(
-            f"   {len(after)} changes of 08:00-23:50 (+{len(messages) - len(after)} duplicates/closing) produced"
+        say(
+            f"   {len(after):,} changes of 08:00-23:50 produced, {len(messages) - len(after)} of them duplicates or late"
         )
-        run = _dag(f"tidemark_ingest_{ORDERS}").test(logical_date=at(24, 30), run_after=at(24, 30))
-        print(f"   ingest (seals every hour of 2026-11-22): {_states(run)}")
-        print(
-            "   merge: in production the scheduler starts it once all 24 hourly asset events of the day "
-            "are in (partitioned-asset rollup); dag.test triggers it with the same partition"
-        )
-        run = _dag(f"tidemark_merge_{ORDERS}").test(
-            logical_date=at(24, 40), run_after=at(24, 40), run_conf={"snapshot": "2026-11-22"}
-        )
-        print(f"   merge: {_states(run)}")
+        with console.step("orders-ingest", "   ingest DAG: seal every hour of 2026-11-22"):
+            run = _dag(f"tidemark_ingest_{ORDERS}").test(logical_date=at(24, 30), run_after=at(24, 30))
+        say("   " + ", ".join(f"{task} {state}" for task, state in _states(run).items()))
+        # In production the scheduler starts the merge once all 24 hourly asset events of the day
+        # are in (partitioned-asset rollup); dag.test triggers it with the same partition.
+        with console.step(
+            "orders-merge", "   merge DAG: snapshot 2026-11-22 = bootstrap + the day's sealed hours"
+        ):
+            run = _dag(f"tidemark_merge_{ORDERS}").test(
+                logical_date=at(24, 40), run_after=at(24, 40), run_conf={"snapshot": "2026-11-22"}
+            )
+        say("   " + ", ".join(f"{task} {state}" for task, state in _states(run).items()))
     finally:
         if service is not None:
             service.stop()
@@ -306,7 +368,7 @@ def _states(run: Any) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 
 
-def _check_snapshot(config: Any, settings: Settings, expected: dict[int, dict[str, Any]]) -> int:
+def _check_snapshot(config: Any, settings: Settings, expected: dict[int, dict[str, Any]]) -> tuple[bool, str]:
     from tidemark.spark import build_session
 
     spark = build_session("tidemark-demo-orders", settings, hive=True)
@@ -315,17 +377,14 @@ def _check_snapshot(config: Any, settings: Settings, expected: dict[int, dict[st
             f"SELECT order_id, version, status, CAST(amount AS STRING) AS amount FROM `{config.snapshot_table}` "
             "WHERE snapshot_dt = '2026-11-22'"
         ).collect()
-        snapshots = spark.sql(f"SHOW PARTITIONS `{config.snapshot_table}`").collect()
     finally:
         spark.stop()
     got = sorted((r["order_id"], r["version"], r["status"], f"{float(r['amount']):.2f}") for r in rows)
     want = sorted(
         (k, int(v["version"]), v["status"], f"{float(v['amount']):.2f}") for k, v in expected.items()
     )
-    print(f"\n{config.snapshot_table} partitions: {', '.join(r[0] for r in snapshots)}")
     ok = got == want
-    print(
-        f"snapshot 2026-11-22: {len(got)} orders; the source database's final state has {len(want)}: "
-        f"{'OK, identical row by row' if ok else 'MISMATCH'}"
+    return ok, (
+        f"   {config.snapshot_table} 2026-11-22: {len(got):,} orders; the source database's final state has "
+        f"{len(want):,}: {'OK, identical row by row' if ok else 'MISMATCH'}"
     )
-    return 0 if ok else 1
