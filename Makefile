@@ -38,7 +38,7 @@ unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
 test: lint browser postgres  ## lint, then the whole test suite (README's test command; what CI runs)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 demo: venv  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
 	$(BIN)/tidemark demo

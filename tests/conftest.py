@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.net import free_port
+from tests.helpers.net import free_port, free_port_block
 from tidemark.settings import Settings
 
 pytest_plugins = ["tests.tiers", "pytester"]
@@ -94,3 +95,23 @@ def postgres(settings: Settings) -> Iterator[str]:
     finally:
         service.stop()
         shutil.rmtree(service.data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3(settings: Settings) -> Iterator[str]:
+    """A real S3 server (SeaweedFS) on its own ports, with a bucket; its endpoint and
+    credentials exported as AWS_* for boto3 in this process and in subprocesses. Yields the
+    bucket's URI."""
+    import boto3
+
+    from tidemark_dev.s3 import PORTS, S3Service, s3_environment
+
+    own = replace(settings, s3_port=free_port_block(PORTS))
+    service = S3Service(own)
+    service.start()
+    os.environ.update(s3_environment(own))
+    boto3.client("s3").create_bucket(Bucket="lake")
+    try:
+        yield "s3://lake"
+    finally:
+        service.stop()

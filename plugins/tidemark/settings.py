@@ -14,6 +14,7 @@ Everything deployment-specific comes from the environment, so one checkout runs 
 | ``TIDEMARK_HIVE_METASTORE_URIS`` | unset: embedded Derby under ``$TIDEMARK_HOME/metastore_db`` |
 | ``TIDEMARK_AIRFLOW_PORT`` | ``8080`` |
 | ``TIDEMARK_POSTGRES_PORT`` | ``15432``: the local PostgreSQL of the demo and the JDBC tests |
+| ``TIDEMARK_S3_PORT`` | ``8333``: the local S3 server (``services start s3``; it uses the next 9 ports too) |
 | ``TIDEMARK_METASTORE_PORT`` | ``9083``: the local Hive metastore service (``services start metastore``) |
 """
 
@@ -53,6 +54,7 @@ class Settings:
     airflow_port: int = 8080
     postgres_port: int = 15432
     metastore_port: int = 9083
+    s3_port: int = 8333
     python: str = sys.executable
     # commit logs, journals and locks; a path or an hdfs:// URI (TIDEMARK_STATE_DIR)
     state_uri: str = ""
@@ -86,6 +88,9 @@ class Settings:
         ms_port_text = env.get("TIDEMARK_METASTORE_PORT", "9083")
         if not ms_port_text.isdigit() or not 0 < int(ms_port_text) < 65536:
             problems.append(f"TIDEMARK_METASTORE_PORT: expected a TCP port number, got {ms_port_text!r}")
+        s3_port_text = env.get("TIDEMARK_S3_PORT", "8333")
+        if not s3_port_text.isdigit() or not 0 < int(s3_port_text) < 65526:
+            problems.append(f"TIDEMARK_S3_PORT: expected a TCP port number, got {s3_port_text!r}")
         bootstrap = env.get("TIDEMARK_KAFKA_BOOTSTRAP", DEFAULT_BOOTSTRAP).strip()
         if not bootstrap:
             problems.append("TIDEMARK_KAFKA_BOOTSTRAP: expected host:port[,host:port...], got an empty value")
@@ -102,6 +107,7 @@ class Settings:
             airflow_port=int(port_text),
             postgres_port=int(pg_port_text),
             metastore_port=int(ms_port_text),
+            s3_port=int(s3_port_text),
             python=env.get("PYSPARK_PYTHON", sys.executable),
             state_uri=env.get("TIDEMARK_STATE_DIR", ""),
         )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
 from tidemark_dev.postgres import MetastoreService, PostgresService
+from tidemark_dev.s3 import S3Service
 from tidemark_dev.services import AirflowService, BrokerService, Service
 
 SERVICES: dict[str, Callable[[Settings], Service]] = {
@@ -14,6 +15,7 @@ SERVICES: dict[str, Callable[[Settings], Service]] = {
     "airflow": AirflowService,
     "postgres": PostgresService,
     "metastore": MetastoreService,  # after postgres: its database
+    "s3": S3Service,
 }
 
 

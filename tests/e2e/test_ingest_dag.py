@@ -40,9 +40,8 @@ def run_dag(config_dir: Path, dag_id: str, when: datetime) -> Any:
     return dag.test(logical_date=when, run_after=when)
 
 
-@pytest.mark.parametrize("point", ANNOUNCE_POINTS)
 def test_ingest_dag_seals_and_announces_each_hour_once(
-    point: str, dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, settings = fresh_table(dag_env, tmp_path, retries=2, retry_delay="0s")
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
@@ -53,9 +52,9 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
         config.source.topic,
         records([(p, at(10, m)) for p in (0, 1) for m in (5, 25, 45)] + [(0, at(11, 50)), (1, at(11, 40))]),
     )
-    # Run 1: hour 10 is sealed, but the announce task fails (injected) before emitting, or
-    # after adding the events but before Airflow recorded them (the task failed).
-    monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
+    # Run 1: hour 10 is sealed, but the announce task fails (injected) before emitting.
+    before, after = ANNOUNCE_POINTS
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", before)
     monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
     first = run_dag(settings.conf_dir, dag_id, at(12))
     states = {ti.task_id: ti.state for ti in first.get_task_instances()}
@@ -70,18 +69,25 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
     # The failure callback recorded it for the health page.
     failures = recent_failures(settings, config.table)
     assert [(f["task_id"], f["try_number"]) for f in failures] == [("announce", 3)]  # the final try only
-    assert f"TIDEMARK_FAIL_AT={point}" in failures[0]["error"]
+    assert f"TIDEMARK_FAIL_AT={before}" in failures[0]["error"]
+
+    # Run 2: more data seals hour 11; announce adds the events of 10 and 11, then dies before
+    # Airflow records them (injected after the events were added): none is recorded.
+    sent += produce(broker, config.source.topic, records([(0, at(12, 30)), (1, at(12, 25))], prefix="b"))
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", after)
+    failed_after = run_dag(settings.conf_dir, dag_id, at(12, 30))
+    assert {ti.task_id: ti.state for ti in failed_after.get_task_instances()}["announce"] == "failed"
+    assert asset_events(dag_id) == []
     monkeypatch.delenv("TIDEMARK_FAIL_AT")
 
-    # Run 2: more data seals hour 11; announce catches up on hour 10 too.
-    sent += produce(broker, config.source.topic, records([(0, at(12, 30)), (1, at(12, 25))], prefix="b"))
-    second = run_dag(settings.conf_dir, dag_id, at(12, 30))
+    # Run 3: announce catches up on hours 10 and 11, once each.
+    second = run_dag(settings.conf_dir, dag_id, at(12, 35))
     assert {ti.task_id: ti.state for ti in second.get_task_instances()} == dict.fromkeys(
         ("dump", "seal", "announce", "metrics", "check_deadlines"), "success"
     )
     assert sorted(asset_events(dag_id)) == [("2026-11-22T10", 1), ("2026-11-22T11", 1)]
 
-    # Run 3: nothing new: no event, and the announced pointer covers both hours.
+    # Run 4: nothing new: no event, and the announced pointer covers both hours.
     third = run_dag(settings.conf_dir, dag_id, at(12, 40))
     assert {ti.task_id: ti.state for ti in third.get_task_instances()}["announce"] == "skipped"
     assert Counter(k for k, _ in asset_events(dag_id)) == {"2026-11-22T10": 1, "2026-11-22T11": 1}

@@ -75,7 +75,8 @@ def test_stale_pid_file_is_never_signalled(own_broker: BrokerService) -> None:
 
 def test_resolve_names() -> None:
     assert resolve([]) == ["broker"]
-    assert resolve(["all"]) == ["broker", "airflow", "postgres"]
+    assert resolve(["all"]) == ["broker", "airflow", "postgres", "metastore", "s3"]
+    assert resolve(["metastore", "postgres"]) == ["postgres", "metastore"]  # its database first
     assert resolve(["postgres", "broker"]) == ["broker", "postgres"]
     assert resolve(["airflow", "broker"]) == ["broker", "airflow"]
     from tidemark.errors import ServiceError

@@ -11,8 +11,11 @@ backends give that:
   bare Py4J gateway outside Spark jobs). Temp file, then ``FileContext.rename`` with
   ``Rename.NONE``, which HDFS's NameNode refuses atomically when the target exists.
 
-``s3a://`` is refused for state: S3 rename is a copy, so create-only cannot be had that way;
-keep the state dir on HDFS or local disk and the warehouse wherever Spark writes.
+- ``S3Storage`` (``s3://``, and ``s3a://`` for the same bucket): no rename at all (an S3
+  rename is a copy and a delete). A record is one conditional PUT, ``If-None-Match: *``,
+  which the store refuses when the key exists (boto3; endpoint and credentials from the
+  usual ``AWS_*`` environment, never logged). S3 PUTs are atomic: readers see the whole
+  record or none.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from tidemark.errors import StorageError
 log = logging.getLogger(__name__)
 
 LOCAL_SCHEMES = ("", "file")
-REFUSED_SCHEMES = {"s3a": "S3 rename is a copy, so records cannot be created atomically exclusive"}
+S3_SCHEMES = ("s3", "s3a")
+# conditional PUT refused: the key exists (412), or a concurrent conditional write won (409)
+_LOST_RACE = ("PreconditionFailed", "ConditionalRequestConflict")
 
 
 class Location:
@@ -233,20 +238,70 @@ class HadoopStorage(Storage):
         self._fs(path).delete(path, False)
 
 
+class S3Storage(Storage):
+    """Records as objects; create-only through a conditional PUT (``If-None-Match: *``)."""
+
+    name = "s3"
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @staticmethod
+    def _key(location: Location) -> tuple[str, str]:
+        parsed = urlparse(location.uri)
+        return parsed.netloc, parsed.path.lstrip("/")
+
+    def _code(self, exc: Exception) -> str:
+        return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+    def read(self, location: Location) -> bytes | None:
+        bucket, key = self._key(location)
+        try:
+            response = self.client.get_object(Bucket=bucket, Key=key)
+        except self.client.exceptions.NoSuchKey:
+            return None
+        return bytes(response["Body"].read())
+
+    def create_only(self, location: Location, data: bytes) -> bool:
+        from botocore.exceptions import ClientError
+
+        bucket, key = self._key(location)
+        try:
+            self.client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            if self._code(exc) in _LOST_RACE:
+                return False
+            raise StorageError(f"state record {location}: {self._code(exc) or exc}") from exc
+        return True
+
+    def replace(self, location: Location, data: bytes) -> None:
+        bucket, key = self._key(location)
+        self.client.put_object(Bucket=bucket, Key=key, Body=data)
+
+    def delete(self, location: Location) -> None:
+        bucket, key = self._key(location)
+        self.client.delete_object(Bucket=bucket, Key=key)
+
+
 _LOCAL = LocalStorage()
 
 
 def storage_for(location: Location) -> Storage:
     """The backend of ``location``: local paths use the OS unless ``TIDEMARK_STORAGE=hadoop``."""
     scheme = location.scheme
-    if scheme in REFUSED_SCHEMES:
-        raise StorageError(
-            f"state location {location}: {REFUSED_SCHEMES[scheme]}; put TIDEMARK_STATE_DIR on HDFS "
-            "or a local/NFS disk"
-        )
+    if scheme in S3_SCHEMES:
+        return _s3_storage()
     if scheme in LOCAL_SCHEMES and os.environ.get("TIDEMARK_STORAGE", "local") != "hadoop":
         return _LOCAL
     return _hadoop_storage()
+
+
+@functools.cache
+def _s3_storage() -> S3Storage:
+    import boto3
+
+    # AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION: boto3 reads them
+    return S3Storage(boto3.client("s3"))
 
 
 @functools.cache
