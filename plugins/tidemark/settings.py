@@ -40,6 +40,16 @@ def project_root() -> Path:
     return Path(os.environ.get("TIDEMARK_PROJECT_ROOT", _CHECKOUT)).resolve()
 
 
+def _port(env: Mapping[str, str], name: str, default: int, problems: list[str], *, block: int = 1) -> int:
+    """A TCP port from ``env`` (with room for ``block`` consecutive ports); a bad value is
+    added to ``problems`` and the default returned."""
+    text = env.get(name, str(default))
+    if not text.isdigit() or not 0 < int(text) <= 65536 - block:
+        problems.append(f"{name}: expected a TCP port number, got {text!r}")
+        return default
+    return int(text)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Resolved deployment settings; build with :meth:`from_env`."""
@@ -79,18 +89,10 @@ class Settings:
                     "TIDEMARK_SPARK_CONF: expected a JSON object such as "
                     '{"spark.executor.memory": "2g"}, got text that is not one'
                 )
-        port_text = env.get("TIDEMARK_AIRFLOW_PORT", "8080")
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            problems.append(f"TIDEMARK_AIRFLOW_PORT: expected a TCP port number, got {port_text!r}")
-        pg_port_text = env.get("TIDEMARK_POSTGRES_PORT", "15432")
-        if not pg_port_text.isdigit() or not 0 < int(pg_port_text) < 65536:
-            problems.append(f"TIDEMARK_POSTGRES_PORT: expected a TCP port number, got {pg_port_text!r}")
-        ms_port_text = env.get("TIDEMARK_METASTORE_PORT", "9083")
-        if not ms_port_text.isdigit() or not 0 < int(ms_port_text) < 65536:
-            problems.append(f"TIDEMARK_METASTORE_PORT: expected a TCP port number, got {ms_port_text!r}")
-        s3_port_text = env.get("TIDEMARK_S3_PORT", "8333")
-        if not s3_port_text.isdigit() or not 0 < int(s3_port_text) < 65526:
-            problems.append(f"TIDEMARK_S3_PORT: expected a TCP port number, got {s3_port_text!r}")
+        airflow_port = _port(env, "TIDEMARK_AIRFLOW_PORT", 8080, problems)
+        postgres_port = _port(env, "TIDEMARK_POSTGRES_PORT", 15432, problems)
+        metastore_port = _port(env, "TIDEMARK_METASTORE_PORT", 9083, problems)
+        s3_port = _port(env, "TIDEMARK_S3_PORT", 8333, problems, block=10)  # the S3 server's ten
         bootstrap = env.get("TIDEMARK_KAFKA_BOOTSTRAP", DEFAULT_BOOTSTRAP).strip()
         if not bootstrap:
             problems.append("TIDEMARK_KAFKA_BOOTSTRAP: expected host:port[,host:port...], got an empty value")
@@ -104,10 +106,10 @@ class Settings:
             spark_conf=spark_conf,
             warehouse=env.get("TIDEMARK_WAREHOUSE", str(home / "warehouse")),
             hive_metastore_uris=env.get("TIDEMARK_HIVE_METASTORE_URIS", ""),
-            airflow_port=int(port_text),
-            postgres_port=int(pg_port_text),
-            metastore_port=int(ms_port_text),
-            s3_port=int(s3_port_text),
+            airflow_port=airflow_port,
+            postgres_port=postgres_port,
+            metastore_port=metastore_port,
+            s3_port=s3_port,
             python=env.get("PYSPARK_PYTHON", sys.executable),
             state_uri=env.get("TIDEMARK_STATE_DIR", ""),
         )

@@ -215,9 +215,27 @@ class MetastoreService(Service):
             raise ServiceError(
                 f"metastore: no JDBC driver at {POSTGRES_JDBC_JAR}; run scripts/ensure_postgres.sh"
             )
-        created = subprocess.run(
+        created = self._database_tool(postgres, "createdb")
+        if created.returncode != 0 and "already exists" not in created.stderr:
+            raise ServiceError(f"metastore: createdb {METASTORE_DATABASE} failed: {created.stderr.strip()}")
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        properties = "\n".join(
+            f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>"
+            for k, v in self.hive_site().items()
+        )
+        (self.conf_dir / "hive-site.xml").write_text(HIVE_SITE.format(properties=properties))
+        if created.returncode == 0:  # a new database: its schema, whole, before the first start
+            try:
+                self._create_schema()
+            except ServiceError:
+                self._database_tool(postgres, "dropdb")
+                raise
+
+    def _database_tool(self, postgres: PostgresService, program: str) -> subprocess.CompletedProcess[str]:
+        """``createdb`` or ``dropdb`` of the metastore database, over TCP as tidemark's user."""
+        return subprocess.run(
             [
-                postgres._bin("createdb"),
+                postgres._bin(program),
                 "-h",
                 "127.0.0.1",
                 "-p",
@@ -231,34 +249,6 @@ class MetastoreService(Service):
             text=True,
             check=False,
         )
-        if created.returncode != 0 and "already exists" not in created.stderr:
-            raise ServiceError(f"metastore: createdb {METASTORE_DATABASE} failed: {created.stderr.strip()}")
-        self.conf_dir.mkdir(parents=True, exist_ok=True)
-        properties = "\n".join(
-            f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>"
-            for k, v in self.hive_site().items()
-        )
-        (self.conf_dir / "hive-site.xml").write_text(HIVE_SITE.format(properties=properties))
-        if created.returncode == 0:  # a new database: its schema, whole, before the first start
-            try:
-                self._create_schema()
-            except ServiceError:
-                subprocess.run(
-                    [
-                        postgres._bin("dropdb"),
-                        "-h",
-                        "127.0.0.1",
-                        "-p",
-                        str(self.settings.postgres_port),
-                        "-U",
-                        POSTGRES_USER,
-                        METASTORE_DATABASE,
-                    ],
-                    env={**os.environ, "PGPASSWORD": POSTGRES_PASSWORD},
-                    capture_output=True,
-                    check=False,
-                )
-                raise
 
     def _create_schema(self) -> None:
         """Every metastore table at once, with DataNucleus's SchemaTool over the JDO mapping in

@@ -21,7 +21,8 @@ from tidemark.ingest.dump import run_dump
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
 from tidemark_dev.generator import create_topic, produce, records
-from tidemark_dev.postgres import METASTORE_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER, MetastoreService
+from tidemark_dev.pgsource import psql
+from tidemark_dev.postgres import METASTORE_DATABASE, MetastoreService
 
 pytestmark = pytest.mark.e2e
 
@@ -43,28 +44,7 @@ def metastore(settings: Settings, postgres: str) -> Iterator[Settings]:
 def registered(settings: Settings) -> set[tuple[str, str]]:
     """(table, partition) pairs in the service's database, read with psql."""
     query = 'SELECT t."TBL_NAME", p."PART_NAME" FROM "PARTITIONS" p JOIN "TBLS" t ON p."TBL_ID" = t."TBL_ID"'
-    out = subprocess.run(
-        [
-            "psql",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(settings.postgres_port),
-            "-U",
-            POSTGRES_USER,
-            "-d",
-            METASTORE_DATABASE,
-            "-At",
-            "-F",
-            "|",
-            "-c",
-            query,
-        ],
-        env={**os.environ, "PGPASSWORD": POSTGRES_PASSWORD},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = psql(settings, query, database=METASTORE_DATABASE)
     return {tuple(line.split("|")) for line in out.splitlines() if line}  # type: ignore[misc]
 
 
