@@ -78,11 +78,13 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     import yaml
 
     from tidemark.config import effective_config, load_table, load_table_file, table_files
-    from tidemark.errors import ConfigError
+    from tidemark.errors import ConfigError, SchemaEvolutionError
+    from tidemark.evolution import SchemaHistory
     from tidemark.settings import Settings
 
+    settings = Settings.from_env()
     if args.action == "show" and args.table:
-        config = load_table(args.table, Settings.from_env())
+        config = load_table(args.table, settings)
         effective = effective_config(config)
         if args.json:
             print(json.dumps(effective, indent=2, default=str))
@@ -100,9 +102,53 @@ def _cmd_tables(args: argparse.Namespace) -> int:
             continue
         if args.action == "show":
             print(json.dumps(effective_config(config), indent=2, default=str))
-        else:
-            print(f"{config.table:16} topic={config.source.topic:16} {path}  ok")
+            continue
+        try:  # the YAML is valid on its own: is it a compatible change of the recorded schema?
+            SchemaHistory(settings.state_location, config.table).check(config)
+        except SchemaEvolutionError as exc:
+            failures += 1
+            print(exc, file=sys.stderr)
+            continue
+        print(f"{config.table:16} topic={config.source.topic:16} {path}  ok")
     return 1 if failures else 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from tidemark.config import load_table
+    from tidemark.evolution import SchemaHistory, SchemaVersion, evolution
+    from tidemark.settings import Settings
+
+    settings = Settings.from_env()
+    config = load_table(args.table, settings)
+    versions = SchemaHistory(settings.state_location, config.table).versions()
+    allowed, refused = evolution(versions[-1], SchemaVersion.of(config)) if versions else ([], [])
+    if args.json:
+        info = {
+            "table": config.table,
+            "versions": [v.to_json() for v in versions],
+            "yaml": {"allowed": allowed, "refused": refused},
+        }
+        print(json.dumps(info, indent=2))
+        return 2 if refused else 0
+    for v in versions:
+        columns = ", ".join(f"{n} {t}{'' if nullable else ' not null'}" for n, t, nullable in v.columns)
+        print(f"v{v.version} (run {v.run_id or '-'}): {columns}")
+        for change in v.changes:
+            print(f"    {change}")
+    if not versions:
+        print(f"{config.table}: no schema recorded yet (the first job records the YAML's as v1)")
+    elif refused:
+        print(f"the YAML's schema is REFUSED against v{versions[-1].version}:")
+        for line in refused:
+            print(f"  - {line}")
+        return 2
+    elif allowed:
+        print(f"the YAML's schema is a compatible change; the next job records v{len(versions) + 1}:")
+        for line in allowed:
+            print(f"  - {line}")
+    else:
+        print(f"the YAML's schema is v{versions[-1].version}")
+    return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -444,6 +490,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--scale", type=int, default=6_000, help="messages of the first run (default 6000)")
     demo.set_defaults(func=_cmd_demo)
+
+    schema = sub.add_parser(
+        "schema", help="a table's schema history, and whether its YAML's schema is a compatible change"
+    )
+    schema.add_argument("--table", required=True)
+    schema.add_argument("--json", action="store_true")
+    schema.set_defaults(func=_cmd_schema)
 
     tables = sub.add_parser("tables", help="list, validate or show table configs")
     tables.add_argument("action", choices=["list", "validate", "show"])

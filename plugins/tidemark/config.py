@@ -203,6 +203,10 @@ class TableConfig(_Strict):
                 f"({wm.max_out_of_orderness}) + commit_delay ({wm.commit_delay}): records the watermark "
                 "still waits for would be refused as too old"
             )
+        for i, item in enumerate(self.quality.expectations):
+            for column in expectation_columns(dict(item.get("kwargs") or {})):
+                if column not in self.expectation_columns:
+                    problems.append(f"quality.expectations[{i}]: {column!r} is not a column of the schema")
         if self.cdc is not None:
             for key in (self.cdc.op_field, self.cdc.version_field):
                 if key not in self.columns:
@@ -220,6 +224,11 @@ class TableConfig(_Strict):
         return self
 
     # Derived names, one place so jobs, DAGs and the CLI agree.
+    @property
+    def expectation_columns(self) -> set[str]:
+        """The columns a quality expectation may name: the schema's, MQ lineage and the hour."""
+        return {*self.columns, "dt", "hr", "_mq_partition", "_mq_offset", "_mq_timestamp", "_batch_id"}
+
     @property
     def schema_columns(self) -> list[Column]:
         return list(self.columns.values())
@@ -316,6 +325,14 @@ def load_table(name: str, settings: Settings | None = None) -> TableConfig:
         known = ", ".join(p.stem for p in table_files(settings)) or "none"
         raise ConfigError(str(path), [f"(file): no such table config; known tables: {known}"])
     return load_table_file(path)
+
+
+def expectation_columns(kwargs: dict[str, Any]) -> list[str]:
+    """The columns an expectation's kwargs name (column, column_list, column_A/B)."""
+    named = [kwargs.get(k) for k in ("column", "column_A", "column_B")] + list(
+        kwargs.get("column_list") or []
+    )
+    return [c for c in named if isinstance(c, str)]
 
 
 def load_tables(settings: Settings | None = None) -> list[TableConfig]:

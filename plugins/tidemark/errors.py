@@ -158,3 +158,19 @@ class StorageError(TidemarkError):
 class LeaseLostError(TidemarkError):
     """This job's lock lease expired and another job took the lock over (the job was paused
     past its lease): it stops before making anything visible."""
+
+
+class SchemaEvolutionError(TidemarkError):
+    """A table's YAML schema changed in a way old hours cannot be read under: a drop, a rename,
+    a narrowing, a new non-nullable column, or a change of the partitioning or the event-time
+    field. ``problems`` names each column and the rule it breaks."""
+
+    def __init__(self, table: str, problems: list[str], recorded_version: int) -> None:
+        self.table = table
+        self.problems = problems
+        self.recorded_version = recorded_version
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(
+            f"{table}: the schema in the table YAML is not a compatible change of schema version "
+            f"{recorded_version} (tidemark schema --table {table} shows the history); nothing ran:\n{lines}"
+        )

@@ -125,6 +125,7 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
+    ensure_schema(config, settings, args.run_id, dry_run=args.dry_run)
     started = time.perf_counter()
     spark = build_session(f"tidemark-{parser.prog}-{config.table}", settings, hive=hive)
     session_start = time.perf_counter() - started
@@ -135,3 +136,15 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
     payload = result if isinstance(result, dict) else result.to_json()
     print(json.dumps({**payload, "session_start_s": round(session_start, 3)}))
     return 0
+
+
+def ensure_schema(config: TableConfig, settings: Settings, run_id: str, *, dry_run: bool = False) -> None:
+    """Refuse an incompatible schema change before Spark starts (SchemaEvolutionError), and
+    record a compatible one as the table's next schema version (only checked on a dry run)."""
+    from tidemark.evolution import SchemaHistory
+
+    history = SchemaHistory(settings.state_location, config.table)
+    if dry_run:
+        history.check(config)
+    else:
+        history.ensure(config, run_id)

@@ -27,7 +27,13 @@ def builders_for(config: TableConfig) -> list[Builder]:
 
 
 def all_dags(settings: Settings | None = None) -> dict[str, Any]:
-    """Every DAG of every table YAML, keyed by dag id."""
+    """Every DAG of every table YAML, keyed by dag id; a table whose YAML schema is not a
+    compatible change of its recorded one fails the import (SchemaEvolutionError)."""
+    from tidemark.evolution import SchemaHistory
+
     settings = settings or Settings.from_env()
-    dags = [build(config, settings) for config in load_tables(settings) for build in builders_for(config)]
+    configs = load_tables(settings)
+    for config in configs:  # an incompatible schema change is an import error naming the column
+        SchemaHistory(settings.state_location, config.table).check(config)
+    dags = [build(config, settings) for config in configs for build in builders_for(config)]
     return {dag.dag_id: dag for dag in dags}

@@ -75,6 +75,14 @@ def dirty_schema() -> pa.Schema:
     return pa.schema(arrow_fields([(name, kind) for name, kind, _ in DIRTY_FIELDS]))
 
 
+def data_fields(config: TableConfig) -> list[tuple[str, str]]:
+    """(name, Spark type) of the columns inside a table's files: the schema's columns but the
+    partition columns, then MQ lineage (the metastore's data columns, the hour's read schema)."""
+    parts = config.partitioning.columns
+    columns = [(c.name, c.type.ddl()) for c in config.schema_columns if c.name not in parts]
+    return [*columns, *META_FIELDS]
+
+
 def table_columns(config: TableConfig) -> list[str]:
     """Column order of the table files: schema, MQ lineage, then partition columns."""
     names = [c.name for c in config.schema_columns if c.name not in config.partitioning.columns]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import DirtyRatioExceededError
+from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
 from tidemark.ingest import cardinality
 from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_stats, reconcile
@@ -226,6 +227,8 @@ def run_dump(
             Publisher(layout, done.batch_id).finish()
             _commit_group(config, settings, kafka_conf, done)
             return _result(done, "already_committed")
+        # a plan made before a schema change is read and written by its own schema version
+        config = SchemaHistory(settings.state_location, config.table).config_at(config, plan.schema_version)
         if plan.batch_id > 0:  # a crash right after the previous commit record: finish it first
             Publisher(layout, plan.batch_id - 1).finish()
         publisher = Publisher(layout, plan.batch_id)

@@ -8,6 +8,7 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import DataLossError, OffsetsWentBackError
+from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
 from tidemark.ingest.kafka import partition_offsets
 from tidemark.state.commitlog import CommitLog, MqRange, Plan
@@ -107,6 +108,7 @@ def plan_batch(
         ranges=tuple(next_ranges(config, state.end_offsets, offsets)),
         sealed_through=sealed_through,
         planned_at=planned_at,
+        schema_version=SchemaHistory(commit_log.state_dir, config.table).ensure(config, run_id).version,
     )
     commit_log.write_plan(plan)
     crash_point("after_plan_written")

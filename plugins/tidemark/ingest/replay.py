@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import TidemarkError
+from tidemark.evolution import SchemaHistory
 from tidemark.ingest.columns import DIRTY_FIELDS, TOMBSTONE
 from tidemark.ingest.counts import check_files, fold_stats, reconcile_reads
 from tidemark.ingest.resolve import AuditLog
@@ -123,6 +124,8 @@ def plan_replay(
         sealed_through=HourJournal(commit_log.state_dir, table).state().sealed_through,
         planned_at=request.at.isoformat(),
         replay={"batches": list(batches), "audit_seq": record.seq},
+        # today's schema: a replay classifies again by today's rules (a fixed schema)
+        schema_version=SchemaHistory(commit_log.state_dir, table).ensure(config, run_id).version,
     )
     commit_log.write_plan(plan)
     commit_log.bind_run(run_id, batch_id)

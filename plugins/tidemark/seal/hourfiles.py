@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
-from tidemark.seal.metastore import Metastore
+from tidemark.ingest.columns import data_fields
+from tidemark.seal.metastore import Metastore, quote_identifier
 from tidemark.seal.quality import QualityOutcome, gate
 from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
@@ -37,6 +39,7 @@ class HourFiles:
         self.layout = Layout(settings, config.table)
         self.metastore = Metastore(spark, config)
         self.extra_columns = list(config.partitioning.columns)
+        self.history = SchemaHistory(settings.state_location, config.table)
         # GX Data Docs need a local directory: kept beside the state when it is local
         state = settings.state_location
         self.docs_dir = (
@@ -46,10 +49,21 @@ class HourFiles:
     def hour_dir(self, hour: Hour) -> Path:
         return self.layout.table_dir / hour.path
 
-    def read_hour(self, hour_dir: Path) -> DataFrame:
-        """The rows under an hour directory, extra partition columns read back from the path."""
-        self.spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-        return self.spark.read.option("basePath", str(hour_dir)).parquet(str(hour_dir))
+    def schema_version(self, run_id: str) -> int:
+        """The schema version of the config (recorded first if it is a new, compatible one)."""
+        return self.history.ensure(self.config, run_id).version
+
+    def read_hour(
+        self, hour_dir: Path, files: list[Path] | None = None, config: TableConfig | None = None
+    ) -> DataFrame:
+        """The rows under an hour directory (or of some of its ``files``), extra partition
+        columns read back from the path, under the config's schema (or an older version's):
+        files of an older version read a new column as null and a widened one promoted (the
+        compaction of an hour whose batches span a schema change)."""
+        fields = [*data_fields(config or self.config), *((c, "string") for c in self.extra_columns)]
+        schema = ", ".join(f"{quote_identifier(n)} {t}" for n, t in fields)
+        paths = [str(f) for f in files] if files is not None else [str(hour_dir)]
+        return self.spark.read.schema(schema).option("basePath", str(hour_dir)).parquet(*paths)
 
     def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
         """Rename staged Parquet files into ``target`` as ``<prefix>-NNNNN.parquet`` (keeping
@@ -74,9 +88,12 @@ class HourFiles:
             specs.append(({**hour.spec, **{c: values[c] for c in self.extra_columns}}, leaf))
         return specs
 
-    def quality_of(self, hour: Hour, target: Path, rows: int) -> QualityOutcome:
-        frame = self.read_hour(target) if rows else None
-        return gate(self.config, hour, frame, self.docs_dir)
+    def quality_of(
+        self, hour: Hour, target: Path, rows: int, config: TableConfig | None = None
+    ) -> QualityOutcome:
+        """The quality gate of an hour, under the schema it was written with (``config``)."""
+        frame = self.read_hour(target, config=config) if rows else None
+        return gate(config or self.config, hour, frame, self.docs_dir)
 
     def register(self, table: str, location: Path, hour: Hour, target: Path) -> None:
         """Create ``table`` at ``location`` if missing and add the hour's partitions at ``target``."""
@@ -108,6 +125,7 @@ def step_entry(
     late: int = 0,
     folded_through_batch: int | None = None,
     seq: int | None = None,
+    schema_version: int = 0,
 ) -> JournalEntry:
     """The journal entry of one step of an hour (seal, quarantine, release, amend, rebuild)."""
     return JournalEntry(
@@ -127,4 +145,5 @@ def step_entry(
         processing_time=state.ready.processing_time if state.ready else "",
         folded_through_batch=state.last_committed if folded_through_batch is None else folded_through_batch,
         quality=quality,
+        schema_version=schema_version,
     )

@@ -73,7 +73,7 @@ class LateRows:
             through = max(batch_of_file(p.name) or 0 for p in new_files)
             staging = self.layout.step_staging("amend", hour.key, f"v{version}")
             shutil.rmtree(staging, ignore_errors=True)
-            frame = self.files.spark.read.option("basePath", str(late_dir)).parquet(*map(str, new_files))
+            frame = self.files.read_hour(late_dir, new_files)
             frame.coalesce(1).write.partitionBy(*self.files.extra_columns).parquet(str(staging))
             added = self.files.spark.read.parquet(str(staging)).count()
             # One rename per file: readers see the old version or the new one, never half.
@@ -101,6 +101,7 @@ class LateRows:
                 late=(current.late if current else 0) + added,
                 folded_through_batch=through,
                 seq=partitions.last_seq + 1 + len(entries),  # the caller applies them after
+                schema_version=self.files.schema_version(self.run_id),
             )
             journal.append(entry)
             log.info(

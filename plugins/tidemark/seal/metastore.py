@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemark.config import TableConfig
-from tidemark.ingest.columns import HOUR_COLUMNS, META_FIELDS
+from tidemark.ingest.columns import data_fields, partition_columns
+from tidemark.schema import parse_column
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,9 +50,12 @@ def external_parquet_sql(
 
 def create_table_sql(config: TableConfig, table: str, location: Path) -> str:
     """External Parquet table with the config's columns, MQ lineage and partition columns."""
-    parts = [*HOUR_COLUMNS, *config.partitioning.columns]
-    columns = [(c.name, c.type.ddl()) for c in config.schema_columns if c.name not in parts]
-    return external_parquet_sql(table, [*columns, *META_FIELDS], parts, location)
+    return external_parquet_sql(table, data_fields(config), partition_columns(config), location)
+
+
+def add_columns_sql(table: str, columns: Sequence[tuple[str, str]]) -> str:
+    data = ", ".join(f"{quote_identifier(n)} {t}" for n, t in columns)
+    return f"ALTER TABLE {qualified(table)} ADD COLUMNS ({data})"
 
 
 def add_partition_sql(table: str, spec: Mapping[str, str], location: Path) -> str:
@@ -70,8 +74,10 @@ class Metastore:
         self.config = config
 
     def ensure_table(self, table: str, location: Path) -> None:
+        """Create the table if missing, else bring its columns to the config's schema."""
         location.mkdir(parents=True, exist_ok=True)
         self.spark.sql(create_table_sql(self.config, table, location))
+        evolve_table(self.spark, table, data_fields(self.config), partition_columns(self.config))
 
     def add_partitions(self, table: str, partitions: Sequence[tuple[Mapping[str, str], Path]]) -> None:
         for spec, location in partitions:
@@ -80,3 +86,52 @@ class Metastore:
 
     def partition_names(self, table: str) -> list[str]:
         return [r[0] for r in self.spark.sql(f"SHOW PARTITIONS {qualified(table)}").collect()]
+
+
+def evolve_table(
+    spark: SparkSession, table: str, columns: Sequence[tuple[str, str]], partitions: Sequence[str]
+) -> list[str]:
+    """Bring an existing table's data columns to ``columns`` (a compatible change, checked by
+    :mod:`tidemark.evolution` when the job started): new columns by ``ADD COLUMNS``, widened
+    types through the session catalog, since Spark SQL refuses type changes of Hive tables
+    (``ALTER TABLE ... CHANGE COLUMN``). Old partitions keep their files: Spark reads them
+    under the table's schema (missing columns as null, narrower numbers promoted). Returns
+    the changes made; none for a table already up to date."""
+    from pyspark.sql.types import StructField, StructType
+
+    from tidemark.evolution import is_widening
+
+    current = [f for f in spark.table(qualified(table)).schema.fields if f.name not in partitions]
+    by_name = {f.name.lower(): f for f in current}
+    wanted = {name.lower(): parse_column(name, ddl).type for name, ddl in columns}
+    added = [(name, ddl) for name, ddl in columns if name.lower() not in by_name]
+    # only widenings: a step re-reading an old hour under its older schema never narrows
+    widened = {
+        f.name: wanted[f.name.lower()]
+        for f in current
+        if f.name.lower() in wanted
+        and is_widening(parse_column(f.name, f.dataType.simpleString()).type, wanted[f.name.lower()])
+    }
+    changes: list[str] = []
+    if widened:
+        schema = StructType(
+            [
+                StructField(f.name, widened[f.name].to_spark(), True) if f.name in widened else f
+                for f in current
+            ]
+        )
+        jspark = spark._jsparkSession
+        jspark.sessionState().catalog().externalCatalog().alterTableDataSchema(
+            DATABASE, table, jspark.parseDataType(schema.json())
+        )
+        changes += [
+            f"{name}: {by_name[name.lower()].dataType.simpleString()} -> {kind.ddl()}"
+            for name, kind in widened.items()
+        ]
+    if added:
+        spark.sql(add_columns_sql(table, added))
+        changes += [f"{name} {ddl} added" for name, ddl in added]
+    if changes:
+        spark.catalog.refreshTable(qualified(table))
+        log.warning("%s: table schema evolved: %s", table, "; ".join(changes))
+    return changes

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.config import TableConfig
+from tidemark.config import TableConfig, expectation_columns
 from tidemark.errors import ConfigError
 from tidemark.time.hours import Hour
 
@@ -83,7 +83,19 @@ def expectation_specs(config: TableConfig, hour: Hour) -> list[tuple[str, dict[s
         kind = item.get("type")
         if not isinstance(kind, str):
             raise ConfigError(config.table, [f"quality.expectations[{i}]: expected a 'type', got {item!r}"])
-        specs.append((kind, dict(item.get("kwargs") or {})))
+        kwargs = dict(item.get("kwargs") or {})
+        absent = [c for c in expectation_columns(kwargs) if c not in config.expectation_columns]
+        if absent:  # a column added after the schema version the hour was written with
+            log.info(
+                "%s hour %s: %s(%s) not applied: the hour's schema has no column %s",
+                config.table,
+                hour.key,
+                kind,
+                ", ".join(absent),
+                ", ".join(absent),
+            )
+            continue
+        specs.append((kind, kwargs))
     return specs
 
 

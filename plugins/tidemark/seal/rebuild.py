@@ -119,15 +119,23 @@ class Rebuilder:
                 )
             staging = self._staging(hour)
             shutil.rmtree(staging, ignore_errors=True)
-            new_dir, files, rows = self._stage(hour, plan, staging, kafka_conf)
-            quality = self.files.quality_of(hour, new_dir, rows)
+            written_with = current.schema_version if current is not None else 0
+            hour_config = self.files.history.config_at(self.config, written_with)
+            new_dir, files, rows = self._stage(hour, plan, staging, kafka_conf, hour_config)
+            quality = self.files.quality_of(hour, new_dir, rows, hour_config)
             if quality.blocks:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise QualityGateError(table, {hour.key: list(quality.failures)})
             crash_point("before_swap")
             with TableLock(self.settings.state_location, table).hold(self.run_id):
                 entry, atomic = self._swap_and_record(
-                    hour, plan, new_dir, files=files, rows=rows, quality=quality.to_json()
+                    hour,
+                    plan,
+                    new_dir,
+                    files=files,
+                    rows=rows,
+                    quality=quality.to_json(),
+                    schema_version=written_with,
                 )
             shutil.rmtree(staging, ignore_errors=True)  # now holds the previous version
         log.info(
@@ -154,15 +162,21 @@ class Rebuilder:
         return self.layout.step_staging("rebuild", hour.key, self.run_id)
 
     def _stage(
-        self, hour: Hour, plan: RebuildPlan, staging: Path, kafka_conf: dict[str, Any]
+        self,
+        hour: Hour,
+        plan: RebuildPlan,
+        staging: Path,
+        kafka_conf: dict[str, Any],
+        hour_config: TableConfig,
     ) -> tuple[Path, list[str], int]:
-        """Write the hour's rows into ``staging/hour``; returns (dir, files relative to the
-        warehouse once swapped in, rows)."""
+        """Write the hour's rows into ``staging/hour`` under the schema the hour was written
+        with (``hour_config``); returns (dir, files relative to the warehouse once swapped in,
+        rows)."""
         new_dir = staging / "hour"
         new_dir.mkdir(parents=True)
         rows = 0
         if plan.sources:
-            frame = self._rows(hour, plan, staging / "receipts", kafka_conf)
+            frame = self._rows(hour, plan, staging / "receipts", kafka_conf, hour_config)
             written = staging / "write"
             size = max(1, sum(p.stat().st_size for p in self._current_files(hour)))
             n_files = max(1, math.ceil(size / self.config.output.target_file_size))
@@ -184,23 +198,46 @@ class Rebuilder:
         target = self.layout.table_dir / hour.path
         return sorted(target.rglob("*.parquet")) if target.exists() else []
 
-    def _rows(self, hour: Hour, plan: RebuildPlan, receipts: Path, kafka_conf: dict[str, Any]) -> DataFrame:
-        """The hour's rows from every feeding batch, each classified as in its first run."""
+    def _rows(
+        self,
+        hour: Hour,
+        plan: RebuildPlan,
+        receipts: Path,
+        kafka_conf: dict[str, Any],
+        hour_config: TableConfig,
+    ) -> DataFrame:
+        """The hour's rows from every feeding batch, each classified as in its first run (by
+        the schema version of its plan: a record valid then is a row now, whatever a column
+        added since says), then cast to the hour's schema (added columns null, widened types)."""
         from functools import reduce
 
         from pyspark.sql import functions as F
 
         from tidemark.ingest import cardinality
-        from tidemark.ingest.columns import HOUR_COLUMNS, table_columns
+        from tidemark.ingest.columns import HOUR_COLUMNS, data_fields, table_columns
         from tidemark.ingest.replay import classified_again, dirty_frame
         from tidemark.ingest.source import read_ranges
         from tidemark.ingest.spec import ClassifySpec
+        from tidemark.seal.metastore import quote_identifier
 
         state = self.commit_log.state()
         frames = []
+        # The hour is the directory: its files hold no dt/hr columns, like sealed ones.
+        types = dict(data_fields(hour_config))
+
+        def hour_columns(present: list[str]) -> list[Any]:
+            return [
+                (F.col(quote_identifier(c)) if c in present else F.lit(None)).cast(types[c]).alias(c)
+                if c in types
+                else F.col(quote_identifier(c))
+                for c in table_columns(hour_config)
+                if c not in HOUR_COLUMNS
+            ]
+
         for source in plan.sources:
+            batch_config = self.files.history.config_at(self.config, source.schema_version)
             spec = ClassifySpec.of_batch(
-                self.config,
+                batch_config,
                 topic=self.config.source.topic,
                 batch_id=source.batch_id,
                 run_id=source.run_id,
@@ -219,8 +256,8 @@ class Rebuilder:
                     receipts=receipts / batch_dir_name(source.batch_id),
                     spec=spec,
                 )
-            if self.config.partitioning.columns:
-                classified = cardinality.apply_bound(classified, self.config, state.partition_values)
+            if batch_config.partitioning.columns:
+                classified = cardinality.apply_bound(classified, batch_config, state.partition_values)
             keep = F.col("_reason").isNull() & (F.col("dt") == hour.dt) & (F.col("hr") == hour.hr)
             if not plan.include_late:
                 keep = keep & ~F.col("_late")
@@ -231,9 +268,7 @@ class Rebuilder:
                     F.col("mq_partition").alias("_mq_partition"), F.col("mq_offset").alias("_mq_offset")
                 )
                 rows = rows.join(offsets, ["_mq_partition", "_mq_offset"], "left_anti")
-            # The hour is the directory: its files hold no dt/hr columns, like sealed ones.
-            columns = [c for c in table_columns(self.config) if c not in HOUR_COLUMNS]
-            frames.append(rows.select(*columns))
+            frames.append(rows.select(*hour_columns(rows.columns)))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
     def _reconcile(self, hour: Hour, plan: RebuildPlan, receipts: Path, rows: int) -> None:
@@ -263,6 +298,7 @@ class Rebuilder:
         files: list[str],
         rows: int,
         quality: dict[str, Any],
+        schema_version: int,
     ) -> tuple[Any, bool]:
         """Under the table lock: the newest version number, the swap, registration, journal."""
         partitions = self.journal.state()
@@ -288,6 +324,7 @@ class Rebuilder:
             quality=quality,
             late=plan.expected_late,
             folded_through_batch=plan.through_batch,
+            schema_version=schema_version,
         )
         self.journal.append(entry)
         return entry, atomic

@@ -35,6 +35,7 @@ class HourSource:
     rows: int  # on-time rows of the hour
     late: int  # late rows of the hour
     replayed: tuple[int, ...] = ()  # a replay: the batches whose dirty records it classified again
+    schema_version: int | None = None  # the schema it was classified with (None: the current one)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ def plan_rebuild(
                 rows=rows,
                 late=late,
                 replayed=commit.replayed_batches,
+                schema_version=plan.schema_version if plan else None,
             )
         )
     return RebuildPlan(

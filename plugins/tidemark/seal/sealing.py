@@ -121,7 +121,8 @@ class Sealer:
         self.late = LateRows(self.files, run_id)
 
     def entry(self, hour: Hour, state: LogState, journal: JournalState, **step: Any) -> JournalEntry:
-        return step_entry(self.config, self.run_id, hour, state, journal, **step)
+        version = step.pop("schema_version", None) or self.files.schema_version(self.run_id)
+        return step_entry(self.config, self.run_id, hour, state, journal, schema_version=version, **step)
 
     # -- the whole run --------------------------------------------------------------------
     def run(self) -> SealResult:
@@ -257,6 +258,7 @@ class Sealer:
             quality=quality,
             late=current.late,
             folded_through_batch=current.folded_through_batch,
+            schema_version=current.schema_version,
         )
         self.journal.append(entry)
         log.info("%s: hour %s released and registered (%s rows)", self.config.table, hour_key, current.rows)

@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo
 from tidemark.config import TableConfig
 from tidemark.errors import BatchConflictError, MergeError
 from tidemark.faults import crash_point
-from tidemark.seal.metastore import add_partition_sql, external_parquet_sql, quote_identifier
+from tidemark.seal.metastore import add_partition_sql, evolve_table, external_parquet_sql, quote_identifier
 from tidemark.settings import Settings
 from tidemark.state.layout import Layout, run_key
 from tidemark.state.seqlog import SequentialLog
@@ -254,3 +254,4 @@ class SnapshotStore:
     def ensure_table(self) -> None:
         self.table_dir.mkdir(parents=True, exist_ok=True)
         self.spark.sql(external_parquet_sql(self.table, self.columns(), [PARTITION_COLUMN], self.table_dir))
+        evolve_table(self.spark, self.table, self.columns(), [PARTITION_COLUMN])

@@ -79,6 +79,9 @@ class Plan:
     # A replay of dirty records (``ingest.replay``): {"batches": [...], "audit_seq": n}. Such a
     # batch reads no offsets: it classifies those batches' dirty records again.
     replay: dict[str, Any] | None = None
+    # The table's schema version when the batch was planned (``tidemark.evolution``): a retry
+    # after a schema change classifies and writes as the first attempt did (None: before 0.9).
+    schema_version: int | None = None
 
     @property
     def replayed_batches(self) -> tuple[int, ...]:

@@ -73,6 +73,9 @@ class JournalEntry:
     processing_time: str
     folded_through_batch: int  # late rows of batches <= this are in the hour (amend)
     quality: dict[str, Any] = field(default_factory=dict)
+    # The table's schema version the step wrote the hour with (``tidemark.evolution``); the
+    # quality gate and a rebuild of the hour use it. 0: recorded before schema history.
+    schema_version: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", EntryKind(self.kind))  # a plain string is accepted
