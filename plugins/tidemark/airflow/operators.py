@@ -36,6 +36,23 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         )
         return super().execute(context)
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """What the job read and wrote, from the records it left in state (OpenLineage
+        provider hook; ``tidemark.observe.lineage``)."""
+        from pathlib import Path
+
+        from tidemark.config import load_table
+        from tidemark.observe.lineage import job_lineage
+        from tidemark.settings import Settings
+
+        args = list(self.application_args or [])
+        table = args[args.index("--table") + 1]
+        settings = Settings.from_env()
+        lineage = job_lineage(
+            Path(self.application).stem, load_table(table, settings), settings, task_instance.run_id
+        )
+        return openlineage_of(lineage)
+
 
 class SourceCredentialsSparkSubmitOperator(TidemarkSparkSubmitOperator):
     """SparkSubmitOperator that passes ``login``/``password`` of ``source_conn_id`` as
@@ -70,3 +87,67 @@ class SourceCredentialsSparkSubmitOperator(TidemarkSparkSubmitOperator):
                 self.env_vars = {**(self.env_vars or {}), **{k: v for k, v in secret.items() if v}}
                 log.info("source credentials from connection %r (user %s)", self.source_conn_id, conn.login)
         return super().execute(context)
+
+
+def openlineage_of(lineage: Any) -> Any:
+    """An ``OperatorLineage`` from a :class:`tidemark.observe.lineage.JobLineage`: the
+    partitions read or written as subset facets (OpenLineage's partition condition), the
+    Kafka offset ranges as a ``tidemark_kafkaOffsets`` input facet, the columns as a schema
+    facet."""
+    import attr
+    from airflow.providers.common.compat.openlineage.facet import (
+        InputDataset,
+        OutputDataset,
+        SchemaDatasetFacet,
+        SchemaDatasetFacetFields,
+    )
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.facet_v2 import InputDatasetFacet
+    from openlineage.client.generated.base_subset_dataset import (
+        InputSubsetInputDatasetFacet,
+        OutputSubsetOutputDatasetFacet,
+        Partition,
+        PartitionSubsetCondition,
+    )
+
+    @attr.define
+    class KafkaOffsetsInputDatasetFacet(InputDatasetFacet):
+        """Offsets [start, end) read per MQ partition."""
+
+        ranges: list[dict[str, int]]
+
+        @staticmethod
+        def _get_schema() -> str:
+            return "https://github.com/tidemark/tidemark/blob/main/docs/operations.md#lineage"
+
+    def partitions(specs: Any) -> Any:
+        return PartitionSubsetCondition(partitions=[Partition(dimensions=dict(s)) for s in specs])
+
+    def facets(dataset: Any) -> dict[str, Any]:
+        if not dataset.columns:
+            return {}
+        fields = [SchemaDatasetFacetFields(name=n, type=t) for n, t in dataset.columns]
+        return {"schema": SchemaDatasetFacet(fields=fields)}
+
+    inputs = []
+    for d in lineage.inputs:
+        extra: dict[str, Any] = {}
+        if d.offsets:
+            extra["tidemark_kafkaOffsets"] = KafkaOffsetsInputDatasetFacet(
+                ranges=[dict(r) for r in d.offsets]
+            )
+        if d.partitions:
+            extra["subset"] = InputSubsetInputDatasetFacet(inputCondition=partitions(d.partitions))
+        inputs.append(InputDataset(namespace=d.namespace, name=d.name, inputFacets=extra, facets=facets(d)))
+    outputs = [
+        OutputDataset(
+            namespace=d.namespace,
+            name=d.name,
+            facets=facets(d),
+            outputFacets={"subset": OutputSubsetOutputDatasetFacet(outputCondition=partitions(d.partitions))}
+            if d.partitions
+            else {},
+        )
+        for d in lineage.outputs
+    ]
+    return OperatorLineage(inputs=inputs, outputs=outputs)
