@@ -57,6 +57,7 @@ def test_airflow_standalone_up_login_and_clean_down(tmp_path: Path, settings: Se
         assert "Ingestion health: events" in health and health.count('class="plot"') == 4
         for kind in ("ingest", "seal", "rebuild"):
             assert "Ingestion health: events" in page(f"{base}/tidemark/dags/tidemark_{kind}_events/health")
+        see_the_ui(base, password, tmp_path / "screenshots")
         root = psutil.Process(status.pid)
         family = [root, *root.children(recursive=True)]
         assert len(family) >= 4  # scheduler, dag-processor, api-server, triggerer
@@ -65,3 +66,81 @@ def test_airflow_standalone_up_login_and_clean_down(tmp_path: Path, settings: Se
     alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert alive == [], f"processes left behind: {alive}"
     assert not service.status().running
+
+
+def see_the_ui(base: str, password: str, shots: Path) -> None:
+    """The UI as a user sees it, in Debian's headless Chromium driven by Playwright: the login
+    form, the DAG list with the tidemark tags, the ingest DAG's trigger form with its typed
+    params, and the health page through the plugin. A screenshot of each lands in ``shots``;
+    the checks read the rendered page text, and no page shows an error banner."""
+    import shutil
+
+    from playwright.sync_api import expect, sync_playwright
+
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is missing: `make test` installs it (scripts/ensure_chromium.sh)"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(
+            executable_path=chromium,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(60_000)
+
+            def show(name: str) -> str:
+                page.wait_for_load_state("networkidle")
+                page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+                text = page.inner_text("body")
+                for banner in ("Internal Server Error", "Something went wrong", "Traceback", "Error loading"):
+                    assert banner not in text, f"{name}: {banner!r} on {page.url}"
+                return text
+
+            page.goto(f"{base}/")
+            page.locator("input[name=username]").fill("admin")
+            page.locator("input[name=password]").fill(password)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(lambda url: "/auth/login" not in url)
+
+            page.goto(f"{base}/dags?tags=tidemark")
+            expect(page.get_by_text("tidemark_ingest_events", exact=True)).to_be_visible()
+            dags = show("dag-list")
+            for dag_id in ("tidemark_ingest_events", "tidemark_seal_orders", "tidemark_merge_orders"):
+                assert dag_id in dags, dag_id
+            for tag in ("tidemark", "ingest", "clickstream"):
+                assert tag in dags, tag
+
+            def trigger_form(dag_id: str) -> Any:
+                page.goto(f"{base}/dags/{dag_id}")
+                page.get_by_role("button", name="Trigger").first.click()
+                dialog = page.get_by_role("dialog")
+                expect(dialog).to_be_visible()
+                return dialog
+
+            dialog = trigger_form("tidemark_ingest_events")
+            form = show("trigger-form")
+            for title in ("Dry run", "Resolve a stuck batch", "Replay dirty records", "Reason"):
+                assert title in form, title
+            assert dialog.get_by_role("switch").or_(dialog.get_by_role("checkbox")).count() >= 1  # boolean
+            assert dialog.get_by_role("combobox").count() >= 1  # the enum of decisions
+            # the defaults are a valid run: nothing to fill in before "Trigger" (null, not "")
+            submit = dialog.get_by_test_id("trigger-dag-submit")
+            expect(submit).to_be_enabled(timeout=10_000)
+            for dag_id in ("tidemark_seal_events", "tidemark_rebuild_events", "tidemark_merge_orders"):
+                expect(trigger_form(dag_id).get_by_test_id("trigger-dag-submit")).to_be_enabled(
+                    timeout=10_000
+                )
+            # the bootstrap needs its source: Trigger waits for it
+            dialog = trigger_form("tidemark_bootstrap_orders")
+            submit = dialog.get_by_test_id("trigger-dag-submit")
+            expect(submit).to_be_disabled(timeout=10_000)
+            dialog.locator("[name=element_source]").fill("jdbc:postgresql://db:5432/shop")
+            expect(submit).to_be_enabled(timeout=10_000)
+
+            page.goto(f"{base}/tidemark/tables/events/health")
+            health = show("health")
+            assert "Ingestion health: events" in health and "Freshness" in health
+        finally:
+            browser.close()
+    assert sorted(p.name for p in shots.iterdir()) == ["dag-list.png", "health.png", "trigger-form.png"]

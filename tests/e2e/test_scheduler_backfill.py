@@ -39,8 +39,14 @@ RUN_TIMEOUT = 600.0
 
 
 @pytest.fixture
-def stack(broker: str, settings: Settings, tmp_path: Path) -> Iterator[tuple[AirflowService, AirflowApi]]:
-    """Airflow standalone with its own TIDEMARK_HOME (own Derby) and one fresh table."""
+def stack(
+    broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[AirflowService, AirflowApi]]:
+    """Airflow standalone with its own TIDEMARK_HOME (own Derby) and one fresh table; the
+    OpenLineage provider writes its events to ``lineage.jsonl`` (its file transport)."""
+    transport = {"type": "file", "log_file_path": str(tmp_path / "lineage.jsonl"), "append": True}
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", json.dumps(transport))
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__NAMESPACE", "tidemark-test")
     home = tmp_path / "home"
     own = replace(settings, home=home, warehouse=str(home / "warehouse"), airflow_port=free_port())
     _, own = fresh_table(own, tmp_path, retries=2, retry_delay="2s")
@@ -120,6 +126,7 @@ def test_trigger_clear_and_backfill_rebuild_on_the_real_scheduler(
         ]
 
     (batch_of_run,) = commits_of(run_id)
+    check_lineage(settings.home.parent / "lineage.jsonl", config, settings, len(sent), keys)
 
     # Clearing the (successful) dump task re-runs it: the committed batch is a no-op.
     api.post(
@@ -218,3 +225,43 @@ def test_trigger_clear_and_backfill_rebuild_on_the_real_scheduler(
 def _dag_exists(api: AirflowApi, dag_id: str) -> bool:
     dags = api.get(f"dags?dag_id_pattern={dag_id}")["dags"]
     return any(d["dag_id"] == dag_id for d in dags)
+
+
+def check_lineage(
+    path: Path, config: TableConfig, settings: Settings, records: int, hours: list[str]
+) -> None:
+    """The OpenLineage listener's COMPLETE events of the ingest DAG's dump and seal tasks, one
+    per task run (scheduled runs included): each dump names the topic with the offsets its own
+    batch read (its commit record), together every record sent; each seal the table with the
+    hours it sealed, together at least ``hours``."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    log = CommitLog(settings.state_location, config.table)
+    read = 0
+    sealed: set[str] = set()
+    for event in events:
+        dag_id, _, task = event["job"]["name"].partition(".")
+        if event["eventType"] != "COMPLETE" or dag_id != f"tidemark_ingest_{config.table}":
+            continue
+        if task == "dump":
+            run = event["run"]["facets"]["airflow"]["dagRun"]["run_id"]
+            (topic,) = event["inputs"]
+            assert (topic["namespace"], topic["name"]) == (
+                f"kafka://{settings.kafka_bootstrap}",
+                config.source.topic,
+            )
+            batch = log.batch_of_run(run)
+            commit = log.commit(batch) if batch is not None else None
+            assert commit is not None, run
+            ranges = topic["inputFacets"]["tidemark_kafkaOffsets"]["ranges"]
+            assert ranges == [
+                {"partition": r.mq_partition, "start": r.start, "end": r.end} for r in commit.ranges
+            ]
+            read += sum(r["end"] - r["start"] for r in ranges)
+            (table,) = event["outputs"]
+            assert table["name"] == f"default.{config.table}" and table["namespace"].startswith("hive://")
+        elif task == "seal" and event["outputs"]:
+            (table,) = event["outputs"]
+            partitions = table["outputFacets"]["subset"]["outputCondition"]["partitions"]
+            sealed |= {f"{p['dimensions']['dt']}T{p['dimensions']['hr']}" for p in partitions}
+    assert read == records, (read, records)
+    assert set(hours) <= sealed, (hours, sealed)

@@ -67,10 +67,15 @@ def dry_run_param(what: str) -> Any:
     )
 
 
-def text_param(*, title: str, description: str) -> Any:
+def text_param(*, title: str, description: str, **schema: Any) -> Any:
+    """An optional text field of a trigger form: null by default, so the Airflow UI does not
+    mark it required (it disables *Trigger* while a non-null string field is empty); a
+    template reads it as ``{{ params.x or '' }}``."""
     from airflow.sdk import Param
 
-    return Param("", type="string", title=title, description=description)
+    if "enum" in schema:
+        schema["enum"] = [None, *schema["enum"]]
+    return Param(None, type=["null", "string"], title=title, description=description, **schema)
 
 
 def hour_param(title: str, description: str) -> Any:

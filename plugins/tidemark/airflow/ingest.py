@@ -14,6 +14,7 @@ from tidemark.airflow.common import (
     spark_job,
     table_context,
     table_dag,
+    text_param,
 )
 from tidemark.config import TableConfig
 from tidemark.ingest.resolve import ACTIONS
@@ -22,7 +23,7 @@ from tidemark.settings import Settings
 
 def ingest_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_ingest_<table>``: dump one micro-batch, seal complete hours, announce them."""
-    from airflow.sdk import Param, task
+    from airflow.sdk import task
 
     from tidemark.seal.announce import table_asset
 
@@ -57,28 +58,22 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
         doc_md=doc,
         params={
             "dry_run": dry_run_param("the next batch's offsets and the hours a seal would register"),
-            "resolve": Param(
-                "",
-                type="string",
-                enum=["", *ACTIONS],
+            "resolve": text_param(
+                enum=list(ACTIONS),
                 title="Resolve a stuck batch",
                 description="Only when every run fails the same way on the pending batch (tidemark status "
                 "shows it): replan closes it reading nothing; skip records its offsets as a gap; accept "
                 "commits it past max_dirty_ratio; rebase restarts MQ partitions the broker truncated. "
                 "Kept in the audit log with the reason and your user.",
             ),
-            "replay_dirty": Param(
-                "",
-                type="string",
+            "replay_dirty": text_param(
                 pattern=r"^(|all|\d+(,\d+)*)$",
                 title="Replay dirty records",
                 description="After fixing the schema or the producer: 'all' or batch ids (3,5) whose "
                 "dirty records are classified again after this run's batch; the valid ones land as rows. "
                 "Needs a reason; audited.",
             ),
-            "resolve_reason": Param(
-                "",
-                type="string",
+            "resolve_reason": text_param(
                 title="Reason",
                 description="Why (required with a decision or a replay; audited).",
             ),
@@ -95,11 +90,11 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
                 "--dry-run",
                 DRY_RUN,
                 "--resolve",
-                "{{ params.resolve }}",
+                "{{ params.resolve or '' }}",
                 "--replay-dirty",
-                "{{ params.replay_dirty }}",
+                "{{ params.replay_dirty or '' }}",
                 "--resolve-reason",
-                "{{ params.resolve_reason }}",
+                "{{ params.resolve_reason or '' }}",
                 "--resolved-by",
                 "{{ dag_run.triggering_user_name or 'airflow' }}",
             ],

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidemark.airflow.common import DRY_RUN, HIVE_METASTORE_POOL, dry_run_param, spark_job, table_dag
+from tidemark.airflow.common import (
+    DRY_RUN,
+    HIVE_METASTORE_POOL,
+    dry_run_param,
+    spark_job,
+    table_dag,
+    text_param,
+)
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import SOURCE_ARGUMENTS
@@ -23,6 +30,9 @@ def source_params() -> dict[str, Any]:
             schema["enum"] = list(arg.choices)
         elif arg.required:
             schema["minLength"] = 1
+        elif not arg.integer and not arg.default:  # optional: null, or the UI marks it required
+            params[arg.param] = text_param(title=arg.title, description=arg.help)
+            continue
         params[arg.param] = Param(arg.default, title=arg.title, description=arg.help, **schema)
     return params
 
@@ -54,9 +64,7 @@ password), passed to the job through its environment; never type them into this 
 """,
         params={
             **source_params(),
-            "snapshot_label": Param(
-                "",
-                type="string",
+            "snapshot_label": text_param(
                 pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$",
                 title="Snapshot label",
                 description="Partition value in snapshot_dt; empty: the run time, e.g. 2026-11-22T1005.",
@@ -71,9 +79,13 @@ password), passed to the job through its environment; never type them into this 
             "bootstrap",
             "spark-submit spark_jobs/bootstrap.py: align to the topic, read the source, publish.",
             [
-                *(part for arg in SOURCE_ARGUMENTS for part in (arg.flag, f"{{{{ params.{arg.param} }}}}")),
+                *(
+                    part
+                    for arg in SOURCE_ARGUMENTS
+                    for part in (arg.flag, f"{{{{ params.{arg.param} or '' }}}}")
+                ),
                 "--label",
-                "{{ params.snapshot_label }}",
+                "{{ params.snapshot_label or '' }}",
                 "--as-of",
                 "{{ dag_run.run_after.isoformat() }}",
                 "--dry-run",
@@ -114,7 +126,6 @@ def snapshot_schedule(config: TableConfig, settings: Settings) -> Any:
 
 def merge_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_merge_<table>``: snapshot T once all of T's increment hours are sealed."""
-    from airflow.sdk import Param
 
     table = config.table
     assert config.cdc is not None
@@ -135,9 +146,7 @@ Trigger manually with *Snapshot* (a day `2026-11-22` or an hour `2026-11-22T13`)
 re-merge one; *dry run* shows the base and the hours it would read.
 """,
         params={
-            "snapshot": Param(
-                "",
-                type="string",
+            "snapshot": text_param(
                 pattern=r"^(\d{4}-\d{2}-\d{2}(T\d{2}b?)?)?$",
                 title="Snapshot",
                 description="The period to merge; empty: the partition key of the triggering assets.",
