@@ -69,6 +69,31 @@ def broker(settings: Settings) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def noida(settings: Settings) -> Iterator[Settings]:
+    """A second, independent broker (noida-db's Kafka service) on its own port; yields
+    settings pointing at it."""
+    from tidemark_dev.services import NoidaBrokerService
+
+    own = replace(settings, kafka_bootstrap=f"127.0.0.1:{free_port()}")
+    service = NoidaBrokerService(own)
+    service.start()
+    try:
+        yield own
+    finally:
+        service.stop()
+
+
+@pytest.fixture(params=["tansu", "noida"])
+def any_broker(request: pytest.FixtureRequest, settings: Settings) -> tuple[str, Settings]:
+    """(bootstrap, settings) of each broker in turn: tests of the dump's broker-facing
+    behaviour run against both."""
+    if request.param == "tansu":
+        return request.getfixturevalue("broker"), settings
+    own: Settings = request.getfixturevalue("noida")
+    return own.kafka_bootstrap, own
+
+
+@pytest.fixture(scope="session")
 def spark(request: pytest.FixtureRequest, settings: Settings) -> Iterator[object]:
     """Session-scoped local Spark with Hive support on the test run's own Derby metastore."""
     from tidemark.spark import build_session

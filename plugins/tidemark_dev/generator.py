@@ -119,13 +119,15 @@ def produce(
     return delivered
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` (no-op if it exists)."""
+def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
+    """Create ``topic`` (no-op if it exists), with topic ``config`` (e.g. max.message.bytes)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    future = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+    future = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})]
+    )[topic]
     try:
         future.result(15)
     except KafkaException as exc:

@@ -8,7 +8,7 @@ from tidemark.errors import ServiceError
 from tidemark.settings import Settings
 from tidemark_dev.postgres import MetastoreService, PostgresService
 from tidemark_dev.s3 import S3Service
-from tidemark_dev.services import AirflowService, BrokerService, Service
+from tidemark_dev.services import AirflowService, BrokerService, NoidaBrokerService, Service
 
 SERVICES: dict[str, Callable[[Settings], Service]] = {
     "broker": BrokerService,
@@ -16,6 +16,7 @@ SERVICES: dict[str, Callable[[Settings], Service]] = {
     "postgres": PostgresService,
     "metastore": MetastoreService,  # after postgres: its database
     "s3": S3Service,
+    "noida": NoidaBrokerService,  # another broker on the same port: instead of "broker", not beside it
 }
 
 
@@ -23,8 +24,8 @@ def resolve(names: list[str]) -> list[str]:
     """Expand ``all`` and check names; start order is broker first."""
     if not names:
         return ["broker"]
-    if "all" in names:
-        return list(SERVICES)
+    if "all" in names:  # noida is the alternative broker, on the broker's port
+        return [n for n in SERVICES if n != "noida"]
     unknown = [n for n in names if n not in SERVICES]
     if unknown:
         raise ServiceError(f"unknown service(s) {', '.join(unknown)}; expected: {', '.join(SERVICES)}, all")

@@ -219,6 +219,40 @@ class BrokerService(Service):
         return kafka_answers(self.address(), timeout=2.0)
 
 
+def noida_binary() -> str:
+    """Path of the noida-db binary shipped inside its wheel."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("noida_db")
+    if spec is None or spec.origin is None:  # pragma: no cover - requirements.txt installs it
+        raise ServiceError("noida-db is not installed: run `make venv`")
+    return str(Path(spec.origin).parent / "noida-db")
+
+
+class NoidaBrokerService(BrokerService):
+    """A second, independent Kafka-protocol broker: noida-db's Kafka service (real high
+    watermark and last stable offset, transactions, CreatePartitions), on the port of
+    ``TIDEMARK_KAFKA_BOOTSTRAP`` like tansu; data under ``$TIDEMARK_HOME/noida``. tansu stays
+    the default; ``tidemark services start noida`` instead of ``broker`` picks this one."""
+
+    name = "noida"
+    stop_signal = signal.SIGINT  # its Ctrl-C: a clean stop that saves the data
+
+    def command(self) -> list[str]:
+        return [
+            noida_binary(),
+            "start",
+            "--only",
+            "kafka",
+            "--host",
+            "127.0.0.1",
+            "--kafka-port",
+            str(self.settings.broker_port),
+            "--data-dir",
+            str(self.settings.home / "noida"),
+        ]
+
+
 class AirflowService(Service):
     """Airflow 3 standalone (SQLite, LocalExecutor). SIGINT is its clean shutdown: on SIGTERM
     its children keep running."""
