@@ -139,3 +139,43 @@ def test_dump_and_seal_with_state_off_the_local_disk(
     assert sum(rows.values()) == 7 and Counter((p, o) for p, o, _ in delivered) == rows
     with TableLock(settings.state_location, table).hold("a"), pytest.raises(BatchConflictError):
         run_dump(spark, config, settings, "run-2", HOUR + timedelta(hours=2))
+
+
+def test_table_files_read_through_pyarrow_fs_on_s3_and_local(spark: Any, s3: str, tmp_path: Path) -> None:
+    """``tidemark.tablefs``: the same rows from S3 and from the local disk through the Spark
+    data source over pyarrow.fs as Spark's own reader gives for the local files; hidden
+    (``_``/``.``) files and directories are not table files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tidemark.tablefs import filesystem, parquet_files, read_files
+    from tidemark_dev.s3 import S3_SECRET_KEY
+
+    prefix = f"{s3}/tablefs-{uuid.uuid4().hex[:8]}"
+    local = tmp_path / "table"
+    names = ["dt=2026-11-22/hr=10/part-00000.parquet", "dt=2026-11-22/hr=11/part-00000.parquet"]
+    hidden = ["_sealing/dt=2026-11-22/hr=12/part-00000.parquet", "dt=2026-11-22/hr=10/.part-1.parquet"]
+    for i, name in enumerate(names + hidden):
+        table = pa.table(
+            {"id": pa.array([i * 10 + n for n in range(3)], pa.int64()), "app": ["web", "ios", "x"]}
+        )
+        (local / name).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, local / name)
+        fs, path = filesystem(f"{prefix}/{name}")
+        with fs.open_output_stream(path) as out:
+            pq.write_table(table, out)
+
+    assert parquet_files(f"{prefix}") == [f"{prefix}/{n}" for n in names]
+    assert parquet_files(str(local)) == [str(local / n) for n in names]
+    assert parquet_files(f"{prefix}/nothing-here") == []
+    ddl = "id bigint, app string"
+    expected = sorted(
+        (r.id, r.app) for r in spark.read.schema(ddl).parquet(*(str(local / n) for n in names)).collect()
+    )
+    assert len(expected) == 6
+    for files in (parquet_files(prefix), parquet_files(str(local))):
+        frame = read_files(spark, files, ddl)
+        assert frame.rdd.getNumPartitions() == 2  # one Spark task per file
+        assert sorted((r.id, r.app) for r in frame.collect()) == expected
+        plan = frame._jdf.queryExecution().toString()  # the executors' S3 keys are redacted
+        assert S3_SECRET_KEY not in plan
