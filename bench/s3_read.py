@@ -70,7 +70,7 @@ def main() -> int:
                     "event_id": pa.array([f"e-{i}-{n}" for n in range(per_file)]),
                     "user_id": ids + i * per_file,
                     "app": pa.array(np.array(["web", "ios", "android"])[ids % 3]),
-                    "amount": pa.array((ids % 100_000).astype(np.int64)).cast(pa.decimal128(12, 2)),
+                    "amount": pa.array((ids % 100_000).astype(np.int32)).cast(pa.decimal128(12, 2)),
                     "_mq_offset": ids,
                 }
             )
