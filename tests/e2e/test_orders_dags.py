@@ -105,6 +105,7 @@ def test_bootstrap_from_postgres_then_merge_and_remerge_through_airflow(
         [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
     )
     assert snapshot_rows(settings, table, "2026-11-22T10") == truth(hour_10)
+    check_snapshot_lineage(config, settings, postgres)
 
     # A change of 10:30 arrives after hour 10 was sealed: amend, then the ingest run finds the
     # snapshot stale and triggers the merge DAG for it.
@@ -128,3 +129,39 @@ def test_bootstrap_from_postgres_then_merge_and_remerge_through_airflow(
         if r.triggered_by == DagRunTriggeredByType.OPERATOR
     ]
     assert triggered == [{"snapshot": "2026-11-22T10"}]
+
+
+def check_snapshot_lineage(config: Any, settings: Settings, source_url: str) -> None:
+    """The lineage the bootstrap and merge tasks report (read back from their snapshot
+    records): the source table without credentials and the topic position it aligned to;
+    the increment hour and the base snapshot into the new snapshot partition."""
+    from dataclasses import asdict
+    from urllib.parse import urlparse
+
+    from tidemark.observe.lineage import job_lineage
+
+    records = {r.kind: r for r in SnapshotLog(settings.state_location, config.table).records()}
+    boot = job_lineage("bootstrap", config, settings, records["bootstrap"].run_id)
+    url = urlparse(source_url.removeprefix("jdbc:"))
+    source, topic = boot.inputs
+    assert (source.namespace, source.name) == (
+        f"{url.scheme}://{url.netloc}",
+        f"{url.path.strip('/')}.{config.table}_src",
+    )
+    assert topic.name == config.source.topic and sum(r["end"] for r in topic.offsets) == sum(
+        records["bootstrap"].aligned_offsets.values()
+    )
+    (snapshot,) = boot.outputs
+    assert (snapshot.name, snapshot.partitions) == (
+        f"default.{config.table}_snapshot",
+        ({"snapshot_dt": "base"},),
+    )
+    assert SECRET not in json.dumps([asdict(d) for d in (*boot.inputs, *boot.outputs)])
+
+    merged = job_lineage("merge", config, settings, records["merge"].run_id)
+    hours, base = merged.inputs
+    read = sorted(key for key, version in records["merge"].hours.items() if version)  # 09 (margin) and 10
+    assert hours.name == f"default.{config.table}" and "2026-11-22T10" in read
+    assert [f"{p['dt']}T{p['hr']}" for p in hours.partitions] == read
+    assert (base.name, base.partitions) == (f"default.{config.table}_snapshot", ({"snapshot_dt": "base"},))
+    assert merged.outputs[0].partitions == ({"snapshot_dt": "2026-11-22T10"},)
