@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tidemark.config import TableConfig
+from tidemark.seal.metastore import DATABASE
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
@@ -53,7 +54,7 @@ def table_dataset(
     uris = settings.hive_metastore_uris
     namespace = f"hive://{urlparse(uris.split(',')[0]).netloc}" if uris else "hive://embedded"
     return LineageDataset(
-        namespace, f"default.{table}", partitions=tuple(partitions), columns=tuple(columns or ())
+        namespace, f"{DATABASE}.{table}", partitions=tuple(partitions), columns=tuple(columns or ())
     )
 
 

@@ -40,6 +40,7 @@ class HourFiles:
         self.metastore = Metastore(spark, config)
         self.extra_columns = list(config.partitioning.columns)
         self.history = SchemaHistory(settings.state_location, config.table)
+        self._schema_version: int | None = None
         # GX Data Docs need a local directory: kept beside the state when it is local
         state = settings.state_location
         self.docs_dir = (
@@ -50,8 +51,11 @@ class HourFiles:
         return self.layout.table_dir / hour.path
 
     def schema_version(self, run_id: str) -> int:
-        """The schema version of the config (recorded first if it is a new, compatible one)."""
-        return self.history.ensure(self.config, run_id).version
+        """The schema version of the config (recorded first if it is a new, compatible one);
+        read once per job, not once per hour it writes."""
+        if self._schema_version is None:
+            self._schema_version = self.history.ensure(self.config, run_id).version
+        return self._schema_version
 
     def read_hour(
         self, hour_dir: Path, files: list[Path] | None = None, config: TableConfig | None = None
