@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tidemark-installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv java browser postgres lint unit test demo up down status lock bench clean
+.PHONY: help venv java browser postgres s3a-jars lint unit test demo up down status lock bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ browser:  ## headless Chromium for the report's browser test (Debian package, in
 postgres:  ## PostgreSQL server + JDBC driver for the JDBC bootstrap tests (Debian packages, installed if missing)
 	@scripts/ensure_postgres.sh
 
+s3a-jars: venv  ## hadoop-aws for Spark's metastore client (S3 warehouse tests and local runs; fetched once)
+	@scripts/ensure_s3a_jars.sh $(VENV)
+
 lint: venv  ## ruff + mypy, and docker-compose.yaml against the Compose spec (offline)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -37,7 +40,7 @@ lint: venv  ## ruff + mypy, and docker-compose.yaml against the Compose spec (of
 unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
-test: lint browser postgres  ## lint, then the whole test suite (README's test command; what CI runs)
+test: lint browser postgres s3a-jars  ## lint, then the whole test suite (README's test command; what CI runs)
 	$(BIN)/pytest -q --durations=25
 
 demo: venv  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot

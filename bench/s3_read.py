@@ -48,7 +48,8 @@ def main() -> int:
 
     from tidemark.settings import Settings
     from tidemark.spark import build_session
-    from tidemark.tablefs import filesystem, parquet_files, read_files
+    from tidemark.sparkfiles import read_files
+    from tidemark.tablefs import filesystem, parquet_files
     from tidemark_dev.s3 import PORTS, S3Service, s3_environment
 
     sys.path.insert(0, str(ROOT))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemark.settings import Settings
+from tidemark.tablefs import is_object_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,6 +35,63 @@ def jdbc_driver_class_path() -> str:
     """The JDBC driver jars present here, as a class path (``--driver-class-path`` of
     spark-submit: the driver JVM starts before the job's own conf is read)."""
     return ":".join(jar for jar in JDBC_DRIVER_JARS if Path(jar).is_file())
+
+
+# Hadoop 3.3's s3a (the only hadoop-aws with its SDK on the registries, see s3a_conf) parses
+# these as plain numbers; Hadoop 3.4's defaults carry units ("60s") it cannot read.
+S3A_NUMERIC_TIMEOUTS = {
+    "fs.s3a.connection.timeout": "200000",
+    "fs.s3a.connection.establish.timeout": "30000",
+    "fs.s3a.threads.keepalivetime": "60",
+    "fs.s3a.multipart.purge.age": "86400",
+    "fs.s3a.retry.interval": "500",
+    "fs.s3a.retry.throttle.interval": "100",
+}
+
+
+def s3a_jars(settings: Settings) -> list[str]:
+    """hadoop-aws and its AWS SDK for this Spark (``make s3a-jars`` puts them in the venv;
+    ``TIDEMARK_S3A_JARS`` names others). A production Spark ships its own matching pair."""
+    configured = os.environ.get("TIDEMARK_S3A_JARS", "")
+    if configured:
+        return [j for j in configured.split(",") if j]
+    directory = Path(settings.python).parent.parent / "share" / "tidemark" / "s3a-jars"
+    return sorted(str(p) for p in directory.glob("*.jar"))
+
+
+def s3a_conf(settings: Settings) -> dict[str, str]:
+    """Spark conf for a warehouse on S3. tidemark reads and writes the table files itself
+    (``sparkfiles``, through pyarrow); the Hive metastore still needs a Hadoop FileSystem for
+    every location it registers, so the session gets s3a with the endpoint and keys of the
+    ``AWS_*`` environment (Spark redacts ``secret`` keys in its UI and logs)."""
+    from tidemark.tablefs import s3_from_environment
+
+    s3 = s3_from_environment()
+    conf = {f"spark.hadoop.{k}": v for k, v in S3A_NUMERIC_TIMEOUTS.items()}
+    if s3.get("endpoint"):
+        conf["spark.hadoop.fs.s3a.endpoint"] = s3["endpoint"]
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(s3["endpoint"].startswith("https")).lower()
+    if s3.get("access_key"):
+        conf["spark.hadoop.fs.s3a.access.key"] = s3["access_key"]
+        conf["spark.hadoop.fs.s3a.secret.key"] = s3.get("secret_key", "")
+        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        )
+    if s3.get("region"):
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = s3["region"]
+    jars = s3a_jars(settings)
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    else:
+        log.warning(
+            "warehouse %s is on S3 but no hadoop-aws jars were found (make s3a-jars, or "
+            "TIDEMARK_S3A_JARS): registering partitions needs s3a on Spark's class path",
+            settings.warehouse,
+        )
+    # the session catalog's own default location stays local: tidemark's tables are external
+    conf["spark.sql.warehouse.dir"] = str(settings.home / "spark-warehouse")
+    return conf
 
 
 def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
@@ -57,6 +115,8 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         "spark.pyspark.driver.python": settings.python,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
+    if is_object_store(settings.warehouse):
+        conf.update(s3a_conf(settings))
     drivers = jdbc_driver_class_path()
     if drivers:  # effective for sessions started in-process; spark-submit needs the flag
         conf["spark.driver.extraClassPath"] = drivers

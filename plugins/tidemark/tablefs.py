@@ -1,5 +1,6 @@
-"""Table files through ``pyarrow.fs``: one way to open, list and read the Parquet files of a
-warehouse on local disk, HDFS or S3, and a Spark Python data source that reads them.
+"""Table files through ``pyarrow.fs``: one way to open, list, write and read the files of a
+warehouse on local disk, HDFS or S3 (``Store``); Spark reads and writes them through
+``tidemark.sparkfiles``.
 
 The pyspark wheel has no hadoop-aws, so Spark cannot read ``s3a://`` here (the only s3a jars on
 the registries are hadoop-aws 3.3.1 with AWS SDK v1, a version mix Hadoop does not support).
@@ -16,20 +17,31 @@ option, which Spark redacts from plans and the UI (as the Kafka source's client 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+import uuid
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
-
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pyarrow.fs as pafs
-    from pyspark.sql import DataFrame, SparkSession
 
-SOURCE_NAME = "tidemark_files"
+OBJECT_STORE_SCHEMES = ("s3", "s3a")
+
+
+def is_object_store(uri: str) -> bool:
+    """Whether ``uri`` is on an object store (no rename: files are written once, in place)."""
+    return urlparse(uri).scheme in OBJECT_STORE_SCHEMES
+
+
+def hadoop_uri(uri: str) -> str:
+    """The URI Hive and Spark's Hadoop filesystems know the location by (``s3://`` is ``s3a://``
+    there; the metastore needs a FileSystem class for every registered location)."""
+    return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri
 
 
 def s3_from_environment(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -90,64 +102,107 @@ def parquet_files(uri: str) -> list[str]:
     return sorted(found)
 
 
-class FilesPartition(InputPartition):
-    def __init__(self, files: Sequence[str]) -> None:
-        super().__init__(list(files))
-        self.files = list(files)
+@dataclass(frozen=True)
+class Store:
+    """A warehouse root on one pyarrow filesystem, addressed by warehouse-relative paths.
 
+    Picklable (the root URI and the S3 settings, never a live client), so a Spark task gets
+    the driver's store and opens its own filesystem. Writes are whole-file: a local file is
+    written aside and renamed into place, an object is one PUT (atomic for readers)."""
 
-class ArrowFilesDataSource(DataSource):
-    """Options: ``files`` (JSON list of URIs), ``schema`` (Spark DDL), ``per_task`` (files per
-    Spark task, default 1), ``secret.s3`` (JSON S3 settings for the executors; the option name
-    matches Spark's redaction pattern, so keys never show in plans or the UI)."""
+    root: str
+    s3: dict[str, str] = field(default_factory=dict, repr=False)  # secrets: never in repr/logs
 
     @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
+    def of(cls, root: str) -> Store:
+        return cls(root.rstrip("/"), s3_from_environment() if is_object_store(root) else {})
 
-    def schema(self) -> str:
-        return self.options["schema"]
+    @property
+    def object_store(self) -> bool:
+        return is_object_store(self.root)
 
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return ArrowFilesReader(
-            json.loads(self.options["files"]),
-            schema,
-            int(self.options.get("per_task", 1)),
-            json.loads(self.options.get("secret.s3", "{}")),
+    @cached_property
+    def _fs(self) -> tuple[pafs.FileSystem, str]:
+        return filesystem(self.root, self.s3)
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return self._fs[0]
+
+    def path(self, relative: str) -> str:
+        """The filesystem path of a warehouse-relative path."""
+        base = self._fs[1].rstrip("/")
+        return f"{base}/{relative}" if relative else base
+
+    def uri(self, relative: str) -> str:
+        return f"{self.root}/{relative}" if relative else self.root
+
+    def exists(self, relative: str) -> bool:
+        import pyarrow.fs as pafs
+
+        return bool(self.fs.get_file_info(self.path(relative)).type != pafs.FileType.NotFound)
+
+    def files(self, relative: str, suffix: str = ".parquet") -> list[str]:
+        """Files under a directory (recursively; hidden ``_``/``.`` names below it skipped), as
+        sorted warehouse-relative paths."""
+        import pyarrow.fs as pafs
+
+        base = self.path("")
+        infos = self.fs.get_file_info(
+            pafs.FileSelector(self.path(relative), recursive=True, allow_not_found=True)
         )
+        found = []
+        for info in infos:
+            if info.type != pafs.FileType.File or not info.path.endswith(suffix):
+                continue
+            below = info.path[len(self.path(relative)) :].lstrip("/")
+            if any(part.startswith(("_", ".")) for part in below.split("/")):
+                continue
+            found.append(info.path[len(base) :].lstrip("/"))
+        return sorted(found)
 
-
-class ArrowFilesReader(DataSourceReader):
-    def __init__(self, files: list[str], schema: StructType, per_task: int, s3: dict[str, str]) -> None:
-        self.files = files
-        self.s3 = s3
-        self.names = [f.name for f in schema.fields]
-        self.per_task = max(1, per_task)
-
-    def partitions(self) -> list[InputPartition]:
-        return [
-            FilesPartition(self.files[i : i + self.per_task])
-            for i in range(0, len(self.files), self.per_task)
-        ]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def write_table(self, relative: str, table: pa.Table) -> None:
         import pyarrow.parquet as pq
 
-        assert isinstance(partition, FilesPartition)
-        for uri in partition.files:
-            fs, path = filesystem(uri, self.s3)
-            with fs.open_input_file(path) as handle:
-                yield from pq.ParquetFile(handle).iter_batches(batch_size=65_536, columns=self.names)
+        self._write(relative, lambda out: pq.write_table(table, out))
 
+    def write_json(self, relative: str, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self._write(relative, lambda out: out.write(data))
 
-def read_files(spark: SparkSession, files: Sequence[str], ddl: str, per_task: int = 1) -> DataFrame:
-    """The rows of Parquet ``files`` (any pyarrow filesystem) as a DataFrame of ``ddl``."""
-    spark.dataSource.register(ArrowFilesDataSource)
-    return (
-        spark.read.format(SOURCE_NAME)
-        .option("files", json.dumps(list(files)))
-        .option("schema", ddl)
-        .option("per_task", str(per_task))
-        .option("secret.s3", json.dumps(s3_from_environment()))
-        .load()
-    )
+    def _write(self, relative: str, write: Any) -> None:
+        target = self.path(relative)
+        if self.object_store:
+            with self.fs.open_output_stream(target) as out:
+                write(out)
+            return
+        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        aside = f"{target}.{uuid.uuid4().hex}.tmp"  # attempts may overlap
+        with self.fs.open_output_stream(aside) as out:
+            write(out)
+        self.fs.move(aside, target)
+
+    def read_json(self, relative: str) -> Any:
+        try:
+            with self.fs.open_input_stream(self.path(relative)) as handle:
+                return json.loads(handle.read())
+        except FileNotFoundError:
+            return None
+
+    def size(self, relative: str) -> int:
+        return int(self.fs.get_file_info(self.path(relative)).size or 0)
+
+    def rows(self, relative: str) -> int:
+        """Rows in a Parquet file, from its footer."""
+        import pyarrow.parquet as pq
+
+        with self.fs.open_input_file(self.path(relative)) as handle:
+            return int(pq.ParquetFile(handle).metadata.num_rows)
+
+    def delete(self, relative: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(self.path(relative))
+
+    def delete_dir(self, relative: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_dir(self.path(relative))

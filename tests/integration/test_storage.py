@@ -148,7 +148,8 @@ def test_table_files_read_through_pyarrow_fs_on_s3_and_local(spark: Any, s3: str
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tidemark.tablefs import filesystem, parquet_files, read_files
+    from tidemark.sparkfiles import read_files
+    from tidemark.tablefs import filesystem, parquet_files
     from tidemark_dev.s3 import S3_SECRET_KEY
 
     prefix = f"{s3}/tablefs-{uuid.uuid4().hex[:8]}"

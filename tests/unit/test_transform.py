@@ -18,7 +18,7 @@ from tidemark.errors import ConfigError
 from tidemark.ingest.classify import Classifier
 from tidemark.ingest.frames import as_classified
 from tidemark.ingest.jsonlines import PARSE_PIECE
-from tidemark.ingest.staging import TaskStager, staged_rows
+from tidemark.ingest.staging import StagingTargets, TaskStager, staged_rows
 from tidemark.time.hours import hour_of
 
 pytestmark = pytest.mark.unit
@@ -190,10 +190,12 @@ def test_classified_rows_and_staged_files_hold_every_record_once(tmp_path: Path)
     assert table.column("_reason").to_pylist().count("invalid_json") == 1
     assert table.column("_raw_value").to_pylist()[-1] == b"nope"
 
-    stager = TaskStager(tmp_path / "attempt", spec, mq_partition=2, start=100)
+    targets = StagingTargets.local(tmp_path / "attempt")
+    stager = TaskStager(targets, spec, mq_partition=2, start=100)
     stager.add(classified)
     stager.close()
-    assert staged_rows(tmp_path / "attempt") == {"rows": 2, "late": 1, "dirty": 1}
+    written = {kind: targets.store.files(kind) for kind in ("rows", "late", "dirty")}
+    assert staged_rows(targets.store, written) == {"rows": 2, "late": 1, "dirty": 1}
     files = sorted(
         str(p.relative_to(tmp_path / "attempt")) for p in (tmp_path / "attempt").rglob("*.parquet")
     )

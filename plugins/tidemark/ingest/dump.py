@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import DirtyRatioExceededError
+from tidemark.errors import DirtyRatioExceededError, ObjectStoreError
 from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
 from tidemark.ingest import cardinality
@@ -119,11 +119,18 @@ def read_and_stage(
     from tidemark.ingest.spec import ClassifySpec
     from tidemark.ingest.staging import staged_rows
 
-    receipts_dir = publisher.attempt_dir / "receipts"
+    targets = publisher.staging_targets()
     spec = ClassifySpec.of_plan(config, plan)
     ranges = [r.__dict__ for r in plan.ranges]
     admitted: cardinality.PartitionValues = {}
     if config.partitioning.columns:
+        if targets.final is not None:
+            raise ObjectStoreError(
+                f"{config.table}: tables with data-derived partition columns "
+                f"({', '.join(config.partitioning.columns)}) cannot be dumped to an object store yet; "
+                "nothing was read or written"
+            )
+        receipts_dir = publisher.attempt_dir / "receipts"
         counts, admitted = stage_classified(
             read_ranges(spark, plan.topic, ranges, kafka_conf=kafka_conf, receipts=receipts_dir, spec=spec),
             config,
@@ -138,15 +145,14 @@ def read_and_stage(
                 plan.topic,
                 ranges,
                 kafka_conf=kafka_conf,
-                receipts=receipts_dir,
                 spec=spec,
-                staging=publisher.attempt_dir,
+                targets=targets,
             )
             crash_point("after_staging")
     with stopwatch.phase("reconcile"):
         folded = fold_stats(counts)
-        stats = reconcile(plan, read_receipts(receipts_dir), folded.per_mq_partition)
-        check_files(plan, staged_rows(publisher.attempt_dir), stats)
+        stats = reconcile(plan, read_receipts(targets.store, targets.receipts), folded.per_mq_partition)
+        check_files(plan, staged_rows(publisher.store, publisher.written()), stats)
     return Staged(stats, folded, admitted)
 
 

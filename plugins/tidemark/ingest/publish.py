@@ -13,6 +13,12 @@ A replay batch (``replay.py``) also *retires* the dirty records it classified ag
 commit record, ``finish`` moves those batches' dirty directories to the hidden ``_replayed``
 directory (their records are now the replay's rows or its dirty records), then makes the
 replay's own files visible.
+
+On an object store nothing is moved (a rename there is a copy and a delete): the read tasks
+wrote every file once under its final, batch-carrying name (``StagingTargets``), rows in the
+hidden ``_open``, late rows in the hidden ``<table>__late/_open``; the commit record lists
+them. Rolling back an attempt deletes the batch's files found by name; ``finish`` only drops
+the attempt's receipts and manifest.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import os
 import shutil
 import uuid
 
-from tidemark.errors import ReconciliationError
+from tidemark.errors import ObjectStoreError, ReconciliationError
 from tidemark.faults import crash_point
-from tidemark.state.layout import Layout, batch_file_name
+from tidemark.ingest.staging import KINDS, StagingTargets
+from tidemark.state.layout import Layout, batch_file_name, batch_of_file
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +46,44 @@ class Publisher:
         self.batch_id = batch_id
         self.batch_dir = layout.batch_staging(batch_id)
         self.attempt_dir = self.batch_dir / f"attempt-{uuid.uuid4().hex[:12]}"
+        self.store = layout.store
+
+    def staging_targets(self) -> StagingTargets:
+        """Where this attempt's read tasks write: staged (then moved), or final on an object store."""
+        attempt = self.layout.relative(self.attempt_dir)
+        if not self.layout.object_store:
+            return StagingTargets(self.store, attempt, self.batch_id)
+        final = {
+            "rows": self.layout.relative(self.layout.open_dir),
+            "late": self.layout.relative(self.layout.late_open_dir),
+            "dirty": self.layout.relative(self.layout.dirty_batch_dir(self.batch_id)),
+        }
+        return StagingTargets(self.store, attempt, self.batch_id, final)
+
+    def written(self) -> dict[str, list[str]]:
+        """The batch's files per kind (rows, late, dirty) as the read tasks wrote them."""
+        if self.layout.object_store:
+            return self._batch_files()
+        attempt = self.layout.relative(self.attempt_dir)
+        return {kind: self.store.files(f"{attempt}/{kind}") for kind in KINDS}
+
+    def _batch_files(self) -> dict[str, list[str]]:
+        """Object stores: this batch's files in their final places, found by name."""
+        mine = {
+            kind: [
+                f
+                for f in self.store.files(self.layout.relative(directory))
+                if batch_of_file(f.rsplit("/", 1)[-1]) == self.batch_id
+            ]
+            for kind, directory in (("rows", self.layout.open_dir), ("late", self.layout.late_open_dir))
+        }
+        mine["dirty"] = self.store.files(self.layout.relative(self.layout.dirty_batch_dir(self.batch_id)))
+        return mine
 
     def rollback(self) -> int:
         """Delete files earlier uncommitted attempts of this batch published or staged."""
+        if self.layout.object_store:
+            return self._rollback_in_place()
         removed = 0
         for manifest in sorted(self.batch_dir.glob("attempt-*/publish.json")):
             for _, target in json.loads(manifest.read_text())["moves"]:
@@ -54,6 +96,17 @@ class Publisher:
         if removed:
             log.warning("batch %s: rolled back %s files of an uncommitted attempt", self.batch_id, removed)
         return removed
+
+    def _rollback_in_place(self) -> int:
+        files = [f for kind in KINDS for f in self._batch_files()[kind]]
+        for relative in files:
+            self.store.delete(relative)
+        self.store.delete_dir(self.layout.relative(self.batch_dir))
+        if files:
+            log.warning(
+                "batch %s: rolled back %s files an uncommitted attempt wrote", self.batch_id, len(files)
+            )
+        return len(files)
 
     def targets(self) -> list[tuple[str, str]]:
         """(staged, target) pairs relative to the warehouse, in a deterministic order."""
@@ -78,6 +131,14 @@ class Publisher:
         """Write the manifest, move the rows into ``_open``; returns every target (the commit
         record lists them all). ``retire``: batches whose dirty records this (replay) batch
         took over, hidden by ``finish``."""
+        if self.layout.object_store:
+            if retire:
+                raise ObjectStoreError(
+                    f"{self.layout.table}: replaying dirty records is not supported on an object store yet"
+                )
+            files = [f for kind in KINDS for f in self._batch_files()[kind]]
+            self.store.write_json(f"{self.layout.relative(self.attempt_dir)}/publish.json", {"files": files})
+            return files
         moves = self.targets()
         retired = [
             (
@@ -101,6 +162,9 @@ class Publisher:
     def finish(self) -> int:
         """After the commit record: move what is still staged (late rows, dirty records) to its
         visible place, then drop the staging; idempotent. Returns the files moved."""
+        if self.layout.object_store:  # written in place: only the receipts and manifest go
+            self.store.delete_dir(self.layout.relative(self.batch_dir))
+            return 0
         moved = 0
         for manifest in sorted(self.batch_dir.glob("attempt-*/publish.json")):
             recorded = json.loads(manifest.read_text())

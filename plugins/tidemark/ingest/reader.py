@@ -7,17 +7,15 @@ and last offset) that reconciliation compares with what was written."""
 from __future__ import annotations
 
 import bisect
-import json
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
 from tidemark.ingest.spec import RawRecords
+from tidemark.tablefs import Store
 
 DEFAULT_SUBRANGE = 250_000
 BLOCK_ROWS = 20_000  # records classified at a time ...
@@ -136,9 +134,9 @@ class RangeConsumer:
         self.last = block.offsets[-1]
         return block
 
-    def write_receipt(self, receipts: Path) -> None:
+    def write_receipt(self, store: Store, receipts: str) -> None:
+        """The sub-range's receipt, whole (a retried task rewrites the same name)."""
         sub = self.sub
-        receipts.mkdir(parents=True, exist_ok=True)
         receipt = {
             "mq_partition": sub.mq_partition,
             "start": sub.start,
@@ -147,10 +145,8 @@ class RangeConsumer:
             "first": self.first,
             "last": self.last,
         }
-        tmp = receipts / f".{sub.mq_partition}-{sub.start}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(receipt))
-        os.replace(tmp, receipts / f"{sub.mq_partition}-{sub.start}-{sub.end}.json")
+        store.write_json(f"{receipts}/{sub.mq_partition}-{sub.start}-{sub.end}.json", receipt)
 
 
-def read_receipts(receipts: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(receipts.glob("*.json"))]
+def read_receipts(store: Store, receipts: str) -> list[dict[str, Any]]:
+    return [store.read_json(f) for f in store.files(receipts, suffix=".json")]

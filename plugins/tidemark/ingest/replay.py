@@ -217,7 +217,7 @@ def replay_and_stage(
         stats = reconcile_reads(
             plan, reads, folded.per_mq_partition, where={p: "dirty records" for p in reads}
         )
-        check_files(plan, staged_rows(publisher.attempt_dir), stats)
+        check_files(plan, staged_rows(publisher.store, publisher.written()), stats)
     log.info(
         "%s: replay batch %s classified %s dirty records of batches %s again: rows %s, late %s, still dirty %s %s",
         config.table,

@@ -36,6 +36,8 @@ from pyspark.sql.types import StructType
 from tidemark.ingest.counts import StagedCount
 from tidemark.ingest.reader import DEFAULT_SUBRANGE, RangeConsumer, SubRange, split_ranges
 from tidemark.ingest.spec import ClassifySpec
+from tidemark.ingest.staging import StagingTargets, TaskStager
+from tidemark.tablefs import Store
 
 SOURCE_NAME = "tidemark_kafka"
 
@@ -84,7 +86,7 @@ class KafkaRangeReader(DataSourceReader):
             yield from as_classified(classifier.classify(block), spec).to_batches()
             if i == 0:
                 crash_point("mid_read")
-        reader.write_receipt(Path(self.receipts))
+        reader.write_receipt(Store.of(self.receipts), "")
 
 
 def stage_subranges(
@@ -93,26 +95,24 @@ def stage_subranges(
     topic: str,
     conf: dict[str, Any],
     spec_json: str,
-    staging: str,
-    receipts: str,
+    targets: StagingTargets,
 ) -> Iterator[StagedCount]:
     """One Spark task: read, classify and stage each sub-range; its files first, then its
     receipt, then its counts (``staging.TaskStager.stats``)."""
     from tidemark.faults import crash_point
     from tidemark.ingest.classify import Classifier
-    from tidemark.ingest.staging import TaskStager
 
     spec = ClassifySpec.from_json(spec_json)
     classifier = Classifier(spec)
     for sub in subs:
-        stager = TaskStager(Path(staging), spec, sub.mq_partition, sub.start)
+        stager = TaskStager(targets, spec, sub.mq_partition, sub.start)
         reader = RangeConsumer(topic, sub, conf)
         for i, block in enumerate(reader.blocks()):
             stager.add(classifier.classify(block))
             if i == 0:
                 crash_point("mid_read")
         stager.close()
-        reader.write_receipt(Path(receipts))
+        reader.write_receipt(targets.store, targets.receipts)
         yield from stager.stats()
 
 
@@ -145,11 +145,10 @@ def stage_ranges(
     ranges: Sequence[dict[str, int]],
     *,
     kafka_conf: dict[str, Any],
-    receipts: Path,
     spec: ClassifySpec,
-    staging: Path,
+    targets: StagingTargets,
 ) -> list[StagedCount]:
-    """Stage exactly ``ranges`` of ``topic`` under ``staging``, one Spark task per sub-range;
+    """Stage exactly ``ranges`` of ``topic`` at ``targets``, one Spark task per sub-range;
     return the tasks' counts per MQ partition, hour, lateness and reason."""
     subs = split_ranges(ranges, DEFAULT_SUBRANGE)
     if not subs:
@@ -159,8 +158,7 @@ def stage_ranges(
         topic=topic,
         conf=kafka_conf,
         spec_json=spec.to_json(),
-        staging=str(staging),
-        receipts=str(receipts),
+        targets=targets,
     )
     result: list[StagedCount] = spark.sparkContext.parallelize(subs, len(subs)).mapPartitions(task).collect()
     return result

@@ -9,7 +9,10 @@ staging directory,
 - ``dirty/p<mq partition>-<start>.parquet``: dirty records with their reasons,
 
 one file per kind and hour per task, named by the sub-range, so a retried task rewrites the
-same names (each file is written aside and renamed into place). The task then returns only
+same names (each file is written aside and renamed into place). On an object store there is
+no rename to publish with: the task writes each file once under its final, batch-carrying
+name (``StagingTargets``), in places readers do not see before the batch commits. The task
+then returns only
 the counts per MQ partition, hour, lateness and reason, which the driver reconciles with the
 read receipts and with the row counts in the files' own footers. The publisher (dump.py)
 moves these files into the table exactly as it moved Spark's.
@@ -17,15 +20,16 @@ moves these files into the table exactly as it moved Spark's.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.ingest.columns import META_COLUMNS
 from tidemark.ingest.counts import StagedCount
 from tidemark.ingest.spec import Classified, ClassifySpec
+from tidemark.state.layout import batch_task_file_name
+from tidemark.tablefs import Store
 from tidemark.time.hours import hour_path
 from tidemark.time.instants import aware
 
@@ -37,16 +41,47 @@ KINDS = ("rows", "late", "dirty")
 Counts = dict[tuple[str | None, str | None, bool, str | None], list[Any]]
 
 
+@dataclass(frozen=True)
+class StagingTargets:
+    """Where a read task writes (picklable: it travels to the executors).
+
+    ``final`` is None for a filesystem with rename: files go under the attempt's staging
+    directory and the publisher moves them. On an object store it maps each kind to the
+    warehouse-relative directory its files are written to once, under final names."""
+
+    store: Store
+    attempt: str  # warehouse-relative: receipts, the manifest (and the staged files)
+    batch_id: int
+    final: dict[str, str] | None = None
+
+    @classmethod
+    def local(cls, attempt_dir: Path) -> StagingTargets:
+        """Staging in a plain local directory (tests, tools)."""
+        return cls(Store.of(str(attempt_dir)), "", 0)
+
+    @property
+    def receipts(self) -> str:
+        return f"{self.attempt}/receipts" if self.attempt else "receipts"
+
+    def file(self, kind: str, hour_dir: str, name: str) -> str:
+        """The warehouse-relative path of a task's file of ``kind`` (and hour)."""
+        if self.final is None:
+            return "/".join(part for part in (self.attempt, kind, hour_dir, name) if part)
+        if kind == "dirty":
+            return f"{self.final[kind]}/{name}"
+        return f"{self.final[kind]}/{hour_dir}/{batch_task_file_name(self.batch_id, name)}"
+
+
 class TaskStager:
     """Collects one task's classified blocks and writes them as files on ``close``."""
 
-    def __init__(self, staging: Path, spec: ClassifySpec, mq_partition: int, start: int) -> None:
+    def __init__(self, targets: StagingTargets, spec: ClassifySpec, mq_partition: int, start: int) -> None:
         if spec.partition_columns:
             raise ValueError(
                 "task-side staging cannot bound data-derived partition values: that needs the whole "
                 "batch (use the classified mode)"
             )
-        self.staging = staging
+        self.targets = targets
         self.spec = spec
         self.mq_partition = mq_partition
         self.file_name = f"p{mq_partition}-{start:012d}.parquet"
@@ -89,17 +124,12 @@ class TaskStager:
             entry[2] = high if entry[2] is None else max(entry[2], high)
 
     def close(self) -> None:
-        """Write each group's file aside, then rename it into place."""
+        """Write each group's file whole (aside and renamed, or one upload)."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         for (kind, hour_dir), tables in sorted(self.groups.items()):
-            directory = self.staging / kind / hour_dir if hour_dir else self.staging / kind
-            directory.mkdir(parents=True, exist_ok=True)
-            target = directory / self.file_name
-            tmp = directory / f".{self.file_name}.{uuid.uuid4().hex}.tmp"  # attempts may overlap
-            pq.write_table(pa.concat_tables(tables), tmp)
-            os.replace(tmp, target)
+            target = self.targets.file(kind, hour_dir, self.file_name)
+            self.targets.store.write_table(target, pa.concat_tables(tables))
         self.groups.clear()
 
     def stats(self) -> Iterator[StagedCount]:
@@ -111,11 +141,6 @@ class TaskStager:
             yield StagedCount(self.mq_partition, dt, hr, late, reason, n, aware(low), aware(high))
 
 
-def staged_rows(attempt_dir: Path) -> dict[str, int]:
-    """Rows per kind in the staged files, from their Parquet footers (no data is read)."""
-    import pyarrow.parquet as pq
-
-    return {
-        kind: sum(pq.read_metadata(p).num_rows for p in (attempt_dir / kind).rglob("*.parquet"))
-        for kind in KINDS
-    }
+def staged_rows(store: Store, files: dict[str, list[str]]) -> dict[str, int]:
+    """Rows per kind in a batch's files, from their Parquet footers (no data is read)."""
+    return {kind: sum(store.rows(f) for f in files.get(kind, ())) for kind in KINDS}

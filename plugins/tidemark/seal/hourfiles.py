@@ -21,7 +21,7 @@ from tidemark.seal.quality import QualityOutcome, gate
 from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
-from tidemark.state.layout import Layout, data_docs_dir, write_success
+from tidemark.state.layout import SUCCESS, Layout, data_docs_dir, write_success
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -66,6 +66,16 @@ class HourFiles:
         compaction of an hour whose batches span a schema change)."""
         fields = [*data_fields(config or self.config), *((c, "string") for c in self.extra_columns)]
         schema = ", ".join(f"{quote_identifier(n)} {t}" for n, t in fields)
+        if self.layout.object_store:  # no Hadoop filesystem for the data: pyarrow reads it
+            from tidemark.sparkfiles import read_files
+
+            store = self.layout.store
+            relative = (
+                [self.layout.relative(f) for f in files]
+                if files is not None
+                else store.files(self.layout.relative(hour_dir))
+            )
+            return read_files(self.spark, [store.uri(f) for f in relative], schema)
         paths = [str(f) for f in files] if files is not None else [str(hour_dir)]
         return self.spark.read.schema(schema).option("basePath", str(hour_dir)).parquet(*paths)
 
@@ -100,7 +110,12 @@ class HourFiles:
         return gate(config or self.config, hour, frame, self.docs_dir)
 
     def register(self, table: str, location: Path, hour: Hour, target: Path) -> None:
-        """Create ``table`` at ``location`` if missing and add the hour's partitions at ``target``."""
+        """Create ``table`` at ``location`` if missing and add the hour's partitions at ``target``
+        (on an object store: point them at ``target``, a new version of the hour)."""
+        if self.layout.object_store:
+            self.metastore.ensure_table(table, self.layout.location(location))
+            self.metastore.add_partitions(table, [(hour.spec, self.layout.location(target))], move=True)
+            return
         self.metastore.ensure_table(table, location)
         self.metastore.add_partitions(table, self.partition_specs(hour, target))
 
@@ -110,8 +125,16 @@ class HourFiles:
         if refresh:  # a registered hour's files changed: drop the session's cached listing
             self.spark.catalog.refreshTable(self.config.table)
         crash_point("after_registration")
-        write_success(target, hour.key, rows, version)
+        self.mark_complete(target, hour, rows, version)
         crash_point("after_success")
+
+    def mark_complete(self, target: Path, hour: Hour, rows: int, version: int) -> None:
+        """``_SUCCESS`` in an hour's directory (or its version's, on an object store)."""
+        if self.layout.object_store:
+            record = {"hour": hour.key, "rows": rows, "version": version}
+            self.layout.store.write_json(f"{self.layout.relative(target)}/{SUCCESS}", record)
+        else:
+            write_success(target, hour.key, rows, version)
 
 
 def step_entry(

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import shutil
+from pathlib import Path
 
+from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
-from tidemark.state.layout import batch_of_file, sealed_file_prefix, write_success
+from tidemark.state.layout import COMPACTED_MARKER, batch_of_file, sealed_file_prefix, write_success
 from tidemark.state.storage import read_json, replace_atomically
 from tidemark.time.hours import Hour, parse_path
 
@@ -46,11 +48,45 @@ class LateRows:
             return []
         late_table = self.config.late_table
         for hour in todo:
-            self.files.register(late_table, self.layout.late_dir, hour, self.layout.late_dir / hour.path)
+            target = (
+                self._late_version(hour, state)
+                if self.layout.object_store
+                else self.layout.late_dir / hour.path
+            )
+            self.files.register(late_table, self.layout.late_dir, hour, target)
             registered[hour.key] = state.late_per_hour[hour.path]
         crash_point("after_late_registration")
         replace_atomically(registry_file, {"hours": dict(sorted(registered.items()))})
         return [h.key for h in todo]
+
+    def _late_version(self, hour: Hour, state: LogState) -> Path:
+        """Object stores: the committed late rows of an hour (hidden batch files in
+        ``<table>__late/_open``) written once as a new directory of the late partition, named by
+        its rows and last batch; the partition is then pointed at it, so readers never see a
+        late file before its batch commits, nor half a version."""
+        from tidemark.sparkfiles import write_files
+
+        store = self.layout.store
+        count = state.late_per_hour[hour.path]
+        home = self.layout.versioned_hour(self.layout.late_dir, hour.path, count, state.last_committed)
+        directory = self.layout.relative(home)
+        if store.read_json(f"{directory}/{COMPACTED_MARKER}") is not None:
+            return home
+        store.delete_dir(directory)
+        inputs = [
+            self.layout.warehouse / f
+            for f in store.files(self.layout.relative(self.layout.late_open_dir / hour.path))
+            if (batch_of_file(f.rsplit("/", 1)[-1]) or 0) <= state.last_committed
+        ]
+        written = write_files(self.files.read_hour(home, inputs), store, directory, "part", 1)
+        rows = sum(n for _, n in written)
+        if rows != count:
+            raise ReconciliationError(
+                f"{self.config.late_table} hour {hour.key}: {rows} late rows in the batch files != {count} "
+                f"committed by batches <= {state.last_committed}; not registered"
+            )
+        store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": [f for f, _ in written], "rows": rows})
+        return home
 
     def amend(self, state: LogState, partitions: JournalState, journal: HourJournal) -> list[JournalEntry]:
         """amend: fold late rows not yet in a sealed partition into it as a new file version."""

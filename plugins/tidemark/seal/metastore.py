@@ -37,7 +37,7 @@ def qualified(table: str) -> str:
 
 
 def external_parquet_sql(
-    table: str, columns: Sequence[tuple[str, str]], partitions: Sequence[str], location: Path
+    table: str, columns: Sequence[tuple[str, str]], partitions: Sequence[str], location: Path | str
 ) -> str:
     """CREATE EXTERNAL TABLE IF NOT EXISTS over Parquet files, string partition columns."""
     data = ", ".join(f"{quote_identifier(n)} {t}" for n, t in columns)
@@ -48,7 +48,7 @@ def external_parquet_sql(
     )
 
 
-def create_table_sql(config: TableConfig, table: str, location: Path) -> str:
+def create_table_sql(config: TableConfig, table: str, location: Path | str) -> str:
     """External Parquet table with the config's columns, MQ lineage and partition columns."""
     return external_parquet_sql(table, data_fields(config), partition_columns(config), location)
 
@@ -58,11 +58,23 @@ def add_columns_sql(table: str, columns: Sequence[tuple[str, str]]) -> str:
     return f"ALTER TABLE {qualified(table)} ADD COLUMNS ({data})"
 
 
-def add_partition_sql(table: str, spec: Mapping[str, str], location: Path) -> str:
-    values = ", ".join(f"{quote_identifier(k)}={quote_value(v)}" for k, v in spec.items())
+def partition_values_sql(spec: Mapping[str, str]) -> str:
+    return ", ".join(f"{quote_identifier(k)}={quote_value(v)}" for k, v in spec.items())
+
+
+def add_partition_sql(table: str, spec: Mapping[str, str], location: Path | str) -> str:
     return (
-        f"ALTER TABLE {qualified(table)} ADD IF NOT EXISTS PARTITION ({values}) "
+        f"ALTER TABLE {qualified(table)} ADD IF NOT EXISTS PARTITION ({partition_values_sql(spec)}) "
         f"LOCATION {quote_value(str(location))}"
+    )
+
+
+def set_partition_location_sql(table: str, spec: Mapping[str, str], location: str) -> str:
+    """Point a partition at another directory: one metastore operation, so readers see the
+    old version of the partition or the new one, never a mix (object stores)."""
+    return (
+        f"ALTER TABLE {qualified(table)} PARTITION ({partition_values_sql(spec)}) "
+        f"SET LOCATION {quote_value(location)}"
     )
 
 
@@ -73,15 +85,22 @@ class Metastore:
         self.spark = spark
         self.config = config
 
-    def ensure_table(self, table: str, location: Path) -> None:
+    def ensure_table(self, table: str, location: Path | str) -> None:
         """Create the table if missing, else bring its columns to the config's schema."""
-        location.mkdir(parents=True, exist_ok=True)
+        if isinstance(location, Path):
+            location.mkdir(parents=True, exist_ok=True)
         self.spark.sql(create_table_sql(self.config, table, location))
         evolve_table(self.spark, table, data_fields(self.config), partition_columns(self.config))
 
-    def add_partitions(self, table: str, partitions: Sequence[tuple[Mapping[str, str], Path]]) -> None:
+    def add_partitions(
+        self, table: str, partitions: Sequence[tuple[Mapping[str, str], Path | str]], *, move: bool = False
+    ) -> None:
+        """Register partitions; with ``move``, one already registered elsewhere is pointed at
+        the given location (a new version of it on an object store)."""
         for spec, location in partitions:
             self.spark.sql(add_partition_sql(table, spec, location))
+            if move:
+                self.spark.sql(set_partition_location_sql(table, spec, str(location)))
             log.info("%s: registered partition %s at %s", table, dict(spec), location)
 
     def partition_names(self, table: str) -> list[str]:

@@ -273,12 +273,15 @@ class Rebuilder:
 
     def _reconcile(self, hour: Hour, plan: RebuildPlan, receipts: Path, rows: int) -> None:
         from tidemark.ingest.reader import read_receipts
+        from tidemark.tablefs import Store
 
         problems = []
         if rows != plan.expected_rows:
             problems.append(f"{rows} rows re-read != {plan.expected_rows} rows the commit log counted")
         for source in plan.sources:
-            read = sum(r["read"] for r in read_receipts(receipts / batch_dir_name(source.batch_id)))
+            read = sum(
+                r["read"] for r in read_receipts(Store.of(str(receipts)), batch_dir_name(source.batch_id))
+            )
             if read != source.records:
                 problems.append(
                     f"batch {source.batch_id}: {read} records re-read != {source.records} committed"

@@ -14,6 +14,11 @@ An hour H is complete when the global ready time (from the commit log) >= H.end 
 6. append the journal entry (create-only): the hour is sealed;
 7. remove the hour's batch files.
 
+On an object store (no rename) step 1 writes a new directory named by its content,
+``<table>/<hour>/_v0001-b<last batch>``, and step 4 points the partition at it (add, then
+``SET LOCATION``): nothing is moved, and a reader sees one version or another. A quarantined
+hour's directory is simply not registered.
+
 A crash at any step is repaired by running seal again for any run id. Hours with no data are
 sealed empty. Late rows (records of hours sealed before their batch was planned) are either
 registered in ``<table>__late`` (``side_table``) or folded into the sealed partition as a new
@@ -39,7 +44,7 @@ from tidemark.seal.late import LateRows
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
-from tidemark.state.layout import compaction_marker, sealed_file_prefix
+from tidemark.state.layout import COMPACTED_MARKER, batch_of_file, compaction_marker, sealed_file_prefix
 from tidemark.state.locks import Lease, TableLock
 from tidemark.state.storage import exchange_directories, read_json, replace_atomically
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
@@ -195,7 +200,11 @@ class Sealer:
         log.info(
             "%s: sealing hour %s (%s rows expected from the commit log)", self.config.table, hour, expected
         )
-        files, rows, home = self._compact(hour, target, expected)
+        if self.layout.object_store:
+            files, rows, home = self._compact_in_place(hour, state, expected)
+            target = home
+        else:
+            files, rows, home = self._compact(hour, target, expected)
         if rows != expected:
             raise ReconciliationError(
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
@@ -229,8 +238,16 @@ class Sealer:
         self._fence()
         self.journal.append(entry)
         crash_point("after_journal_entry")
-        shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
+        self._drop_batch_files(hour)
         return entry
+
+    def _drop_batch_files(self, hour: Hour) -> None:
+        """The hour's batch files, once its journal entry is written."""
+        if self.layout.object_store:
+            for relative in self.layout.store.files(self.layout.relative(self.layout.open_dir / hour.path)):
+                self.layout.store.delete(relative)
+        else:
+            shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
 
     # -- release of a quarantined hour ----------------------------------------------------
     def release(self, hour_key: str) -> JournalEntry:
@@ -243,8 +260,13 @@ class Sealer:
                 f"{self.config.table} hour {hour_key} is not quarantined: {now}; nothing released"
             )
         hour = parse_key(hour_key, self.zone)
-        target = self.layout.table_dir / hour.path
-        self._reveal(self.layout.sealing_dir / hour.path, target)
+        if self.layout.object_store:  # its version directory was written, only not registered
+            target = self.layout.versioned_hour(
+                self.layout.table_dir, hour.path, 1, current.folded_through_batch
+            )
+        else:
+            target = self.layout.table_dir / hour.path
+            self._reveal(self.layout.sealing_dir / hour.path, target)
         self.files.publish(hour, target, current.rows, version=1)
         quality = {**current.quality, "released_by_run": self.run_id}
         entry = self.entry(
@@ -320,6 +342,54 @@ class Sealer:
         shutil.rmtree(scratch, ignore_errors=True)  # now holds the stale version
         return files, rows, home
 
+    def _compact_in_place(self, hour: Hour, state: LogState, expected: int) -> tuple[list[str], int, Path]:
+        """Object stores: compact the hour's committed batch files into a new directory named
+        by its content (``Layout.versioned_hour``), written once and never renamed. Its marker
+        is written last: a retry reuses a directory with a marker, and rewrites one without
+        (a crashed attempt's, never registered). A marker that disagrees with the commit log
+        means batch files were lost: not sealed."""
+        store = self.layout.store
+        home = self.layout.versioned_hour(self.layout.table_dir, hour.path, 1, state.last_committed)
+        directory = self.layout.relative(home)
+        done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
+        if done is not None:
+            if int(done["rows"]) != expected:
+                raise ReconciliationError(
+                    f"{self.config.table} hour {hour.key}: {home} holds {done['rows']} rows but batches "
+                    f"<= {state.last_committed} committed {expected}; not sealed (docs/operations.md)"
+                )
+            log.info("%s: hour %s already compacted in %s", self.config.table, hour.key, home)
+            return list(done["files"]), int(done["rows"]), home
+        store.delete_dir(directory)
+        inputs = [
+            f
+            for f in store.files(self.layout.relative(self.layout.open_dir / hour.path))
+            if (batch_of_file(f.rsplit("/", 1)[-1]) or 0) <= state.last_committed
+        ]
+        files: list[str] = []
+        rows = 0
+        if inputs:
+            from tidemark.sparkfiles import write_files
+
+            size = sum(store.size(f) for f in inputs)
+            n_files = max(1, math.ceil(size / self.config.output.target_file_size))
+            frame = self.files.read_hour(home, [self.layout.warehouse / f for f in inputs])
+            written = write_files(frame, store, directory, sealed_file_prefix(1), n_files)
+            crash_point("mid_compaction")
+            files, rows = [f for f, _ in written], sum(n for _, n in written)
+            log.info(
+                "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows, in %s",
+                self.config.table,
+                hour.key,
+                len(inputs),
+                size,
+                len(files),
+                rows,
+                home,
+            )
+        store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": files, "rows": rows})
+        return files, rows, home
+
     def _compact_into(self, hour: Hour, directory: Path, target: Path) -> tuple[list[str], int]:
         """Compact the hour's batch files into ``directory`` (which becomes ``target``); the
         files are returned as their paths under ``target``."""
@@ -356,9 +426,18 @@ class Sealer:
 
     def _sweep_sealed_leftovers(self, partitions: JournalState) -> None:
         """Batch files of hours already sealed (a crash between journal and cleanup)."""
-        if not partitions.sealed_through or not self.layout.open_dir.exists():
+        if not partitions.sealed_through:
             return
         frontier = datetime.fromisoformat(partitions.sealed_through)
+        if self.layout.object_store:
+            open_dir = self.layout.relative(self.layout.open_dir)
+            for relative in self.layout.store.files(open_dir):
+                hour = parse_path(relative[len(open_dir) + 1 :].rsplit("/", 1)[0], self.zone)
+                if hour.end <= frontier and hour.key in partitions.hours:
+                    self.layout.store.delete(relative)
+            return
+        if not self.layout.open_dir.exists():
+            return
         for hour_dir in self.layout.open_dir.glob("dt=*/hr=*"):
             hour = parse_path(str(hour_dir.relative_to(self.layout.open_dir)), self.zone)
             if hour.end <= frontier and hour.key in partitions.hours:

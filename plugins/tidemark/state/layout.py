@@ -16,6 +16,14 @@ Under the warehouse root::
     .tidemark_staging/<table>/b<batch>/attempt-*/       a dump attempt's staged files
     .tidemark_staging/<table>/<step>-<hour>-<run>/      a seal, amend or rebuild in progress
 
+On an object store (no rename), files are written once where they stay, and a registered
+partition changes only by pointing it at a new directory (``versioned_hour``)::
+
+    <table>/_open/dt=D/hr=H/part-b<batch>-p<mq>-<start>.parquet   a read task's file, final
+    <table>__late/_open/dt=D/hr=H/part-b<batch>-...               late rows of committed batches
+    <table>/dt=D/hr=H/_v<version>-b<batch>/part-<i>.parquet       a version of a sealed hour
+    <table>__late/dt=D/hr=H/_v<late rows>-b<batch>/               a version of a late partition
+
 The leading underscore of ``_open`` and the dot of ``.tidemark_staging`` hide them from
 path-based readers (Hive and Spark skip such names).
 """
@@ -25,16 +33,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from tidemark.settings import Settings
+from tidemark.tablefs import Store, hadoop_uri, is_object_store
 
 SUCCESS = "_SUCCESS"
 COMPACTED_MARKER = "_tidemark_compacted.json"
 DATA_DOCS = "data_docs"
 STAGING = ".tidemark_staging"
-_BATCH_FILE = re.compile(r"part-b(\d{10})-\d+\.parquet$")
+_BATCH_FILE = re.compile(r"part-b(\d{10})-(?:p\d+-)?\d+\.parquet$")
 
 
 def run_key(run_id: str) -> str:
@@ -52,6 +62,12 @@ def batch_dir_name(batch_id: int) -> str:
 def batch_file_name(batch_id: int, index: int) -> str:
     """``part-b0000000042-00003.parquet``: a committed batch file of an hour (open or late)."""
     return f"part-b{batch_id:010d}-{index:05d}.parquet"
+
+
+def batch_task_file_name(batch_id: int, task_file: str) -> str:
+    """``part-b0000000042-p3-000000001200.parquet``: a batch file written once by its read task
+    under its final name (object stores), named by the task's sub-range."""
+    return f"part-b{batch_id:010d}-{task_file}"
 
 
 def batch_of_file(name: str) -> int | None:
@@ -90,6 +106,8 @@ class Layout:
     into the table)."""
 
     def __init__(self, settings: Settings, table: str) -> None:
+        self.table = table
+        self.warehouse_uri = settings.warehouse.rstrip("/")
         self.warehouse = Path(settings.warehouse)
         self.table_dir = self.warehouse / table
         self.open_dir = self.table_dir / "_open"
@@ -97,6 +115,27 @@ class Layout:
         self.late_dir = self.warehouse / f"{table}__late"
         self.staging_root = self.warehouse / STAGING / table
         self.sealing_dir = self.table_dir / "_sealing"
+
+    @cached_property
+    def store(self) -> Store:
+        """The warehouse as a pyarrow filesystem (local disk, S3)."""
+        return Store.of(self.warehouse_uri)
+
+    @property
+    def object_store(self) -> bool:
+        return is_object_store(self.warehouse_uri)
+
+    @property
+    def late_open_dir(self) -> Path:
+        """Object stores: late rows of committed batches, hidden until a late partition version
+        takes them in."""
+        return self.late_dir / "_open"
+
+    def versioned_hour(self, base: Path, hour_path: str, version: int, through_batch: int) -> Path:
+        """A version of a registered partition on an object store, named by its content (the
+        step's version and the last batch it holds), so a retry finds its own directory and a
+        later step never overwrites one a reader may be listing."""
+        return base / hour_path / f"_v{version:04d}-b{through_batch:010d}"
 
     def batch_staging(self, batch_id: int) -> Path:
         return self.staging_root / batch_dir_name(batch_id)
@@ -137,6 +176,10 @@ class Layout:
     def step_staging(self, step: str, hour_key: str, run_id: str) -> Path:
         """Scratch of one seal, amend or rebuild step of an hour (``step`` names it)."""
         return self.staging_root / f"{step}-{hour_key}-{run_key(run_id)}"
+
+    def location(self, path: Path) -> str:
+        """A warehouse path as the metastore registers it (``s3a://`` on S3)."""
+        return hadoop_uri(self.store.uri(self.relative(path))) if self.object_store else str(path)
 
     def relative(self, path: Path) -> str:
         """A warehouse-relative path, as the commit log and the journal record files."""
