@@ -99,6 +99,9 @@ class DirtyConfig(_Strict):
 
 class OutputConfig(_Strict):
     target_file_size: Size = 128 * 1024 * 1024
+    # Object stores: a replaced version of a partition stays readable this long (in the
+    # pipeline's processing time) for queries that listed it, then the seal deletes it.
+    version_retention: Duration = timedelta(hours=24)
 
 
 class CdcConfig(_Strict):

@@ -142,6 +142,16 @@ class Store:
 
         return bool(self.fs.get_file_info(self.path(relative)).type != pafs.FileType.NotFound)
 
+    def all_files(self, relative: str) -> list[str]:
+        """Every file under a directory, hidden ones included, warehouse-relative, sorted."""
+        import pyarrow.fs as pafs
+
+        base = self.path("")
+        infos = self.fs.get_file_info(
+            pafs.FileSelector(self.path(relative), recursive=True, allow_not_found=True)
+        )
+        return sorted(i.path[len(base) :].lstrip("/") for i in infos if i.type == pafs.FileType.File)
+
     def files(self, relative: str, suffix: str = ".parquet") -> list[str]:
         """Files under a directory (recursively; hidden ``_``/``.`` names below it skipped), as
         sorted warehouse-relative paths."""

@@ -17,7 +17,7 @@ from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
 from tidemark.state.layout import COMPACTED_MARKER, batch_of_file, sealed_file_prefix, write_success
-from tidemark.state.storage import read_json, replace_atomically
+from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.time.hours import Hour, parse_path
 
 log = logging.getLogger(__name__)
@@ -39,25 +39,38 @@ class LateRows:
     def register(self, state: LogState, journal: HourJournal) -> list[str]:
         """side_table: every hour with late rows is a partition of <table>__late, with a
         partition per value of the data-derived partition columns. An hour is registered again
-        whenever its late count grew (later late rows may bring new values)."""
-        registry_file = journal.root / "late_registered.json"
-        stored = (read_json(registry_file) or {}).get("hours", {})
+        whenever its late count grew (later late rows may bring new values; on an object store
+        the partition then points at a new version of its files)."""
+        recorded = read_json(self.registry_file(journal)) or {}
+        stored = recorded.get("hours", {})
         registered: dict[str, int] = stored if isinstance(stored, dict) else {}  # older: a list of keys
+        locations: dict[str, str] = dict(recorded.get("locations", {}))
         todo = [h for h in self.hours(state) if registered.get(h.key) != state.late_per_hour[h.path]]
         if not todo:
             return []
         late_table = self.config.late_table
         for hour in todo:
-            target = (
-                self._late_version(hour, state)
-                if self.layout.object_store
-                else self.layout.late_dir / hour.path
-            )
+            if self.layout.object_store:
+                target = self._late_version(hour, state)
+                locations[hour.key] = self.layout.relative(target)
+            else:
+                target = self.layout.late_dir / hour.path
             self.files.register(late_table, self.layout.late_dir, hour, target)
             registered[hour.key] = state.late_per_hour[hour.path]
         crash_point("after_late_registration")
-        replace_atomically(registry_file, {"hours": dict(sorted(registered.items()))})
+        record: dict[str, object] = {"hours": dict(sorted(registered.items()))}
+        if locations:
+            record["locations"] = dict(sorted(locations.items()))
+        replace_atomically(self.registry_file(journal), record)
         return [h.key for h in todo]
+
+    @staticmethod
+    def registry_file(journal: HourJournal) -> Location:
+        return journal.root / "late_registered.json"
+
+    def locations(self, journal: HourJournal) -> dict[str, str]:
+        """Object stores: the version directory each late partition points at."""
+        return dict((read_json(self.registry_file(journal)) or {}).get("locations", {}))
 
     def _late_version(self, hour: Hour, state: LogState) -> Path:
         """Object stores: the committed late rows of an hour (hidden batch files in

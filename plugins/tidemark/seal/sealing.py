@@ -41,6 +41,7 @@ from tidemark.faults import crash_point
 from tidemark.ingest.publish import Publisher
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.late import LateRows
+from tidemark.seal.versions import VersionCollector
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
@@ -67,6 +68,7 @@ class SealResult:
     amended: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
     late_registered: list[str] = field(default_factory=list)
+    versions_deleted: list[str] = field(default_factory=list)  # object stores: replaced, past retention
     message: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -164,6 +166,9 @@ class Sealer:
                 partitions.apply(entry)
                 result.amended.append(entry.hour)
         result.sealed_through = partitions.sealed_through
+        if self.layout.object_store:
+            collector = VersionCollector(self.config, self.layout, self.journal)
+            result.versions_deleted = collector.collect(state, partitions, self.late.locations(self.journal))
         self._fail_on_quarantine(partitions)
         log.info(
             "%s: seal run %s: ready time %s, sealed %s, amended %s, late partitions registered %s; "

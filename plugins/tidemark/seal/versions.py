@@ -1,0 +1,87 @@
+"""Versions of registered partitions on an object store, and collecting the replaced ones.
+
+On an object store a registered partition never changes in place: a step writes a new
+directory (``Layout.versioned_hour``) and points the partition at it, so a query that listed
+the old directory keeps reading a complete version. A replaced directory (a late partition
+that grew, an hour compacted again after a failed seal, a crashed attempt's leftovers) is
+deleted once it has been unreferenced for ``output.version_retention`` of the pipeline's
+processing time (the commit log's, never the machine's clock): the first seal that finds it
+unreferenced records when, a later one deletes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime
+
+from tidemark.config import TableConfig
+from tidemark.state.commitlog import LogState
+from tidemark.state.journal import HourJournal, JournalState
+from tidemark.state.layout import Layout
+from tidemark.state.storage import read_json, replace_atomically
+from tidemark.time.hours import parse_key
+from tidemark.time.instants import parse_instant
+
+log = logging.getLogger(__name__)
+
+_VERSION_DIR = re.compile(r"^(.*/_v\d{4}-b\d{10})/")
+
+
+def version_dirs(files: list[str]) -> set[str]:
+    """The version directories the given warehouse-relative files lie in."""
+    return {m.group(1) for f in files if (m := _VERSION_DIR.match(f))}
+
+
+class VersionCollector:
+    """Finds the version directories of one table (and its late table) no partition points
+    at, and deletes those unreferenced for longer than the retention."""
+
+    def __init__(self, config: TableConfig, layout: Layout, journal: HourJournal) -> None:
+        self.config = config
+        self.layout = layout
+        self.journal = journal
+        self.record = journal.root / "replaced_versions.json"
+
+    def current(self, partitions: JournalState, late_locations: dict[str, str]) -> set[str]:
+        """Directories a partition points at (or will, for a quarantined hour)."""
+        zone = self.config.event_time.time_zone
+        current = set(late_locations.values())
+        for key, entry in partitions.hours.items():
+            hour = parse_key(key, zone)
+            directory = self.layout.versioned_hour(
+                self.layout.table_dir, hour.path, 1, entry.folded_through_batch
+            )
+            current.add(self.layout.relative(directory))
+        return current
+
+    def collect(self, state: LogState, partitions: JournalState, late_locations: dict[str, str]) -> list[str]:
+        """Record newly unreferenced directories; delete those past the retention. Returns the
+        directories deleted."""
+        now = parse_instant(state.ready.processing_time) if state.ready else None
+        if now is None:
+            return []
+        store = self.layout.store
+        present: set[str] = set()
+        for base in (self.layout.table_dir, self.layout.late_dir):
+            present |= version_dirs(store.all_files(self.layout.relative(base)))
+        unreferenced = present - self.current(partitions, late_locations)
+        recorded = dict((read_json(self.record) or {}).get("replaced", {}))
+        since = {d: recorded.get(d, now.isoformat()) for d in sorted(unreferenced)}
+        deleted = []
+        for directory, first_seen in since.items():
+            if datetime.fromisoformat(first_seen) + self.config.output.version_retention <= now:
+                store.delete_dir(directory)
+                deleted.append(directory)
+        kept = {d: t for d, t in since.items() if d not in deleted}
+        if kept != recorded:
+            replace_atomically(self.record, {"replaced": kept})
+        if deleted:
+            log.info(
+                "%s: deleted %s replaced versions unreferenced for over %s: %s",
+                self.config.table,
+                len(deleted),
+                self.config.output.version_retention,
+                deleted,
+            )
+        return deleted

@@ -1,0 +1,81 @@
+"""Garbage collection of replaced partition versions (object stores): a directory no
+partition points at is recorded when first seen and deleted only once the pipeline's
+processing time has moved ``output.version_retention`` past that."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.tables import fresh_table
+from tidemark.seal.hourfiles import step_entry
+from tidemark.seal.versions import VersionCollector, version_dirs
+from tidemark.settings import Settings
+from tidemark.state.commitlog import LogState
+from tidemark.state.journal import EntryKind, HourJournal, JournalState
+from tidemark.state.layout import COMPACTED_MARKER, Layout
+from tidemark.time.hours import parse_key
+from tidemark.time.watermarks import ReadyTime
+
+pytestmark = pytest.mark.unit
+
+
+def at(processing: str) -> LogState:
+    return LogState(last_committed=4, ready=ReadyTime(time=processing, processing_time=processing))
+
+
+def test_version_dirs_are_found_from_their_files() -> None:
+    files = [
+        "t/dt=2026-11-22/hr=10/_v0001-b0000000004/part-00000.parquet",
+        "t/dt=2026-11-22/hr=10/_v0001-b0000000004/_tidemark_compacted.json",
+        "t__late/dt=2026-11-22/hr=10/_v0003-b0000000007/part-00000.parquet",
+        "t/_open/dt=2026-11-22/hr=11/part-b0000000005-p0-000000000000.parquet",
+    ]
+    assert version_dirs(files) == {
+        "t/dt=2026-11-22/hr=10/_v0001-b0000000004",
+        "t__late/dt=2026-11-22/hr=10/_v0003-b0000000007",
+    }
+
+
+def test_replaced_versions_are_deleted_after_the_retention(settings: Settings, tmp_path: Path) -> None:
+    config, settings = fresh_table(settings, tmp_path, output__version_retention="1h")
+    settings = replace(settings, warehouse=str(tmp_path / "wh"), state_uri=str(tmp_path / "state"))
+    layout = Layout(settings, config.table)
+    journal = HourJournal(settings.state_location, config.table)
+    hour = parse_key("2026-11-22T10", "UTC")
+    sealed = layout.versioned_hour(layout.table_dir, hour.path, 1, 4)
+    recompacted_away = layout.versioned_hour(layout.table_dir, hour.path, 1, 2)
+    late_now = layout.versioned_hour(layout.late_dir, hour.path, 5, 4)
+    late_before = layout.versioned_hour(layout.late_dir, hour.path, 2, 3)
+    for directory in (sealed, recompacted_away, late_now, late_before):
+        directory.mkdir(parents=True)
+        (directory / "part-00000.parquet").write_bytes(b"x")
+        (directory / COMPACTED_MARKER).write_text("{}")
+    partitions = JournalState()
+    partitions.apply(
+        step_entry(
+            config,
+            "seal-1",
+            hour,
+            at("2026-11-22T12:00:00+00:00"),
+            partitions,
+            kind=EntryKind.SEAL,
+            version=1,
+            rows=1,
+            files=[],
+            quality={},
+        )
+    )
+    late = {hour.key: layout.relative(late_now)}
+    collector = VersionCollector(config, layout, journal)
+
+    assert collector.collect(at("2026-11-22T12:00:00+00:00"), partitions, late) == []
+    assert collector.collect(at("2026-11-22T12:59:00+00:00"), partitions, late) == []  # within 1h
+    assert recompacted_away.exists() and late_before.exists()
+    deleted = collector.collect(at("2026-11-22T13:00:00+00:00"), partitions, late)
+    assert sorted(deleted) == sorted(layout.relative(d) for d in (recompacted_away, late_before))
+    assert not recompacted_away.exists() and not late_before.exists()
+    assert sealed.exists() and late_now.exists()  # what partitions point at is never touched
+    assert collector.collect(at("2026-11-22T14:00:00+00:00"), partitions, late) == []
