@@ -17,6 +17,7 @@ from xml.sax.saxutils import escape
 
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
+from tidemark.tablefs import hadoop_uri, is_object_store
 from tidemark_dev.services import Service
 
 log = logging.getLogger(__name__)
@@ -167,8 +168,25 @@ class MetastoreService(Service):
             "hive.metastore.schema.verification": "false",
             # Without it the service dies on a NoClassDefFoundError for lmax disruptor.
             "hive.async.log.enabled": "false",
-            "hive.metastore.warehouse.dir": self.settings.warehouse,
+            "hive.metastore.warehouse.dir": hadoop_uri(self.settings.warehouse),
+            **self._s3a_site(),
         }
+
+    def _s3a_site(self) -> dict[str, str]:
+        """An S3 warehouse: the metastore checks every location it registers through a Hadoop
+        FileSystem, so it gets s3a (jars on the class path) with the endpoint; the keys stay in
+        the process environment (``AWS_*``), never in the file."""
+        from tidemark.spark import s3a_conf
+
+        if not is_object_store(self.settings.warehouse):
+            return {}
+        conf = {
+            k.removeprefix("spark.hadoop."): v
+            for k, v in s3a_conf(self.settings).items()
+            if k.startswith("spark.hadoop.") and not k.endswith((".access.key", ".secret.key"))
+        }
+        conf["fs.s3a.aws.credentials.provider"] = "com.amazonaws.auth.EnvironmentVariableCredentialsProvider"
+        return conf
 
     def _java(self) -> tuple[str, str]:
         """The java binary and the class path: conf first, the wheel's jars, the JDBC driver."""
@@ -180,7 +198,10 @@ class MetastoreService(Service):
         ) or shutil.which("java")
         if java is None:
             raise ServiceError("metastore: no java on PATH or under JAVA_HOME (scripts/check_java.sh)")
-        return java, ":".join([str(self.conf_dir), f"{spark_home()}/jars/*", POSTGRES_JDBC_JAR])
+        from tidemark.spark import s3a_jars
+
+        extra = s3a_jars(self.settings) if is_object_store(self.settings.warehouse) else []
+        return java, ":".join([str(self.conf_dir), f"{spark_home()}/jars/*", POSTGRES_JDBC_JAR, *extra])
 
     def command(self) -> list[str]:
         java, class_path = self._java()

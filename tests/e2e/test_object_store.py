@@ -1,6 +1,7 @@
-"""The events path with the warehouse and the state on S3 (a real SeaweedFS server): the real
-dump and seal jobs in their own processes, killed at protocol points and retried, then the
-tables read back through the Hive metastore by another Spark process. Nothing is renamed on
+"""The events path with the warehouse and the state on S3 (a real SeaweedFS server) and the
+Hive metastore service on PostgreSQL: the real dump and seal jobs in their own processes,
+killed at protocol points and retried, then the tables read back through the metastore by
+another Spark process. Nothing is renamed on
 the store: batch files are written once under final names, a sealed hour and a late
 partition are new directories the metastore is pointed at."""
 
@@ -21,6 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.net import free_port
 from tests.helpers.tables import PROCESSING, START, fresh_table
 from tidemark.faults import EXIT_CODE
 from tidemark.settings import Settings
@@ -28,6 +30,7 @@ from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.tablefs import Store
 from tidemark_dev.generator import create_topic, events, produce, records
+from tidemark_dev.postgres import MetastoreService
 
 pytestmark = pytest.mark.e2e
 
@@ -50,10 +53,30 @@ print("VERIFY " + json.dumps(out))
 """
 
 
-@pytest.fixture
-def lake(s3: str) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def lake(s3: str) -> str:
     """A fresh prefix of the test bucket."""
-    yield f"{s3}/{uuid.uuid4().hex[:10]}"
+    return f"{s3}/{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def s3_metastore(
+    settings: Settings, postgres: str, lake: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Settings]:
+    """The metastore service for a warehouse on S3 (s3a on its class path, keys from the
+    environment); yields settings pointing at both."""
+    own = replace(
+        settings,
+        metastore_port=free_port(),
+        warehouse=f"{lake}/warehouse",
+        state_uri=f"{lake}/state",
+    )
+    service = MetastoreService(own)
+    service.start()
+    try:
+        yield replace(own, hive_metastore_uris=service.address())
+    finally:
+        service.stop()
 
 
 def environment(settings: Settings) -> dict[str, str]:
@@ -64,6 +87,7 @@ def environment(settings: Settings) -> dict[str, str]:
         "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "TIDEMARK_WAREHOUSE": settings.warehouse,
         "TIDEMARK_STATE_DIR": settings.state_uri,
+        "TIDEMARK_HIVE_METASTORE_URIS": settings.hive_metastore_uris,
     }
     env.pop("TIDEMARK_FAIL_AT", None)
     return env
@@ -104,15 +128,10 @@ def offsets(store: Store, files: list[str], columns: tuple[str, str]) -> Counter
 
 
 def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore(
-    broker: str, settings: Settings, lake: str, tmp_path: Path
+    broker: str, s3_metastore: Settings, lake: str, tmp_path: Path
 ) -> None:
-    config, settings = fresh_table(settings, tmp_path)
-    settings = replace(
-        settings,
-        home=tmp_path / "home",
-        warehouse=f"{lake}/warehouse",
-        state_uri=f"{lake}/state",
-    )
+    config, settings = fresh_table(s3_metastore, tmp_path)
+    settings = replace(settings, home=tmp_path / "home")
     table = config.table
     store = Store.of(settings.warehouse)
     create_topic(broker, config.source.topic, 2)
