@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tidemark-installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv java browser postgres s3a-jars lint unit test demo up down status lock bench clean
+.PHONY: help venv java browser postgres s3a-jars executor-env lint unit test demo up down status lock bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ postgres:  ## PostgreSQL server + JDBC driver for the JDBC bootstrap tests (Debi
 s3a-jars: venv  ## hadoop-aws for Spark's metastore client (S3 warehouse tests and local runs; fetched once)
 	@scripts/ensure_s3a_jars.sh $(VENV)
 
+executor-env: venv  ## the venv archive Spark executors of a cluster unpack (TIDEMARK_EXECUTOR_ENV)
+	@scripts/build_executor_env.sh $(VENV)
+
 lint: venv  ## ruff + mypy, and docker-compose.yaml against the Compose spec (offline)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -40,7 +43,7 @@ lint: venv  ## ruff + mypy, and docker-compose.yaml against the Compose spec (of
 unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
-test: lint browser postgres s3a-jars  ## lint, then the whole test suite (README's test command; what CI runs)
+test: lint browser postgres s3a-jars executor-env  ## lint, then the whole test suite (README's test command; what CI runs)
 	$(BIN)/pytest -q --durations=25
 
 demo: venv  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot

@@ -47,10 +47,10 @@ class SparkJob:
         """The spark-submit command line (the CLI runs it with :func:`spark_environment`;
         Airflow's operator builds the same from the application, the arguments and its
         connection)."""
-        from tidemark.spark import jdbc_driver_class_path
+        from tidemark.spark import driver_class_path
 
         command = [spark_submit(settings), "--master", settings.spark_master, "--name", self.name]
-        drivers = jdbc_driver_class_path()
+        drivers = driver_class_path(settings)
         if drivers:
             command += ["--driver-class-path", drivers]
         for key, value in settings.spark_conf.items():

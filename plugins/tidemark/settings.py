@@ -10,7 +10,9 @@ Everything deployment-specific comes from the environment, so one checkout runs 
 | ``TIDEMARK_KAFKA_BOOTSTRAP`` | ``127.0.0.1:19092`` (the local tansu broker) |
 | ``TIDEMARK_SPARK_MASTER`` | ``local[2]`` |
 | ``TIDEMARK_SPARK_CONF`` | ``{}``: a JSON object of extra Spark conf, e.g. a Postgres metastore |
-| ``TIDEMARK_WAREHOUSE`` | ``$TIDEMARK_HOME/warehouse`` (any Hadoop filesystem URI) |
+| ``TIDEMARK_WAREHOUSE`` | ``$TIDEMARK_HOME/warehouse``: a path, or ``s3://bucket/prefix`` |
+| ``TIDEMARK_EXECUTOR_ENV`` | unset: a ``.tar.gz`` of a venv shipped to executors of a non-local master (``make executor-env``) |
+| ``TIDEMARK_SPARK_PORT`` | ``7077``: the local standalone cluster (``services start spark-master``; 5 more ports) |
 | ``TIDEMARK_HIVE_METASTORE_URIS`` | unset: embedded Derby under ``$TIDEMARK_HOME/metastore_db`` |
 | ``TIDEMARK_AIRFLOW_PORT`` | ``8080`` |
 | ``TIDEMARK_POSTGRES_PORT`` | ``15432``: the local PostgreSQL of the demo and the JDBC tests |
@@ -33,6 +35,7 @@ from tidemark.state.storage import Location
 # plugins/tidemark/settings.py -> the checkout root (editable install keeps the source path).
 _CHECKOUT = Path(__file__).resolve().parents[2]
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
+EXECUTOR_ENV_DIR = "tidemark_env"  # where executors unpack TIDEMARK_EXECUTOR_ENV
 
 
 def project_root() -> Path:
@@ -65,7 +68,10 @@ class Settings:
     postgres_port: int = 15432
     metastore_port: int = 9083
     s3_port: int = 8333
+    spark_port: int = 7077
     python: str = sys.executable
+    # a venv archive executors of a non-local master unpack and run (TIDEMARK_EXECUTOR_ENV)
+    executor_env: str = ""
     # commit logs, journals and locks; a path or an hdfs:// URI (TIDEMARK_STATE_DIR)
     state_uri: str = ""
 
@@ -93,6 +99,7 @@ class Settings:
         postgres_port = _port(env, "TIDEMARK_POSTGRES_PORT", 15432, problems)
         metastore_port = _port(env, "TIDEMARK_METASTORE_PORT", 9083, problems)
         s3_port = _port(env, "TIDEMARK_S3_PORT", 8333, problems, block=10)  # the S3 server's ten
+        spark_port = _port(env, "TIDEMARK_SPARK_PORT", 7077, problems, block=6)  # master + 2 workers, UIs
         bootstrap = env.get("TIDEMARK_KAFKA_BOOTSTRAP", DEFAULT_BOOTSTRAP).strip()
         if not bootstrap:
             problems.append("TIDEMARK_KAFKA_BOOTSTRAP: expected host:port[,host:port...], got an empty value")
@@ -110,9 +117,19 @@ class Settings:
             postgres_port=postgres_port,
             metastore_port=metastore_port,
             s3_port=s3_port,
+            spark_port=spark_port,
             python=env.get("PYSPARK_PYTHON", sys.executable),
+            executor_env=env.get("TIDEMARK_EXECUTOR_ENV", ""),
             state_uri=env.get("TIDEMARK_STATE_DIR", ""),
         )
+
+    @property
+    def executor_python(self) -> str:
+        """The interpreter executors run: the shipped venv's on a non-local master with
+        ``TIDEMARK_EXECUTOR_ENV``, else this one (local mode, or nodes that have it)."""
+        if self.executor_env and not self.spark_master.startswith("local"):
+            return f"./{EXECUTOR_ENV_DIR}/bin/python"
+        return self.python
 
     @property
     def project_root(self) -> Path:

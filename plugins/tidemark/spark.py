@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidemark.settings import Settings
+from tidemark.settings import EXECUTOR_ENV_DIR, Settings
 from tidemark.tablefs import is_object_store
 
 if TYPE_CHECKING:
@@ -59,6 +59,16 @@ def s3a_jars(settings: Settings) -> list[str]:
     return sorted(str(p) for p in directory.glob("*.jar"))
 
 
+def driver_class_path(settings: Settings) -> str:
+    """The driver's extra class path: JDBC drivers, and s3a for a warehouse on S3 (only the
+    driver's metastore client needs it; executors never load the 190 MB SDK). spark-submit
+    takes it as ``--driver-class-path``; a session started in-process as conf."""
+    jars = [jar for jar in JDBC_DRIVER_JARS if Path(jar).is_file()]
+    if is_object_store(settings.warehouse):
+        jars += s3a_jars(settings)
+    return ":".join(jars)
+
+
 def s3a_conf(settings: Settings) -> dict[str, str]:
     """Spark conf for a warehouse on S3. tidemark reads and writes the table files itself
     (``sparkfiles``, through pyarrow); the Hive metastore still needs a Hadoop FileSystem for
@@ -80,10 +90,7 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
         )
     if s3.get("region"):
         conf["spark.hadoop.fs.s3a.endpoint.region"] = s3["region"]
-    jars = s3a_jars(settings)
-    if jars:
-        conf["spark.jars"] = ",".join(jars)
-    else:
+    if not s3a_jars(settings):  # on the driver's class path (driver_class_path): executors need none
         log.warning(
             "warehouse %s is on S3 but no hadoop-aws jars were found (make s3a-jars, or "
             "TIDEMARK_S3A_JARS): registering partitions needs s3a on Spark's class path",
@@ -110,17 +117,21 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         # limit; left interpreted they made it 2.6x slower (docs/benchmarks.md).
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby_home} {JIT_HUGE_METHODS}",
         "spark.executor.extraJavaOptions": JIT_HUGE_METHODS,
-        "spark.executorEnv.PYSPARK_PYTHON": settings.python,
-        "spark.pyspark.python": settings.python,
+        "spark.executorEnv.PYSPARK_PYTHON": settings.executor_python,
+        "spark.pyspark.python": settings.executor_python,
         "spark.pyspark.driver.python": settings.python,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
     if is_object_store(settings.warehouse):
         conf.update(s3a_conf(settings))
-    drivers = jdbc_driver_class_path()
+    if settings.executor_python != settings.python:  # executors unpack and run the shipped venv
+        conf["spark.archives"] = f"{settings.executor_env}#{EXECUTOR_ENV_DIR}"
+    drivers = driver_class_path(settings)
     if drivers:  # effective for sessions started in-process; spark-submit needs the flag
         conf["spark.driver.extraClassPath"] = drivers
-        conf["spark.executor.extraClassPath"] = drivers
+    jdbc = jdbc_driver_class_path()
+    if jdbc:
+        conf["spark.executor.extraClassPath"] = jdbc
     if hive:
         if settings.hive_metastore_uris:
             conf["spark.hadoop.hive.metastore.uris"] = settings.hive_metastore_uris
@@ -143,6 +154,27 @@ def library_zip(settings: Settings) -> Path:
     return target
 
 
+def driver_side_executor_env(settings: Settings) -> None:
+    """Executors run ``./tidemark_env/bin/python`` from the shipped archive; Spark runs the
+    same relative path on the driver too, for the Python data sources' planning, from the
+    driver JVM's working directory (which the archive does not reach). A ``tidemark_env``
+    link there to this venv makes that path valid on the driver."""
+    link = Path.cwd() / EXECUTOR_ENV_DIR
+    target = Path(settings.python).parent.parent
+    if link.is_symlink() and link.resolve() == target.resolve():
+        return
+    if link.exists() or link.is_symlink():
+        raise RuntimeError(
+            f"{link} exists and is not a link to {target}: the driver cannot run the data sources' "
+            "planning with the shipped executor venv; remove it or run the job from another directory"
+        )
+    try:
+        link.symlink_to(target, target_is_directory=True)
+    except FileExistsError:  # another driver in this directory made it at the same moment
+        if link.resolve() != target.resolve():
+            raise
+
+
 def build_session(
     app_name: str,
     settings: Settings | None = None,
@@ -158,9 +190,12 @@ def build_session(
 
     settings = settings or Settings.from_env()
     settings.home.mkdir(parents=True, exist_ok=True)
-    # Executors (and the Python workers of a local session) must run the venv's interpreter.
-    os.environ["PYSPARK_PYTHON"] = settings.python
+    # Executors (and the Python workers of a local session) must run the venv's interpreter,
+    # or the shipped one (PySpark takes the executors' interpreter from this variable).
+    os.environ["PYSPARK_PYTHON"] = settings.executor_python
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if settings.executor_python != settings.python:
+        driver_side_executor_env(settings)
     conf = session_conf(settings, hive=hive)
     conf.update(settings.spark_conf)
     conf.update(extra_conf or {})

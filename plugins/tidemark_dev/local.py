@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
+from tidemark_dev.cluster import SparkMasterService, SparkWorkerService
 from tidemark_dev.postgres import MetastoreService, PostgresService
 from tidemark_dev.s3 import S3Service
 from tidemark_dev.services import AirflowService, BrokerService, NoidaBrokerService, Service
@@ -17,15 +19,20 @@ SERVICES: dict[str, Callable[[Settings], Service]] = {
     "metastore": MetastoreService,  # after postgres: its database
     "s3": S3Service,
     "noida": NoidaBrokerService,  # another broker on the same port: instead of "broker", not beside it
+    # a standalone Spark cluster (TIDEMARK_SPARK_MASTER=spark://127.0.0.1:<TIDEMARK_SPARK_PORT>)
+    "spark-master": SparkMasterService,
+    "spark-worker-1": functools.partial(SparkWorkerService, index=1),
+    "spark-worker-2": functools.partial(SparkWorkerService, index=2),
 }
+ON_DEMAND = ("noida", "spark-master", "spark-worker-1", "spark-worker-2")  # not part of "all"
 
 
 def resolve(names: list[str]) -> list[str]:
     """Expand ``all`` and check names; start order is broker first."""
     if not names:
         return ["broker"]
-    if "all" in names:  # noida is the alternative broker, on the broker's port
-        return [n for n in SERVICES if n != "noida"]
+    if "all" in names:  # noida is the alternative broker, on the broker's port; the cluster is heavy
+        return [n for n in SERVICES if n not in ON_DEMAND]
     unknown = [n for n in names if n not in SERVICES]
     if unknown:
         raise ServiceError(f"unknown service(s) {', '.join(unknown)}; expected: {', '.join(SERVICES)}, all")

@@ -1,7 +1,9 @@
-"""The events path with the warehouse and the state on S3 (a real SeaweedFS server) and the
-Hive metastore service on PostgreSQL: the real dump and seal jobs in their own processes,
-killed at protocol points and retried, then the tables read back through the metastore by
-another Spark process. Nothing is renamed on
+"""The production topology, natively: the warehouse and the state on S3 (a real SeaweedFS
+server), the Hive metastore service on PostgreSQL, and a Spark standalone cluster of a master
+and two workers with their own work and local directories, whose executors get the library
+and a venv shipped by the jobs (nothing of this checkout's venv is on the workers' paths).
+The real dump and seal jobs run in their own processes, are killed at protocol points and
+retried, then the tables are read back through the metastore by another Spark process. Nothing is renamed on
 the store: batch files are written once under final names, a sealed hour and a late
 partition are new directories the metastore is pointed at."""
 
@@ -11,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -22,13 +25,14 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers.net import free_port
+from tests.helpers.net import free_port, free_port_block
 from tests.helpers.tables import PROCESSING, START, fresh_table
 from tidemark.faults import EXIT_CODE
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.tablefs import Store
+from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
 from tidemark_dev.generator import create_topic, events, produce, records
 from tidemark_dev.postgres import MetastoreService
 
@@ -79,6 +83,23 @@ def s3_metastore(
         service.stop()
 
 
+@pytest.fixture(scope="module")
+def cluster(s3_metastore: Settings) -> Iterator[Settings]:
+    """A standalone master and two workers; settings whose jobs run on them and ship
+    ``make executor-env``'s archive."""
+    archive = Path(s3_metastore.python).parent.parent / "share" / "tidemark" / "executor-env.tar.gz"
+    assert archive.is_file(), "run `make executor-env` (make test does)"
+    own = replace(s3_metastore, spark_port=free_port_block(6))
+    nodes = [SparkMasterService(own), *(SparkWorkerService(own, i) for i in (1, 2))]
+    try:
+        for node in nodes:
+            node.start()
+        yield replace(own, spark_master=master_url(own), executor_env=str(archive))
+    finally:
+        for node in reversed(nodes):
+            node.stop()
+
+
 def environment(settings: Settings) -> dict[str, str]:
     env = {
         **os.environ,
@@ -88,6 +109,8 @@ def environment(settings: Settings) -> dict[str, str]:
         "TIDEMARK_WAREHOUSE": settings.warehouse,
         "TIDEMARK_STATE_DIR": settings.state_uri,
         "TIDEMARK_HIVE_METASTORE_URIS": settings.hive_metastore_uris,
+        "TIDEMARK_SPARK_MASTER": settings.spark_master,
+        "TIDEMARK_EXECUTOR_ENV": settings.executor_env,
     }
     env.pop("TIDEMARK_FAIL_AT", None)
     return env
@@ -100,20 +123,31 @@ def job(
     if fail_at:
         env["TIDEMARK_FAIL_AT"] = fail_at
     args = [sys.executable, str(JOBS / f"{name}.py"), "--table", table, "--run-id", run_id, *extra]
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=400, check=False)
+    started = time.monotonic()
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=400, check=False)
+    print(f"{name} {run_id} {fail_at or ''}: {time.monotonic() - started:.1f} s")
+    return done
+
+
+def why(done: subprocess.CompletedProcess[str]) -> str:
+    """A failed job's error lines (not its stack frames) and the end of its log."""
+    errors = [x for x in done.stderr.splitlines() if ("Error" in x or "Exception" in x) and "\tat " not in x]
+    return "\n".join(errors[:15]) + "\n...\n" + done.stderr[-1500:]
 
 
 def read_back(settings: Settings, *tables: str) -> dict[str, Any]:
     """The tables as another Spark process sees them through the metastore."""
+    env = environment(settings)
+    env["TIDEMARK_SPARK_MASTER"] = "local[2]"  # a reader with s3a on its own class path, as a user's Spark
     done = subprocess.run(
         [sys.executable, "-c", VERIFY, *tables],
-        env=environment(settings),
+        env=env,
         check=False,
         capture_output=True,
         text=True,
         timeout=400,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, why(done)
     line = next(x for x in done.stdout.splitlines() if x.startswith("VERIFY "))
     return dict(json.loads(line.removeprefix("VERIFY ")))
 
@@ -128,9 +162,9 @@ def offsets(store: Store, files: list[str], columns: tuple[str, str]) -> Counter
 
 
 def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore(
-    broker: str, s3_metastore: Settings, lake: str, tmp_path: Path
+    broker: str, cluster: Settings, lake: str, tmp_path: Path
 ) -> None:
-    config, settings = fresh_table(s3_metastore, tmp_path)
+    config, settings = fresh_table(cluster, tmp_path)
     settings = replace(settings, home=tmp_path / "home")
     table = config.table
     store = Store.of(settings.warehouse)
@@ -150,11 +184,11 @@ def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore
 
     # killed after its files are written in their final places, before the commit record
     killed = job(settings, "dump", table, "run-1", *processing, fail_at="before_commit_record")
-    assert killed.returncode == EXIT_CODE, killed.stderr[-3000:]
+    assert killed.returncode == EXIT_CODE, why(killed)
     uncommitted = store.files(f"{table}/_open")
     assert uncommitted and all("part-b0000000000-p" in f for f in uncommitted)
     retried = job(settings, "dump", table, "run-1", *processing)
-    assert retried.returncode == 0, retried.stderr[-3000:]
+    assert retried.returncode == 0, why(retried)
     commit = CommitLog(settings.state_location, table).commit(0)
     assert commit is not None
     rows = offsets(store, [f for f in commit.files if "__dirty" not in f], ("_mq_partition", "_mq_offset"))
@@ -167,9 +201,9 @@ def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore
 
     # killed after the partition is registered, before _SUCCESS and the journal entry
     crashed = job(settings, "seal", table, "seal-1", fail_at="after_registration")
-    assert crashed.returncode == EXIT_CODE, crashed.stderr[-3000:]
+    assert crashed.returncode == EXIT_CODE, why(crashed)
     sealed = job(settings, "seal", table, "seal-1")
-    assert sealed.returncode == 0, sealed.stderr[-3000:]
+    assert sealed.returncode == 0, why(sealed)
     assert json.loads(sealed.stdout.splitlines()[-1])["sealed"] == ["2026-11-22T10"]
 
     # late rows for the sealed hour 10, and records that move the watermark past hour 11
@@ -184,9 +218,9 @@ def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore
     )
     later = ["--processing-time", (PROCESSING + timedelta(hours=1)).isoformat()]
     second = job(settings, "dump", table, "run-2", *later)
-    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.returncode == 0, why(second)
     resealed = job(settings, "seal", table, "seal-2")
-    assert resealed.returncode == 0, resealed.stderr[-3000:]
+    assert resealed.returncode == 0, why(resealed)
     result = json.loads(resealed.stdout.splitlines()[-1])
     assert (result["sealed"], result["late_registered"]) == (["2026-11-22T11"], ["2026-11-22T10"])
 
@@ -203,3 +237,8 @@ def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore
         assert "/_v" in location  # a version directory, never the hour's own path
     # the sealed hours' batch files are gone; the hour 12 rows wait in _open
     assert all("hr=12" in f for f in store.files(f"{table}/_open"))
+    # the work ran on both workers, each executor in the venv the jobs shipped
+    for index in (1, 2):
+        work = cluster.home / f"spark-worker-{index}" / "work"
+        assert list(work.glob("app-*/*/tidemark_env/bin/python")), f"worker {index} ran no executor"
+        assert list(work.glob("app-*/*/tidemark-lib.zip")), f"worker {index} got no library"

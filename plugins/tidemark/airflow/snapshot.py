@@ -42,7 +42,6 @@ def bootstrap_dag(config: TableConfig, settings: Settings) -> Any:
     from airflow.sdk import Param
 
     from tidemark.airflow.operators import SourceCredentialsSparkSubmitOperator
-    from tidemark.spark import jdbc_driver_class_path
 
     table = config.table
     conn_id = f"tidemark_{table}_source"
@@ -93,7 +92,6 @@ password), passed to the job through its environment; never type them into this 
             ],
             operator=SourceCredentialsSparkSubmitOperator,
             source_conn_id="{{ params.source_conn_id }}",
-            driver_class_path=jdbc_driver_class_path() or None,
             pool=HIVE_METASTORE_POOL,
         )
     return dag

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The venv Spark executors of a cluster unpack and run (TIDEMARK_EXECUTOR_ENV): only what the
+# read, stage and compaction tasks import (pyarrow, confluent-kafka, pandas for Spark's Arrow
+# workers, pydantic and pyyaml for the table config), at requirements.txt's pinned versions,
+# in a venv of the same Python as .venv, packed as a tar.gz for spark.archives. Rebuilt when
+# the pins change. The tidemark library itself travels apart (the zip every job ships), so a
+# code change needs no new archive.
+set -euo pipefail
+venv=${1:-.venv}
+share="$venv/share/tidemark"
+out="$share/executor-env.tar.gz"
+stamp="$share/executor-env.requirements"
+mkdir -p "$share"
+wanted='^(pyarrow|confluent-kafka|numpy|pandas|python-dateutil|pytz|tzdata|six|pyyaml|pydantic|pydantic-core|annotated-types|typing-extensions|typing-inspection)=='
+req=$(mktemp)
+work=$(mktemp -d)
+trap 'rm -rf "$work" "$req"' EXIT
+grep -iE "$wanted" requirements.txt > "$req"
+if [[ -f "$out" && -f "$stamp" ]] && cmp -s "$req" "$stamp"; then
+  exit 0
+fi
+echo "tidemark: building the executor venv archive ($(wc -l < "$req") packages, once per pin change)"
+base=$("$venv/bin/python" -c 'import sys; print(sys._base_executable)')
+"$base" -m venv --without-pip "$work/env"
+"$venv/bin/uv" pip install --python "$work/env/bin/python" --quiet --compile-bytecode --no-deps -r "$req"
+tar -C "$work/env" -czf "$out.tmp" .
+mv "$out.tmp" "$out"
+cp "$req" "$stamp"
+echo "tidemark: executor venv in $out ($(du -h "$out" | cut -f1)); set TIDEMARK_EXECUTOR_ENV=$PWD/$out"
