@@ -215,6 +215,20 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+def dump_command(processing: datetime) -> list[str]:
+    """The dump job of the bench table, as spark-submit runs it, for run id bench-1."""
+    return [
+        sys.executable,
+        str(ROOT / "spark_jobs" / "dump.py"),
+        "--table",
+        "bench",
+        "--run-id",
+        "bench-1",
+        "--processing-time",
+        processing.isoformat(),
+    ]
+
+
 def bench_table(conf_dir: Path, topic: str, per_partition: int) -> None:
     data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
     data["table"] = "bench"
@@ -294,17 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(baseline.line(), flush=True)
 
-        dump_cmd = [
-            py,
-            str(ROOT / "spark_jobs" / "dump.py"),
-            "--table",
-            "bench",
-            "--run-id",
-            "bench-1",
-            "--processing-time",
-            PROCESSING.isoformat(),
-        ]
-        out, wall, rss = run_measured(dump_cmd, env)
+        out, wall, rss = run_measured(dump_command(PROCESSING), env)
         if out["read"] != total:
             raise SystemExit(f"dump read {out['read']} records, expected {total}")
         t = out["timings"]

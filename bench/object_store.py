@@ -31,22 +31,12 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dump_throughput import PROCESSING, ROOT, START, bench_table, produce_input, run_measured
+from dump_throughput import PROCESSING, ROOT, START, bench_table, dump_command, produce_input, run_measured
 
 
 def run_jobs(env: dict[str, str], total: int) -> dict[str, float]:
     """Dump then seal; the figures of one storage."""
-    dump_cmd = [
-        sys.executable,
-        str(ROOT / "spark_jobs" / "dump.py"),
-        "--table",
-        "bench",
-        "--run-id",
-        "bench-1",
-        "--processing-time",
-        (PROCESSING + timedelta(hours=1)).isoformat(),
-    ]
-    out, dump_wall, dump_rss = run_measured(dump_cmd, env)
+    out, dump_wall, dump_rss = run_measured(dump_command(PROCESSING + timedelta(hours=1)), env)
     if out["read"] != total:
         raise SystemExit(f"dump read {out['read']} records, expected {total}")
     t = out["timings"]

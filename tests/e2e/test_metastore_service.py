@@ -9,20 +9,19 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.net import free_port
+from tests.helpers.metastore import metastore_service
 from tests.helpers.tables import at, fresh_table
 from tidemark.ingest.dump import run_dump
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
 from tidemark_dev.generator import create_topic, produce, records
 from tidemark_dev.pgsource import psql
-from tidemark_dev.postgres import METASTORE_DATABASE, MetastoreService
+from tidemark_dev.postgres import METASTORE_DATABASE
 
 pytestmark = pytest.mark.e2e
 
@@ -32,13 +31,8 @@ HOUR = "2026-11-22T10"
 @pytest.fixture(scope="module")
 def metastore(settings: Settings, postgres: str) -> Iterator[Settings]:
     """The metastore service on a free port; yields settings that point jobs at it."""
-    own = replace(settings, metastore_port=free_port())
-    service = MetastoreService(own)
-    service.start()
-    try:
-        yield replace(own, hive_metastore_uris=service.address())
-    finally:
-        service.stop()
+    with metastore_service(settings) as own:
+        yield own
 
 
 def registered(settings: Settings) -> set[tuple[str, str]]:

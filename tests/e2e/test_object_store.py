@@ -25,7 +25,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers.net import free_port, free_port_block
+from tests.helpers.metastore import metastore_service
+from tests.helpers.net import free_port_block
 from tests.helpers.tables import PROCESSING, START, fresh_table
 from tidemark.faults import EXIT_CODE
 from tidemark.settings import Settings
@@ -34,7 +35,6 @@ from tidemark.state.journal import HourJournal
 from tidemark.tablefs import Store
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
 from tidemark_dev.generator import create_topic, events, produce, records
-from tidemark_dev.postgres import MetastoreService
 
 pytestmark = pytest.mark.e2e
 
@@ -69,18 +69,10 @@ def s3_metastore(
 ) -> Iterator[Settings]:
     """The metastore service for a warehouse on S3 (s3a on its class path, keys from the
     environment); yields settings pointing at both."""
-    own = replace(
-        settings,
-        metastore_port=free_port(),
-        warehouse=f"{lake}/warehouse",
-        state_uri=f"{lake}/state",
-    )
-    service = MetastoreService(own)
-    service.start()
-    try:
-        yield replace(own, hive_metastore_uris=service.address())
-    finally:
-        service.stop()
+    with metastore_service(
+        replace(settings, warehouse=f"{lake}/warehouse", state_uri=f"{lake}/state")
+    ) as own:
+        yield own
 
 
 @pytest.fixture(scope="module")

@@ -377,21 +377,11 @@ class Sealer:
             from tidemark.sparkfiles import write_files
 
             size = sum(store.size(f) for f in inputs)
-            n_files = max(1, math.ceil(size / self.config.output.target_file_size))
             frame = self.files.read_hour(home, [self.layout.warehouse / f for f in inputs])
-            written = write_files(frame, store, directory, sealed_file_prefix(1), n_files)
+            written = write_files(frame, store, directory, sealed_file_prefix(1), self._file_count(size))
             crash_point("mid_compaction")
             files, rows = [f for f, _ in written], sum(n for _, n in written)
-            log.info(
-                "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows, in %s",
-                self.config.table,
-                hour.key,
-                len(inputs),
-                size,
-                len(files),
-                rows,
-                home,
-            )
+            self._log_compacted(hour, inputs=len(inputs), size=size, files=len(files), rows=rows, home=home)
         store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": files, "rows": rows})
         return files, rows, home
 
@@ -405,7 +395,7 @@ class Sealer:
         rows = 0
         if inputs:
             size = sum(p.stat().st_size for p in inputs)
-            n_files = max(1, math.ceil(size / self.config.output.target_file_size))
+            n_files = self._file_count(size)
             frame = self.files.read_hour(source)
             staging = self.layout.step_staging("seal", hour.key, self.run_id)
             shutil.rmtree(staging, ignore_errors=True)
@@ -417,17 +407,27 @@ class Sealer:
                 self.layout.relative(target / (self.layout.warehouse / m).relative_to(directory))
                 for m in moved
             ]
-            log.info(
-                "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows",
-                self.config.table,
-                hour.key,
-                len(inputs),
-                size,
-                len(files),
-                rows,
-            )
+            self._log_compacted(hour, inputs=len(inputs), size=size, files=len(files), rows=rows, home=target)
         replace_atomically(compaction_marker(directory), {"files": files, "rows": rows})
         return files, rows
+
+    def _file_count(self, size: int) -> int:
+        """Files of about ``output.target_file_size`` for ``size`` bytes of batch files."""
+        return max(1, math.ceil(size / self.config.output.target_file_size))
+
+    def _log_compacted(
+        self, hour: Hour, *, inputs: int, size: int, files: int, rows: int, home: Path
+    ) -> None:
+        log.info(
+            "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows, for %s",
+            self.config.table,
+            hour.key,
+            inputs,
+            size,
+            files,
+            rows,
+            home,
+        )
 
     def _sweep_sealed_leftovers(self, partitions: JournalState) -> None:
         """Batch files of hours already sealed (a crash between journal and cleanup)."""
