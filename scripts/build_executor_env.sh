@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The venv Spark executors of a cluster unpack and run (TIDEMARK_EXECUTOR_ENV): only what the
-# read, stage and compaction tasks import (pyarrow, confluent-kafka, pandas for Spark's Arrow
-# workers, pydantic and pyyaml for the table config), at requirements.txt's pinned versions,
+# read, stage and compaction tasks import (pyarrow, confluent-kafka, numpy, pydantic and pyyaml
+# for the table config; no pandas: tidemark's tasks use Arrow batches only, and Spark's Arrow
+# workers import pandas lazily), at requirements.txt's pinned versions,
 # in a venv of the same Python as .venv, packed as a tar.gz for spark.archives. Rebuilt when
 # the pins change. The tidemark library itself travels apart (the zip every job ships), so a
 # code change needs no new archive.
@@ -11,7 +12,7 @@ share="$venv/share/tidemark"
 out="$share/executor-env.tar.gz"
 stamp="$share/executor-env.requirements"
 mkdir -p "$share"
-wanted='^(pyarrow|confluent-kafka|numpy|pandas|python-dateutil|pytz|tzdata|six|pyyaml|pydantic|pydantic-core|annotated-types|typing-extensions|typing-inspection)=='
+wanted='^(pyarrow|confluent-kafka|numpy|tzdata|pyyaml|pydantic|pydantic-core|annotated-types|typing-extensions|typing-inspection)=='
 req=$(mktemp)
 work=$(mktemp -d)
 trap 'rm -rf "$work" "$req"' EXIT

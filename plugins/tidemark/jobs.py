@@ -156,12 +156,10 @@ def check_warehouse_support(job: str, config: TableConfig, settings: Settings) -
         missing.append(f"the {job} job")
     if config.partitioning.columns:
         missing.append(f"data-derived partition columns ({', '.join(config.partitioning.columns)})")
-    if config.late_policy == "amend":
-        missing.append("late_policy amend (side_table works)")
     if missing:
         raise ObjectStoreError(
             f"{config.table}: the warehouse {settings.warehouse} is on an object store, where tidemark "
-            f"runs {', '.join(OBJECT_STORE_JOBS)} with side-table late rows; not yet {'; '.join(missing)}. "
+            f"runs {', '.join(OBJECT_STORE_JOBS)}; not yet {'; '.join(missing)}. "
             "Nothing was read or written."
         )
 

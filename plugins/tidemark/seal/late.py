@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from tidemark.faults import crash_point
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
-from tidemark.state.layout import COMPACTED_MARKER, batch_of_file, sealed_file_prefix, write_success
+from tidemark.state.layout import COMPACTED_MARKER, batch_of_file, sealed_file_prefix
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.time.hours import Hour, parse_path
 
@@ -72,6 +73,46 @@ class LateRows:
         """Object stores: the version directory each late partition points at."""
         return dict((read_json(self.registry_file(journal)) or {}).get("locations", {}))
 
+    def _files_under(self, directory: Path) -> list[Path]:
+        """Parquet files under a directory of the warehouse, sorted."""
+        if self.layout.object_store:
+            return [
+                self.layout.warehouse / f for f in self.layout.store.files(self.layout.relative(directory))
+            ]
+        return sorted(directory.rglob("*.parquet"))
+
+    def _amend_in_place(
+        self, hour: Hour, current: JournalEntry | None, new_files: list[Path], version: int, through: int
+    ) -> tuple[Path, list[str], int]:
+        """Object stores: the hour's current files and its new late rows written once as the
+        hour's next version directory (the whole hour: a registered directory never changes),
+        which the partition is then pointed at. Returns (directory, files, late rows added)."""
+        from tidemark.sparkfiles import write_files
+
+        store = self.layout.store
+        home = self.layout.hour_version(hour.path, version, through)
+        directory = self.layout.relative(home)
+        done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
+        before = current.rows if current else 0
+        if done is None:
+            store.delete_dir(directory)  # a crashed attempt's, never registered
+            inputs = [*(self.layout.warehouse / f for f in (current.files if current else ())), *new_files]
+            late = sum(store.rows(self.layout.relative(p)) for p in new_files)
+            size = sum(store.size(self.layout.relative(p)) for p in inputs)
+            n_files = max(1, math.ceil(size / self.config.output.target_file_size))
+            written = write_files(
+                self.files.read_hour(home, inputs), store, directory, sealed_file_prefix(1), n_files
+            )
+            rows = sum(n for _, n in written)
+            if rows != before + late:
+                raise ReconciliationError(
+                    f"{self.config.table} hour {hour.key}: amend to v{version} wrote {rows} rows != {before} "
+                    f"sealed + {late} late rows of batches <= {through}; not registered"
+                )
+            done = {"files": [f for f, _ in written], "rows": rows}
+            store.write_json(f"{directory}/{COMPACTED_MARKER}", done)
+        return home, list(done["files"]), int(done["rows"]) - before
+
     def _late_version(self, hour: Hour, state: LogState) -> Path:
         """Object stores: the committed late rows of an hour (hidden batch files in
         ``<table>__late/_open``) written once as a new directory of the late partition, named by
@@ -109,32 +150,37 @@ class LateRows:
             if current is not None and current.quarantined:
                 continue  # its late rows wait for the release
             folded = current.folded_through_batch if current else -1
-            late_dir = self.layout.late_dir / hour.path
+            late_dir = (
+                self.layout.late_open_dir if self.layout.object_store else self.layout.late_dir
+            ) / hour.path
             new_files = [
                 p
-                for p in sorted(late_dir.rglob("*.parquet"))
-                if (batch := batch_of_file(p.name)) is not None and batch > folded
+                for p in self._files_under(late_dir)
+                if (batch := batch_of_file(p.name)) is not None and folded < batch <= state.last_committed
             ]
             if not new_files:
                 continue
             version = (current.version if current else 0) + 1
-            target = self.layout.table_dir / hour.path
             through = max(batch_of_file(p.name) or 0 for p in new_files)
-            staging = self.layout.step_staging("amend", hour.key, f"v{version}")
-            shutil.rmtree(staging, ignore_errors=True)
-            frame = self.files.read_hour(late_dir, new_files)
-            frame.coalesce(1).write.partitionBy(*self.files.extra_columns).parquet(str(staging))
-            added = self.files.spark.read.parquet(str(staging)).count()
-            # One rename per file: readers see the old version or the new one, never half.
-            files = [
-                *(current.files if current else ()),
-                *self.files.move_staged(staging, target, sealed_file_prefix(version)),
-            ]
+            if self.layout.object_store:
+                target, files, added = self._amend_in_place(hour, current, new_files, version, through)
+            else:
+                target = self.layout.table_dir / hour.path
+                staging = self.layout.step_staging("amend", hour.key, f"v{version}")
+                shutil.rmtree(staging, ignore_errors=True)
+                frame = self.files.read_hour(late_dir, new_files)
+                frame.coalesce(1).write.partitionBy(*self.files.extra_columns).parquet(str(staging))
+                added = self.files.spark.read.parquet(str(staging)).count()
+                # One rename per file: readers see the old version or the new one, never half.
+                files = [
+                    *(current.files if current else ()),
+                    *self.files.move_staged(staging, target, sealed_file_prefix(version)),
+                ]
             crash_point("after_amend_files")
             self.files.register(self.config.table, self.layout.table_dir, hour, target)
             self.files.spark.catalog.refreshTable(self.config.table)
             rows = (current.rows if current else 0) + added
-            write_success(target, hour.key, rows, version)
+            self.files.mark_complete(target, hour, rows, version)
             crash_point("after_amend_moves")
             entry = step_entry(
                 self.config,

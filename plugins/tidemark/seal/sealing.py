@@ -266,9 +266,7 @@ class Sealer:
             )
         hour = parse_key(hour_key, self.zone)
         if self.layout.object_store:  # its version directory was written, only not registered
-            target = self.layout.versioned_hour(
-                self.layout.table_dir, hour.path, 1, current.folded_through_batch
-            )
+            target = self.layout.hour_version(hour.path, current.version, current.folded_through_batch)
         else:
             target = self.layout.table_dir / hour.path
             self._reveal(self.layout.sealing_dir / hour.path, target)
@@ -354,7 +352,7 @@ class Sealer:
         (a crashed attempt's, never registered). A marker that disagrees with the commit log
         means batch files were lost: not sealed."""
         store = self.layout.store
-        home = self.layout.versioned_hour(self.layout.table_dir, hour.path, 1, state.last_committed)
+        home = self.layout.hour_version(hour.path, 1, state.last_committed)
         directory = self.layout.relative(home)
         done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
         if done is not None:

@@ -49,9 +49,7 @@ class VersionCollector:
         current = set(late_locations.values())
         for key, entry in partitions.hours.items():
             hour = parse_key(key, zone)
-            directory = self.layout.versioned_hour(
-                self.layout.table_dir, hour.path, 1, entry.folded_through_batch
-            )
+            directory = self.layout.hour_version(hour.path, entry.version, entry.folded_through_batch)
             current.add(self.layout.relative(directory))
         return current
 

@@ -137,6 +137,11 @@ class Layout:
         later step never overwrites one a reader may be listing."""
         return base / hour_path / f"_v{version:04d}-b{through_batch:010d}"
 
+    def hour_version(self, hour_path: str, version: int, through_batch: int) -> Path:
+        """Object stores: the directory of version ``version`` of a sealed hour holding the
+        batches through ``through_batch`` (a quarantine, version 0, is its seal's directory)."""
+        return self.versioned_hour(self.table_dir, hour_path, max(version, 1), through_batch)
+
     def batch_staging(self, batch_id: int) -> Path:
         return self.staging_root / batch_dir_name(batch_id)
 
