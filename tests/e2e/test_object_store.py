@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -27,6 +28,7 @@ import pytest
 from tests.helpers.metastore import metastore_service
 from tests.helpers.net import free_port_block
 from tests.helpers.tables import PROCESSING, START, fresh_table
+from tidemark.config import TableConfig
 from tidemark.faults import EXIT_CODE
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
@@ -106,6 +108,32 @@ def job(
     return done
 
 
+def s3_table(
+    broker: str, base: Settings, tmp_path: Path, **overrides: Any
+) -> tuple[TableConfig, Settings, Store]:
+    """A fresh events table on the S3 warehouse, its topic (2 MQ partitions), its own home."""
+    config, settings = fresh_table(base, tmp_path, **overrides)
+    create_topic(broker, config.source.topic, 2)
+    return config, replace(settings, home=tmp_path / "home"), Store.of(settings.warehouse)
+
+
+LATER = ["--processing-time", (PROCESSING + timedelta(hours=1)).isoformat()]
+
+
+def late_round(broker: str, topic: str, minute: int) -> list[Any]:
+    """A late record for hour 10 on each MQ partition (at ``minute`` and the next), then one at
+    12:20 on each, which moves every watermark past hour 11's end + commit delay."""
+    late = [(0, START + timedelta(minutes=minute)), (1, START + timedelta(minutes=minute + 1))]
+    later = [(p, START + timedelta(hours=2, minutes=20)) for p in (0, 1)]
+    return produce(broker, topic, records(late + later, prefix="late"))
+
+
+def outcome(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """A successful job's result (its last line of output)."""
+    assert done.returncode == 0, why(done)
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
 def why(done: subprocess.CompletedProcess[str]) -> str:
     """A failed job's error lines (not its stack frames) and the end of its log."""
     errors = [x for x in done.stderr.splitlines() if ("Error" in x or "Exception" in x) and "\tat " not in x]
@@ -143,11 +171,8 @@ def offsets(store: Store, files: list[str], columns: tuple[str, str]) -> Counter
 def test_dump_and_seal_on_s3_on_a_cluster_with_kills_are_exact_where_the_metastore_points(
     broker: str, cluster: Settings, lake: str, tmp_path: Path
 ) -> None:
-    config, settings = fresh_table(cluster, tmp_path)
-    settings = replace(settings, home=tmp_path / "home")
+    config, settings, store = s3_table(broker, cluster, tmp_path)
     table = config.table
-    store = Store.of(settings.warehouse)
-    create_topic(broker, config.source.topic, 2)
     first = produce(
         broker,
         config.source.topic,
@@ -182,22 +207,9 @@ def test_dump_and_seal_on_s3_on_a_cluster_with_kills_are_exact_where_the_metasto
     assert sealed.returncode == 0, why(sealed)
     assert json.loads(sealed.stdout.splitlines()[-1])["sealed"] == ["2026-11-22T10"]
 
-    # late rows for the sealed hour 10, and records that move the watermark past hour 11
-    late = produce(
-        broker,
-        config.source.topic,
-        records(
-            [(0, START + timedelta(minutes=5)), (1, START + timedelta(minutes=7))]
-            + [(p, START + timedelta(hours=2, minutes=20)) for p in (0, 1)],
-            prefix="late",
-        ),
-    )
-    later = ["--processing-time", (PROCESSING + timedelta(hours=1)).isoformat()]
-    second = job(settings, "dump", table, "run-2", *later)
-    assert second.returncode == 0, why(second)
-    resealed = job(settings, "seal", table, "seal-2")
-    assert resealed.returncode == 0, why(resealed)
-    result = json.loads(resealed.stdout.splitlines()[-1])
+    late = late_round(broker, config.source.topic, 5)
+    assert job(settings, "dump", table, "run-2", *LATER).returncode == 0
+    result = outcome(job(settings, "seal", table, "seal-2"))
     assert (result["sealed"], result["late_registered"]) == (["2026-11-22T11"], ["2026-11-22T10"])
 
     journal = {e.hour: e for e in HourJournal(settings.state_location, table).entries()}
@@ -227,13 +239,10 @@ def test_amend_on_s3_points_the_hour_at_its_next_version_and_collects_the_old_on
     """late_policy amend on S3 (local Spark): hour 10's late rows make its version 2, a new
     directory the partition is pointed at; a seal killed after writing it (before registering)
     reuses it; version 1, unreferenced, goes after the retention (0s here)."""
-    config, settings = fresh_table(
-        s3_metastore, tmp_path, late_policy="amend", output__version_retention="0s"
+    config, settings, store = s3_table(
+        broker, s3_metastore, tmp_path, late_policy="amend", output__version_retention="0s"
     )
-    settings = replace(settings, home=tmp_path / "home")
     table = config.table
-    store = Store.of(settings.warehouse)
-    create_topic(broker, config.source.topic, 2)
     on_time = produce(
         broker,
         config.source.topic,
@@ -246,22 +255,11 @@ def test_amend_on_s3_points_the_hour_at_its_next_version_and_collects_the_old_on
     first = job(settings, "seal", table, "seal-1")
     assert json.loads(first.stdout.splitlines()[-1])["sealed"] == ["2026-11-22T10"], why(first)
     v1 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
-    late = produce(
-        broker,
-        config.source.topic,
-        records(
-            [(0, START + timedelta(minutes=30)), (1, START + timedelta(minutes=31))]
-            + [(p, START + timedelta(hours=2, minutes=20)) for p in (0, 1)],
-            prefix="late",
-        ),
-    )
-    later = ["--processing-time", (PROCESSING + timedelta(hours=1)).isoformat()]
-    assert job(settings, "dump", table, "run-2", *later).returncode == 0
+    late = late_round(broker, config.source.topic, 30)
+    assert job(settings, "dump", table, "run-2", *LATER).returncode == 0
     killed = job(settings, "seal", table, "seal-2", fail_at="after_amend_files")
     assert killed.returncode == EXIT_CODE, why(killed)
-    second = job(settings, "seal", table, "seal-2")
-    assert second.returncode == 0, why(second)
-    result = json.loads(second.stdout.splitlines()[-1])
+    result = outcome(job(settings, "seal", table, "seal-2"))
     # hour 11 was sealed by the killed attempt, before it amended hour 10
     assert (result["sealed"], result["amended"]) == ([], ["2026-11-22T10"])
     assert "2026-11-22T11" in HourJournal(settings.state_location, table).state().hours
