@@ -88,18 +88,8 @@ def filesystem(uri: str, s3: dict[str, str] | None = None) -> tuple[pafs.FileSys
 def parquet_files(uri: str) -> list[str]:
     """The visible Parquet files under ``uri`` (recursively; ``_``/``.`` parts are hidden, as
     for Hive and Spark), as URIs of the same scheme, sorted."""
-    import pyarrow.fs as pafs
-
-    fs, root = filesystem(uri)
-    prefix = uri[: len(uri) - len(root)] if uri.endswith(root) else ""
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    found = []
-    for info in infos:
-        relative = info.path[len(root) :].lstrip("/")
-        hidden = any(part.startswith(("_", ".")) for part in relative.split("/"))
-        if info.type == pafs.FileType.File and info.path.endswith(".parquet") and not hidden:
-            found.append(prefix + info.path)
-    return sorted(found)
+    store = Store.of(uri)
+    return [store.uri(f) for f in store.files("")]
 
 
 @dataclass(frozen=True)

@@ -97,8 +97,12 @@ class Publisher:
             log.warning("batch %s: rolled back %s files of an uncommitted attempt", self.batch_id, removed)
         return removed
 
+    def _all_batch_files(self) -> list[str]:
+        listed = self._batch_files()
+        return [f for kind in KINDS for f in listed[kind]]
+
     def _rollback_in_place(self) -> int:
-        files = [f for kind in KINDS for f in self._batch_files()[kind]]
+        files = self._all_batch_files()
         for relative in files:
             self.store.delete(relative)
         self.store.delete_dir(self.layout.relative(self.batch_dir))
@@ -136,7 +140,7 @@ class Publisher:
                 raise ObjectStoreError(
                     f"{self.layout.table}: replaying dirty records is not supported on an object store yet"
                 )
-            files = [f for kind in KINDS for f in self._batch_files()[kind]]
+            files = self._all_batch_files()
             self.store.write_json(f"{self.layout.relative(self.attempt_dir)}/publish.json", {"files": files})
             return files
         moves = self.targets()

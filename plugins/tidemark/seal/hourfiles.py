@@ -21,7 +21,7 @@ from tidemark.seal.quality import QualityOutcome, gate
 from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
-from tidemark.state.layout import SUCCESS, Layout, data_docs_dir, write_success
+from tidemark.state.layout import SUCCESS, Layout, batch_of_file, data_docs_dir, write_success
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -78,6 +78,16 @@ class HourFiles:
             return read_files(self.spark, [store.uri(f) for f in relative], schema)
         paths = [str(f) for f in files] if files is not None else [str(hour_dir)]
         return self.spark.read.schema(schema).option("basePath", str(hour_dir)).parquet(*paths)
+
+    def batch_files(self, directory: Path, *, through: int, after: int = -1) -> list[Path]:
+        """Batch files under a warehouse directory of batches ``after`` < b <= ``through``
+        (committed ones, not yet folded in), sorted."""
+        if self.layout.object_store:
+            store = self.layout.store
+            found = [self.layout.warehouse / f for f in store.files(self.layout.relative(directory))]
+        else:
+            found = sorted(directory.rglob("*.parquet"))
+        return [p for p in found if (batch := batch_of_file(p.name)) is not None and after < batch <= through]
 
     def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
         """Rename staged Parquet files into ``target`` as ``<prefix>-NNNNN.parquet`` (keeping

@@ -73,14 +73,6 @@ class LateRows:
         """Object stores: the version directory each late partition points at."""
         return dict((read_json(self.registry_file(journal)) or {}).get("locations", {}))
 
-    def _files_under(self, directory: Path) -> list[Path]:
-        """Parquet files under a directory of the warehouse, sorted."""
-        if self.layout.object_store:
-            return [
-                self.layout.warehouse / f for f in self.layout.store.files(self.layout.relative(directory))
-            ]
-        return sorted(directory.rglob("*.parquet"))
-
     def _amend_in_place(
         self, hour: Hour, current: JournalEntry | None, new_files: list[Path], version: int, through: int
     ) -> tuple[Path, list[str], int]:
@@ -127,11 +119,7 @@ class LateRows:
         if store.read_json(f"{directory}/{COMPACTED_MARKER}") is not None:
             return home
         store.delete_dir(directory)
-        inputs = [
-            self.layout.warehouse / f
-            for f in store.files(self.layout.relative(self.layout.late_open_dir / hour.path))
-            if (batch_of_file(f.rsplit("/", 1)[-1]) or 0) <= state.last_committed
-        ]
+        inputs = self.files.batch_files(self.layout.late_open_dir / hour.path, through=state.last_committed)
         written = write_files(self.files.read_hour(home, inputs), store, directory, "part", 1)
         rows = sum(n for _, n in written)
         if rows != count:
@@ -153,11 +141,7 @@ class LateRows:
             late_dir = (
                 self.layout.late_open_dir if self.layout.object_store else self.layout.late_dir
             ) / hour.path
-            new_files = [
-                p
-                for p in self._files_under(late_dir)
-                if (batch := batch_of_file(p.name)) is not None and folded < batch <= state.last_committed
-            ]
+            new_files = self.files.batch_files(late_dir, through=state.last_committed, after=folded)
             if not new_files:
                 continue
             version = (current.version if current else 0) + 1

@@ -45,7 +45,7 @@ from tidemark.seal.versions import VersionCollector
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
-from tidemark.state.layout import COMPACTED_MARKER, batch_of_file, compaction_marker, sealed_file_prefix
+from tidemark.state.layout import COMPACTED_MARKER, compaction_marker, sealed_file_prefix
 from tidemark.state.locks import Lease, TableLock
 from tidemark.state.storage import exchange_directories, read_json, replace_atomically
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
@@ -364,18 +364,14 @@ class Sealer:
             log.info("%s: hour %s already compacted in %s", self.config.table, hour.key, home)
             return list(done["files"]), int(done["rows"]), home
         store.delete_dir(directory)
-        inputs = [
-            f
-            for f in store.files(self.layout.relative(self.layout.open_dir / hour.path))
-            if (batch_of_file(f.rsplit("/", 1)[-1]) or 0) <= state.last_committed
-        ]
+        inputs = self.files.batch_files(self.layout.open_dir / hour.path, through=state.last_committed)
         files: list[str] = []
         rows = 0
         if inputs:
             from tidemark.sparkfiles import write_files
 
-            size = sum(store.size(f) for f in inputs)
-            frame = self.files.read_hour(home, [self.layout.warehouse / f for f in inputs])
+            size = sum(store.size(self.layout.relative(p)) for p in inputs)
+            frame = self.files.read_hour(home, inputs)
             written = write_files(frame, store, directory, sealed_file_prefix(1), self._file_count(size))
             crash_point("mid_compaction")
             files, rows = [f for f, _ in written], sum(n for _, n in written)

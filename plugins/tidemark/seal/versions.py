@@ -12,25 +12,22 @@ unreferenced records when, a later one deletes it.
 from __future__ import annotations
 
 import logging
-import re
 from datetime import datetime
 
 from tidemark.config import TableConfig
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import HourJournal, JournalState
-from tidemark.state.layout import Layout
+from tidemark.state.layout import Layout, version_dir_of
 from tidemark.state.storage import read_json, replace_atomically
 from tidemark.time.hours import parse_key
 from tidemark.time.instants import parse_instant
 
 log = logging.getLogger(__name__)
 
-_VERSION_DIR = re.compile(r"^(.*/_v\d{4}-b\d{10})/")
-
 
 def version_dirs(files: list[str]) -> set[str]:
     """The version directories the given warehouse-relative files lie in."""
-    return {m.group(1) for f in files if (m := _VERSION_DIR.match(f))}
+    return {d for f in files if (d := version_dir_of(f)) is not None}
 
 
 class VersionCollector:

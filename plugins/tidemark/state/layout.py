@@ -44,6 +44,7 @@ SUCCESS = "_SUCCESS"
 COMPACTED_MARKER = "_tidemark_compacted.json"
 DATA_DOCS = "data_docs"
 STAGING = ".tidemark_staging"
+_VERSION_DIR = re.compile(r"^(.*/_v\d{4}-b\d{10})/")
 _BATCH_FILE = re.compile(r"part-b(\d{10})-(?:p\d+-)?\d+\.parquet$")
 
 
@@ -68,6 +69,12 @@ def batch_task_file_name(batch_id: int, task_file: str) -> str:
     """``part-b0000000042-p3-000000001200.parquet``: a batch file written once by its read task
     under its final name (object stores), named by the task's sub-range."""
     return f"part-b{batch_id:010d}-{task_file}"
+
+
+def version_dir_of(relative: str) -> str | None:
+    """The version directory (``Layout.versioned_hour``) a warehouse-relative file lies in."""
+    match = _VERSION_DIR.match(relative)
+    return match.group(1) if match else None
 
 
 def batch_of_file(name: str) -> int | None:
