@@ -64,9 +64,8 @@ def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
         (F.col("id") % 90000 / 100).cast("decimal(12,2)").alias("amount"),
         F.lit(DAY - timedelta(hours=1)).cast("timestamp").alias("updated_at"),
     )
-    staging = store.staging("base", "bench")
-    rows, files = store.write(base, staging)
-    store.publish("base", staging)
+    staged = store.stage(base, "base", "bench", "bench base")
+    store.publish(staged)
     SnapshotLog(settings.state_location, config.table).append(
         SnapshotRecord(
             seq=-1,
@@ -77,8 +76,8 @@ def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
             run_id="bench",
             through=DAY.isoformat(),
             increments_from=DAY.isoformat(),
-            rows=rows,
-            files=files,
+            rows=staged.rows,
+            files=staged.files,
             created_at=DAY.isoformat(),
         )
     )
@@ -141,7 +140,7 @@ def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
         )
     increments = spark.read.parquet(str(table_dir)).count()
     spark.stop()
-    return {"snapshot_rows": rows, "increment_rows": increments}
+    return {"snapshot_rows": staged.rows, "increment_rows": increments}
 
 
 def merge() -> dict[str, Any]:

@@ -71,34 +71,49 @@ def assert_exact(settings: Settings, table: str, delivered: Sequence[tuple[int, 
     assert on_disk == committed, f"orphans: {on_disk - committed}, missing: {committed - on_disk}"
 
 
-@pytest.mark.parametrize("point", DUMP_POINTS)
-def test_crash_then_retry_same_run_is_exact(
-    point: str, broker: str, settings: Settings, tmp_path: Path
+def test_a_dump_killed_at_every_point_in_turn_is_finished_by_its_retries(
+    broker: str, settings: Settings, tmp_path: Path
 ) -> None:
+    """One batch killed at each point before its commit record in turn (every attempt
+    recovers what the one before left, then dies at the next point), then finished; two more
+    batches killed after theirs, each retried. Exact after each, nothing visible uncommitted."""
     config, settings = fresh_table(settings, tmp_path)
+    table = config.table
     create_topic(broker, config.source.topic, 4)
     delivered = produce(broker, config.source.topic, events(400, start=START, dirty_fraction=0.02))
-    code, _, err = run(settings, config.table, "scheduled__crash", fail_at=point)
-    assert code != 0, f"no crash at {point}"
-    if point != "mid_read":  # a Python worker crash surfaces as a Spark task failure instead
-        assert code == EXIT_CODE, err[-2000:]
-    layout = Layout(settings, config.table)
-    committed_before = DUMP_POINTS.index(point) > DUMP_POINTS.index("before_commit_record")
-    visible = [p for d in (layout.dirty_dir, layout.late_dir) for p in d.rglob("*.parquet")]
-    assert committed_before or not visible, f"visible before the commit record: {visible}"
-    code, out, err = run(settings, config.table, "scheduled__crash")
+    layout = Layout(settings, table)
+    first_committed = DUMP_POINTS.index("before_commit_record") + 1
+    for point in DUMP_POINTS[:first_committed]:
+        code, _, err = run(settings, table, "scheduled__crash", fail_at=point)
+        assert code != 0, f"no crash at {point}"
+        if point != "mid_read":  # a Python worker crash surfaces as a Spark task failure instead
+            assert code == EXIT_CODE, err[-2000:]
+        visible = [p for d in (layout.dirty_dir, layout.late_dir) for p in d.rglob("*.parquet")]
+        assert not visible, f"visible before the commit record after a kill at {point}: {visible}"
+        assert CommitLog(settings.state_dir, table).state().batches == 0
+    code, out, err = run(settings, table, "scheduled__crash")
     assert code == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
-    expected_status = "already_committed" if committed_before else "committed"
-    assert result["status"] == expected_status and result["read"] == 400
-    assert_exact(settings, config.table, delivered)
-    if point == "before_group_commit":  # the retry still brings lag monitoring up to date
-        from tidemark.ingest.kafka import client_properties, group_offsets
+    assert (result["status"], result["read"]) == ("committed", 400)
+    assert_exact(settings, table, delivered)
 
-        conf = client_properties(settings.kafka_bootstrap, {})
-        assert group_offsets(conf, config.consumer_group, config.source.topic, [0, 1, 2, 3]) == {
-            p: 100 for p in range(4)
-        }
+    for batch, point in enumerate(DUMP_POINTS[first_committed:], start=1):
+        delivered += produce(broker, config.source.topic, events(40, start=START, seed=10 + batch))
+        run_id = f"scheduled__crash-{batch}"
+        code, _, err = run(settings, table, run_id, fail_at=point)
+        assert code == EXIT_CODE, err[-2000:]
+        code, out, err = run(settings, table, run_id)
+        assert code == 0, err[-3000:]
+        result = json.loads(out.strip().splitlines()[-1])
+        assert (result["status"], result["read"]) == ("already_committed", 40)
+        assert_exact(settings, table, delivered)
+    # the retries still brought lag monitoring up to date
+    from tidemark.ingest.kafka import client_properties, group_offsets
+
+    conf = client_properties(settings.kafka_bootstrap, {})
+    assert group_offsets(conf, config.consumer_group, config.source.topic, [0, 1, 2, 3]) == {
+        p: 120 for p in range(4)
+    }
 
 
 def test_two_processes_same_run_id(broker: str, settings: Settings, tmp_path: Path) -> None:

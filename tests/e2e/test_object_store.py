@@ -18,7 +18,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +27,20 @@ import pytest
 
 from tests.helpers.metastore import metastore_service
 from tests.helpers.net import free_port_block
-from tests.helpers.tables import PROCESSING, START, fresh_table
+from tests.helpers.orders import Row, normal, send, truth
+from tests.helpers.tables import PROCESSING, START, at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.faults import EXIT_CODE
 from tidemark.settings import Settings
+from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
+from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.tablefs import Store
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
-from tidemark_dev.generator import create_topic, events, produce, records
-from tidemark_dev.pgsource import psql
-from tidemark_dev.postgres import METASTORE_DATABASE
+from tidemark_dev.generator import create_topic, events, order_changes, produce, records, state_after
+from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, psql, replace_table
+from tidemark_dev.postgres import METASTORE_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER
 
 pytestmark = pytest.mark.e2e
 
@@ -96,15 +99,22 @@ def environment(settings: Settings) -> dict[str, str]:
 
 
 def job(
-    settings: Settings, name: str, table: str, run_id: str, *extra: str, fail_at: str | None = None
+    settings: Settings,
+    name: str,
+    table: str,
+    run_id: str,
+    *extra: str,
+    fail_at: str | None = None,
+    env_extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = environment(settings)
+    env = {**environment(settings), **(env_extra or {})}
     if fail_at:
         env["TIDEMARK_FAIL_AT"] = fail_at
     args = [sys.executable, str(JOBS / f"{name}.py"), "--table", table, "--run-id", run_id, *extra]
     started = time.monotonic()
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=400, check=False)
     print(f"{name} {run_id} {fail_at or ''}: {time.monotonic() - started:.1f} s")
+    (Path("/tmp") / f"job-{name}-{run_id}-{fail_at}.log").write_text(done.stderr)
     return done
 
 
@@ -285,3 +295,84 @@ def test_amend_on_s3_points_the_hour_at_its_next_version_and_collects_the_old_on
         == f"s3a://{settings.warehouse.removeprefix('s3://')}/{Path(v2.files[0]).parent}"
     )
     assert locations["dt=2026-11-22/hr=10"].endswith("/_v0002-b0000000001")
+
+
+def snapshot_rows(settings: Settings, location: str) -> list[Row]:
+    """A snapshot partition as a reader of the metastore finds it; fails on a duplicated key."""
+    store = Store.of(settings.warehouse)
+    relative = location.removeprefix(f"s3a://{settings.warehouse.removeprefix('s3://')}/")
+    found: list[Row] = []
+    for file in store.files(relative):
+        with store.fs.open_input_file(store.path(file)) as handle:
+            found += [normal(r) for r in pq.read_table(handle).to_pylist()]
+    keys = [r[0] for r in found]
+    assert len(keys) == len(set(keys)), f"{location}: duplicated keys"
+    return sorted(found)
+
+
+def test_orders_bootstrap_and_merge_on_s3_on_a_cluster_with_a_kill_are_exact(
+    broker: str, postgres: str, cluster: Settings, tmp_path: Path
+) -> None:
+    """The CDC path on S3 and the cluster: a JDBC bootstrap (two ranges) from PostgreSQL
+    aligned to the topic, increments dumped and sealed, a merge killed after pointing the
+    partition at its new version and before recording it, retried (the version is reused),
+    then merged again by another run: a new version directory, the replaced one collected."""
+    config, settings = fresh_table(
+        cluster, tmp_path, template="orders", cdc__snapshot_every="hour", output__version_retention="0s"
+    )
+    settings = replace(settings, home=tmp_path / "home")
+    create_topic(broker, config.source.topic, 2)
+    table, store = config.table, Store.of(settings.warehouse)
+    before = order_changes(80, start=at(9), seed=11)
+    source_state = state_after(before)
+    send(broker, config, before)
+    replace_table(settings, table, ORDERS_DDL, ORDERS_COLUMNS, source_state.values())
+    secret = {USER_ENV: POSTGRES_USER, PASSWORD_ENV: POSTGRES_PASSWORD}
+    source = ["--source-kind", "jdbc", "--source", postgres, "--source-table", table]
+    split = ["--partition-column", "order_id", "--num-partitions", "2", "--label", "base"]
+    boot = outcome(
+        job(
+            settings,
+            "bootstrap",
+            table,
+            "boot-1",
+            *source,
+            *split,
+            "--as-of",
+            at(10).isoformat(),
+            env_extra=secret,
+        )
+    )
+    assert (boot["rows"], sum(boot["aligned_offsets"].values())) == (len(source_state), len(before))
+
+    after = order_changes(60, start=at(10), span=at(11, 30) - at(10), existing=source_state, seed=12)
+    send(broker, config, after)
+    assert (
+        job(settings, "dump", table, "ingest-1", "--processing-time", at(11, 40).isoformat()).returncode == 0
+    )
+    assert outcome(job(settings, "seal", table, "ingest-1"))["sealed"] == ["2026-11-22T09", "2026-11-22T10"]
+
+    label = "2026-11-22T10"
+    killed = job(settings, "merge", table, "merge-1", "--snapshot", label, fail_at="after_snapshot_swap")
+    assert killed.returncode == EXIT_CODE, why(killed)
+    pointed = registered(settings, config.snapshot_table)[f"snapshot_dt={label}"]
+    merged = outcome(job(settings, "merge", table, "merge-1", "--snapshot", label))
+    expected = truth(
+        state_after([c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state)
+    )
+    locations = registered(settings, config.snapshot_table)
+    assert locations[f"snapshot_dt={label}"] == pointed  # the killed attempt's version, reused
+    assert (merged["version"], merged["rows"]) == (1, len(expected))
+    assert snapshot_rows(settings, locations["snapshot_dt=base"]) == truth(source_state)
+    assert snapshot_rows(settings, pointed) == expected
+
+    again = outcome(job(settings, "merge", table, "merge-2", "--snapshot", label))
+    assert (again["version"], again["rows"]) == (2, len(expected))
+    now = registered(settings, config.snapshot_table)[f"snapshot_dt={label}"]
+    assert now != pointed and snapshot_rows(settings, now) == expected
+    old = pointed.removeprefix(f"s3a://{settings.warehouse.removeprefix('s3://')}/")
+    assert not store.all_files(old)  # replaced, and collected (retention 0s)
+    records = {r.ref: r for r in SnapshotLog(settings.state_location, table).records()}
+    assert sorted(records) == ["2026-11-22T10@v1", "2026-11-22T10@v2", "base@v1"]
+    assert all(r.location and "/_s" in r.location for r in records.values())
+    assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk

@@ -1,5 +1,5 @@
 """Crash injection inside sealing: the real seal job (spark_jobs/seal.py in its own process)
-is killed mid-compaction and after registration (before _SUCCESS), then run again: the hour is
+is killed mid-compaction, then after registration (before _SUCCESS), then run again: the hour is
 sealed exactly once with exact rows, no duplicate or stray file, one journal entry."""
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ def seal_process(
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
-@pytest.mark.parametrize("point", SEAL_POINTS)
-def test_seal_crash_then_retry_is_exact(
-    point: str, spark: Any, broker: str, settings: Settings, tmp_path: Path
+def test_a_seal_killed_at_every_point_in_turn_is_finished_by_its_retries(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
+    """Each attempt is killed at the next point (after recovering what the one before left);
+    the last one finishes."""
     home = tmp_path / "home"  # own Derby: the in-process session holds the shared one
     own = replace(settings, home=home, warehouse=str(home / "warehouse"))
     config, own = fresh_table(own, tmp_path, output__target_file_size="1KiB")
@@ -59,8 +60,9 @@ def test_seal_crash_then_retry_is_exact(
     produce(broker, config.source.topic, records([(0, t) for t in times]))
     run_dump(spark, config, own, "run-1", DAY + timedelta(hours=12))
 
-    crashed = seal_process(own, config.table, "run-1", fail_at=point)
-    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    for point in SEAL_POINTS:
+        crashed = seal_process(own, config.table, "run-1", fail_at=point)
+        assert crashed.returncode == EXIT_CODE, f"{point}: {crashed.stderr[-2000:]}"
     retried = seal_process(own, config.table, "run-1")
     assert retried.returncode == 0, retried.stderr[-2000:]
     assert '"sealed": ["2026-11-22T10"]' in retried.stdout

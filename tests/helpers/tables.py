@@ -48,7 +48,7 @@ def fresh_table(
         target = data
         *parents, last = dotted.split("__")
         for key in parents:
-            target = target[key]
+            target = target.setdefault(key, {})
         target[last] = value
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir(exist_ok=True)

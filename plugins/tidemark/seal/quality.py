@@ -117,13 +117,34 @@ def _describe(kind: str, kwargs: dict[str, Any], result: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+# GX logs dozens of INFO lines about its own start-up in every task ("Skipping registering
+# function ...", "Multiple declarations of metric ..."); its warnings still come through.
+GX_STARTUP_LOGGERS = (
+    "great_expectations._docs_decorators",
+    "great_expectations.expectations.registry",
+    "great_expectations.data_context.types.base",
+    "great_expectations.datasource.fluent.config",
+)
+
+
+def quiet_gx_import_logs() -> None:
+    """Before importing GX, and after (one of its modules forces INFO on itself at import)."""
+    for name in GX_STARTUP_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level in (logging.NOTSET, logging.INFO):  # a level the user configured wins
+            logger.setLevel(logging.WARNING)
+
+
 def validate(
     config: TableConfig, hour: Hour, frame: DataFrame, docs_dir: Path | None = None
 ) -> tuple[bool, list[str], int, str | None]:
     """Run the hour's expectations with GX on ``frame``: (success, failure lines, count, the
     hour's Data Docs page relative to ``docs_dir`` if one was written)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    quiet_gx_import_logs()
     import great_expectations as gx
+
+    quiet_gx_import_logs()
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration

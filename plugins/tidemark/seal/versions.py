@@ -12,13 +12,14 @@ unreferenced records when, a later one deletes it.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tidemark.config import TableConfig
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import HourJournal, JournalState
 from tidemark.state.layout import Layout, version_dir_of
-from tidemark.state.storage import read_json, replace_atomically
+from tidemark.state.storage import Location, read_json, replace_atomically
+from tidemark.tablefs import Store
 from tidemark.time.hours import parse_key
 from tidemark.time.instants import parse_instant
 
@@ -56,27 +57,50 @@ class VersionCollector:
         now = parse_instant(state.ready.processing_time) if state.ready else None
         if now is None:
             return []
-        store = self.layout.store
-        present: set[str] = set()
-        for base in (self.layout.table_dir, self.layout.late_dir):
-            present |= version_dirs(store.all_files(self.layout.relative(base)))
-        unreferenced = present - self.current(partitions, late_locations)
-        recorded = dict((read_json(self.record) or {}).get("replaced", {}))
-        since = {d: recorded.get(d, now.isoformat()) for d in sorted(unreferenced)}
-        deleted = []
-        for directory, first_seen in since.items():
-            if datetime.fromisoformat(first_seen) + self.config.output.version_retention <= now:
-                store.delete_dir(directory)
-                deleted.append(directory)
-        kept = {d: t for d, t in since.items() if d not in deleted}
-        if kept != recorded:
-            replace_atomically(self.record, {"replaced": kept})
-        if deleted:
-            log.info(
-                "%s: deleted %s replaced versions unreferenced for over %s: %s",
-                self.config.table,
-                len(deleted),
-                self.config.output.version_retention,
-                deleted,
-            )
-        return deleted
+        return collect_unreferenced(
+            self.layout.store,
+            self.record,
+            scope=[self.layout.relative(self.layout.table_dir), self.layout.relative(self.layout.late_dir)],
+            current=self.current(partitions, late_locations),
+            now=now,
+            retention=self.config.output.version_retention,
+            owner=self.config.table,
+        )
+
+
+def collect_unreferenced(
+    store: Store,
+    record: Location,
+    *,
+    scope: str | list[str],
+    current: set[str],
+    now: datetime,
+    retention: timedelta,
+    owner: str,
+) -> list[str]:
+    """The version directories under ``scope`` that are not ``current``: record when each was
+    first seen unreferenced (in ``record``, a state file), delete those unreferenced for
+    ``retention`` by ``now`` (processing time). Returns the directories deleted."""
+    present: set[str] = set()
+    for base in [scope] if isinstance(scope, str) else scope:
+        present |= version_dirs(store.all_files(base))
+    unreferenced = present - current
+    recorded = dict((read_json(record) or {}).get("replaced", {}))
+    since = {d: recorded.get(d, now.isoformat()) for d in sorted(unreferenced)}
+    deleted = []
+    for directory, first_seen in since.items():
+        if datetime.fromisoformat(first_seen) + retention <= now:
+            store.delete_dir(directory)
+            deleted.append(directory)
+    kept = {d: t for d, t in since.items() if d not in deleted}
+    if kept != recorded:
+        replace_atomically(record, {"replaced": kept})
+    if deleted:
+        log.info(
+            "%s: deleted %s replaced versions unreferenced for over %s: %s",
+            owner,
+            len(deleted),
+            retention,
+            deleted,
+        )
+    return deleted

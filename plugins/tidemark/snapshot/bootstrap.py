@@ -340,11 +340,10 @@ def run_bootstrap(
             )
         crash_point("after_alignment")
         log.info("%s: bootstrap %s of %s from %s", config.table, run_id, label, plan["source"])
-        staging = store.staging(label, run_id)
         frame = conform(read_source(spark, source, credentials()), config, store.columns())
-        rows, files = store.write(frame, staging)
+        staged = store.stage(frame, label, run_id, f"bootstrap {plan['as_of']} {plan['aligned_offsets']}")
         crash_point("after_snapshot_staging")
-        atomic = store.publish(label, staging)
+        atomic = store.publish(staged)
         record = snapshots.append(
             SnapshotRecord(
                 seq=-1,
@@ -355,14 +354,15 @@ def run_bootstrap(
                 run_id=run_id,
                 through=plan["as_of"],
                 increments_from=plan["increments_from"],
-                rows=rows,
-                files=files,
+                rows=staged.rows,
+                files=staged.files,
                 created_at=datetime.now().astimezone().isoformat(),
                 source=plan["source"],
                 aligned_offsets=plan["aligned_offsets"],
+                location=staged.location,
             )
         )
-        store.discard(staging)
+        store.discard(staged, record)
     return replace(_result(record), atomic_swap=atomic)
 
 

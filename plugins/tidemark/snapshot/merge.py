@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import MergeError, UnsealedHoursError
 from tidemark.faults import crash_point
+from tidemark.seal.hourfiles import HourFiles
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import (
@@ -105,9 +105,15 @@ class MergePlan:
     period: Period
     base: SnapshotRecord
     hours: dict[str, int]  # hour key -> version to read; 0 = final and empty
+    folded: dict[str, int] = field(default_factory=dict)  # hour key -> last batch it holds
 
     def hour_keys_with_rows(self) -> list[str]:
         return [h for h, v in self.hours.items() if v > 0]
+
+    def describe(self) -> str:
+        """What the merge reads: its base and every hour's version (names a snapshot version)."""
+        hours = ",".join(f"{h}@v{v}/b{self.folded.get(h, -1)}" for h, v in sorted(self.hours.items()))
+        return f"{self.period.label} = {self.base.ref} + {hours}"
 
 
 def plan_merge(
@@ -133,7 +139,8 @@ def plan_merge(
             waiting[hour.key] = "not sealed yet: the global watermark has not passed its end"
     if waiting:
         raise UnsealedHoursError(config.table, period.label, waiting)
-    return MergePlan(period, base, {h.key: versions.get(h.key, 0) for h in hours})
+    folded = {h.key: partitions.hours[h.key].folded_through_batch for h in hours if versions.get(h.key, 0)}
+    return MergePlan(period, base, {h.key: versions.get(h.key, 0) for h in hours}, folded)
 
 
 def is_stale(record: SnapshotRecord, live: dict[str, SnapshotRecord], partitions: JournalState) -> bool:
@@ -205,7 +212,7 @@ class Merger:
         self.snapshots = SnapshotLog(settings.state_location, config.table)
         self.journal = HourJournal(settings.state_location, config.table)
         self.store = SnapshotStore(spark, config, settings)
-        self.table_dir = Path(settings.warehouse) / config.table
+        self.hours = HourFiles(spark, config, settings)
 
     def merge(self, label: str) -> MergeResult:
         period = period_of(self.config, label)
@@ -247,7 +254,7 @@ class Merger:
             max(plan.hours, default="-"),
             len(with_rows),
         )
-        changes = after_alignment(self._increments(with_rows), plan.base.aligned_offsets)
+        changes = after_alignment(self._increments(plan), plan.base.aligned_offsets)
         increment_rows = changes.count()
         merged = latest_state(
             self.store.read(plan.base),
@@ -257,10 +264,9 @@ class Merger:
             op_field=self.cdc.op_field,
             delete_ops=self.cdc.delete_ops,
         )
-        staging = self.store.staging(plan.period.label, self.run_id)
-        rows, files = self.store.write(merged, staging)
+        staged = self.store.stage(merged, plan.period.label, self.run_id, plan.describe())
         crash_point("after_snapshot_staging")
-        atomic = self.store.publish(plan.period.label, staging)
+        atomic = self.store.publish(staged)
         record = self.snapshots.append(
             SnapshotRecord(
                 seq=-1,
@@ -271,23 +277,25 @@ class Merger:
                 run_id=self.run_id,
                 through=plan.period.end.isoformat(),
                 increments_from=plan.period.end.isoformat(),
-                rows=rows,
-                files=files,
+                rows=staged.rows,
+                files=staged.files,
                 created_at=datetime.now().astimezone().isoformat(),
                 base=plan.base.ref,
                 hours=plan.hours,
                 changes={"increment_rows": increment_rows},
+                location=staged.location,
             )
         )
-        self.store.discard(staging)
+        self.store.discard(staged, record)
         return self._result(record, remerged, atomic=atomic)
 
-    def _increments(self, hour_keys: list[str]) -> DataFrame:
+    def _increments(self, plan: MergePlan) -> DataFrame:
         """The change rows of the sealed hours (their current version, late rows folded in)."""
         from pyspark.sql import functions as F
 
         columns = [*(c for c, _ in self.store.columns()), self.cdc.op_field]
         wanted = [*(F.col(quote_identifier(c)) for c in columns), F.col("_mq_partition"), F.col("_mq_offset")]
+        hour_keys = plan.hour_keys_with_rows()
         if not hour_keys:
             schema = ", ".join(
                 [
@@ -298,9 +306,22 @@ class Merger:
             )
             return self.spark.createDataFrame([], schema).select(*wanted)
         zone = self.config.event_time.time_zone
-        dirs = [str(self.table_dir / parse_key(k, zone).path) for k in hour_keys]
+        if self.hours.layout.object_store:  # each hour's registered version directory
+            layout = self.hours.layout
+            files = [
+                layout.warehouse / f
+                for k in hour_keys
+                for f in layout.store.files(
+                    layout.relative(
+                        layout.hour_version(parse_key(k, zone).path, plan.hours[k], plan.folded[k])
+                    )
+                )
+            ]
+            return self.hours.read_hour(layout.table_dir, files).select(*wanted)
+        table_dir = self.hours.layout.table_dir
+        dirs = [str(table_dir / parse_key(k, zone).path) for k in hour_keys]
         self.spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-        frame = self.spark.read.option("basePath", str(self.table_dir)).parquet(*dirs)
+        frame = self.spark.read.option("basePath", str(table_dir)).parquet(*dirs)
         return frame.select(*wanted)
 
     def _result(

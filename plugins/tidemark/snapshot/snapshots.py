@@ -32,10 +32,11 @@ from tidemark.errors import BatchConflictError, MergeError
 from tidemark.faults import crash_point
 from tidemark.seal.metastore import add_partition_sql, evolve_table, external_parquet_sql, quote_identifier
 from tidemark.settings import Settings
-from tidemark.state.layout import Layout, run_key
+from tidemark.state.layout import COMPACTED_MARKER, Layout, run_key
 from tidemark.state.seqlog import SequentialLog
 from tidemark.state.storage import Location, create_only, exchange_directories, read_json
 from tidemark.time.hours import HourKeyError, parse_key
+from tidemark.time.instants import parse_instant
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -107,6 +108,7 @@ class SnapshotRecord:
     base: str = ""  # merge: "<label>@v<version>" it started from
     hours: dict[str, int] = field(default_factory=dict)  # merge: hour -> version read (0 = empty)
     changes: dict[str, int] = field(default_factory=dict)  # merge: increment rows read, deletes, ...
+    location: str = ""  # object stores: the warehouse-relative version directory of its files
 
     @property
     def through_at(self) -> datetime:
@@ -192,16 +194,35 @@ def base_for(live: dict[str, SnapshotRecord], period: Period) -> SnapshotRecord 
 
 
 # -- files and the metastore -------------------------------------------------------------------
+@dataclass(frozen=True)
+class StagedSnapshot:
+    """A snapshot version written and not yet live: on local disk a staging directory (swapped
+    in by directory exchange), on an object store its own version directory (pointed at)."""
+
+    label: str
+    directory: Path
+    rows: int
+    files: tuple[str, ...]
+    location: str = ""  # object stores: the warehouse-relative version directory
+
+
 class SnapshotStore:
-    """Where snapshot files live and how a staged version replaces the live one."""
+    """Where snapshot files live and how a staged version replaces the live one.
+
+    On local disk a label's partition is one directory, replaced by exchange. On an object
+    store (no rename) every version is a directory of its own, named by what it holds
+    (``Layout.snapshot_version``), written once with a marker last, and the partition is
+    pointed at it in one metastore operation; replaced versions of the label are collected
+    after ``output.version_retention`` of the table's processing time."""
 
     def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings) -> None:
         self.spark = spark
         self.config = config
+        self.settings = settings
         self.table = config.snapshot_table
-        layout = Layout(settings, self.table)
-        self.table_dir = layout.table_dir
-        self.staging_root = layout.staging_root
+        self.layout = Layout(settings, self.table)
+        self.table_dir = self.layout.table_dir
+        self.staging_root = self.layout.staging_root
 
     def columns(self) -> list[tuple[str, str]]:
         """(name, type) of the snapshot: the table's columns without the CDC operation."""
@@ -211,47 +232,115 @@ class SnapshotStore:
     def partition_dir(self, label: str) -> Path:
         return self.table_dir / f"{PARTITION_COLUMN}={label}"
 
-    def staging(self, label: str, run_id: str) -> Path:
-        """A fresh staging directory for this run (whatever an earlier attempt left is removed)."""
-        path = self.staging_root / f"{label}-{run_key(run_id)}"
-        if path.exists():
-            log.info("%s: removing the staging of an earlier attempt: %s", self.table, path)
-            shutil.rmtree(path)
-        return path
+    def _schema(self) -> str:
+        return ", ".join(f"{quote_identifier(n)} {t}" for n, t in self.columns())
 
     def read(self, record: SnapshotRecord) -> DataFrame:
         from pyspark.sql import functions as F
 
-        schema = ", ".join(f"{quote_identifier(n)} {t}" for n, t in self.columns())
-        frame = self.spark.read.schema(schema).parquet(str(self.partition_dir(record.label)))
+        if record.location:  # a version directory on an object store: pyarrow reads it
+            from tidemark.sparkfiles import read_files
+
+            store = self.layout.store
+            frame = read_files(
+                self.spark, [store.uri(f) for f in store.files(record.location)], self._schema()
+            )
+        else:
+            frame = self.spark.read.schema(self._schema()).parquet(str(self.partition_dir(record.label)))
         return frame.select(*(F.col(quote_identifier(n)) for n, _ in self.columns()))
 
-    def write(self, frame: DataFrame, staging: Path) -> tuple[int, tuple[str, ...]]:
-        """Write the rows as Parquet into ``staging/data`` (one file per task of the frame's
-        last stage: JDBC ranges, or the merge's shuffle partitions); returns (rows, files)."""
+    def stage(self, frame: DataFrame, label: str, run_id: str, content: str) -> StagedSnapshot:
+        """Write the rows of a new version of ``label`` where readers do not see them yet.
+        ``content`` names what the run reads (its base and hours): on an object store a retry
+        of the run reusing a complete version directory of the same content writes nothing."""
+        if self.layout.object_store:
+            return self._stage_version(frame, label, run_id, content)
+        staging = self.staging_root / f"{label}-{run_key(run_id)}"
+        if staging.exists():
+            log.info("%s: removing the staging of an earlier attempt: %s", self.table, staging)
+            shutil.rmtree(staging)
         data = staging / "data"
         frame.write.mode("overwrite").parquet(str(data))
         names = tuple(sorted(p.name for p in data.glob("*.parquet")))
         rows = self.spark.read.parquet(str(data)).count() if names else 0
-        return rows, names
+        return StagedSnapshot(label, staging, rows, names)
 
-    def publish(self, label: str, staging: Path) -> bool:
-        """Swap the staged files in for the label's partition and register it; True if atomic."""
-        target = self.partition_dir(label)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic = exchange_directories(staging / "data", target)
-        crash_point("after_snapshot_swap")
-        self.ensure_table()
-        self.spark.sql(add_partition_sql(self.table, {PARTITION_COLUMN: label}, target))
+    def _stage_version(self, frame: DataFrame, label: str, run_id: str, content: str) -> StagedSnapshot:
+        from tidemark.sparkfiles import write_files
+
+        store = self.layout.store
+        home = self.layout.snapshot_version(self.partition_dir(label), run_id, content)
+        directory = self.layout.relative(home)
+        done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
+        if done is not None:
+            log.info("%s: snapshot %s of run %s already written in %s", self.table, label, run_id, home)
+            return StagedSnapshot(label, home, int(done["rows"]), tuple(done["files"]), directory)
+        store.delete_dir(directory)  # a crashed attempt's part files, never pointed at
+        # one file per task of the frame's last stage (JDBC ranges, the merge's shuffle)
+        written = write_files(frame, store, directory, "part", frame.rdd.getNumPartitions())
+        names = tuple(path.rsplit("/", 1)[-1] for path, _ in written)
+        rows = sum(count for _, count in written)
+        store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": list(names), "rows": rows})
+        return StagedSnapshot(label, home, rows, names, directory)
+
+    def publish(self, staged: StagedSnapshot) -> bool:
+        """Make the staged version the label's partition and register it; True if atomic."""
+        from tidemark.seal.metastore import Metastore
+
+        label = staged.label
+        spec = {PARTITION_COLUMN: label}
+        if self.layout.object_store:
+            target = staged.directory
+            self.ensure_table()
+            Metastore(self.spark, self.config).add_partitions(
+                self.table, [(spec, self.layout.location(target))], move=True
+            )
+            crash_point("after_snapshot_swap")  # the swap here is the SET LOCATION
+            atomic = True
+        else:
+            target = self.partition_dir(label)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic = exchange_directories(staged.directory / "data", target)
+            crash_point("after_snapshot_swap")
+            self.ensure_table()
+            self.spark.sql(add_partition_sql(self.table, spec, target))
         self.spark.catalog.refreshTable(self.table)
         log.info("%s: partition %s=%s is live at %s", self.table, PARTITION_COLUMN, label, target)
         return atomic
 
-    def discard(self, staging: Path) -> None:
-        """The previous version's files (after the swap) and the attempt's scratch."""
-        shutil.rmtree(staging, ignore_errors=True)
+    def discard(self, staged: StagedSnapshot, live: SnapshotRecord) -> list[str]:
+        """After the record: the previous version's files (local: now in the staging directory;
+        object store: replaced version directories of the label past the retention, which only
+        this label's lock holder writes). Returns the version directories deleted."""
+        if not self.layout.object_store:
+            shutil.rmtree(staged.directory, ignore_errors=True)
+            return []
+        from tidemark.seal.versions import collect_unreferenced
+        from tidemark.state.commitlog import CommitLog
+
+        state = CommitLog(self.settings.state_location, self.config.table).state()
+        now = parse_instant(state.ready.processing_time) if state.ready else None
+        if now is None:  # no processing time yet (a bootstrap before the first dump)
+            return []
+        partition = self.layout.relative(self.partition_dir(staged.label))
+        return collect_unreferenced(
+            self.layout.store,
+            Location(self.settings.state_location)
+            / self.config.table
+            / "snapshots"
+            / "replaced_versions.json",
+            scope=partition,
+            current={live.location},
+            now=now,
+            retention=self.config.output.version_retention,
+            owner=self.table,
+        )
 
     def ensure_table(self) -> None:
-        self.table_dir.mkdir(parents=True, exist_ok=True)
-        self.spark.sql(external_parquet_sql(self.table, self.columns(), [PARTITION_COLUMN], self.table_dir))
+        if self.layout.object_store:
+            location: Path | str = self.layout.location(self.table_dir)
+        else:
+            self.table_dir.mkdir(parents=True, exist_ok=True)
+            location = self.table_dir
+        self.spark.sql(external_parquet_sql(self.table, self.columns(), [PARTITION_COLUMN], location))
         evolve_table(self.spark, self.table, self.columns(), [PARTITION_COLUMN])

@@ -44,7 +44,7 @@ SUCCESS = "_SUCCESS"
 COMPACTED_MARKER = "_tidemark_compacted.json"
 DATA_DOCS = "data_docs"
 STAGING = ".tidemark_staging"
-_VERSION_DIR = re.compile(r"^(.*/_v\d{4}-b\d{10})/")
+_VERSION_DIR = re.compile(r"^(.*/_(?:v\d{4}-b\d{10}|s[0-9a-f]{12}))/")
 _BATCH_FILE = re.compile(r"part-b(\d{10})-(?:p\d+-)?\d+\.parquet$")
 
 
@@ -72,7 +72,8 @@ def batch_task_file_name(batch_id: int, task_file: str) -> str:
 
 
 def version_dir_of(relative: str) -> str | None:
-    """The version directory (``Layout.versioned_hour``) a warehouse-relative file lies in."""
+    """The version directory (``Layout.versioned_hour``, ``Layout.snapshot_version``) a
+    warehouse-relative file lies in."""
     match = _VERSION_DIR.match(relative)
     return match.group(1) if match else None
 
@@ -143,6 +144,12 @@ class Layout:
         step's version and the last batch it holds), so a retry finds its own directory and a
         later step never overwrites one a reader may be listing."""
         return base / hour_path / f"_v{version:04d}-b{through_batch:010d}"
+
+    def snapshot_version(self, partition_dir: Path, run_id: str, content: str) -> Path:
+        """Object stores: a version of a snapshot partition, named by the run and what it read
+        (a retry of the run finds it; a run reading other hours or another base writes anew)."""
+        digest = hashlib.sha256(f"{run_id}\n{content}".encode()).hexdigest()[:12]
+        return partition_dir / f"_s{digest}"
 
     def hour_version(self, hour_path: str, version: int, through_batch: int) -> Path:
         """Object stores: the directory of version ``version`` of a sealed hour holding the
