@@ -113,14 +113,20 @@ def read_files(spark: SparkSession, files: Sequence[str], ddl: str, per_task: in
 
 
 def write_files(
-    frame: DataFrame, store: Store, directory: str, prefix: str, n_files: int
+    frame: DataFrame,
+    store: Store,
+    directory: str,
+    prefix: str,
+    n_files: int,
+    *,
+    sort_by: Sequence[str] = (),
 ) -> list[tuple[str, int]]:
     """Write ``frame`` as about ``n_files`` Parquet files ``<prefix>-NNNNN.parquet`` in a
     warehouse directory, each Spark task writing its own file through pyarrow (no Hadoop
     filesystem, no rename: on an object store every file is one upload under its final name;
     a retried task rewrites the same name). The directory is a new one nobody reads yet (a
     version of an hour, registered after). Returns (warehouse-relative path, rows) per file,
-    sorted; tasks without rows write nothing."""
+    sorted; tasks without rows write nothing. ``sort_by`` orders the rows within each file."""
     import pyarrow as pa
 
     def write_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -153,7 +159,8 @@ def write_files(
         if rows:
             yield pa.RecordBatch.from_pydict({"path": [relative], "rows": [rows]})
 
-    written = (
-        frame.repartition(max(1, n_files)).mapInArrow(write_partition, "path string, rows long").collect()
-    )
+    spread = frame.repartition(max(1, n_files))
+    if sort_by:
+        spread = spread.sortWithinPartitions(*sort_by)
+    written = spread.mapInArrow(write_partition, "path string, rows long").collect()
     return sorted((row["path"], int(row["rows"])) for row in written)

@@ -36,6 +36,7 @@ from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
+from tidemark.state.layout import Layout
 from tidemark.tablefs import Store
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
 from tidemark_dev.generator import create_topic, events, order_changes, produce, records, state_after
@@ -248,7 +249,8 @@ def test_amend_on_s3_points_the_hour_at_its_next_version_and_collects_the_old_on
 ) -> None:
     """late_policy amend on S3 (local Spark): hour 10's late rows make its version 2, a new
     directory the partition is pointed at; a seal killed after writing it (before registering)
-    reuses it; version 1, unreferenced, goes after the retention (0s here)."""
+    reuses it; version 1, unreferenced, goes after the retention (0s here). Then a rebuild of
+    the hour from the broker, killed after the switch, writes version 3."""
     config, settings, store = s3_table(
         broker, s3_metastore, tmp_path, late_policy="amend", output__version_retention="0s"
     )
@@ -283,18 +285,25 @@ def test_amend_on_s3_points_the_hour_at_its_next_version_and_collects_the_old_on
     ]
     assert offsets(store, list(v2.files), ("_mq_partition", "_mq_offset")) == Counter(hour_10)
     # the metastore service's own database: the partition points at version 2
-    query = (
-        'SELECT p."PART_NAME", s."LOCATION" FROM "PARTITIONS" p JOIN "TBLS" t ON p."TBL_ID" = t."TBL_ID" '
-        f'JOIN "SDS" s ON p."SD_ID" = s."SD_ID" WHERE t."TBL_NAME" = \'{table}\''
-    )
-    locations = dict(
-        line.split("|") for line in psql(settings, query, database=METASTORE_DATABASE).splitlines()
-    )
+    locations = registered(settings, table)
     assert (
         locations["dt=2026-11-22/hr=10"]
         == f"s3a://{settings.warehouse.removeprefix('s3://')}/{Path(v2.files[0]).parent}"
     )
     assert locations["dt=2026-11-22/hr=10"].endswith("/_v0002-b0000000001")
+
+    # a rebuild from the broker, killed after pointing the partition at version 3 and before
+    # its journal entry; its retry reuses the directory: the same rows as version 2
+    killed = job(settings, "rebuild", table, "rebuild-1", "--hours", "2026-11-22T10", fail_at="after_swap")
+    assert killed.returncode == EXIT_CODE, why(killed)
+    rebuilt = outcome(job(settings, "rebuild", table, "rebuild-1", "--hours", "2026-11-22T10"))
+    assert [(h["status"], h["version"], h["rows"]) for h in rebuilt["hours"]] == [("rebuilt", 3, v2.rows)]
+    v3 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
+    assert (v3.kind.value, v3.version) == ("rebuild", 3)
+    assert offsets(store, list(v3.files), ("_mq_partition", "_mq_offset")) == Counter(hour_10)
+    assert registered(settings, table)["dt=2026-11-22/hr=10"].endswith("/_v0003-b0000000001")
+    layout = Layout(settings, table)
+    assert not [f for f in store.all_files(layout.relative(layout.staging_root)) if "/rebuild-" in f]
 
 
 def snapshot_rows(settings: Settings, location: str) -> list[Row]:
@@ -315,8 +324,8 @@ def test_orders_bootstrap_and_merge_on_s3_on_a_cluster_with_a_kill_are_exact(
 ) -> None:
     """The CDC path on S3 and the cluster: a JDBC bootstrap (two ranges) from PostgreSQL
     aligned to the topic, increments dumped and sealed, a merge killed after pointing the
-    partition at its new version and before recording it, retried (the version is reused),
-    then merged again by another run: a new version directory, the replaced one collected."""
+    partition at its new version and before recording it, retried: the version is reused, and
+    a replaced version of the label collected."""
     config, settings = fresh_table(
         cluster, tmp_path, template="orders", cdc__snapshot_every="hour", output__version_retention="0s"
     )
@@ -356,6 +365,12 @@ def test_orders_bootstrap_and_merge_on_s3_on_a_cluster_with_a_kill_are_exact(
     killed = job(settings, "merge", table, "merge-1", "--snapshot", label, fail_at="after_snapshot_swap")
     assert killed.returncode == EXIT_CODE, why(killed)
     pointed = registered(settings, config.snapshot_table)[f"snapshot_dt={label}"]
+    # a version an earlier merge of the label left (replaced, unreferenced): collected by the
+    # next merge of the label, with the retention at 0s
+    prefix = f"s3a://{settings.warehouse.removeprefix('s3://')}/"
+    version_files = store.files(pointed.removeprefix(prefix))
+    replaced = f"{config.snapshot_table}/snapshot_dt={label}/_s0123456789ab"
+    store.fs.copy_file(store.path(version_files[0]), store.path(f"{replaced}/part-00000.parquet"))
     merged = outcome(job(settings, "merge", table, "merge-1", "--snapshot", label))
     expected = truth(
         state_after([c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state)
@@ -365,14 +380,8 @@ def test_orders_bootstrap_and_merge_on_s3_on_a_cluster_with_a_kill_are_exact(
     assert (merged["version"], merged["rows"]) == (1, len(expected))
     assert snapshot_rows(settings, locations["snapshot_dt=base"]) == truth(source_state)
     assert snapshot_rows(settings, pointed) == expected
-
-    again = outcome(job(settings, "merge", table, "merge-2", "--snapshot", label))
-    assert (again["version"], again["rows"]) == (2, len(expected))
-    now = registered(settings, config.snapshot_table)[f"snapshot_dt={label}"]
-    assert now != pointed and snapshot_rows(settings, now) == expected
-    old = pointed.removeprefix(f"s3a://{settings.warehouse.removeprefix('s3://')}/")
-    assert not store.all_files(old)  # replaced, and collected (retention 0s)
+    assert not store.all_files(replaced) and store.files(pointed.removeprefix(prefix)) == version_files
     records = {r.ref: r for r in SnapshotLog(settings.state_location, table).records()}
-    assert sorted(records) == ["2026-11-22T10@v1", "2026-11-22T10@v2", "base@v1"]
+    assert sorted(records) == ["2026-11-22T10@v1", "base@v1"]
     assert all(r.location and "/_s" in r.location for r in records.values())
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk

@@ -255,4 +255,4 @@ def test_finish_hides_the_replayed_dirty_records_before_showing_the_replays_own(
     assert not layout.dirty_batch_dir(2).exists()
     assert (layout.replayed_dirty_dir(2) / old.name).read_bytes() == b"old"
     assert layout.dirty_file(5, 0).read_bytes() == b"new"
-    assert layout.dirty_files_of(2) == [layout.replayed_dirty_dir(2) / old.name]
+    assert layout.dirty_files_of(2) == [str(layout.replayed_dirty_dir(2) / old.name)]

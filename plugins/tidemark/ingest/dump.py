@@ -118,6 +118,7 @@ def read_and_stage(
     from tidemark.ingest.source import read_ranges, stage_ranges
     from tidemark.ingest.spec import ClassifySpec
     from tidemark.ingest.staging import staged_rows
+    from tidemark.tablefs import Store
 
     targets = publisher.staging_targets()
     spec = ClassifySpec.of_plan(config, plan)
@@ -130,9 +131,9 @@ def read_and_stage(
                 f"({', '.join(config.partitioning.columns)}) cannot be dumped to an object store yet; "
                 "nothing was read or written"
             )
-        receipts_dir = publisher.attempt_dir / "receipts"
+        receipts = Store.of(str(publisher.attempt_dir / "receipts"))
         counts, admitted = stage_classified(
-            read_ranges(spark, plan.topic, ranges, kafka_conf=kafka_conf, receipts=receipts_dir, spec=spec),
+            read_ranges(spark, plan.topic, ranges, kafka_conf=kafka_conf, receipts=receipts, spec=spec),
             config,
             publisher,
             state,

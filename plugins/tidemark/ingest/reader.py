@@ -145,7 +145,8 @@ class RangeConsumer:
             "first": self.first,
             "last": self.last,
         }
-        store.write_json(f"{receipts}/{sub.mq_partition}-{sub.start}-{sub.end}.json", receipt)
+        name = f"{sub.mq_partition}-{sub.start}-{sub.end}.json"
+        store.write_json(f"{receipts}/{name}" if receipts else name, receipt)
 
 
 def read_receipts(store: Store, receipts: str) -> list[dict[str, Any]]:

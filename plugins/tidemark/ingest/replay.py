@@ -27,7 +27,6 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
@@ -133,13 +132,19 @@ def plan_replay(
     return plan
 
 
-def dirty_frame(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
-    """The dirty records in ``files``, as written (``DIRTY_FIELDS``)."""
+def dirty_frame(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+    """The dirty records in ``files`` (paths or URIs), as written (``DIRTY_FIELDS``)."""
+    from tidemark.tablefs import is_object_store
+
     ddl = ", ".join(f"{name} {kind}" for name, kind, _ in DIRTY_FIELDS)
-    return spark.read.schema(ddl).parquet(*(str(f) for f in files))
+    if files and is_object_store(files[0]):  # no Hadoop filesystem for the data: pyarrow reads it
+        from tidemark.sparkfiles import read_files
+
+        return read_files(spark, files, ddl)
+    return spark.read.schema(ddl).parquet(*files)
 
 
-def classified_again(spark: SparkSession, files: Sequence[Path], spec: ClassifySpec) -> DataFrame:
+def classified_again(spark: SparkSession, files: Sequence[str], spec: ClassifySpec) -> DataFrame:
     """Dirty records classified again from their raw bytes by ``spec``, as the data source
     gives a batch's records (``frames.classified_ddl``)."""
     from tidemark.ingest.frames import classified_ddl
@@ -193,7 +198,9 @@ def replay_and_stage(
     from tidemark.ingest.staging import staged_rows
 
     layout = publisher.layout
-    files = [f for b in plan.replayed_batches for f in sorted(layout.dirty_batch_dir(b).glob("*.parquet"))]
+    files = [
+        str(f) for b in plan.replayed_batches for f in sorted(layout.dirty_batch_dir(b).glob("*.parquet"))
+    ]
     if not files:
         raise ReplayError(
             f"{config.table}: {plan.describe()}: the dirty records are gone from {layout.dirty_dir}; "

@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -66,7 +65,7 @@ class KafkaRangeReader(DataSourceReader):
         self.topic = options["topic"]
         self.ranges = json.loads(options["ranges"])
         self.conf = json.loads(options["secret.kafka_conf"])
-        self.receipts = options["receipts"]
+        self.receipts = Store(options["receipts"], json.loads(options.get("secret.s3", "{}")))
         self.subrange = int(options.get("subrange", DEFAULT_SUBRANGE))
         self.spec = options["spec"]
 
@@ -86,7 +85,7 @@ class KafkaRangeReader(DataSourceReader):
             yield from as_classified(classifier.classify(block), spec).to_batches()
             if i == 0:
                 crash_point("mid_read")
-        reader.write_receipt(Store.of(self.receipts), "")
+        reader.write_receipt(self.receipts, "")
 
 
 def stage_subranges(
@@ -122,18 +121,20 @@ def read_ranges(
     ranges: Sequence[dict[str, int]],
     *,
     kafka_conf: dict[str, Any],
-    receipts: Path,
+    receipts: Store,
     spec: ClassifySpec,
 ) -> Any:
     """The classified records of exactly ``ranges`` of ``topic``, as a DataFrame; each
-    sub-range read writes its receipt under ``receipts``."""
+    sub-range read writes its receipt in the ``receipts`` store's root (any filesystem: the
+    store's settings travel with the read, under a redacted option name)."""
     spark.dataSource.register(KafkaRangeDataSource)
     return (
         spark.read.format(KafkaRangeDataSource.name())
         .option("topic", topic)
         .option("ranges", json.dumps([dict(r) for r in ranges if int(r["end"]) > int(r["start"])]))
         .option("secret.kafka_conf", json.dumps(kafka_conf))
-        .option("receipts", str(receipts))
+        .option("receipts", receipts.root)
+        .option("secret.s3", json.dumps(receipts.s3))
         .option("spec", spec.to_json())
         .load()
     )

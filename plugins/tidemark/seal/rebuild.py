@@ -42,9 +42,16 @@ from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import EntryKind, HourJournal
-from tidemark.state.layout import batch_dir_name, compaction_marker, sealed_file_prefix, write_success
+from tidemark.state.layout import (
+    COMPACTED_MARKER,
+    batch_dir_name,
+    compaction_marker,
+    sealed_file_prefix,
+    write_success,
+)
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import exchange_directories, replace_atomically
+from tidemark.tablefs import Store
 from tidemark.time.hours import Hour, parse_key
 
 if TYPE_CHECKING:
@@ -98,7 +105,7 @@ class Rebuilder:
                     self.run_id,
                     current.version,
                 )
-                shutil.rmtree(self._staging(hour), ignore_errors=True)
+                self._drop_staging(hour)
                 return {
                     "hour": hour.key,
                     "status": "already_rebuilt",
@@ -118,13 +125,17 @@ class Rebuilder:
                     plan, self.config.source.topic, partition_offsets(kafka_conf, self.config.source.topic)
                 )
             staging = self._staging(hour)
-            shutil.rmtree(staging, ignore_errors=True)
             written_with = current.schema_version if current is not None else 0
             hour_config = self.files.history.config_at(self.config, written_with)
-            new_dir, files, rows = self._stage(hour, plan, staging, kafka_conf, hour_config)
+            if self.layout.object_store:
+                version = (current.version if current is not None else 0) + 1
+                new_dir, files, rows = self._stage_version(hour, plan, version, kafka_conf, hour_config)
+            else:
+                shutil.rmtree(staging, ignore_errors=True)
+                new_dir, files, rows = self._stage(hour, plan, staging, kafka_conf, hour_config)
             quality = self.files.quality_of(hour, new_dir, rows, hour_config)
             if quality.blocks:
-                shutil.rmtree(staging, ignore_errors=True)
+                self._drop_staging(hour)
                 raise QualityGateError(table, {hour.key: list(quality.failures)})
             crash_point("before_swap")
             with TableLock(self.settings.state_location, table).hold(self.run_id):
@@ -137,7 +148,7 @@ class Rebuilder:
                     quality=quality.to_json(),
                     schema_version=written_with,
                 )
-            shutil.rmtree(staging, ignore_errors=True)  # now holds the previous version
+            self._drop_staging(hour)  # local disk: now holds the previous version
         log.info(
             "%s: hour %s rebuilt as v%s: %s rows in %s files from batches %s (%s swap)",
             table,
@@ -161,6 +172,62 @@ class Rebuilder:
     def _staging(self, hour: Hour) -> Path:
         return self.layout.step_staging("rebuild", hour.key, self.run_id)
 
+    def _drop_staging(self, hour: Hour) -> None:
+        """The run's scratch (local: the swapped-out previous version; object store: receipts)."""
+        staging = self._staging(hour)
+        if self.layout.object_store:
+            self.layout.store.delete_dir(self.layout.relative(staging))
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _stage_version(
+        self,
+        hour: Hour,
+        plan: RebuildPlan,
+        version: int,
+        kafka_conf: dict[str, Any],
+        hour_config: TableConfig,
+    ) -> tuple[Path, list[str], int]:
+        """Object stores: write the hour's rows once into the directory of its next version
+        (``Layout.hour_version``: named by the version and the last batch it holds), marker
+        last; a retry reuses a directory with a marker and rewrites one without. Returns (dir,
+        files relative to the warehouse, rows)."""
+        from tidemark.sparkfiles import write_files
+
+        store = self.layout.store
+        home = self.layout.hour_version(hour.path, version, plan.through_batch)
+        directory = self.layout.relative(home)
+        done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
+        if done is not None:
+            log.info("%s: hour %s v%s already written in %s", self.config.table, hour.key, version, home)
+            return home, list(done["files"]), int(done["rows"])
+        store.delete_dir(directory)  # a crashed attempt's files, never pointed at
+        files: list[str] = []
+        rows = 0
+        if plan.sources:
+            receipts = self._staging(hour) / "receipts"
+            frame = self._rows(hour, plan, receipts, kafka_conf, hour_config)
+            written = write_files(
+                frame,
+                store,
+                directory,
+                sealed_file_prefix(1),
+                self._file_count(hour),
+                sort_by=("_mq_partition", "_mq_offset"),
+            )
+            crash_point("mid_rebuild")
+            rows = sum(count for _, count in written)
+            self._reconcile(hour, plan, receipts, rows)
+            files = [path for path, _ in written]
+        store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": files, "rows": rows})
+        return home, files, rows
+
+    def _file_count(self, hour: Hour) -> int:
+        """As many files as the hour's current version, by the target file size."""
+        store = self.layout.store
+        size = sum(store.size(self.layout.relative(p)) for p in self._current_files(hour))
+        return max(1, math.ceil(max(1, size) / self.config.output.target_file_size))
+
     def _stage(
         self,
         hour: Hour,
@@ -178,9 +245,9 @@ class Rebuilder:
         if plan.sources:
             frame = self._rows(hour, plan, staging / "receipts", kafka_conf, hour_config)
             written = staging / "write"
-            size = max(1, sum(p.stat().st_size for p in self._current_files(hour)))
-            n_files = max(1, math.ceil(size / self.config.output.target_file_size))
-            ordered = frame.repartition(n_files).sortWithinPartitions("_mq_partition", "_mq_offset")
+            ordered = frame.repartition(self._file_count(hour)).sortWithinPartitions(
+                "_mq_partition", "_mq_offset"
+            )
             ordered.write.partitionBy(*self.config.partitioning.columns).parquet(str(written))
             crash_point("mid_rebuild")
             rows = self.spark.read.parquet(str(written)).count()
@@ -195,6 +262,13 @@ class Rebuilder:
         return new_dir, files, rows
 
     def _current_files(self, hour: Hour) -> list[Path]:
+        """The files readers see for the hour now (its registered version on an object store)."""
+        if self.layout.object_store:
+            entry = self.journal.state().hours.get(hour.key)
+            if entry is None:
+                return []
+            current = self.layout.hour_version(hour.path, entry.version, entry.folded_through_batch)
+            return [self.layout.warehouse / f for f in self.layout.store.files(self.layout.relative(current))]
         target = self.layout.table_dir / hour.path
         return sorted(target.rglob("*.parquet")) if target.exists() else []
 
@@ -253,7 +327,7 @@ class Rebuilder:
                     self.config.source.topic,
                     [r.__dict__ for r in source.ranges],
                     kafka_conf=kafka_conf,
-                    receipts=receipts / batch_dir_name(source.batch_id),
+                    receipts=Store.of(self.layout.uri(receipts / batch_dir_name(source.batch_id))),
                     spec=spec,
                 )
             if batch_config.partitioning.columns:
@@ -273,14 +347,14 @@ class Rebuilder:
 
     def _reconcile(self, hour: Hour, plan: RebuildPlan, receipts: Path, rows: int) -> None:
         from tidemark.ingest.reader import read_receipts
-        from tidemark.tablefs import Store
 
         problems = []
         if rows != plan.expected_rows:
             problems.append(f"{rows} rows re-read != {plan.expected_rows} rows the commit log counted")
         for source in plan.sources:
             read = sum(
-                r["read"] for r in read_receipts(Store.of(str(receipts)), batch_dir_name(source.batch_id))
+                r["read"]
+                for r in read_receipts(Store.of(self.layout.uri(receipts)), batch_dir_name(source.batch_id))
             )
             if read != source.records:
                 problems.append(
@@ -307,12 +381,23 @@ class Rebuilder:
         partitions = self.journal.state()
         current = partitions.hours[hour.key]
         version = current.version + 1
-        write_success(new_dir, hour.key, rows, version)
-        target = self.layout.table_dir / hour.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic = exchange_directories(new_dir, target)
-        crash_point("after_swap")
-        self.files.register(self.config.table, self.layout.table_dir, hour, target)
+        if self.layout.object_store:  # point the partition at the new version's directory
+            if new_dir != self.layout.hour_version(hour.path, version, plan.through_batch):
+                raise RebuildError(
+                    f"{self.config.table} hour {hour.key} changed to v{current.version} while it was rebuilt "
+                    f"into {new_dir}; nothing was switched: retry the rebuild"
+                )
+            self.files.register(self.config.table, self.layout.table_dir, hour, new_dir)
+            crash_point("after_swap")
+            self.files.mark_complete(new_dir, hour, rows, version)
+            atomic = True  # one SET LOCATION
+        else:
+            write_success(new_dir, hour.key, rows, version)
+            target = self.layout.table_dir / hour.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic = exchange_directories(new_dir, target)
+            crash_point("after_swap")
+            self.files.register(self.config.table, self.layout.table_dir, hour, target)
         self.spark.catalog.refreshTable(self.config.table)
         entry = step_entry(
             self.config,

@@ -184,12 +184,12 @@ class Layout:
                 batches.append(int(batch))
         return sorted(batches)
 
-    def dirty_files_of(self, batch_id: int) -> list[Path]:
-        """A batch's dirty files, visible or replayed (a batch's records are in one of them)."""
+    def dirty_files_of(self, batch_id: int) -> list[str]:
+        """A batch's dirty files as URIs, visible or replayed (a batch's records are in one of them)."""
         for directory in (self.dirty_batch_dir(batch_id), self.replayed_dirty_dir(batch_id)):
-            files = sorted(directory.glob("*.parquet"))
+            files = self.store.files(self.relative(directory))
             if files:
-                return files
+                return [self.store.uri(f) for f in files]
         return []
 
     def step_staging(self, step: str, hour_key: str, run_id: str) -> Path:
@@ -199,6 +199,10 @@ class Layout:
     def location(self, path: Path) -> str:
         """A warehouse path as the metastore registers it (``s3a://`` on S3)."""
         return hadoop_uri(self.store.uri(self.relative(path))) if self.object_store else str(path)
+
+    def uri(self, path: Path) -> str:
+        """A warehouse path as pyarrow and tidemark's readers address it (``s3://...`` on S3)."""
+        return self.store.uri(self.relative(path))
 
     def relative(self, path: Path) -> str:
         """A warehouse-relative path, as the commit log and the journal record files."""
