@@ -7,6 +7,16 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
  && rm -rf /var/lib/apt/lists/*
 ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64
+# s3a for the driver's metastore client when the lake is on S3 (the same pair as the Spark
+# nodes: docker/spark.Dockerfile); spark-submit puts them on the driver's class path only.
+ARG HADOOP_AWS=3.4.2
+ARG AWS_SDK_BUNDLE=2.29.52
+RUN mkdir -p /opt/tidemark/s3a-jars \
+ && curl -fsSL -o /opt/tidemark/s3a-jars/hadoop-aws-${HADOOP_AWS}.jar \
+      https://repo1.maven.org/maven2/org/apache/hadoop/hadoop-aws/${HADOOP_AWS}/hadoop-aws-${HADOOP_AWS}.jar \
+ && curl -fsSL -o /opt/tidemark/s3a-jars/bundle-${AWS_SDK_BUNDLE}.jar \
+      https://repo1.maven.org/maven2/software/amazon/awssdk/bundle/${AWS_SDK_BUNDLE}/bundle-${AWS_SDK_BUNDLE}.jar \
+ && chmod -R a+rX /opt/tidemark/s3a-jars
 # PYSPARK_PYTHON names the Spark nodes' venv interpreter (docker/spark.Dockerfile); here, the
 # driver's side of the same path is this image's Python, which holds the same packages.
 RUN mkdir -p /opt/tidemark/venv/bin && ln -s "$(command -v python)" /opt/tidemark/venv/bin/python

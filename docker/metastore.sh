@@ -19,9 +19,13 @@ cat > "$conf/hive-site.xml" <<XML
   <property><name>hive.metastore.schema.verification</name><value>false</value></property>
   <property><name>hive.async.log.enabled</name><value>false</value></property>
   <property><name>hive.metastore.warehouse.dir</name><value>${TIDEMARK_WAREHOUSE:-/lake/warehouse}</value></property>
+  <property><name>fs.s3a.endpoint</name><value>${AWS_ENDPOINT_URL:-}</value></property>
+  <property><name>fs.s3a.path.style.access</name><value>true</value></property>
+  <property><name>fs.s3a.aws.credentials.provider</name><value>software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider</value></property>
 </configuration>
 XML
-cp="$conf:/opt/spark/jars/*:/opt/tidemark/postgresql.jar"
+# s3a (docker/spark.Dockerfile) for a lake on S3; its keys come from the environment only
+cp="$conf:/opt/spark/jars/*:/opt/tidemark/postgresql.jar:/opt/tidemark/s3a-jars/*"
 case "${1:-serve}" in
   init)
     cd "$conf"

@@ -11,6 +11,17 @@ RUN apt-get update \
  && curl -fsSL -o /opt/postgresql.jar https://jdbc.postgresql.org/download/postgresql-42.7.8.jar \
  && rm -rf /var/lib/apt/lists/*
 RUN mkdir -p /opt/tidemark && mv /opt/postgresql.jar /opt/tidemark/postgresql.jar
+# s3a for a lake on S3: hadoop-aws of Spark 4.1's own Hadoop (hadoop-client 3.4.2) and the AWS
+# SDK v2 bundle that Hadoop release is built with (hadoop-project/pom.xml of rel/release-3.4.2).
+# The metastore registers s3a:// locations with them; tidemark's jobs read and write table files
+# through pyarrow, so executors need none (TIDEMARK_S3A_JARS puts them on the driver only).
+ARG HADOOP_AWS=3.4.2
+ARG AWS_SDK_BUNDLE=2.29.52
+RUN mkdir -p /opt/tidemark/s3a-jars \
+ && curl -fsSL -o /opt/tidemark/s3a-jars/hadoop-aws-${HADOOP_AWS}.jar \
+      https://repo1.maven.org/maven2/org/apache/hadoop/hadoop-aws/${HADOOP_AWS}/hadoop-aws-${HADOOP_AWS}.jar \
+ && curl -fsSL -o /opt/tidemark/s3a-jars/bundle-${AWS_SDK_BUNDLE}.jar \
+      https://repo1.maven.org/maven2/software/amazon/awssdk/bundle/${AWS_SDK_BUNDLE}/bundle-${AWS_SDK_BUNDLE}.jar
 COPY requirements.txt pyproject.toml /opt/tidemark/
 COPY plugins /opt/tidemark/plugins
 RUN python3.11 -m venv /opt/tidemark/venv \

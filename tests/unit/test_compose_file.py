@@ -72,3 +72,27 @@ def test_secrets_come_from_the_env_file_and_the_example_names_them_all() -> None
         assert value.startswith("${") or name.endswith("_FILE"), (
             f"{name}: a literal secret in docker-compose.yaml"
         )
+
+
+def test_the_images_carry_the_hadoop_aws_of_sparks_own_hadoop(compose: dict[str, Any]) -> None:
+    """s3a must match the Hadoop inside pyspark (a mix fails at class loading, or worse, later):
+    both images fetch hadoop-aws of that version, and the jobs are told where it is."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    (client,) = jars.glob("hadoop-client-api-*.jar")
+    hadoop = client.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    bundles = set()
+    for image in ("spark.Dockerfile", "airflow.Dockerfile"):
+        text = (ROOT / "docker" / image).read_text()
+        assert f"ARG HADOOP_AWS={hadoop}\n" in text, image
+        assert "/opt/tidemark/s3a-jars" in text, image
+        bundles |= set(re.findall(r"ARG AWS_SDK_BUNDLE=(\S+)", text))
+    assert len(bundles) == 1, bundles
+    (bundle,) = bundles
+    named = compose["x-tidemark-env"]["TIDEMARK_S3A_JARS"].split(",")
+    assert named == [
+        f"/opt/tidemark/s3a-jars/hadoop-aws-{hadoop}.jar",
+        f"/opt/tidemark/s3a-jars/bundle-{bundle}.jar",
+    ]
+    assert "/opt/tidemark/s3a-jars/*" in (ROOT / "docker" / "metastore.sh").read_text()
