@@ -12,19 +12,42 @@ share="$venv/share/tidemark"
 out="$share/executor-env.tar.gz"
 stamp="$share/executor-env.requirements"
 mkdir -p "$share"
+# bump when what goes into the archive changes (the stamp below then differs)
+layout=2
 wanted='^(pyarrow|confluent-kafka|numpy|tzdata|pyyaml|pydantic|pydantic-core|annotated-types|typing-extensions|typing-inspection)=='
 req=$(mktemp)
 work=$(mktemp -d)
 trap 'rm -rf "$work" "$req"' EXIT
-grep -iE "$wanted" requirements.txt > "$req"
+{ echo "# archive layout $layout"; grep -iE "$wanted" requirements.txt; } > "$req"
 if [[ -f "$out" && -f "$stamp" ]] && cmp -s "$req" "$stamp"; then
   exit 0
 fi
-echo "tidemark: building the executor venv archive ($(wc -l < "$req") packages, once per pin change)"
+echo "tidemark: building the executor venv archive ($(grep -vc "^#" "$req") packages, once per pin change)"
 base=$("$venv/bin/python" -c 'import sys; print(sys._base_executable)')
 "$base" -m venv --without-pip "$work/env"
 "$venv/bin/uv" pip install --python "$work/env/bin/python" --quiet --compile-bytecode --no-deps -r "$req"
-tar -C "$work/env" -czf "$out.tmp" .
+# Left out: what no task imports (Arrow Flight, headers, sources, test suites, numpy's build
+# tools, the schema-registry client). Every executor of every job (and the driver) unpacks the
+# archive, so its size is paid per job: 277 -> ~200 MB unpacked.
+site="lib/python3*/site-packages"
+tar -C "$work/env" -czf "$out.tmp" \
+  --exclude="./$site/pyarrow/libarrow_flight.so*" \
+  --exclude="./$site/pyarrow/libarrow_python_flight.so*" \
+  --exclude="./$site/pyarrow/_flight.cpython-*.so" \
+  --exclude="./$site/pyarrow/_pyarrow_cpp_tests.cpython-*.so" \
+  --exclude="./$site/pyarrow/include" \
+  --exclude="./$site/pyarrow/src" \
+  --exclude="./$site/pyarrow/tests" \
+  --exclude="./$site/pyarrow/*.pyx" \
+  --exclude="./$site/pyarrow/*.pxd" \
+  --exclude="./$site/pyarrow/*.pxi" \
+  --exclude="./$site/numpy/f2py" \
+  --exclude="./$site/numpy/distutils" \
+  --exclude="./$site/numpy/*/tests" \
+  --exclude="./$site/numpy/tests" \
+  --exclude="./$site/confluent_kafka/schema_registry" \
+  --exclude="./$site/confluent_kafka/avro" \
+  .
 mv "$out.tmp" "$out"
 cp "$req" "$stamp"
 echo "tidemark: executor venv in $out ($(du -h "$out" | cut -f1)); set TIDEMARK_EXECUTOR_ENV=$PWD/$out"

@@ -1,7 +1,8 @@
 """The Hive metastore as a service (the Thrift metastore of the pyspark wheel's jars on
 tidemark's own PostgreSQL, `tidemark services start postgres metastore`): jobs that embedded
-Derby admits one at a time run at once. A seal of one table and a rebuild of another's hour,
-two spark-submit processes through the CLI at once, both register their partitions, exactly."""
+Derby admits one at a time run at once. A seal of one table, a rebuild of another's hour and
+the merge of a third (CDC) table's snapshot, three spark-submit processes through the CLI at
+once, all register their partitions, exactly."""
 
 from __future__ import annotations
 
@@ -9,17 +10,25 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.metastore import metastore_service
+from tests.helpers.orders import Row, normal, send, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
+from tidemark.config import load_table_file
 from tidemark.ingest.dump import run_dump
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.snapshot.bootstrap import BootstrapSource, run_bootstrap
+from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
 from tidemark.state.journal import HourJournal
-from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.generator import create_topic, order_changes, produce, records, state_after
 from tidemark_dev.pgsource import psql
 from tidemark_dev.postgres import METASTORE_DATABASE
 
@@ -62,7 +71,30 @@ def finished(process: subprocess.Popen[str]) -> str:
     return out
 
 
-def test_a_seal_and_a_rebuild_at_once_on_the_metastore_service(
+def merge_ready_orders(spark: Any, broker: str, metastore: Settings, tmp_path: Path) -> tuple[str, list[Row]]:
+    """An orders table bootstrapped at 10:00 (in-process) and its hour 10 sealed: what a merge
+    of 2026-11-22T10 needs; returns the table and the snapshot that merge must give."""
+    (tmp_path / "orders").mkdir()
+    config, settings = fresh_table(
+        metastore, tmp_path / "orders", template="orders", cdc__snapshot_every="hour"
+    )
+    create_topic(broker, config.source.topic, 2)
+    before = order_changes(40, start=at(9), seed=21)
+    state = state_after(before)
+    send(broker, config, before)
+    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "orders" / "src", state)))
+    run_bootstrap(spark, config, settings, "boot-1", source, as_of=at(10), label="base")
+    after = order_changes(30, start=at(10), span=at(11, 30) - at(10), existing=state, seed=22)
+    send(broker, config, after)
+    run_dump(spark, config, settings, "run-1", at(11, 40))
+    run_seal(spark, config, settings, "run-1")
+    expected = truth(
+        state_after([c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], state)
+    )
+    return config.table, expected
+
+
+def test_a_seal_a_rebuild_and_a_merge_at_once_on_the_metastore_service(
     spark: Any, broker: str, metastore: Settings, tmp_path: Path
 ) -> None:
     tables = []
@@ -77,17 +109,36 @@ def test_a_seal_and_a_rebuild_at_once_on_the_metastore_service(
         run_dump(spark, config, settings, "run-1", at(12))  # the dump does not use the metastore
         tables.append(config.table)
     sealed, rebuilt = tables
-    finished(cli(settings, "seal", "--table", rebuilt, "--run-id", "seal-1"))
-    assert (rebuilt, "dt=2026-11-22/hr=10") in registered(settings)
+    # the hour to rebuild is sealed first, in-process (registered in that session's Derby): the
+    # rebuild registers it in the service, as it would a table moved to it
+    run_seal(spark, load_table_file(settings.conf_dir / f"{rebuilt}.yaml"), settings, "seal-1")
+    orders, expected = merge_ready_orders(spark, broker, metastore, tmp_path)
+    orders_conf = tmp_path / "orders" / "conf"
 
     # Embedded Derby admits one of these at a time (the hive_metastore pool of one slot).
     running = [
         cli(settings, "seal", "--table", sealed, "--run-id", "seal-1"),
         cli(settings, "rebuild", "--table", rebuilt, "--hours", HOUR, "--run-id", "rebuild-1"),
+        cli(
+            replace(settings, conf_dir=orders_conf),
+            "merge",
+            "--table",
+            orders,
+            "--snapshot",
+            HOUR,
+            "--run-id",
+            "merge-1",
+        ),
     ]
     for process in running:
         finished(process)
     assert {(t, "dt=2026-11-22/hr=10") for t in tables} <= registered(settings)
+    assert (f"{orders}_snapshot", f"snapshot_dt={HOUR}") in registered(settings)
+    (merged,) = [r for r in SnapshotLog(settings.state_dir, orders).records() if r.label == HOUR]
+    assert merged.rows == len(expected)
+    store = SnapshotStore(spark, load_table_file(orders_conf / f"{orders}.yaml"), settings)
+    rows = sorted(normal(r) for r in pq.read_table(store.partition_dir(HOUR)).to_pylist())
+    assert rows == expected
     for table in tables:
         entry = HourJournal(settings.state_dir, table).state().hours[HOUR]
         assert entry.rows == 8 and entry.published

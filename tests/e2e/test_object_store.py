@@ -2,10 +2,11 @@
 server), the Hive metastore service on PostgreSQL, and a Spark standalone cluster of a master
 and two workers with their own work and local directories, whose executors get the library
 and a venv shipped by the jobs (nothing of this checkout's venv is on the workers' paths).
-The real dump and seal jobs run in their own processes, are killed at protocol points and
-retried; then each table is read where the metastore service's database points readers.
-Nothing is renamed on the store: batch files are written once under final names, a sealed
-hour and a late partition are new directories the metastore is pointed at."""
+The real jobs (dump, seal, bootstrap, merge, rebuild) run in their own processes, are killed
+at protocol points and retried; then each table is read where the metastore service's
+database points readers. Nothing is renamed on the store: batch files are written once under
+final names; a sealed, amended or rebuilt hour, a late partition and a snapshot version are
+new directories the metastore is pointed at."""
 
 from __future__ import annotations
 
@@ -244,68 +245,6 @@ def test_dump_and_seal_on_s3_on_a_cluster_with_kills_are_exact_where_the_metasto
         assert list(work.glob("app-*/*/tidemark-lib.zip")), f"worker {index} got no library"
 
 
-def test_amend_on_s3_points_the_hour_at_its_next_version_and_collects_the_old_one(
-    broker: str, s3_metastore: Settings, tmp_path: Path
-) -> None:
-    """late_policy amend on S3 (local Spark): hour 10's late rows make its version 2, a new
-    directory the partition is pointed at; a seal killed after writing it (before registering)
-    reuses it; version 1, unreferenced, goes after the retention (0s here). Then a rebuild of
-    the hour from the broker, killed after the switch, writes version 3."""
-    config, settings, store = s3_table(
-        broker, s3_metastore, tmp_path, late_policy="amend", output__version_retention="0s"
-    )
-    table = config.table
-    on_time = produce(
-        broker,
-        config.source.topic,
-        records(
-            [(p, START + timedelta(minutes=m)) for m in range(5, 60, 10) for p in (0, 1)]
-            + [(p, START + timedelta(hours=1, minutes=20)) for p in (0, 1)]
-        ),
-    )
-    assert job(settings, "dump", table, "run-1", "--processing-time", PROCESSING.isoformat()).returncode == 0
-    first = job(settings, "seal", table, "seal-1")
-    assert json.loads(first.stdout.splitlines()[-1])["sealed"] == ["2026-11-22T10"], why(first)
-    v1 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
-    late = late_round(broker, config.source.topic, 30)
-    assert job(settings, "dump", table, "run-2", *LATER).returncode == 0
-    killed = job(settings, "seal", table, "seal-2", fail_at="after_amend_files")
-    assert killed.returncode == EXIT_CODE, why(killed)
-    result = outcome(job(settings, "seal", table, "seal-2"))
-    # hour 11 was sealed by the killed attempt, before it amended hour 10
-    assert (result["sealed"], result["amended"]) == ([], ["2026-11-22T10"])
-    assert "2026-11-22T11" in HourJournal(settings.state_location, table).state().hours
-
-    v2 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
-    old_dir = str(Path(v1.files[0]).parent)
-    assert (v2.kind.value, v2.version, v2.rows, v2.late) == ("amend", 2, v1.rows + 2, 2)
-    assert result["versions_deleted"] == [old_dir] and not store.files(old_dir)
-    hour_10 = [(p, o) for p, o, _ in on_time if o < 6] + [
-        (p, min(o for q, o, _ in late if q == p)) for p in (0, 1)
-    ]
-    assert offsets(store, list(v2.files), ("_mq_partition", "_mq_offset")) == Counter(hour_10)
-    # the metastore service's own database: the partition points at version 2
-    locations = registered(settings, table)
-    assert (
-        locations["dt=2026-11-22/hr=10"]
-        == f"s3a://{settings.warehouse.removeprefix('s3://')}/{Path(v2.files[0]).parent}"
-    )
-    assert locations["dt=2026-11-22/hr=10"].endswith("/_v0002-b0000000001")
-
-    # a rebuild from the broker, killed after pointing the partition at version 3 and before
-    # its journal entry; its retry reuses the directory: the same rows as version 2
-    killed = job(settings, "rebuild", table, "rebuild-1", "--hours", "2026-11-22T10", fail_at="after_swap")
-    assert killed.returncode == EXIT_CODE, why(killed)
-    rebuilt = outcome(job(settings, "rebuild", table, "rebuild-1", "--hours", "2026-11-22T10"))
-    assert [(h["status"], h["version"], h["rows"]) for h in rebuilt["hours"]] == [("rebuilt", 3, v2.rows)]
-    v3 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
-    assert (v3.kind.value, v3.version) == ("rebuild", 3)
-    assert offsets(store, list(v3.files), ("_mq_partition", "_mq_offset")) == Counter(hour_10)
-    assert registered(settings, table)["dt=2026-11-22/hr=10"].endswith("/_v0003-b0000000001")
-    layout = Layout(settings, table)
-    assert not [f for f in store.all_files(layout.relative(layout.staging_root)) if "/rebuild-" in f]
-
-
 def snapshot_rows(settings: Settings, location: str) -> list[Row]:
     """A snapshot partition as a reader of the metastore finds it; fails on a duplicated key."""
     store = Store.of(settings.warehouse)
@@ -319,19 +258,24 @@ def snapshot_rows(settings: Settings, location: str) -> list[Row]:
     return sorted(found)
 
 
-def test_orders_bootstrap_and_merge_on_s3_on_a_cluster_with_a_kill_are_exact(
-    broker: str, postgres: str, cluster: Settings, tmp_path: Path
+def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
+    broker: str, postgres: str, s3_metastore: Settings, tmp_path: Path
 ) -> None:
-    """The CDC path on S3 and the cluster: a JDBC bootstrap (two ranges) from PostgreSQL
-    aligned to the topic, increments dumped and sealed, a merge killed after pointing the
-    partition at its new version and before recording it, retried: the version is reused, and
-    a replaced version of the label collected."""
+    """The orders (CDC) path on S3 with the metastore service (local Spark; the cluster runs
+    the events path above): a JDBC bootstrap from PostgreSQL in two ranges aligned to the
+    topic; increments dumped and sealed; a late change amends hour 10 into version 2, a new
+    directory (the seal killed after writing it reuses it; version 1 is collected, retention
+    0s); the merge, killed after pointing the snapshot partition at its version and before
+    recording it, reuses that version on retry, reads hour 10's version 2, and collects a
+    replaced version of the label; a rebuild of hour 10 from the broker, killed after its
+    switch, writes version 3 with the same rows. Nothing is renamed, nothing is local."""
     config, settings = fresh_table(
-        cluster, tmp_path, template="orders", cdc__snapshot_every="hour", output__version_retention="0s"
+        s3_metastore, tmp_path, template="orders", cdc__snapshot_every="hour", output__version_retention="0s"
     )
     settings = replace(settings, home=tmp_path / "home")
     create_topic(broker, config.source.topic, 2)
     table, store = config.table, Store.of(settings.warehouse)
+    prefix = f"s3a://{settings.warehouse.removeprefix('s3://')}/"
     before = order_changes(80, start=at(9), seed=11)
     source_state = state_after(before)
     send(broker, config, before)
@@ -356,10 +300,34 @@ def test_orders_bootstrap_and_merge_on_s3_on_a_cluster_with_a_kill_are_exact(
 
     after = order_changes(60, start=at(10), span=at(11, 30) - at(10), existing=source_state, seed=12)
     send(broker, config, after)
-    assert (
-        job(settings, "dump", table, "ingest-1", "--processing-time", at(11, 40).isoformat()).returncode == 0
-    )
+    assert outcome(job(settings, "dump", table, "ingest-1", "--processing-time", at(11, 40).isoformat()))
     assert outcome(job(settings, "seal", table, "ingest-1"))["sealed"] == ["2026-11-22T09", "2026-11-22T10"]
+    v1 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
+
+    # a change of 10:30 arrives after hour 10 was sealed: amend writes version 2
+    hour_10 = state_after(
+        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
+    )
+    victim = min(k for k, r in hour_10.items() if datetime.fromisoformat(r["updated_at"]) < at(10, 30))
+    late = {
+        **hour_10[victim],
+        "op": "u",
+        "version": 1000,
+        "status": "late",
+        "updated_at": at(10, 30).isoformat(),
+    }
+    send(broker, config, [late])
+    assert outcome(job(settings, "dump", table, "ingest-2", "--processing-time", at(11, 50).isoformat()))
+    killed = job(settings, "seal", table, "ingest-2", fail_at="after_amend_files")
+    assert killed.returncode == EXIT_CODE, why(killed)
+    amended = outcome(job(settings, "seal", table, "ingest-2"))
+    assert amended["amended"] == ["2026-11-22T10"]
+    v2 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
+    assert (v2.kind.value, v2.version, v2.rows, v2.late) == ("amend", 2, v1.rows + 1, 1)
+    assert amended["versions_deleted"] == [str(Path(v1.files[0]).parent)] and not store.files(
+        str(Path(v1.files[0]).parent)
+    )
+    assert registered(settings, table)["dt=2026-11-22/hr=10"].endswith("/_v0002-b0000000001")
 
     label = "2026-11-22T10"
     killed = job(settings, "merge", table, "merge-1", "--snapshot", label, fail_at="after_snapshot_swap")
@@ -367,21 +335,32 @@ def test_orders_bootstrap_and_merge_on_s3_on_a_cluster_with_a_kill_are_exact(
     pointed = registered(settings, config.snapshot_table)[f"snapshot_dt={label}"]
     # a version an earlier merge of the label left (replaced, unreferenced): collected by the
     # next merge of the label, with the retention at 0s
-    prefix = f"s3a://{settings.warehouse.removeprefix('s3://')}/"
     version_files = store.files(pointed.removeprefix(prefix))
     replaced = f"{config.snapshot_table}/snapshot_dt={label}/_s0123456789ab"
     store.fs.copy_file(store.path(version_files[0]), store.path(f"{replaced}/part-00000.parquet"))
     merged = outcome(job(settings, "merge", table, "merge-1", "--snapshot", label))
-    expected = truth(
-        state_after([c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state)
-    )
+    expected = truth(state_after([late], hour_10))
     locations = registered(settings, config.snapshot_table)
     assert locations[f"snapshot_dt={label}"] == pointed  # the killed attempt's version, reused
     assert (merged["version"], merged["rows"]) == (1, len(expected))
     assert snapshot_rows(settings, locations["snapshot_dt=base"]) == truth(source_state)
-    assert snapshot_rows(settings, pointed) == expected
+    assert snapshot_rows(settings, pointed) == expected  # the late change, read from hour 10's v2
     assert not store.all_files(replaced) and store.files(pointed.removeprefix(prefix)) == version_files
     records = {r.ref: r for r in SnapshotLog(settings.state_location, table).records()}
     assert sorted(records) == ["2026-11-22T10@v1", "base@v1"]
     assert all(r.location and "/_s" in r.location for r in records.values())
+
+    # a rebuild of hour 10 from the broker, killed after pointing the partition at version 3
+    # and before its journal entry; its retry reuses the directory: the same rows as version 2
+    killed = job(settings, "rebuild", table, "rebuild-1", "--hours", "2026-11-22T10", fail_at="after_swap")
+    assert killed.returncode == EXIT_CODE, why(killed)
+    rebuilt = outcome(job(settings, "rebuild", table, "rebuild-1", "--hours", "2026-11-22T10"))
+    assert [(h["status"], h["version"], h["rows"]) for h in rebuilt["hours"]] == [("rebuilt", 3, v2.rows)]
+    v3 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
+    assert (v3.kind.value, v3.version) == ("rebuild", 3)
+    columns = ("_mq_partition", "_mq_offset")
+    assert offsets(store, list(v3.files), columns) == offsets(store, list(v2.files), columns)
+    assert registered(settings, table)["dt=2026-11-22/hr=10"].endswith("/_v0003-b0000000001")
+    layout = Layout(settings, table)
+    assert not [f for f in store.all_files(layout.relative(layout.staging_root)) if "/rebuild-" in f]
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tidemark.config import TableConfig
 from tidemark_dev.generator import change_messages, produce
@@ -40,3 +44,26 @@ def send(
 ) -> Delivered:
     messages = change_messages(changes, partitions=2, duplicates=duplicates, reorder=reorder)
     return [(p, o, json.loads(m.value)) for p, o, m in produce(broker, config.source.topic, messages)]
+
+
+def write_parquet_source(path: Path, state: dict[int, dict[str, Any]]) -> Path:
+    """The source as Parquet files (what an export of the OLTP table would give)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.glob("*.parquet"):
+        old.unlink()
+    rows = list(state.values())
+    table = pa.table(
+        {
+            "order_id": pa.array([r["order_id"] for r in rows], pa.int64()),
+            "version": pa.array([r["version"] for r in rows], pa.int64()),
+            "customer_id": pa.array([r["customer_id"] for r in rows], pa.int64()),
+            "status": pa.array([r["status"] for r in rows], pa.string()),
+            "amount": pa.array([r["amount"] for r in rows], pa.string()),
+            "updated_at": pa.array(
+                [datetime.fromisoformat(r["updated_at"]) for r in rows], pa.timestamp("us", "UTC")
+            ),
+            "note": pa.array(["extra column, ignored"] * len(rows), pa.string()),
+        }
+    )
+    pq.write_table(table, path / "part-0.parquet")
+    return path

@@ -9,11 +9,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers.orders import Delivered, Row, normal, send, truth
+from tests.helpers.orders import Delivered, Row, normal, send, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
@@ -68,29 +66,6 @@ def reference_merge(
         if change["order_id"] not in best or rank > best[change["order_id"]][0]:
             best[change["order_id"]] = (rank, change)
     return sorted(normal(c) for _, c in best.values() if c["op"] != "d")
-
-
-def write_parquet_source(path: Path, state: dict[int, dict[str, Any]]) -> Path:
-    """The source as Parquet files (what an export of the OLTP table would give)."""
-    path.mkdir(parents=True, exist_ok=True)
-    for old in path.glob("*.parquet"):
-        old.unlink()
-    rows = list(state.values())
-    table = pa.table(
-        {
-            "order_id": pa.array([r["order_id"] for r in rows], pa.int64()),
-            "version": pa.array([r["version"] for r in rows], pa.int64()),
-            "customer_id": pa.array([r["customer_id"] for r in rows], pa.int64()),
-            "status": pa.array([r["status"] for r in rows], pa.string()),
-            "amount": pa.array([r["amount"] for r in rows], pa.string()),
-            "updated_at": pa.array(
-                [datetime.fromisoformat(r["updated_at"]) for r in rows], pa.timestamp("us", "UTC")
-            ),
-            "note": pa.array(["extra column, ignored"] * len(rows), pa.string()),
-        }
-    )
-    pq.write_table(table, path / "part-0.parquet")
-    return path
 
 
 def orders_table(settings: Settings, tmp_path: Path, broker: str) -> tuple[TableConfig, Settings]:

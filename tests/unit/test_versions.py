@@ -11,11 +11,12 @@ import pytest
 
 from tests.helpers.tables import fresh_table
 from tidemark.seal.hourfiles import step_entry
-from tidemark.seal.versions import VersionCollector, version_dirs
+from tidemark.seal.versions import VersionCollector, version_dirs, write_version_once
 from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalState
 from tidemark.state.layout import COMPACTED_MARKER, Layout
+from tidemark.tablefs import Store
 from tidemark.time.hours import parse_key
 from tidemark.time.watermarks import ReadyTime
 
@@ -32,11 +33,42 @@ def test_version_dirs_are_found_from_their_files() -> None:
         "t/dt=2026-11-22/hr=10/_v0001-b0000000004/_tidemark_compacted.json",
         "t__late/dt=2026-11-22/hr=10/_v0003-b0000000007/part-00000.parquet",
         "t/_open/dt=2026-11-22/hr=11/part-b0000000005-p0-000000000000.parquet",
+        "t_snapshot/snapshot_dt=base/_s0123456789ab/part-00000.parquet",
     ]
     assert version_dirs(files) == {
         "t/dt=2026-11-22/hr=10/_v0001-b0000000004",
         "t__late/dt=2026-11-22/hr=10/_v0003-b0000000007",
+        "t_snapshot/snapshot_dt=base/_s0123456789ab",
     }
+
+
+def test_a_version_is_written_once_a_crashed_attempt_rewritten_a_complete_one_reused(tmp_path: Path) -> None:
+    store = Store.of(str(tmp_path))
+    directory = "t/dt=2026-11-22/hr=10/_v0001-b0000000004"
+    store.write_json(f"{directory}/part-00009.parquet", "left by a crashed attempt")
+    calls: list[int] = []
+
+    def write() -> list[tuple[str, int]]:
+        calls.append(1)
+        store.write_json(f"{directory}/part-00000.parquet", "rows")
+        return [(f"{directory}/part-00000.parquet", 7)]
+
+    first = write_version_once(store, directory, write)
+    assert (first.files, first.rows, first.reused) == ([f"{directory}/part-00000.parquet"], 7, False)
+    assert store.all_files(directory) == [
+        f"{directory}/{COMPACTED_MARKER}",
+        f"{directory}/part-00000.parquet",
+    ]
+    again = write_version_once(store, directory, write)
+    assert (again.files, again.rows, again.reused, len(calls)) == (first.files, 7, True, 1)
+
+    def refused() -> list[tuple[str, int]]:
+        raise ValueError("rows do not reconcile")
+
+    other = "t/dt=2026-11-22/hr=11/_v0001-b0000000004"
+    with pytest.raises(ValueError):
+        write_version_once(store, other, refused)
+    assert store.read_json(f"{other}/{COMPACTED_MARKER}") is None  # no marker: never reused
 
 
 def test_replaced_versions_are_deleted_after_the_retention(settings: Settings, tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ from pathlib import Path
 from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.seal.hourfiles import HourFiles, step_entry
+from tidemark.seal.versions import write_version_once
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
-from tidemark.state.layout import COMPACTED_MARKER, batch_of_file, sealed_file_prefix
+from tidemark.state.layout import batch_of_file, sealed_file_prefix
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.time.hours import Hour, parse_path
 
@@ -83,17 +84,19 @@ class LateRows:
 
         store = self.layout.store
         home = self.layout.hour_version(hour.path, version, through)
-        directory = self.layout.relative(home)
-        done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
         before = current.rows if current else 0
-        if done is None:
-            store.delete_dir(directory)  # a crashed attempt's, never registered
+
+        def rewrite() -> list[tuple[str, int]]:
             inputs = [*(self.layout.warehouse / f for f in (current.files if current else ())), *new_files]
             late = sum(store.rows(self.layout.relative(p)) for p in new_files)
             size = sum(store.size(self.layout.relative(p)) for p in inputs)
             n_files = max(1, math.ceil(size / self.config.output.target_file_size))
             written = write_files(
-                self.files.read_hour(home, inputs), store, directory, sealed_file_prefix(1), n_files
+                self.files.read_hour(home, inputs),
+                store,
+                self.layout.relative(home),
+                sealed_file_prefix(1),
+                n_files,
             )
             rows = sum(n for _, n in written)
             if rows != before + late:
@@ -101,9 +104,10 @@ class LateRows:
                     f"{self.config.table} hour {hour.key}: amend to v{version} wrote {rows} rows != {before} "
                     f"sealed + {late} late rows of batches <= {through}; not registered"
                 )
-            done = {"files": [f for f, _ in written], "rows": rows}
-            store.write_json(f"{directory}/{COMPACTED_MARKER}", done)
-        return home, list(done["files"]), int(done["rows"]) - before
+            return written
+
+        written = write_version_once(store, self.layout.relative(home), rewrite)
+        return home, written.files, written.rows - before
 
     def _late_version(self, hour: Hour, state: LogState) -> Path:
         """Object stores: the committed late rows of an hour (hidden batch files in
@@ -115,19 +119,23 @@ class LateRows:
         store = self.layout.store
         count = state.late_per_hour[hour.path]
         home = self.layout.versioned_hour(self.layout.late_dir, hour.path, count, state.last_committed)
-        directory = self.layout.relative(home)
-        if store.read_json(f"{directory}/{COMPACTED_MARKER}") is not None:
-            return home
-        store.delete_dir(directory)
-        inputs = self.files.batch_files(self.layout.late_open_dir / hour.path, through=state.last_committed)
-        written = write_files(self.files.read_hour(home, inputs), store, directory, "part", 1)
-        rows = sum(n for _, n in written)
-        if rows != count:
-            raise ReconciliationError(
-                f"{self.config.late_table} hour {hour.key}: {rows} late rows in the batch files != {count} "
-                f"committed by batches <= {state.last_committed}; not registered"
+
+        def gather() -> list[tuple[str, int]]:
+            inputs = self.files.batch_files(
+                self.layout.late_open_dir / hour.path, through=state.last_committed
             )
-        store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": [f for f, _ in written], "rows": rows})
+            written = write_files(
+                self.files.read_hour(home, inputs), store, self.layout.relative(home), "part", 1
+            )
+            rows = sum(n for _, n in written)
+            if rows != count:
+                raise ReconciliationError(
+                    f"{self.config.late_table} hour {hour.key}: {rows} late rows in the batch files != {count} "
+                    f"committed by batches <= {state.last_committed}; not registered"
+                )
+            return written
+
+        write_version_once(store, self.layout.relative(home), gather)
         return home
 
     def amend(self, state: LogState, partitions: JournalState, journal: HourJournal) -> list[JournalEntry]:

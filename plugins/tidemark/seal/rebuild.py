@@ -43,7 +43,6 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import EntryKind, HourJournal
 from tidemark.state.layout import (
-    COMPACTED_MARKER,
     batch_dir_name,
     compaction_marker,
     sealed_file_prefix,
@@ -192,35 +191,39 @@ class Rebuilder:
         (``Layout.hour_version``: named by the version and the last batch it holds), marker
         last; a retry reuses a directory with a marker and rewrites one without. Returns (dir,
         files relative to the warehouse, rows)."""
+        from tidemark.seal.versions import write_version_once
         from tidemark.sparkfiles import write_files
 
-        store = self.layout.store
         home = self.layout.hour_version(hour.path, version, plan.through_batch)
         directory = self.layout.relative(home)
-        done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
-        if done is not None:
-            log.info("%s: hour %s v%s already written in %s", self.config.table, hour.key, version, home)
-            return home, list(done["files"]), int(done["rows"])
-        store.delete_dir(directory)  # a crashed attempt's files, never pointed at
-        files: list[str] = []
-        rows = 0
-        if plan.sources:
+
+        def reread() -> list[tuple[str, int]]:
+            if not plan.sources:
+                return []
             receipts = self._staging(hour) / "receipts"
             frame = self._rows(hour, plan, receipts, kafka_conf, hour_config)
             written = write_files(
                 frame,
-                store,
+                self.layout.store,
                 directory,
                 sealed_file_prefix(1),
                 self._file_count(hour),
                 sort_by=("_mq_partition", "_mq_offset"),
             )
             crash_point("mid_rebuild")
-            rows = sum(count for _, count in written)
-            self._reconcile(hour, plan, receipts, rows)
-            files = [path for path, _ in written]
-        store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": files, "rows": rows})
-        return home, files, rows
+            self._reconcile(hour, plan, receipts, sum(n for _, n in written))
+            return written
+
+        written = write_version_once(self.layout.store, directory, reread)
+        if written.reused:
+            log.info(
+                "%s: hour %s v%s already written in %s",
+                self.config.table,
+                hour.key,
+                version,
+                self.layout.uri(home),
+            )
+        return home, written.files, written.rows
 
     def _file_count(self, hour: Hour) -> int:
         """As many files as the hour's current version, by the target file size."""

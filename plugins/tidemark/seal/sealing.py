@@ -41,11 +41,11 @@ from tidemark.faults import crash_point
 from tidemark.ingest.publish import Publisher
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.late import LateRows
-from tidemark.seal.versions import VersionCollector
+from tidemark.seal.versions import VersionCollector, write_version_once
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
-from tidemark.state.layout import COMPACTED_MARKER, compaction_marker, sealed_file_prefix
+from tidemark.state.layout import compaction_marker, sealed_file_prefix
 from tidemark.state.locks import Lease, TableLock
 from tidemark.state.storage import exchange_directories, read_json, replace_atomically
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
@@ -222,7 +222,7 @@ class Sealer:
                 self.config.table,
                 hour.key,
                 rows,
-                home,
+                self.layout.uri(home),
                 "; ".join(quality.failures),
             )
         else:
@@ -353,31 +353,34 @@ class Sealer:
         means batch files were lost: not sealed."""
         store = self.layout.store
         home = self.layout.hour_version(hour.path, 1, state.last_committed)
-        directory = self.layout.relative(home)
-        done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
-        if done is not None:
-            if int(done["rows"]) != expected:
-                raise ReconciliationError(
-                    f"{self.config.table} hour {hour.key}: {home} holds {done['rows']} rows but batches "
-                    f"<= {state.last_committed} committed {expected}; not sealed (docs/operations.md)"
-                )
-            log.info("%s: hour %s already compacted in %s", self.config.table, hour.key, home)
-            return list(done["files"]), int(done["rows"]), home
-        store.delete_dir(directory)
-        inputs = self.files.batch_files(self.layout.open_dir / hour.path, through=state.last_committed)
-        files: list[str] = []
-        rows = 0
-        if inputs:
+
+        def compact() -> list[tuple[str, int]]:
             from tidemark.sparkfiles import write_files
 
+            inputs = self.files.batch_files(self.layout.open_dir / hour.path, through=state.last_committed)
+            if not inputs:
+                return []
             size = sum(store.size(self.layout.relative(p)) for p in inputs)
             frame = self.files.read_hour(home, inputs)
-            written = write_files(frame, store, directory, sealed_file_prefix(1), self._file_count(size))
+            written = write_files(
+                frame, store, self.layout.relative(home), sealed_file_prefix(1), self._file_count(size)
+            )
             crash_point("mid_compaction")
-            files, rows = [f for f, _ in written], sum(n for _, n in written)
-            self._log_compacted(hour, inputs=len(inputs), size=size, files=len(files), rows=rows, home=home)
-        store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": files, "rows": rows})
-        return files, rows, home
+            rows = sum(n for _, n in written)
+            self._log_compacted(hour, inputs=len(inputs), size=size, files=len(written), rows=rows, home=home)
+            return written
+
+        version = write_version_once(store, self.layout.relative(home), compact)
+        if version.reused:
+            if version.rows != expected:
+                raise ReconciliationError(
+                    f"{self.config.table} hour {hour.key}: {self.layout.uri(home)} holds {version.rows} rows but "
+                    f"batches <= {state.last_committed} committed {expected}; not sealed (docs/operations.md)"
+                )
+            log.info(
+                "%s: hour %s already compacted in %s", self.config.table, hour.key, self.layout.uri(home)
+            )
+        return version.files, version.rows, home
 
     def _compact_into(self, hour: Hour, directory: Path, target: Path) -> tuple[list[str], int]:
         """Compact the hour's batch files into ``directory`` (which becomes ``target``); the
@@ -420,7 +423,7 @@ class Sealer:
             size,
             files,
             rows,
-            home,
+            self.layout.uri(home),
         )
 
     def _sweep_sealed_leftovers(self, partitions: JournalState) -> None:

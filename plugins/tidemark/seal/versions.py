@@ -12,18 +12,47 @@ unreferenced records when, a later one deletes it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tidemark.config import TableConfig
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import HourJournal, JournalState
-from tidemark.state.layout import Layout, version_dir_of
+from tidemark.state.layout import COMPACTED_MARKER, Layout, version_dir_of
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.tablefs import Store
 from tidemark.time.hours import parse_key
 from tidemark.time.instants import parse_instant
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WrittenVersion:
+    """The files (warehouse-relative) and rows of a version directory; ``reused`` when an
+    earlier attempt had already completed it."""
+
+    files: list[str]
+    rows: int
+    reused: bool = False
+
+
+def write_version_once(
+    store: Store, directory: str, write: Callable[[], list[tuple[str, int]]]
+) -> WrittenVersion:
+    """A version directory is written once and never changed: a directory whose marker exists
+    is complete and reused (a retry after a kill); one without is a crashed attempt's, never
+    pointed at, and is emptied and written again by ``write`` (which returns (file, rows) of
+    what it wrote, and raises when its rows do not reconcile). The marker goes last."""
+    done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
+    if done is not None:
+        return WrittenVersion(list(done["files"]), int(done["rows"]), reused=True)
+    store.delete_dir(directory)
+    written = write()
+    version = WrittenVersion([path for path, _ in written], sum(rows for _, rows in written))
+    store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": version.files, "rows": version.rows})
+    return version
 
 
 def version_dirs(files: list[str]) -> set[str]:

@@ -32,7 +32,7 @@ from tidemark.errors import BatchConflictError, MergeError
 from tidemark.faults import crash_point
 from tidemark.seal.metastore import add_partition_sql, evolve_table, external_parquet_sql, quote_identifier
 from tidemark.settings import Settings
-from tidemark.state.layout import COMPACTED_MARKER, Layout, run_key
+from tidemark.state.layout import Layout, run_key
 from tidemark.state.seqlog import SequentialLog
 from tidemark.state.storage import Location, create_only, exchange_directories, read_json
 from tidemark.time.hours import HourKeyError, parse_key
@@ -266,22 +266,27 @@ class SnapshotStore:
         return StagedSnapshot(label, staging, rows, names)
 
     def _stage_version(self, frame: DataFrame, label: str, run_id: str, content: str) -> StagedSnapshot:
+        from tidemark.seal.versions import write_version_once
         from tidemark.sparkfiles import write_files
 
-        store = self.layout.store
         home = self.layout.snapshot_version(self.partition_dir(label), run_id, content)
         directory = self.layout.relative(home)
-        done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
-        if done is not None:
-            log.info("%s: snapshot %s of run %s already written in %s", self.table, label, run_id, home)
-            return StagedSnapshot(label, home, int(done["rows"]), tuple(done["files"]), directory)
-        store.delete_dir(directory)  # a crashed attempt's part files, never pointed at
         # one file per task of the frame's last stage (JDBC ranges, the merge's shuffle)
-        written = write_files(frame, store, directory, "part", frame.rdd.getNumPartitions())
-        names = tuple(path.rsplit("/", 1)[-1] for path, _ in written)
-        rows = sum(count for _, count in written)
-        store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": list(names), "rows": rows})
-        return StagedSnapshot(label, home, rows, names, directory)
+        version = write_version_once(
+            self.layout.store,
+            directory,
+            lambda: write_files(frame, self.layout.store, directory, "part", frame.rdd.getNumPartitions()),
+        )
+        if version.reused:
+            log.info(
+                "%s: snapshot %s of run %s already written in %s",
+                self.table,
+                label,
+                run_id,
+                self.layout.uri(home),
+            )
+        names = tuple(path.rsplit("/", 1)[-1] for path in version.files)
+        return StagedSnapshot(label, home, version.rows, names, directory)
 
     def publish(self, staged: StagedSnapshot) -> bool:
         """Make the staged version the label's partition and register it; True if atomic."""
@@ -305,7 +310,9 @@ class SnapshotStore:
             self.ensure_table()
             self.spark.sql(add_partition_sql(self.table, spec, target))
         self.spark.catalog.refreshTable(self.table)
-        log.info("%s: partition %s=%s is live at %s", self.table, PARTITION_COLUMN, label, target)
+        log.info(
+            "%s: partition %s=%s is live at %s", self.table, PARTITION_COLUMN, label, self.layout.uri(target)
+        )
         return atomic
 
     def discard(self, staged: StagedSnapshot, live: SnapshotRecord) -> list[str]:
