@@ -111,3 +111,47 @@ def test_replaced_versions_are_deleted_after_the_retention(settings: Settings, t
     assert not recompacted_away.exists() and not late_before.exists()
     assert sealed.exists() and late_now.exists()  # what partitions point at is never touched
     assert collector.collect(at("2026-11-22T14:00:00+00:00"), partitions, late) == []
+
+
+def test_a_directory_the_metastore_points_at_is_kept_whatever_the_journal_says(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A rebuild killed after its switch and before its journal entry: the partition points at
+    version 2, the journal still names version 1. Version 2 is kept while the metastore points
+    at it (registered locations map back to warehouse paths, s3a:// or s3://)."""
+    config, settings = fresh_table(settings, tmp_path, output__version_retention="0s")
+    settings = replace(settings, warehouse="s3://lake/wh", state_uri=str(tmp_path / "state"))
+    layout = Layout(settings, config.table)
+    hour = parse_key("2026-11-22T10", "UTC")
+    v2 = layout.hour_version(hour.path, 2, 4)
+    assert layout.store_relative(f"s3a://lake/wh/{layout.relative(v2)}") == layout.relative(v2)
+    assert layout.store_relative(f"s3://lake/wh/{layout.relative(v2)}/") == layout.relative(v2)
+    assert layout.store_relative("s3a://elsewhere/t/dt=2026-11-22/hr=10") == ""
+
+    local = replace(settings, warehouse=str(tmp_path / "wh"))
+    local_layout = Layout(local, config.table)
+    for version in (1, 2):
+        directory = local_layout.hour_version(hour.path, version, 4)
+        directory.mkdir(parents=True)
+        (directory / "part-00000.parquet").write_bytes(b"x")
+    partitions = JournalState()
+    partitions.apply(
+        step_entry(
+            config,
+            "seal-1",
+            hour,
+            at("2026-11-22T12:00:00+00:00"),
+            partitions,
+            kind=EntryKind.SEAL,
+            version=1,
+            rows=1,
+            files=[],
+            quality={},
+        )
+    )
+    collector = VersionCollector(config, local_layout, HourJournal(local.state_location, config.table))
+    pointed = [str(local_layout.hour_version(hour.path, 2, 4))]
+    assert collector.collect(at("2026-11-22T13:00:00+00:00"), partitions, {}, pointed) == []
+    assert collector.collect(at("2026-11-22T14:00:00+00:00"), partitions, {}) == [
+        local_layout.relative(local_layout.hour_version(hour.path, 2, 4))
+    ]  # without the metastore's word it would have gone

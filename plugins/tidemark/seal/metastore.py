@@ -103,6 +103,21 @@ class Metastore:
                 self.spark.sql(set_partition_location_sql(table, spec, str(location)))
             log.info("%s: registered partition %s at %s", table, dict(spec), location)
 
+    def partition_locations(self, table: str) -> list[str]:
+        """Where each partition of ``table`` points readers now (none for a missing table): one
+        call to the catalog, whatever the number of partitions."""
+        jspark = self.spark._jsparkSession
+        catalog = jspark.sessionState().catalog().externalCatalog()
+        if not catalog.tableExists(DATABASE, table):
+            return []
+        none = self.spark.sparkContext._jvm.scala.Option.empty()  # type: ignore[union-attr]
+        partitions = catalog.listPartitions(DATABASE, table, none).iterator()
+        locations = []
+        while partitions.hasNext():
+            location = partitions.next().location()
+            locations.append(str(location.toString()))
+        return locations
+
     def partition_names(self, table: str) -> list[str]:
         return [r[0] for r in self.spark.sql(f"SHOW PARTITIONS {qualified(table)}").collect()]
 

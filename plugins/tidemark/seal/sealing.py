@@ -168,7 +168,14 @@ class Sealer:
         result.sealed_through = partitions.sealed_through
         if self.layout.object_store:
             collector = VersionCollector(self.config, self.layout, self.journal)
-            result.versions_deleted = collector.collect(state, partitions, self.late.locations(self.journal))
+            metastore = self.files.metastore
+            registered = [
+                *metastore.partition_locations(self.config.table),
+                *metastore.partition_locations(self.config.late_table),
+            ]
+            result.versions_deleted = collector.collect(
+                state, partitions, self.late.locations(self.journal), registered
+            )
         self._fail_on_quarantine(partitions)
         log.info(
             "%s: seal run %s: ready time %s, sealed %s, amended %s, late partitions registered %s; "

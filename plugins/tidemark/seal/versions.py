@@ -12,7 +12,7 @@ unreferenced records when, a later one deletes it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -80,17 +80,26 @@ class VersionCollector:
             current.add(self.layout.relative(directory))
         return current
 
-    def collect(self, state: LogState, partitions: JournalState, late_locations: dict[str, str]) -> list[str]:
+    def collect(
+        self,
+        state: LogState,
+        partitions: JournalState,
+        late_locations: dict[str, str],
+        registered: Sequence[str] = (),
+    ) -> list[str]:
         """Record newly unreferenced directories; delete those past the retention. Returns the
-        directories deleted."""
+        directories deleted. ``registered``: the locations the metastore points at now (kept
+        whatever the journal says: a step killed after its switch and before its journal
+        entry points a partition at a directory the journal does not name yet)."""
         now = parse_instant(state.ready.processing_time) if state.ready else None
         if now is None:
             return []
+        pointed = {self.layout.store_relative(location) for location in registered}
         return collect_unreferenced(
             self.layout.store,
             self.record,
             scope=[self.layout.relative(self.layout.table_dir), self.layout.relative(self.layout.late_dir)],
-            current=self.current(partitions, late_locations),
+            current=self.current(partitions, late_locations) | {p for p in pointed if p},
             now=now,
             retention=self.config.output.version_retention,
             owner=self.config.table,

@@ -204,6 +204,14 @@ class Layout:
         """A warehouse path as pyarrow and tidemark's readers address it (``s3://...`` on S3)."""
         return self.store.uri(self.relative(path))
 
+    def store_relative(self, location: str) -> str:
+        """A location the metastore registered (``s3a://...`` or a path) as a warehouse-relative
+        path; "" for one outside the warehouse."""
+        for root in (hadoop_uri(self.warehouse_uri), self.warehouse_uri):
+            if location.rstrip("/").startswith(root + "/"):
+                return location.rstrip("/")[len(root) + 1 :]
+        return ""
+
     def relative(self, path: Path) -> str:
         """A warehouse-relative path, as the commit log and the journal record files."""
         return str(path.relative_to(self.warehouse))
