@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.tables import fresh_table
+from tidemark.config import TableConfig
 from tidemark.seal.hourfiles import step_entry
 from tidemark.seal.versions import VersionCollector, version_dirs, write_version_once
 from tidemark.settings import Settings
@@ -17,7 +18,7 @@ from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalState
 from tidemark.state.layout import COMPACTED_MARKER, Layout
 from tidemark.tablefs import Store
-from tidemark.time.hours import parse_key
+from tidemark.time.hours import Hour, parse_key
 from tidemark.time.watermarks import ReadyTime
 
 pytestmark = pytest.mark.unit
@@ -25,6 +26,26 @@ pytestmark = pytest.mark.unit
 
 def at(processing: str) -> LogState:
     return LogState(last_committed=4, ready=ReadyTime(time=processing, processing_time=processing))
+
+
+def sealed_once(config: TableConfig, hour: Hour) -> JournalState:
+    """The journal of a table whose ``hour`` was sealed once (version 1, through batch 4)."""
+    partitions = JournalState()
+    partitions.apply(
+        step_entry(
+            config,
+            "seal-1",
+            hour,
+            at("2026-11-22T12:00:00+00:00"),
+            partitions,
+            kind=EntryKind.SEAL,
+            version=1,
+            rows=1,
+            files=[],
+            quality={},
+        )
+    )
+    return partitions
 
 
 def test_version_dirs_are_found_from_their_files() -> None:
@@ -85,21 +106,7 @@ def test_replaced_versions_are_deleted_after_the_retention(settings: Settings, t
         directory.mkdir(parents=True)
         (directory / "part-00000.parquet").write_bytes(b"x")
         (directory / COMPACTED_MARKER).write_text("{}")
-    partitions = JournalState()
-    partitions.apply(
-        step_entry(
-            config,
-            "seal-1",
-            hour,
-            at("2026-11-22T12:00:00+00:00"),
-            partitions,
-            kind=EntryKind.SEAL,
-            version=1,
-            rows=1,
-            files=[],
-            quality={},
-        )
-    )
+    partitions = sealed_once(config, hour)
     late = {hour.key: layout.relative(late_now)}
     collector = VersionCollector(config, layout, journal)
 
@@ -134,21 +141,7 @@ def test_a_directory_the_metastore_points_at_is_kept_whatever_the_journal_says(
         directory = local_layout.hour_version(hour.path, version, 4)
         directory.mkdir(parents=True)
         (directory / "part-00000.parquet").write_bytes(b"x")
-    partitions = JournalState()
-    partitions.apply(
-        step_entry(
-            config,
-            "seal-1",
-            hour,
-            at("2026-11-22T12:00:00+00:00"),
-            partitions,
-            kind=EntryKind.SEAL,
-            version=1,
-            rows=1,
-            files=[],
-            quality={},
-        )
-    )
+    partitions = sealed_once(config, hour)
     collector = VersionCollector(config, local_layout, HourJournal(local.state_location, config.table))
     pointed = [str(local_layout.hour_version(hour.path, 2, 4))]
     assert collector.collect(at("2026-11-22T13:00:00+00:00"), partitions, {}, pointed) == []

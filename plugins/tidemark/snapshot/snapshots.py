@@ -30,7 +30,13 @@ from zoneinfo import ZoneInfo
 from tidemark.config import TableConfig
 from tidemark.errors import BatchConflictError, MergeError
 from tidemark.faults import crash_point
-from tidemark.seal.metastore import add_partition_sql, evolve_table, external_parquet_sql, quote_identifier
+from tidemark.seal.metastore import (
+    Metastore,
+    add_partition_sql,
+    evolve_table,
+    external_parquet_sql,
+    quote_identifier,
+)
 from tidemark.settings import Settings
 from tidemark.state.layout import Layout, run_key
 from tidemark.state.seqlog import SequentialLog
@@ -290,8 +296,6 @@ class SnapshotStore:
 
     def publish(self, staged: StagedSnapshot) -> bool:
         """Make the staged version the label's partition and register it; True if atomic."""
-        from tidemark.seal.metastore import Metastore
-
         label = staged.label
         spec = {PARTITION_COLUMN: label}
         if self.layout.object_store:
@@ -332,10 +336,7 @@ class SnapshotStore:
         partition = self.layout.relative(self.partition_dir(staged.label))
         return collect_unreferenced(
             self.layout.store,
-            Location(self.settings.state_location)
-            / self.config.table
-            / "snapshots"
-            / "replaced_versions.json",
+            SnapshotLog(self.settings.state_location, self.config.table).root / "replaced_versions.json",
             scope=partition,
             current={live.location},
             now=now,
