@@ -140,7 +140,7 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
 
 
 # what runs on an object-store warehouse today (docs/operations.md, "Object storage")
-OBJECT_STORE_JOBS = ("dump", "seal", "bootstrap", "merge", "rebuild")
+OBJECT_STORE_JOBS = ("dump", "seal", "bootstrap", "merge", "rebuild", "replay")
 
 
 def check_warehouse_support(job: str, config: TableConfig, settings: Settings) -> None:

@@ -5,8 +5,9 @@ no rename; see tablefs for why).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -127,40 +128,74 @@ def write_files(
     a retried task rewrites the same name). The directory is a new one nobody reads yet (a
     version of an hour, registered after). Returns (warehouse-relative path, rows) per file,
     sorted; tasks without rows write nothing. ``sort_by`` orders the rows within each file."""
+    spread = frame.repartition(max(1, n_files))
+    if sort_by:
+        spread = spread.sortWithinPartitions(*sort_by)
+    return write_partitioned(spread, store, directory, functools.partial(_numbered, prefix))
+
+
+def _numbered(prefix: str, task: int) -> str:
+    return f"{prefix}-{task:05d}.parquet"
+
+
+def write_partitioned(
+    frame: DataFrame,
+    store: Store,
+    directory: str,
+    file_name: Callable[[int], str],
+    partition_by: Sequence[str] = (),
+) -> list[tuple[str, int]]:
+    """Each Spark task of ``frame`` writes its rows through pyarrow under ``directory``, one
+    file per value of ``partition_by`` in Hive's ``col=value/`` subdirectories (the columns
+    are in the path, not the file, as Spark's ``partitionBy`` writes them), named
+    ``file_name(task index)``: final names, so a retried task rewrites the same files. The
+    values must be path-safe (hours; partition values the classifier admitted). Returns
+    (warehouse-relative path, rows) per file, sorted; tasks without rows write nothing."""
     import pyarrow as pa
 
-    def write_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    parts = list(partition_by)
+
+    def write_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
         import pyarrow.parquet as pq
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        index = context.partitionId() if context is not None else 0
-        relative = f"{directory}/{prefix}-{index:05d}.parquet"
-        writer = None
-        rows = 0
-        target = store.path(relative)
-        if not store.object_store:
-            store.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-        out = None
+        name = file_name(context.partitionId() if context is not None else 0)
+        open_files: dict[tuple[str, ...], tuple[Any, Any, str]] = {}  # values -> (out, writer, path)
+        rows: dict[str, int] = {}
         try:
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
-                if writer is None:
-                    out = store.fs.open_output_stream(target)
-                    writer = pq.ParquetWriter(out, batch.schema)
-                writer.write_batch(batch)
-                rows += batch.num_rows
+                groups = (
+                    pa.Table.from_batches([batch]).group_by(parts).aggregate([]).to_pylist()
+                    if parts
+                    else [{}]
+                )
+                for group in groups:
+                    values = tuple(str(group[c]) for c in parts)
+                    piece = batch
+                    for column, value in group.items():
+                        piece = piece.filter(pc.equal(piece.column(column), value))
+                    data = piece.drop_columns(parts) if parts else piece
+                    if values not in open_files:
+                        below = "/".join(f"{c}={v}" for c, v in zip(parts, values, strict=True))
+                        relative = "/".join(x for x in (directory, below, name) if x)
+                        target = store.path(relative)
+                        if not store.object_store:
+                            store.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                        out = store.fs.open_output_stream(target)
+                        open_files[values] = (out, pq.ParquetWriter(out, data.schema), relative)
+                    _, writer, relative = open_files[values]
+                    writer.write_batch(data)
+                    rows[relative] = rows.get(relative, 0) + data.num_rows
         finally:
-            if writer is not None:
+            for out, writer, _ in open_files.values():
                 writer.close()
-            if out is not None:
                 out.close()
         if rows:
-            yield pa.RecordBatch.from_pydict({"path": [relative], "rows": [rows]})
+            yield pa.RecordBatch.from_pydict({"path": list(rows), "rows": list(rows.values())})
 
-    spread = frame.repartition(max(1, n_files))
-    if sort_by:
-        spread = spread.sortWithinPartitions(*sort_by)
-    written = spread.mapInArrow(write_partition, "path string, rows long").collect()
+    written = frame.mapInArrow(write_task, "path string, rows long").collect()
     return sorted((row["path"], int(row["rows"])) for row in written)

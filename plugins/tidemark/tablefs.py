@@ -199,6 +199,12 @@ class Store:
         with self.fs.open_input_file(self.path(relative)) as handle:
             return int(pq.ParquetFile(handle).metadata.num_rows)
 
+    def copy(self, source: str, target: str) -> None:
+        """Copy a file (on S3 a server-side copy: the bytes do not pass through here)."""
+        if not self.object_store:
+            self.fs.create_dir(self.path(target).rsplit("/", 1)[0], recursive=True)
+        self.fs.copy_file(self.path(source), self.path(target))
+
     def delete(self, relative: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.delete_file(self.path(relative))

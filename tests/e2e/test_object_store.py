@@ -213,18 +213,38 @@ def test_dump_and_seal_on_s3_on_a_cluster_are_exact_where_the_metastore_points(
 
     late = late_round(broker, config.source.topic, 5)
     assert job(settings, "dump", table, "run-2", *LATER).returncode == 0
+    # the schema fix (event_type may be missing), then a replay of the dirty records: those
+    # valid now become rows of hour 11 and late rows of the sealed hour 10
+    conf = settings.conf_dir / f"{table}.yaml"
+    conf.write_text(conf.read_text().replace("event_type: string not null", "event_type: string"))
+    at = [
+        "--at",
+        (PROCESSING + timedelta(hours=1)).isoformat(),
+        "--reason",
+        "event_type optional",
+        "--by",
+        "ops",
+    ]
+    replayed = outcome(job(settings, "replay", table, "replay-1", *at))
+    missing = Counter((p, o) for p, o, m in first if m.dirty_kind == "missing_field")
+    assert (replayed["batch_id"], replayed["read"] - replayed["dirty"]) == (2, sum(missing.values()))
+    assert missing and not store.files(f"{table}__dirty/batch_id=0")  # retired: kept in _replayed
     result = outcome(job(settings, "seal", table, "seal-2"))
     assert (result["sealed"], result["late_registered"]) == (["2026-11-22T11"], ["2026-11-22T10"])
 
     journal = {e.hour: e for e in HourJournal(settings.state_location, table).entries()}
     assert sorted(journal) == ["2026-11-22T10", "2026-11-22T11"]
-    # the first batch's rows (hours 10 and 11), each once, where the metastore points readers
+    # where the metastore points readers: the first batch's rows of hours 10 and 11, each
+    # once, and the replayed ones of hour 11; the late table the late records (on each MQ
+    # partition the one produced before the one of hour 12) and the replayed ones of hour 10
     locations, late_locations = registered(settings, table), registered(settings, config.late_table)
     assert sorted(locations) == ["dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"]
-    assert rows_at(settings, locations) == rows
-    # on each MQ partition the late record was produced before the one of hour 12
     late_offsets = Counter((p, min(o for q, o, _ in late if q == p)) for p in (0, 1))
-    assert rows_at(settings, late_locations) == late_offsets
+    table_rows, late_rows = rows_at(settings, locations), rows_at(settings, late_locations)
+    assert table_rows + late_rows == rows + missing + late_offsets
+    assert not (table_rows & late_rows) and late_offsets <= late_rows
+    still_dirty = offsets(store, store.files(f"{table}__dirty"), ("mq_partition", "mq_offset"))
+    assert still_dirty == dirty - missing  # each record in one place
     for name, location in {**locations, **late_locations}.items():
         assert location.startswith(f"s3a://{lake.removeprefix('s3://')}/warehouse/"), (name, location)
         assert "/_v" in location  # a version directory, never the hour's own path

@@ -15,6 +15,7 @@ import yaml
 from tidemark.config import TableConfig, load_table_file
 from tidemark.settings import Settings
 from tidemark.state.layout import Layout
+from tidemark.tablefs import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
@@ -60,29 +61,34 @@ def fresh_table(
 def landed(
     settings: Settings, table: str
 ) -> tuple[Counter[tuple[int, int]], Counter[tuple[int, int]], dict[tuple[int, int], str]]:
-    """(partition, offset) multisets of the table's rows and dirty records, and dirty reasons."""
+    """(partition, offset) multisets of the table's rows (every Parquet file under the table's
+    directory, hidden ones included) and of its visible dirty records, and the dirty reasons;
+    on the local disk or an object store."""
     layout = Layout(settings, table)
+    store = layout.store
     rows: Counter[tuple[int, int]] = Counter()
-    for path in layout.table_dir.rglob("*.parquet"):
-        t = pq.read_table(path, columns=["_mq_partition", "_mq_offset"])
-        rows.update(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+    for relative in store.all_files(layout.relative(layout.table_dir)):
+        if relative.endswith(".parquet"):
+            rows.update(read_pairs(store, relative, "_mq_partition", "_mq_offset"))
     dirty: Counter[tuple[int, int]] = Counter()
     reasons = {}
-    for path in visible_files(layout.dirty_dir):
-        t = pq.read_table(path, columns=["mq_partition", "mq_offset", "reason"])
+    for relative in store.files(layout.relative(layout.dirty_dir)):  # no hidden parts (_replayed)
+        t = read_columns(store, relative, ["mq_partition", "mq_offset", "reason"])
         for p, o, r in zip(*(c.to_pylist() for c in t.columns), strict=True):
             dirty[(p, o)] += 1
             reasons[(p, o)] = r
     return rows, dirty, reasons
 
 
-def visible_files(directory: Path) -> list[Path]:
-    """Parquet files under ``directory`` that path readers see (no ``_``/``.`` hidden parts)."""
-    return [
-        p
-        for p in directory.rglob("*.parquet")
-        if not any(part.startswith(("_", ".")) for part in p.relative_to(directory).parts)
-    ]
+def read_columns(store: Store, relative: str, columns: list[str]) -> Any:
+    """Some columns of one Parquet file of a store."""
+    with store.fs.open_input_file(store.path(relative)) as handle:
+        return pq.read_table(handle, columns=columns)
+
+
+def read_pairs(store: Store, relative: str, first: str, second: str) -> Counter[tuple[int, int]]:
+    t = read_columns(store, relative, [first, second])
+    return Counter(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
 
 
 def late_landed(settings: Settings, table: str) -> Counter[tuple[int, int]]:

@@ -7,13 +7,13 @@ its rows; the replay's rows come from its kept input). Real broker, Spark and me
 from __future__ import annotations
 
 import os
+import uuid
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.tables import at, fresh_table, landed, registered
@@ -36,7 +36,9 @@ DECIDED = datetime(2026, 11, 22, 11, 30, tzinfo=UTC)
 HOUR = "2026-11-22T10"
 
 
-def request(batches: tuple[int, ...] | None = None, why: str = "event_type may be null now") -> ReplayRequest:
+def request_for(
+    batches: tuple[int, ...] | None = None, why: str = "event_type may be null now"
+) -> ReplayRequest:
     return ReplayRequest(batches, by="ops", reason=why, at=DECIDED)
 
 
@@ -68,7 +70,7 @@ def test_a_replay_lands_what_the_fixed_schema_accepts_and_the_hour_seals_and_reb
     assert (first.rows, first.dirty) == (12, 3)
 
     # Before the fix, a replay classifies them again and they stay dirty: still in one place.
-    unchanged = replay_dirty(spark, config, settings, "replay-1", request(why="try before the fix"))
+    unchanged = replay_dirty(spark, config, settings, "replay-1", request_for(why="try before the fix"))
     assert (unchanged.batch_id, unchanged.rows, unchanged.dirty) == (1, 0, 3)
     layout = Layout(settings, table)
     assert layout.dirty_batches() == [1] and layout.replayed_dirty_dir(0).exists()
@@ -79,12 +81,12 @@ def test_a_replay_lands_what_the_fixed_schema_accepts_and_the_hour_seals_and_reb
     # The fix: event_type is nullable. The replay lands the two records as rows of hour 10.
     good = fixed(settings, table)
     with pytest.raises(ReplayError, match=r"batches \[0\] have no dirty records"):
-        replay_dirty(spark, good, settings, "replay-x", request((0,)))
-    done = replay_dirty(spark, good, settings, "replay-2", request())
+        replay_dirty(spark, good, settings, "replay-x", request_for((0,)))
+    done = replay_dirty(spark, good, settings, "replay-2", request_for())
     assert (done.batch_id, done.status, done.read, done.rows, done.dirty) == (2, "committed", 3, 2, 1)
     rows, dirty, reasons = landed(settings, table)
     assert rows + dirty == produced and list(reasons.values()) == ["invalid_json"]
-    assert replay_dirty(spark, good, settings, "replay-2", request()).status == "already_committed"
+    assert replay_dirty(spark, good, settings, "replay-2", request_for()).status == "already_committed"
     log = CommitLog(settings.state_dir, table)
     commit = log.commit(2)
     assert commit is not None and commit.replayed_batches == (1,) and commit.dirty_replaced == 3
@@ -112,29 +114,48 @@ def test_a_replay_lands_what_the_fixed_schema_accepts_and_the_hour_seals_and_reb
     assert hour_rows(spark, table) == before
 
 
-def test_a_replay_killed_after_its_commit_record_is_finished_by_its_retry(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("warehouse", ["local", "s3"])
+def test_a_replay_killed_at_each_point_is_finished_by_its_retry(
+    spark: Any,
+    broker: str,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    warehouse: str,
 ) -> None:
+    """On the local disk the replayed input moves to ``_replayed`` after the commit record; on
+    S3 (no rename) it is copied there before it and the visible files deleted after it."""
     config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=0.6)
+    if warehouse == "s3":
+        lake = f"{request.getfixturevalue('s3')}/{uuid.uuid4().hex[:10]}"
+        settings = replace(settings, warehouse=f"{lake}/warehouse", state_uri=f"{lake}/state")
     create_topic(broker, config.source.topic, 1)
     messages = records([(0, at(10, m)) for m in range(0, 60, 5)])
     messages.append(records([(0, at(10, 7), {"event_type": None})], prefix="x")[0])
     produced = Counter((p, o) for p, o, _ in produce(broker, config.source.topic, messages))
     assert run_dump(spark, config, settings, "run-1", at(11)).dirty == 1
+    layout = Layout(settings, config.table)
+    assert layout.dirty_batches() == [0]
     good = fixed(settings, config.table)
     monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
-    for point in ("after_commit_record", "mid_retire"):
+    for point in ("before_commit_record", "after_commit_record", "mid_retire"):
         monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
         with pytest.raises(InjectedFault):
-            replay_dirty(spark, good, settings, "replay-1", request())
+            replay_dirty(spark, good, settings, "replay-1", request_for())
+        rows, dirty, _ = landed(settings, config.table)
+        if point == "before_commit_record":  # uncommitted: batch 0's records are still dirty
+            assert dirty == Counter({(0, 12): 1})
     monkeypatch.delenv("TIDEMARK_FAIL_AT")
     assert "TIDEMARK_FAIL_AT" not in os.environ
-    done = replay_dirty(spark, good, settings, "replay-1", request())
+    done = replay_dirty(spark, good, settings, "replay-1", request_for())
     assert (done.status, done.rows, done.dirty) == ("already_committed", 1, 0)
     rows, dirty, _ = landed(settings, config.table)
-    assert rows + dirty == produced and not dirty
-    layout = Layout(settings, config.table)
-    assert layout.dirty_batches() == [] and pq.read_table(layout.dirty_files_of(0)[0]).num_rows == 1
+    assert rows == produced and not dirty  # every record once, as a row
+    assert layout.dirty_batches() == [] and layout.visible_dirty_files(0) == []
+    kept = layout.dirty_files_of(0)  # the replay's input, kept for rebuilds
+    assert len(kept) == 1 and "/_replayed/batch_id=0/" in kept[0]
+    assert layout.store.rows(kept[0].removeprefix(layout.store.root + "/")) == 1
     # the next ingest run plans after the replay, from the committed offsets
     nxt = run_dump(spark, good, replace(settings), "run-2", at(11, 10))
     assert (nxt.batch_id, nxt.read) == (2, 0)

@@ -21,6 +21,7 @@ A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry fin
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ from tidemark.ingest.resolve import AuditLog
 from tidemark.masking import masked
 from tidemark.settings import Settings
 from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, Plan
-from tidemark.state.layout import Layout
+from tidemark.state.layout import Layout, batch_file_name, dirty_file_name
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import replace_atomically
 from tidemark.time.watermarks import BatchObservation, MqWatermark, ReadyTime, advance, ready_time
@@ -176,9 +177,23 @@ def stage_classified(
             admitted = cardinality.admit(known, candidates, config.partitioning.max_values_per_column)
             bounded = cardinality.apply_bound(parsed, config, cardinality.merge(known, admitted))
             parts = partition_columns(config)
-            good_rows(bounded, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "rows"))
-            late_rows(bounded, config).write.partitionBy(*parts).parquet(str(publisher.attempt_dir / "late"))
-            dirty_rows(bounded).write.parquet(str(publisher.attempt_dir / "dirty"))
+            final = publisher.staging_targets().final
+            if final is None:  # staged, then moved in by the publisher
+                good_rows(bounded, config).write.partitionBy(*parts).parquet(
+                    str(publisher.attempt_dir / "rows")
+                )
+                late_rows(bounded, config).write.partitionBy(*parts).parquet(
+                    str(publisher.attempt_dir / "late")
+                )
+                dirty_rows(bounded).write.parquet(str(publisher.attempt_dir / "dirty"))
+            else:  # an object store: each task writes its files once, under final batch names
+                from tidemark.sparkfiles import write_partitioned
+
+                store, batch = publisher.store, publisher.batch_id
+                batch_file = functools.partial(batch_file_name, batch)
+                write_partitioned(good_rows(bounded, config), store, final["rows"], batch_file, parts)
+                write_partitioned(late_rows(bounded, config), store, final["late"], batch_file, parts)
+                write_partitioned(dirty_rows(bounded), store, final["dirty"], dirty_file_name)
             crash_point("after_staging")
         with stopwatch.phase("reconcile"):
             return staged_counts(bounded, config), admitted

@@ -18,7 +18,11 @@ On an object store nothing is moved (a rename there is a copy and a delete): the
 wrote every file once under its final, batch-carrying name (``StagingTargets``), rows in the
 hidden ``_open``, late rows in the hidden ``<table>__late/_open``; the commit record lists
 them. Rolling back an attempt deletes the batch's files found by name; ``finish`` only drops
-the attempt's receipts and manifest.
+the attempt's receipts and manifest. A replay there keeps its input before its commit record
+(server-side copies of the replayed batches' dirty files into ``_replayed``, a marker last:
+dirty records are a small share of a batch) and ``finish`` deletes the visible originals once
+the marker is there; between the commit record and that deletion the kept copy is identical,
+and the next job of the table (or the next replay's plan) finishes it.
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ import os
 import shutil
 import uuid
 
-from tidemark.errors import ObjectStoreError, ReconciliationError
+from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.ingest.staging import KINDS, StagingTargets
-from tidemark.state.layout import Layout, batch_file_name, batch_of_file
+from tidemark.state.layout import REPLAYED_MARKER, Layout, batch_file_name, batch_of_file
 
 log = logging.getLogger(__name__)
 
@@ -136,12 +140,13 @@ class Publisher:
         record lists them all). ``retire``: batches whose dirty records this (replay) batch
         took over, hidden by ``finish``."""
         if self.layout.object_store:
-            if retire:
-                raise ObjectStoreError(
-                    f"{self.layout.table}: replaying dirty records is not supported on an object store yet"
-                )
+            for batch in retire:
+                self._keep_replayed_input(batch)
             files = self._all_batch_files()
-            self.store.write_json(f"{self.layout.relative(self.attempt_dir)}/publish.json", {"files": files})
+            self.store.write_json(
+                f"{self.layout.relative(self.attempt_dir)}/publish.json",
+                {"files": files, "retire": list(retire)},
+            )
             return files
         moves = self.targets()
         retired = [
@@ -166,7 +171,12 @@ class Publisher:
     def finish(self) -> int:
         """After the commit record: move what is still staged (late rows, dirty records) to its
         visible place, then drop the staging; idempotent. Returns the files moved."""
-        if self.layout.object_store:  # written in place: only the receipts and manifest go
+        if self.layout.object_store:  # written in place: replayed inputs retire, staging goes
+            for written in self.store.all_files(self.layout.relative(self.batch_dir)):
+                if written.endswith("/publish.json"):
+                    for batch in self.store.read_json(written).get("retire", ()):
+                        self._retire_in_place(batch)
+                        crash_point("mid_retire")
             self.store.delete_dir(self.layout.relative(self.batch_dir))
             return 0
         moved = 0
@@ -205,6 +215,44 @@ class Publisher:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, target)
         log.info("batch %s: dirty records %s replayed, now hidden in %s", self.batch_id, visible, hidden)
+
+    def _keep_replayed_input(self, batch: int) -> None:
+        """Object stores, before the commit record: copy a replayed batch's visible dirty files
+        into its hidden ``_replayed`` directory (server-side copies of small files, the same
+        names again on a retry), then a marker naming them."""
+        source = self.layout.relative(self.layout.dirty_batch_dir(batch))
+        kept = self.layout.relative(self.layout.replayed_dirty_dir(batch))
+        files = self.store.files(source)
+        if not files:
+            raise ReconciliationError(
+                f"{self.layout.table} batch {self.batch_id}: replays batch {batch}, whose dirty records "
+                f"are no longer in {self.store.uri(source)}; nothing committed"
+            )
+        names = [f.rsplit("/", 1)[-1] for f in files]
+        for relative, name in zip(files, names, strict=True):
+            self.store.copy(relative, f"{kept}/{name}")
+        self.store.write_json(f"{kept}/{REPLAYED_MARKER}", {"replayed_by": self.batch_id, "files": names})
+
+    def _retire_in_place(self, batch: int) -> None:
+        """Object stores, after the commit record: delete a replayed batch's visible dirty files,
+        once its copy in ``_replayed`` is complete (done already on a retry)."""
+        visible = self.layout.relative(self.layout.dirty_batch_dir(batch))
+        kept = self.layout.relative(self.layout.replayed_dirty_dir(batch))
+        if self.store.read_json(f"{kept}/{REPLAYED_MARKER}") is None:
+            if not self.store.files(visible):
+                return
+            raise ReconciliationError(
+                f"{self.layout.table} batch {self.batch_id} is committed and replayed batch {batch}, but "
+                f"{self.store.uri(kept)} has no {REPLAYED_MARKER}: the visible dirty records in "
+                f"{self.store.uri(visible)} are the only copy; restore the marker by hand after checking"
+            )
+        self.store.delete_dir(visible)
+        log.info(
+            "batch %s: dirty records %s replayed, kept in %s",
+            self.batch_id,
+            self.store.uri(visible),
+            self.store.uri(kept),
+        )
 
     def _move(self, staged: str, target: str) -> None:
         base = self.layout.warehouse

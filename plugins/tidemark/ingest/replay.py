@@ -87,6 +87,10 @@ def plan_replay(
     if not request.reason.strip():
         raise ReplayError(f"{table}: say why (--reason): a replay is kept in the audit log")
     state = commit_log.state()
+    if state.last_committed >= 0:  # a replay killed after its commit record retires its input first
+        from tidemark.ingest.publish import Publisher
+
+        Publisher(layout, state.last_committed).finish()
     pending = commit_log.pending_plan(state)
     if pending is not None:
         raise ReplayError(
@@ -198,9 +202,7 @@ def replay_and_stage(
     from tidemark.ingest.staging import staged_rows
 
     layout = publisher.layout
-    files = [
-        str(f) for b in plan.replayed_batches for f in sorted(layout.dirty_batch_dir(b).glob("*.parquet"))
-    ]
+    files = [f for b in plan.replayed_batches for f in layout.visible_dirty_files(b)]
     if not files:
         raise ReplayError(
             f"{config.table}: {plan.describe()}: the dirty records are gone from {layout.dirty_dir}; "

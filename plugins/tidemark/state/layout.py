@@ -42,6 +42,7 @@ from tidemark.tablefs import Store, hadoop_uri, is_object_store
 
 SUCCESS = "_SUCCESS"
 COMPACTED_MARKER = "_tidemark_compacted.json"
+REPLAYED_MARKER = "_tidemark_replayed.json"  # object stores: a replayed batch's kept input is whole
 DATA_DOCS = "data_docs"
 STAGING = ".tidemark_staging"
 _VERSION_DIR = re.compile(r"^(.*/_(?:v\d{4}-b\d{10}|s[0-9a-f]{12}))/")
@@ -63,6 +64,11 @@ def batch_dir_name(batch_id: int) -> str:
 def batch_file_name(batch_id: int, index: int) -> str:
     """``part-b0000000042-00003.parquet``: a committed batch file of an hour (open or late)."""
     return f"part-b{batch_id:010d}-{index:05d}.parquet"
+
+
+def dirty_file_name(index: int) -> str:
+    """``part-00003.parquet``: a file of a batch's dirty records (``Layout.dirty_batch_dir``)."""
+    return f"part-{index:05d}.parquet"
 
 
 def batch_task_file_name(batch_id: int, task_file: str) -> str:
@@ -160,7 +166,7 @@ class Layout:
         return self.staging_root / batch_dir_name(batch_id)
 
     def dirty_file(self, batch_id: int, index: int) -> Path:
-        return self.dirty_batch_dir(batch_id) / f"part-{index:05d}.parquet"
+        return self.dirty_batch_dir(batch_id) / dirty_file_name(index)
 
     def dirty_batch_dir(self, batch_id: int) -> Path:
         """The visible dirty records of a batch (a partition of ``<table>__dirty``)."""
@@ -173,24 +179,25 @@ class Layout:
 
     def dirty_batches(self) -> list[int]:
         """Batches with visible dirty records, in order (files without rows do not count)."""
-        import pyarrow.parquet as pq
-
-        if not self.dirty_dir.exists():
-            return []
-        batches = []
-        for directory in self.dirty_dir.glob("batch_id=*"):
-            batch = directory.name.removeprefix("batch_id=")
-            if batch.isdigit() and any(pq.read_metadata(f).num_rows for f in directory.glob("*.parquet")):
-                batches.append(int(batch))
+        batches = set()
+        for relative in self.store.files(self.relative(self.dirty_dir)):  # _replayed is hidden
+            batch = relative.rsplit("/", 2)[-2].removeprefix("batch_id=")
+            if batch.isdigit() and int(batch) not in batches and self.store.rows(relative):
+                batches.add(int(batch))
         return sorted(batches)
 
+    def visible_dirty_files(self, batch_id: int) -> list[str]:
+        """A batch's dirty files readers of ``<table>__dirty`` see, as URIs."""
+        return [self.store.uri(f) for f in self.store.files(self.relative(self.dirty_batch_dir(batch_id)))]
+
     def dirty_files_of(self, batch_id: int) -> list[str]:
-        """A batch's dirty files as URIs, visible or replayed (a batch's records are in one of them)."""
-        for directory in (self.dirty_batch_dir(batch_id), self.replayed_dirty_dir(batch_id)):
-            files = self.store.files(self.relative(directory))
-            if files:
-                return [self.store.uri(f) for f in files]
-        return []
+        """A batch's dirty files as URIs, visible or replayed (a batch's records are in one of
+        them; on an object store both hold the same files between a replay's commit record and
+        the deletion of the visible ones)."""
+        visible = self.visible_dirty_files(batch_id)
+        if visible:
+            return visible
+        return [self.store.uri(f) for f in self.store.files(self.relative(self.replayed_dirty_dir(batch_id)))]
 
     def step_staging(self, step: str, hour_key: str, run_id: str) -> Path:
         """Scratch of one seal, amend or rebuild step of an hour (``step`` names it)."""
