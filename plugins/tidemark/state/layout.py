@@ -23,6 +23,9 @@ partition changes only by pointing it at a new directory (``versioned_hour``)::
     <table>__late/_open/dt=D/hr=H/part-b<batch>-...               late rows of committed batches
     <table>/dt=D/hr=H/_v<version>-b<batch>/part-<i>.parquet       a version of a sealed hour
     <table>__late/dt=D/hr=H/_v<late rows>-b<batch>/               a version of a late partition
+    <table>__dirty/_replayed/batch_id=<batch>/                    a replay's input, copied (the
+                                                                  visible originals deleted after
+                                                                  the replay's commit record)
 
 The leading underscore of ``_open`` and the dot of ``.tidemark_staging`` hide them from
 path-based readers (Hive and Spark skip such names).
