@@ -271,20 +271,23 @@ def snapshot_rows(settings: Settings, location: str) -> list[Row]:
 
 
 def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
-    broker: str, postgres: str, s3_metastore: Settings, tmp_path: Path
+    broker: str, postgres: str, cluster: Settings, tmp_path: Path
 ) -> None:
-    """The orders (CDC) path on S3 with the metastore service (local Spark; the cluster runs
-    the events path above): a JDBC bootstrap from PostgreSQL in two ranges aligned to the
-    topic; increments dumped (killed before the commit record, retried: no orphan) and sealed; a late change amends hour 10 into version 2, a new
-    directory (the seal killed after writing it reuses it; version 1 is collected, retention
-    0s); the merge, killed after pointing the snapshot partition at its version and before
-    recording it, reuses that version on retry, reads hour 10's version 2, and collects a
-    replaced version of the label; a rebuild of hour 10 from the broker, killed after its
-    switch, writes version 3 with the same rows. Nothing is renamed, nothing is local."""
-    config, settings = fresh_table(
-        s3_metastore, tmp_path, template="orders", cdc__snapshot_every="hour", output__version_retention="0s"
+    """The orders (CDC) path on S3 with the metastore service, its bootstrap, dump, seal and
+    merge on the cluster (the kills and their retries on local Spark, where a job costs half:
+    the protocol is the same): a JDBC bootstrap from PostgreSQL in two ranges aligned to the
+    topic; increments dumped (killed before the commit record, retried: no orphan) and
+    sealed; a late change amends hour 10 into version 2, a new directory (the seal killed
+    after writing it reuses it; version 1 is collected, retention 0s); the merge, killed
+    after pointing the snapshot partition at its version and before recording it, reuses
+    that version on retry, reads hour 10's version 2, and collects a replaced version of the
+    label; a rebuild of hour 10 from the broker, killed after its switch, writes version 3
+    with the same rows. Nothing is renamed, nothing is local."""
+    config, on_cluster = fresh_table(
+        cluster, tmp_path, template="orders", cdc__snapshot_every="hour", output__version_retention="0s"
     )
-    settings = replace(settings, home=tmp_path / "home")
+    on_cluster = replace(on_cluster, home=tmp_path / "home")
+    settings = replace(on_cluster, spark_master="local[2]", executor_env="")
     create_topic(broker, config.source.topic, 2)
     table, store = config.table, Store.of(settings.warehouse)
     prefix = f"s3a://{settings.warehouse.removeprefix('s3://')}/"
@@ -297,7 +300,7 @@ def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
     split = ["--partition-column", "order_id", "--num-partitions", "2", "--label", "base"]
     boot = outcome(
         job(
-            settings,
+            on_cluster,
             "bootstrap",
             table,
             "boot-1",
@@ -325,13 +328,14 @@ def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
     assert killed.returncode == EXIT_CODE, why(killed)
     uncommitted = store.files(f"{table}/_open")
     assert uncommitted and all("part-b0000000000-p" in f for f in uncommitted)
-    assert outcome(job(settings, "dump", table, "ingest-1", "--processing-time", at(11, 40).isoformat()))
+    assert outcome(job(on_cluster, "dump", table, "ingest-1", "--processing-time", at(11, 40).isoformat()))
     commit = CommitLog(settings.state_location, table).commit(0)
     assert commit is not None
     assert sorted(store.files(f"{table}/_open")) == sorted(
         f for f in commit.files if f.startswith(f"{table}/_open/")
     )  # the killed attempt's files are gone or rewritten: no orphan
-    assert outcome(job(settings, "seal", table, "ingest-1"))["sealed"] == ["2026-11-22T09", "2026-11-22T10"]
+    sealed = outcome(job(on_cluster, "seal", table, "ingest-1"))
+    assert sealed["sealed"] == ["2026-11-22T09", "2026-11-22T10"]
     v1 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
 
     # a change of 10:30 arrives after hour 10 was sealed: amend writes version 2
@@ -368,7 +372,7 @@ def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
     version_files = store.files(pointed.removeprefix(prefix))
     replaced = f"{config.snapshot_table}/snapshot_dt={label}/_s0123456789ab"
     store.fs.copy_file(store.path(version_files[0]), store.path(f"{replaced}/part-00000.parquet"))
-    merged = outcome(job(settings, "merge", table, "merge-1", "--snapshot", label))
+    merged = outcome(job(on_cluster, "merge", table, "merge-1", "--snapshot", label))
     expected = truth(state_after([late], hour_10))
     locations = registered(settings, config.snapshot_table)
     assert locations[f"snapshot_dt={label}"] == pointed  # the killed attempt's version, reused
