@@ -155,11 +155,6 @@ class StorageError(TidemarkError):
     """A state location that cannot be served with create-only semantics."""
 
 
-class ObjectStoreError(TidemarkError):
-    """A step tidemark cannot (yet) do on an object-store warehouse, named with the table,
-    so the job stops before writing anything rather than emulating a rename."""
-
-
 class LeaseLostError(TidemarkError):
     """This job's lock lease expired and another job took the lock over (the job was paused
     past its lease): it stops before making anything visible."""

@@ -126,7 +126,6 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
     settings = Settings.from_env()
     config = load_table(args.table, settings)
     ensure_schema(config, settings, args.run_id, dry_run=args.dry_run)
-    check_warehouse_support(parser.prog, config, settings)
     started = time.perf_counter()
     spark = build_session(f"tidemark-{parser.prog}-{config.table}", settings, hive=hive)
     session_start = time.perf_counter() - started
@@ -137,31 +136,6 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
     payload = result if isinstance(result, dict) else result.to_json()
     print(json.dumps({**payload, "session_start_s": round(session_start, 3)}))
     return 0
-
-
-# what runs on an object-store warehouse today (docs/operations.md, "Object storage")
-OBJECT_STORE_JOBS = ("dump", "seal", "bootstrap", "merge", "rebuild", "replay")
-
-
-def check_warehouse_support(job: str, config: TableConfig, settings: Settings) -> None:
-    """Refuse, before Spark starts and before anything is written, a job the warehouse's
-    storage cannot run yet (ObjectStoreError naming the table and what is missing)."""
-    from tidemark.errors import ObjectStoreError
-    from tidemark.tablefs import is_object_store
-
-    if not is_object_store(settings.warehouse):
-        return
-    missing = []
-    if job not in OBJECT_STORE_JOBS:
-        missing.append(f"the {job} job")
-    if config.partitioning.columns:
-        missing.append(f"data-derived partition columns ({', '.join(config.partitioning.columns)})")
-    if missing:
-        raise ObjectStoreError(
-            f"{config.table}: the warehouse {settings.warehouse} is on an object store, where tidemark "
-            f"runs {', '.join(OBJECT_STORE_JOBS)}; not yet {'; '.join(missing)}. "
-            "Nothing was read or written."
-        )
 
 
 def ensure_schema(config: TableConfig, settings: Settings, run_id: str, *, dry_run: bool = False) -> None:

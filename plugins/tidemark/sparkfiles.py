@@ -51,7 +51,9 @@ class ArrowFilesDataSource(DataSource):
 
 class ArrowFilesReader(DataSourceReader):
     """Reads each file under the requested schema, as Spark's Parquet reader does across a
-    schema change: a column a file lacks reads as null, a narrower number is widened."""
+    schema change: a column a file lacks reads as null, a narrower number is widened; and as
+    it discovers Hive partitions: a column a file lacks but its path names (``.../app=web/``)
+    reads as that value."""
 
     def __init__(self, files: list[str], schema: StructType, per_task: int, s3: dict[str, str]) -> None:
         self.files = files
@@ -77,19 +79,31 @@ class ArrowFilesReader(DataSourceReader):
             with fs.open_input_file(path) as handle:
                 parquet = pq.ParquetFile(handle)
                 present = [n for n in self.names if n in parquet.schema_arrow.names]
+                values = path_values(uri)
                 for batch in parquet.iter_batches(batch_size=65_536, columns=present):
-                    yield conform(batch, target)
+                    yield conform(batch, target, values)
 
 
-def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """``batch`` with ``target``'s columns in order: missing ones null, other number types cast
-    (timestamps are passed as stored: their zone handling is Spark's)."""
+def path_values(uri: str) -> dict[str, str]:
+    """The Hive partition values a file's directories name (``dt=2026-11-22/app=web/``)."""
+    directories = uri.split("/")[:-1]
+    return dict(part.split("=", 1) for part in directories if "=" in part and not part.startswith("_"))
+
+
+def conform(batch: pa.RecordBatch, target: pa.Schema, values: dict[str, str] | None = None) -> pa.RecordBatch:
+    """``batch`` with ``target``'s columns in order: missing ones from the path's partition
+    ``values`` or null, other number types cast (timestamps are passed as stored: their zone
+    handling is Spark's)."""
     import pyarrow as pa
 
     arrays = []
     for field in target:
         if field.name not in batch.schema.names:
-            arrays.append(pa.nulls(batch.num_rows, field.type))
+            if values and field.name in values:
+                column = pa.array([values[field.name]] * batch.num_rows, pa.string())
+                arrays.append(column.cast(field.type))
+            else:
+                arrays.append(pa.nulls(batch.num_rows, field.type))
             continue
         column = batch.column(field.name)
         same = column.type == field.type or (
@@ -121,17 +135,19 @@ def write_files(
     n_files: int,
     *,
     sort_by: Sequence[str] = (),
+    partition_by: Sequence[str] = (),
 ) -> list[tuple[str, int]]:
     """Write ``frame`` as about ``n_files`` Parquet files ``<prefix>-NNNNN.parquet`` in a
     warehouse directory, each Spark task writing its own file through pyarrow (no Hadoop
     filesystem, no rename: on an object store every file is one upload under its final name;
     a retried task rewrites the same name). The directory is a new one nobody reads yet (a
     version of an hour, registered after). Returns (warehouse-relative path, rows) per file,
-    sorted; tasks without rows write nothing. ``sort_by`` orders the rows within each file."""
+    sorted; tasks without rows write nothing. ``sort_by`` orders the rows within each file;
+    ``partition_by`` columns go to ``col=value/`` subdirectories (``write_partitioned``)."""
     spread = frame.repartition(max(1, n_files))
     if sort_by:
         spread = spread.sortWithinPartitions(*sort_by)
-    return write_partitioned(spread, store, directory, functools.partial(_numbered, prefix))
+    return write_partitioned(spread, store, directory, functools.partial(_numbered, prefix), partition_by)
 
 
 def _numbered(prefix: str, task: int) -> str:

@@ -37,10 +37,10 @@ from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
-from tidemark.state.layout import Layout
+from tidemark.state.layout import Layout, batch_of_file
 from tidemark.tablefs import Store
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
-from tidemark_dev.generator import create_topic, events, order_changes, produce, records, state_after
+from tidemark_dev.generator import APPS, create_topic, events, order_changes, produce, records, state_after
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, psql, replace_table
 from tidemark_dev.postgres import METASTORE_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER
 
@@ -180,10 +180,12 @@ def offsets(store: Store, files: list[str], columns: tuple[str, str]) -> Counter
     return found
 
 
-def test_dump_and_seal_on_s3_on_a_cluster_are_exact_where_the_metastore_points(
+def test_dump_seal_replay_and_rebuild_on_s3_on_a_cluster_are_exact_where_the_metastore_points(
     broker: str, cluster: Settings, lake: str, tmp_path: Path
 ) -> None:
-    config, settings, store = s3_table(broker, cluster, tmp_path)
+    """The events path of a table partitioned by hour and ``app`` (a data-derived column): a
+    partition per app value of each hour version, all switched at once."""
+    config, settings, store = s3_table(broker, cluster, tmp_path, partitioning__columns=["app"])
     table = config.table
     first = produce(
         broker,
@@ -204,7 +206,8 @@ def test_dump_and_seal_on_s3_on_a_cluster_are_exact_where_the_metastore_points(
     rows = offsets(store, [f for f in commit.files if "__dirty" not in f], ("_mq_partition", "_mq_offset"))
     dirty = offsets(store, [f for f in commit.files if "__dirty" in f], ("mq_partition", "mq_offset"))
     assert rows + dirty == Counter((p, o) for p, o, _ in first)  # each record once, rows or dirty
-    assert dirty and all("part-b0000000000-p" in f for f in store.files(f"{table}/_open"))
+    written = store.files(f"{table}/_open")  # by the tasks, under final batch names, per app
+    assert dirty and all(batch_of_file(f) == 0 and "/app=" in f for f in written), written
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk
 
     sealed = job(settings, "seal", table, "seal-1")
@@ -238,7 +241,10 @@ def test_dump_and_seal_on_s3_on_a_cluster_are_exact_where_the_metastore_points(
     # once, and the replayed ones of hour 11; the late table the late records (on each MQ
     # partition the one produced before the one of hour 12) and the replayed ones of hour 10
     locations, late_locations = registered(settings, table), registered(settings, config.late_table)
-    assert sorted(locations) == ["dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"]
+    assert {name.rsplit("/", 1)[0] for name in locations} == {"dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"}
+    for name, location in {**locations, **late_locations}.items():  # each app value its own place
+        value = name.rsplit("/", 1)[1]
+        assert value in {f"app={a}" for a in APPS} and location.endswith(f"/{value}"), (name, location)
     late_offsets = Counter((p, min(o for q, o, _ in late if q == p)) for p in (0, 1))
     table_rows, late_rows = rows_at(settings, locations), rows_at(settings, late_locations)
     assert table_rows + late_rows == rows + missing + late_offsets
@@ -250,6 +256,17 @@ def test_dump_and_seal_on_s3_on_a_cluster_are_exact_where_the_metastore_points(
         assert "/_v" in location  # a version directory, never the hour's own path
     # the sealed hours' batch files are gone; the hour 12 rows wait in _open
     assert all("hr=12" in f for f in store.files(f"{table}/_open"))
+
+    # a rebuild of hour 10 from the broker (local Spark: the protocol is the same) writes v2;
+    # every app partition of the hour moves to it in one metastore call, rows unchanged
+    local = replace(settings, spark_master="local[2]", executor_env="")
+    rebuilt = outcome(job(local, "rebuild", table, "rebuild-1", "--hours", "2026-11-22T10"))
+    assert [(h["status"], h["version"]) for h in rebuilt["hours"]] == [("rebuilt", 2)]
+    now = registered(settings, table)
+    hour_10 = {n: loc for n, loc in now.items() if "/hr=10/" in n}
+    assert sorted(hour_10) == sorted(n for n in locations if "/hr=10/" in n)
+    assert all("/_v0002-" in loc for loc in hour_10.values()), hour_10
+    assert rows_at(settings, now) == table_rows
     # the work ran on both workers, each executor in the venv the jobs shipped
     for index in (1, 2):
         work = cluster.home / f"spark-worker-{index}" / "work"

@@ -284,21 +284,3 @@ def test_the_effective_configuration_masks_secrets(tmp_path: Path) -> None:
     assert "hunter2" not in str(shown)
     assert shown["schema"] == {"id": "string not null", "ts": "timestamp not null", "app": "string"}
     assert shown["watermark"]["idle_timeout"] == "30m"
-
-
-def test_an_object_store_warehouse_runs_replays_and_refuses_data_derived_partition_columns(
-    tmp_path: Path,
-) -> None:
-    from tidemark.errors import ObjectStoreError
-    from tidemark.jobs import check_warehouse_support
-
-    plain = load_table_file(write(tmp_path, MINIMAL))
-    by_app_data = {**variant(partitioning={"columns": ["app"]}), "table": "by_app"}
-    by_app = load_table_file(write(tmp_path, by_app_data, "by_app"))
-    s3 = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_WAREHOUSE": "s3://lake/warehouse"})
-    local = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)})
-    for job in ("dump", "seal", "replay", "rebuild", "bootstrap", "merge"):
-        check_warehouse_support(job, plain, s3)
-        check_warehouse_support(job, by_app, local)
-    with pytest.raises(ObjectStoreError, match=r"by_app.*data-derived partition columns \(app\).*Nothing"):
-        check_warehouse_support("dump", by_app, s3)

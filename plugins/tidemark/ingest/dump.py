@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import DirtyRatioExceededError, ObjectStoreError
+from tidemark.errors import DirtyRatioExceededError
 from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
 from tidemark.ingest import cardinality
@@ -126,13 +126,7 @@ def read_and_stage(
     ranges = [r.__dict__ for r in plan.ranges]
     admitted: cardinality.PartitionValues = {}
     if config.partitioning.columns:
-        if targets.final is not None:
-            raise ObjectStoreError(
-                f"{config.table}: tables with data-derived partition columns "
-                f"({', '.join(config.partitioning.columns)}) cannot be dumped to an object store yet; "
-                "nothing was read or written"
-            )
-        receipts = Store.of(str(publisher.attempt_dir / "receipts"))
+        receipts = Store(targets.store.uri(targets.receipts), targets.store.s3)
         counts, admitted = stage_classified(
             read_ranges(spark, plan.topic, ranges, kafka_conf=kafka_conf, receipts=receipts, spec=spec),
             config,

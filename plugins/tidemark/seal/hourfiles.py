@@ -79,6 +79,24 @@ class HourFiles:
         paths = [str(f) for f in files] if files is not None else [str(hour_dir)]
         return self.spark.read.schema(schema).option("basePath", str(hour_dir)).parquet(*paths)
 
+    def write_version(
+        self, frame: DataFrame, home: Path, prefix: str, n_files: int, *, sort_by: tuple[str, ...] = ()
+    ) -> list[tuple[str, int]]:
+        """Object stores: an hour's rows written once into a version directory by the tasks
+        (``sparkfiles.write_files``), the extra partition columns as ``col=value/``
+        subdirectories; (warehouse-relative file, rows) per file."""
+        from tidemark.sparkfiles import write_files
+
+        return write_files(
+            frame,
+            self.layout.store,
+            self.layout.relative(home),
+            prefix,
+            n_files,
+            sort_by=sort_by,
+            partition_by=self.extra_columns,
+        )
+
     def batch_files(self, directory: Path, *, through: int, after: int = -1) -> list[Path]:
         """Batch files under a warehouse directory of batches ``after`` < b <= ``through``
         (committed ones, not yet folded in), sorted."""
@@ -105,9 +123,15 @@ class HourFiles:
         """(spec, location) of the metastore partitions of an hour: one per extra-column value."""
         if not self.extra_columns:
             return [(hour.spec, target)]
+        if self.layout.object_store:  # no directories there: the values its files lie under
+            base = self.layout.relative(target)
+            below = {f[len(base) + 1 :].rsplit("/", 1)[0] for f in self.layout.store.files(base)}
+            leaves = sorted(target / b for b in below if b.count("/") == len(self.extra_columns) - 1)
+        else:
+            pattern = "/".join("*" for _ in self.extra_columns)
+            leaves = sorted(p for p in target.glob(pattern) if p.is_dir())
         specs = []
-        pattern = "/".join("*" for _ in self.extra_columns)
-        for leaf in sorted(p for p in target.glob(pattern) if p.is_dir()):
+        for leaf in leaves:
             values = dict(part.split("=", 1) for part in leaf.relative_to(target).parts)
             specs.append(({**hour.spec, **{c: values[c] for c in self.extra_columns}}, leaf))
         return specs
@@ -124,7 +148,8 @@ class HourFiles:
         (on an object store: point them at ``target``, a new version of the hour)."""
         if self.layout.object_store:
             self.metastore.ensure_table(table, self.layout.location(location))
-            self.metastore.add_partitions(table, [(hour.spec, self.layout.location(target))], move=True)
+            specs = [(spec, self.layout.location(leaf)) for spec, leaf in self.partition_specs(hour, target)]
+            self.metastore.switch_partitions(table, hour.spec, specs)
             return
         self.metastore.ensure_table(table, location)
         self.metastore.add_partitions(table, self.partition_specs(hour, target))

@@ -80,8 +80,6 @@ class LateRows:
         """Object stores: the hour's current files and its new late rows written once as the
         hour's next version directory (the whole hour: a registered directory never changes),
         which the partition is then pointed at. Returns (directory, files, late rows added)."""
-        from tidemark.sparkfiles import write_files
-
         store = self.layout.store
         home = self.layout.hour_version(hour.path, version, through)
         before = current.rows if current else 0
@@ -91,12 +89,8 @@ class LateRows:
             late = sum(store.rows(self.layout.relative(p)) for p in new_files)
             size = sum(store.size(self.layout.relative(p)) for p in inputs)
             n_files = max(1, math.ceil(size / self.config.output.target_file_size))
-            written = write_files(
-                self.files.read_hour(home, inputs),
-                store,
-                self.layout.relative(home),
-                sealed_file_prefix(1),
-                n_files,
+            written = self.files.write_version(
+                self.files.read_hour(home, inputs), home, sealed_file_prefix(1), n_files
             )
             rows = sum(n for _, n in written)
             if rows != before + late:
@@ -114,8 +108,6 @@ class LateRows:
         ``<table>__late/_open``) written once as a new directory of the late partition, named by
         its rows and last batch; the partition is then pointed at it, so readers never see a
         late file before its batch commits, nor half a version."""
-        from tidemark.sparkfiles import write_files
-
         store = self.layout.store
         count = state.late_per_hour[hour.path]
         home = self.layout.versioned_hour(self.layout.late_dir, hour.path, count, state.last_committed)
@@ -124,9 +116,7 @@ class LateRows:
             inputs = self.files.batch_files(
                 self.layout.late_open_dir / hour.path, through=state.last_committed
             )
-            written = write_files(
-                self.files.read_hour(home, inputs), store, self.layout.relative(home), "part", 1
-            )
+            written = self.files.write_version(self.files.read_hour(home, inputs), home, "part", 1)
             rows = sum(n for _, n in written)
             if rows != count:
                 raise ReconciliationError(

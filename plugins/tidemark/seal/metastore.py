@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.ingest.columns import data_fields, partition_columns
@@ -69,13 +69,9 @@ def add_partition_sql(table: str, spec: Mapping[str, str], location: Path | str)
     )
 
 
-def set_partition_location_sql(table: str, spec: Mapping[str, str], location: str) -> str:
-    """Point a partition at another directory: one metastore operation, so readers see the
-    old version of the partition or the new one, never a mix (object stores)."""
-    return (
-        f"ALTER TABLE {qualified(table)} PARTITION ({partition_values_sql(spec)}) "
-        f"SET LOCATION {quote_value(location)}"
-    )
+def drop_partition_sql(table: str, spec: Mapping[str, str]) -> str:
+    """Unregister a partition of an external table (its files stay)."""
+    return f"ALTER TABLE {qualified(table)} DROP IF EXISTS PARTITION ({partition_values_sql(spec)})"
 
 
 class Metastore:
@@ -92,16 +88,74 @@ class Metastore:
         self.spark.sql(create_table_sql(self.config, table, location))
         evolve_table(self.spark, table, data_fields(self.config), partition_columns(self.config))
 
-    def add_partitions(
-        self, table: str, partitions: Sequence[tuple[Mapping[str, str], Path | str]], *, move: bool = False
-    ) -> None:
-        """Register partitions; with ``move``, one already registered elsewhere is pointed at
-        the given location (a new version of it on an object store)."""
+    def add_partitions(self, table: str, partitions: Sequence[tuple[Mapping[str, str], Path | str]]) -> None:
+        """Register partitions (those registered already keep their location: the local disk,
+        where an hour's directory never moves)."""
         for spec, location in partitions:
             self.spark.sql(add_partition_sql(table, spec, location))
-            if move:
-                self.spark.sql(set_partition_location_sql(table, spec, str(location)))
             log.info("%s: registered partition %s at %s", table, dict(spec), location)
+
+    def switch_partitions(
+        self, table: str, hour_spec: Mapping[str, str], partitions: Sequence[tuple[Mapping[str, str], str]]
+    ) -> None:
+        """Object stores: point an hour's partitions (one per value of the extra partition
+        columns) at a new version's directories. New values are added first; the existing
+        ones move in **one** ``alter_partitions`` call, which the metastore applies in one
+        transaction, so readers never see some values of the hour at the old version and
+        others at the new; values the new version lacks are dropped (the files stay, for
+        the collector)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        catalog = self.spark._jsparkSession.sessionState().catalog().externalCatalog()
+        wanted = {tuple(sorted(spec.items())): location for spec, location in partitions}
+        current = {}
+        listed = catalog.listPartitions(
+            DATABASE, table, jvm.scala.Some(_scala_map(jvm, hour_spec))
+        ).iterator()
+        while listed.hasNext():
+            part = listed.next()
+            current[tuple(sorted(_python_map(part.spec()).items()))] = part
+        for key, location in wanted.items():
+            if key not in current:
+                self.spark.sql(add_partition_sql(table, dict(key), location))
+        moved = []
+        for key, part in current.items():
+            new_location = wanted.get(key)
+            if new_location is None or str(part.location().toString()) == new_location:
+                continue
+            storage = part.storage()
+            new_storage = storage.copy(
+                jvm.scala.Some(jvm.java.net.URI(new_location)),
+                storage.inputFormat(),
+                storage.outputFormat(),
+                storage.serde(),
+                storage.compressed(),
+                storage.properties(),
+            )
+            moved.append(
+                part.copy(
+                    part.spec(),
+                    new_storage,
+                    part.parameters(),
+                    part.createTime(),
+                    part.lastAccessTime(),
+                    part.stats(),
+                )
+            )
+        if moved:
+            as_list = jvm.java.util.ArrayList()
+            for part in moved:
+                as_list.add(part)
+            catalog.alterPartitions(
+                DATABASE, table, jvm.org.apache.spark.api.python.PythonUtils.toSeq(as_list)
+            )
+        gone = [dict(key) for key in current if key not in wanted]
+        for dropped in gone:
+            self.spark.sql(drop_partition_sql(table, dropped))
+        for spec, location in partitions:
+            log.info("%s: registered partition %s at %s", table, dict(spec), location)
+        if gone:
+            log.info("%s: dropped partitions %s (not in the new version)", table, gone)
 
     def partition_locations(self, table: str) -> list[str]:
         """Where each partition of ``table`` points readers now (none for a missing table): one
@@ -169,3 +223,20 @@ def evolve_table(
         spark.catalog.refreshTable(qualified(table))
         log.warning("%s: table schema evolved: %s", table, "; ".join(changes))
     return changes
+
+
+def _scala_map(jvm: Any, values: Mapping[str, str]) -> Any:
+    """A Scala immutable Map of strings (a partition spec for the external catalog)."""
+    java = jvm.java.util.HashMap()
+    for key, value in values.items():
+        java.put(key, value)
+    return jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(java)
+
+
+def _python_map(scala_map: Any) -> dict[str, str]:
+    found = {}
+    entries = scala_map.iterator()
+    while entries.hasNext():
+        entry = entries.next()
+        found[str(entry._1())] = str(entry._2())
+    return found

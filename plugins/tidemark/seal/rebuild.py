@@ -192,7 +192,6 @@ class Rebuilder:
         last; a retry reuses a directory with a marker and rewrites one without. Returns (dir,
         files relative to the warehouse, rows)."""
         from tidemark.seal.versions import write_version_once
-        from tidemark.sparkfiles import write_files
 
         home = self.layout.hour_version(hour.path, version, plan.through_batch)
         directory = self.layout.relative(home)
@@ -202,10 +201,9 @@ class Rebuilder:
                 return []
             receipts = self._staging(hour) / "receipts"
             frame = self._rows(hour, plan, receipts, kafka_conf, hour_config)
-            written = write_files(
+            written = self.files.write_version(
                 frame,
-                self.layout.store,
-                directory,
+                home,
                 sealed_file_prefix(1),
                 self._file_count(hour),
                 sort_by=("_mq_partition", "_mq_offset"),

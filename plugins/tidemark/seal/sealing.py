@@ -362,16 +362,12 @@ class Sealer:
         home = self.layout.hour_version(hour.path, 1, state.last_committed)
 
         def compact() -> list[tuple[str, int]]:
-            from tidemark.sparkfiles import write_files
-
             inputs = self.files.batch_files(self.layout.open_dir / hour.path, through=state.last_committed)
             if not inputs:
                 return []
             size = sum(store.size(self.layout.relative(p)) for p in inputs)
             frame = self.files.read_hour(home, inputs)
-            written = write_files(
-                frame, store, self.layout.relative(home), sealed_file_prefix(1), self._file_count(size)
-            )
+            written = self.files.write_version(frame, home, sealed_file_prefix(1), self._file_count(size))
             crash_point("mid_compaction")
             rows = sum(n for _, n in written)
             self._log_compacted(hour, inputs=len(inputs), size=size, files=len(written), rows=rows, home=home)
@@ -441,7 +437,8 @@ class Sealer:
         if self.layout.object_store:
             open_dir = self.layout.relative(self.layout.open_dir)
             for relative in self.layout.store.files(open_dir):
-                hour = parse_path(relative[len(open_dir) + 1 :].rsplit("/", 1)[0], self.zone)
+                dt, hr = relative[len(open_dir) + 1 :].split("/")[:2]  # then any value dirs
+                hour = parse_path(f"{dt}/{hr}", self.zone)
                 if hour.end <= frontier and hour.key in partitions.hours:
                     self.layout.store.delete(relative)
             return

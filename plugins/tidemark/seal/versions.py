@@ -94,12 +94,14 @@ class VersionCollector:
         now = parse_instant(state.ready.processing_time) if state.ready else None
         if now is None:
             return []
-        pointed = {self.layout.store_relative(location) for location in registered}
+        # a partition of a data-derived value points into its version: .../_v0002-b../app=web
+        relative = [self.layout.store_relative(location) for location in registered]
+        pointed = {version_dir_of(f"{r}/") or r for r in relative if r}
         return collect_unreferenced(
             self.layout.store,
             self.record,
             scope=[self.layout.relative(self.layout.table_dir), self.layout.relative(self.layout.late_dir)],
-            current=self.current(partitions, late_locations) | {p for p in pointed if p},
+            current=self.current(partitions, late_locations) | pointed,
             now=now,
             retention=self.config.output.version_retention,
             owner=self.config.table,

@@ -301,10 +301,10 @@ class SnapshotStore:
         if self.layout.object_store:
             target = staged.directory
             self.ensure_table()
-            Metastore(self.spark, self.config).add_partitions(
-                self.table, [(spec, self.layout.location(target))], move=True
+            Metastore(self.spark, self.config).switch_partitions(
+                self.table, spec, [(spec, self.layout.location(target))]
             )
-            crash_point("after_snapshot_swap")  # the swap here is the SET LOCATION
+            crash_point("after_snapshot_swap")  # the swap here is the metastore's alter
             atomic = True
         else:
             target = self.partition_dir(label)
