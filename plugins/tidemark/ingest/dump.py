@@ -21,7 +21,6 @@ A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry fin
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -44,13 +43,15 @@ from tidemark.ingest.resolve import AuditLog
 from tidemark.masking import masked
 from tidemark.settings import Settings
 from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, Plan
-from tidemark.state.layout import Layout, batch_file_name, dirty_file_name
+from tidemark.state.layout import Layout
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import replace_atomically
 from tidemark.time.watermarks import BatchObservation, MqWatermark, ReadyTime, advance, ready_time
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from tidemark.ingest.spec import ClassifySpec
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +130,11 @@ def read_and_stage(
         receipts = Store(targets.store.uri(targets.receipts), targets.store.s3)
         counts, admitted = stage_classified(
             read_ranges(spark, plan.topic, ranges, kafka_conf=kafka_conf, receipts=receipts, spec=spec),
-            config,
-            publisher,
-            state,
-            stopwatch,
+            spec,
+            config=config,
+            publisher=publisher,
+            state=state,
+            stopwatch=stopwatch,
         )
     else:
         with stopwatch.phase("read_stage"):  # the tasks read, classify and write
@@ -153,15 +155,21 @@ def read_and_stage(
 
 
 def stage_classified(
-    classified: Any, config: TableConfig, publisher: Publisher, state: LogState, stopwatch: Stopwatch
+    classified: Any,
+    spec: ClassifySpec,
+    *,
+    config: TableConfig,
+    publisher: Publisher,
+    state: LogState,
+    stopwatch: Stopwatch,
 ) -> tuple[list[StagedCount], cardinality.PartitionValues]:
-    """Bound partition values over the whole batch, then write rows, late rows and dirty
-    records of a classified frame with Spark; return the grouped counts and the values this
-    batch admitted (tables with partition columns, and replays)."""
+    """Bound partition values over the whole batch, then stage rows, late rows and dirty
+    records of a classified frame in one pass of tasks (``staging.stage_frame``); return the
+    tasks' counts and the values this batch admitted (tables with partition columns, and
+    replays)."""
     from pyspark import StorageLevel
 
-    from tidemark.ingest.columns import partition_columns
-    from tidemark.ingest.frames import dirty_rows, good_rows, late_rows, staged_counts
+    from tidemark.ingest.staging import stage_frame
 
     parsed = classified.persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -170,27 +178,9 @@ def stage_classified(
             candidates = cardinality.candidate_values(parsed, config, known)
             admitted = cardinality.admit(known, candidates, config.partitioning.max_values_per_column)
             bounded = cardinality.apply_bound(parsed, config, cardinality.merge(known, admitted))
-            parts = partition_columns(config)
-            final = publisher.staging_targets().final
-            if final is None:  # staged, then moved in by the publisher
-                good_rows(bounded, config).write.partitionBy(*parts).parquet(
-                    str(publisher.attempt_dir / "rows")
-                )
-                late_rows(bounded, config).write.partitionBy(*parts).parquet(
-                    str(publisher.attempt_dir / "late")
-                )
-                dirty_rows(bounded).write.parquet(str(publisher.attempt_dir / "dirty"))
-            else:  # an object store: each task writes its files once, under final batch names
-                from tidemark.sparkfiles import write_partitioned
-
-                store, batch = publisher.store, publisher.batch_id
-                batch_file = functools.partial(batch_file_name, batch)
-                write_partitioned(good_rows(bounded, config), store, final["rows"], batch_file, parts)
-                write_partitioned(late_rows(bounded, config), store, final["late"], batch_file, parts)
-                write_partitioned(dirty_rows(bounded), store, final["dirty"], dirty_file_name)
+            counts = stage_frame(bounded, publisher.staging_targets(), spec)
             crash_point("after_staging")
-        with stopwatch.phase("reconcile"):
-            return staged_counts(bounded, config), admitted
+        return counts, admitted
     finally:
         parsed.unpersist()
 

@@ -1,6 +1,6 @@
 """A batch's classified records as one frame (the Spark paths: tables with data-derived
-partition columns, and rebuilds): one row per record, good or dirty, and the selections of the
-table's rows, late rows and dirty records from it."""
+partition columns, replays and rebuilds): one row per record, good or dirty, and the way back
+to good rows and dirty records for the task-side stager."""
 
 from __future__ import annotations
 
@@ -12,16 +12,11 @@ from tidemark.ingest.columns import (
     RAW_FIELDS,
     VERDICT_FIELDS,
     arrow_fields,
-    table_columns,
 )
-from tidemark.ingest.counts import StagedCount
 from tidemark.ingest.spec import Classified, ClassifySpec, good_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
-
-    from tidemark.config import TableConfig
 
 
 def classified_schema(spec: ClassifySpec) -> pa.Schema:
@@ -64,53 +59,15 @@ def as_classified(block: Classified, spec: ClassifySpec) -> pa.Table:
     return pa.concat_tables([good_part, pa.Table.from_pydict(dirty_columns, schema=schema)])
 
 
-# Selections of a classified DataFrame --------------------------------------------------------
+def split_classified(table: pa.Table, spec: ClassifySpec) -> Classified:
+    """The inverse of :func:`as_classified`: a classified frame's rows (a task's Arrow batch)
+    as good rows and dirty records again, for the stager (``staging.TaskStager``)."""
+    import pyarrow.compute as pc
 
-
-def good_rows(classified: DataFrame, config: TableConfig) -> DataFrame:
-    """Rows of the table: schema columns, MQ lineage columns and the hour partition columns."""
-    from pyspark.sql import functions as F
-
-    return classified.where(F.col("_reason").isNull() & ~F.col("_late")).select(*table_columns(config))
-
-
-def late_rows(classified: DataFrame, config: TableConfig) -> DataFrame:
-    """Valid rows of hours sealed before the batch was planned, with the table's columns."""
-    from pyspark.sql import functions as F
-
-    return classified.where(F.col("_reason").isNull() & F.col("_late")).select(*table_columns(config))
-
-
-def dirty_rows(classified: DataFrame) -> DataFrame:
-    """Rows of ``<table>__dirty``: raw bytes, reason code and where the record came from."""
-    from pyspark.sql import functions as F
-
-    return classified.where(F.col("_reason").isNotNull()).select(
-        *(F.col(source).alias(name) for name, _, source in DIRTY_FIELDS)
+    dirty = pc.is_valid(table["_reason"])
+    good = table.filter(pc.invert(dirty)).select([f.name for f in good_schema(spec, raw=False)])
+    bad = table.filter(dirty)
+    records = bad.select([source for _, _, source in DIRTY_FIELDS]).rename_columns(
+        [name for name, _, _ in DIRTY_FIELDS]
     )
-
-
-def staged_counts(classified: DataFrame, config: TableConfig) -> list[StagedCount]:
-    """What the Spark path staged, counted as the read tasks count theirs
-    (``staging.TaskStager.counts``), in one aggregation pass over a handful of groups."""
-    from pyspark.sql import functions as F
-
-    ts = F.col(config.event_time.field)
-    groups = (
-        classified.groupBy("_mq_partition", "dt", "hr", "_late", "_reason")
-        .agg(F.count(F.lit(1)).alias("n"), F.min(ts).alias("min_ts"), F.max(ts).alias("max_ts"))
-        .collect()
-    )
-    return [
-        StagedCount(
-            mq_partition=g["_mq_partition"],
-            dt=g["dt"],
-            hr=g["hr"],
-            late=bool(g["_late"]),
-            reason=g["_reason"],
-            n=int(g["n"]),
-            min_ts=g["min_ts"],
-            max_ts=g["max_ts"],
-        )
-        for g in groups
-    ]
+    return Classified(good, records)

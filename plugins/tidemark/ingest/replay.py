@@ -219,7 +219,12 @@ def replay_and_stage(
     reads = {int(r["mq_partition"]): int(r["n"]) for r in found}
     replaced = sum(int(r["n"]) - int(r["t"] or 0) for r in found)
     counts, admitted = stage_classified(
-        classified_again(spark, files, spec), config, publisher, state, stopwatch
+        classified_again(spark, files, spec),
+        spec,
+        config=config,
+        publisher=publisher,
+        state=state,
+        stopwatch=stopwatch,
     )
     with stopwatch.phase("reconcile"):
         folded = fold_stats(counts)

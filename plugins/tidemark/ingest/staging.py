@@ -20,6 +20,7 @@ moves these files into the table exactly as it moved Spark's.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from tidemark.time.instants import aware
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
 
 KINDS = ("rows", "late", "dirty")
 # (dt, hr, late, reason) -> [count, min event time, max event time]
@@ -76,16 +78,13 @@ class TaskStager:
     """Collects one task's classified blocks and writes them as files on ``close``."""
 
     def __init__(self, targets: StagingTargets, spec: ClassifySpec, mq_partition: int, start: int) -> None:
-        if spec.partition_columns:
-            raise ValueError(
-                "task-side staging cannot bound data-derived partition values: that needs the whole "
-                "batch (use the classified mode)"
-            )
         self.targets = targets
         self.spec = spec
         self.mq_partition = mq_partition
         self.file_name = f"p{mq_partition}-{start:012d}.parquet"
-        self.columns = [name for name, _ in spec.columns] + list(META_COLUMNS)
+        # data-derived partition columns are in the path (col=value/), as Spark writes them
+        self.parts = list(spec.partition_columns)
+        self.columns = [name for name, _ in spec.columns if name not in self.parts] + list(META_COLUMNS)
         self.groups: dict[tuple[str, str], list[pa.Table]] = {}  # (kind, hour dir) -> tables
         self.counts: Counts = {}
 
@@ -95,19 +94,20 @@ class TaskStager:
         good = block.good
         ts = self.spec.event_time_field
         if good.num_rows:
-            summary = good.group_by(["dt", "hr", "_late"]).aggregate(
-                [(ts, "count"), (ts, "min"), (ts, "max")]
-            )
+            keys = ["dt", "hr", "_late", *self.parts]
+            summary = good.group_by(keys).aggregate([(ts, "count"), (ts, "min"), (ts, "max")])
             for row in summary.to_pylist():
                 key = (row["dt"], row["hr"], bool(row["_late"]), None)
                 self._count(key, row[f"{ts}_count"], row[f"{ts}_min"], row[f"{ts}_max"])
                 kind = "late" if row["_late"] else "rows"
-                mask = pc.and_(
-                    pc.and_(pc.equal(good["dt"], row["dt"]), pc.equal(good["hr"], row["hr"])),
-                    pc.equal(good["_late"], row["_late"]),
-                )
+                mask = pc.equal(good["dt"], row["dt"])
+                for name in keys[1:]:
+                    mask = pc.and_(mask, pc.equal(good[name], row[name]))
                 part = good.filter(mask).select(self.columns)
-                self.groups.setdefault((kind, hour_path(row["dt"], row["hr"])), []).append(part)
+                directory = "/".join(
+                    [hour_path(row["dt"], row["hr"]), *(f"{c}={row[c]}" for c in self.parts)]
+                )
+                self.groups.setdefault((kind, directory), []).append(part)
         dirty = block.dirty
         if dirty.num_rows:
             for row in dirty.group_by(["reason"]).aggregate([("reason", "count")]).to_pylist():
@@ -139,6 +139,46 @@ class TaskStager:
         ):
             # timestamp_ntz event times are naive: UTC, never the worker's local time
             yield StagedCount(self.mq_partition, dt, hr, late, reason, n, aware(low), aware(high))
+
+
+def stage_frame(frame: DataFrame, targets: StagingTargets, spec: ClassifySpec) -> list[StagedCount]:
+    """Stage a classified frame (``frames.classified_ddl``: a batch bounded over its whole
+    partition values, or a replay) in one pass: each Spark task writes its rows, late rows
+    and dirty records as the read tasks do (``TaskStager``, one per MQ partition it holds,
+    files named by the task) and returns its counts."""
+    import pickle
+
+    task = functools.partial(_stage_task, targets=targets, spec_json=spec.to_json())
+    payloads = frame.mapInArrow(task, "counts binary").collect()
+    return [count for row in payloads for count in pickle.loads(row["counts"])]
+
+
+def _stage_task(
+    batches: Iterator[pa.RecordBatch], *, targets: StagingTargets, spec_json: str
+) -> Iterator[pa.RecordBatch]:
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark import TaskContext
+
+    from tidemark.ingest.frames import split_classified
+
+    spec = ClassifySpec.from_json(spec_json)
+    context = TaskContext.get()
+    task = context.partitionId() if context is not None else 0
+    stagers: dict[int, TaskStager] = {}
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        for mq_partition in pc.unique(table["_mq_partition"]).to_pylist():
+            part = table.filter(pc.equal(table["_mq_partition"], mq_partition))
+            stager = stagers.setdefault(mq_partition, TaskStager(targets, spec, mq_partition, task))
+            stager.add(split_classified(part, spec))
+    counts = []
+    for stager in stagers.values():
+        stager.close()
+        counts += list(stager.stats())
+    yield pa.RecordBatch.from_pydict({"counts": [pickle.dumps(counts)]})
 
 
 def staged_rows(store: Store, files: dict[str, list[str]]) -> dict[str, int]:
