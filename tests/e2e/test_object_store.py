@@ -2,7 +2,7 @@
 server), the Hive metastore service on PostgreSQL, and a Spark standalone cluster of a master
 and two workers with their own work and local directories, whose executors get the library
 and a venv shipped by the jobs (nothing of this checkout's venv is on the workers' paths).
-The real jobs (dump, seal, bootstrap, merge, rebuild) run in their own processes, are killed
+The real jobs (dump, seal, replay, bootstrap, merge, rebuild) run in their own processes, are killed
 at protocol points and retried; then each table is read where the metastore service's
 database points readers. Nothing is renamed on the store: batch files are written once under
 final names; a sealed, amended or rebuilt hour, a late partition and a snapshot version are
@@ -180,11 +180,12 @@ def offsets(store: Store, files: list[str], columns: tuple[str, str]) -> Counter
     return found
 
 
-def test_dump_seal_replay_and_rebuild_on_s3_on_a_cluster_are_exact_where_the_metastore_points(
+def test_dump_seal_and_replay_on_s3_on_a_cluster_are_exact_where_the_metastore_points(
     broker: str, cluster: Settings, lake: str, tmp_path: Path
 ) -> None:
     """The events path of a table partitioned by hour and ``app`` (a data-derived column): a
-    partition per app value of each hour version, all switched at once."""
+    partition per app value of each hour version (their switch to a new version together:
+    tests/integration/test_metastore_switch.py)."""
     config, settings, store = s3_table(broker, cluster, tmp_path, partitioning__columns=["app"])
     table = config.table
     first = produce(
@@ -257,16 +258,6 @@ def test_dump_seal_replay_and_rebuild_on_s3_on_a_cluster_are_exact_where_the_met
     # the sealed hours' batch files are gone; the hour 12 rows wait in _open
     assert all("hr=12" in f for f in store.files(f"{table}/_open"))
 
-    # a rebuild of hour 10 from the broker (local Spark: the protocol is the same) writes v2;
-    # every app partition of the hour moves to it in one metastore call, rows unchanged
-    local = replace(settings, spark_master="local[2]", executor_env="")
-    rebuilt = outcome(job(local, "rebuild", table, "rebuild-1", "--hours", "2026-11-22T10"))
-    assert [(h["status"], h["version"]) for h in rebuilt["hours"]] == [("rebuilt", 2)]
-    now = registered(settings, table)
-    hour_10 = {n: loc for n, loc in now.items() if "/hr=10/" in n}
-    assert sorted(hour_10) == sorted(n for n in locations if "/hr=10/" in n)
-    assert all("/_v0002-" in loc for loc in hour_10.values()), hour_10
-    assert rows_at(settings, now) == table_rows
     # the work ran on both workers, each executor in the venv the jobs shipped
     for index in (1, 2):
         work = cluster.home / f"spark-worker-{index}" / "work"
