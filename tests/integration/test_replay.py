@@ -134,11 +134,17 @@ def test_a_replay_killed_at_each_point_is_finished_by_its_retry(
     messages = records([(0, at(10, m)) for m in range(0, 60, 5)])
     messages.append(records([(0, at(10, 7), {"event_type": None})], prefix="x")[0])
     produced = Counter((p, o) for p, o, _ in produce(broker, config.source.topic, messages))
-    assert run_dump(spark, config, settings, "run-1", at(11)).dirty == 1
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
     layout = Layout(settings, config.table)
+    for point in ("before_commit_record", "after_commit_record"):  # the dump's own dirty record
+        monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
+        with pytest.raises(InjectedFault):
+            run_dump(spark, config, settings, "run-1", at(11))
+        assert not landed(settings, config.table)[1]  # never shown before its batch is finished
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    assert run_dump(spark, config, settings, "run-1", at(11)).dirty == 1
     assert layout.dirty_batches() == [0]
     good = fixed(settings, config.table)
-    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
     for point in ("before_commit_record", "after_commit_record"):
         monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
         with pytest.raises(InjectedFault):

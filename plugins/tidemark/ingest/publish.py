@@ -18,7 +18,10 @@ On an object store nothing is moved (a rename there is a copy and a delete): the
 wrote every file once under its final, batch-carrying name (``StagingTargets``), rows in the
 hidden ``_open``, late rows in the hidden ``<table>__late/_open``; the commit record lists
 them. Rolling back an attempt deletes the batch's files found by name; ``finish`` only drops
-the attempt's receipts and manifest. A replay there keeps its input before its commit record
+the attempt's receipts and manifest, and shows the dirty records: the tasks wrote them in the
+hidden ``T__dirty/_open/batch_id=B/``, and they are copied (server-side) to
+``T__dirty/batch_id=B/`` after the commit record, as the local disk moves them then. A replay
+there keeps its input before its commit record
 (server-side copies of the replayed batches' dirty files into ``_replayed``, a marker last:
 dirty records are a small share of a batch) and ``finish`` deletes the visible originals once
 the marker is there; between the commit record and that deletion the kept copy is identical,
@@ -60,7 +63,7 @@ class Publisher:
         final = {
             "rows": self.layout.relative(self.layout.open_dir),
             "late": self.layout.relative(self.layout.late_open_dir),
-            "dirty": self.layout.relative(self.layout.dirty_batch_dir(self.batch_id)),
+            "dirty": self.layout.relative(self.layout.open_dirty_dir(self.batch_id)),
         }
         return StagingTargets(self.store, attempt, self.batch_id, final)
 
@@ -81,8 +84,14 @@ class Publisher:
             ]
             for kind, directory in (("rows", self.layout.open_dir), ("late", self.layout.late_open_dir))
         }
-        mine["dirty"] = self.store.files(self.layout.relative(self.layout.dirty_batch_dir(self.batch_id)))
+        mine["dirty"] = self.store.files(self.layout.relative(self.layout.open_dirty_dir(self.batch_id)))
         return mine
+
+    def _visible_dirty(self, hidden: str) -> str:
+        """Object stores: where a dirty file written in the hidden ``_open`` is shown."""
+        return (
+            f"{self.layout.relative(self.layout.dirty_batch_dir(self.batch_id))}/{hidden.rsplit('/', 1)[-1]}"
+        )
 
     def rollback(self) -> int:
         """Delete files earlier uncommitted attempts of this batch published or staged."""
@@ -109,6 +118,7 @@ class Publisher:
         files = self._all_batch_files()
         for relative in files:
             self.store.delete(relative)
+        self.store.delete_dir(self.layout.relative(self.layout.dirty_batch_dir(self.batch_id)))  # never shown
         self.store.delete_dir(self.layout.relative(self.batch_dir))
         if files:
             log.warning(
@@ -142,7 +152,9 @@ class Publisher:
         if self.layout.object_store:
             for batch in retire:
                 self._keep_replayed_input(batch)
-            files = self._all_batch_files()
+            listed = self._batch_files()
+            # the commit record names the dirty files where they are shown after it (finish)
+            files = [*listed["rows"], *listed["late"], *(self._visible_dirty(f) for f in listed["dirty"])]
             self.store.write_json(
                 f"{self.layout.relative(self.attempt_dir)}/publish.json",
                 {"files": files, "retire": list(retire)},
@@ -171,14 +183,15 @@ class Publisher:
     def finish(self) -> int:
         """After the commit record: move what is still staged (late rows, dirty records) to its
         visible place, then drop the staging; idempotent. Returns the files moved."""
-        if self.layout.object_store:  # written in place: replayed inputs retire, staging goes
+        if self.layout.object_store:  # replayed inputs retire, dirty records are shown
             for written in self.store.all_files(self.layout.relative(self.batch_dir)):
                 if written.endswith("/publish.json"):
                     for batch in self.store.read_json(written).get("retire", ()):
                         self._retire_in_place(batch)
                         crash_point("mid_retire")
+            shown = self._show_dirty()
             self.store.delete_dir(self.layout.relative(self.batch_dir))
-            return 0
+            return shown
         moved = 0
         for manifest in sorted(self.batch_dir.glob("attempt-*/publish.json")):
             recorded = json.loads(manifest.read_text())
@@ -215,6 +228,20 @@ class Publisher:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, target)
         log.info("batch %s: dirty records %s replayed, now hidden in %s", self.batch_id, visible, hidden)
+
+    def _show_dirty(self) -> int:
+        """Object stores, after the commit record: copy the batch's dirty files from the hidden
+        ``T__dirty/_open/batch_id=B/`` to ``T__dirty/batch_id=B/`` (server-side copies of a
+        small share of the batch, the same names again on a retry), then drop the hidden ones:
+        readers of ``T__dirty`` never see an uncommitted attempt's records."""
+        hidden_dir = self.layout.relative(self.layout.open_dirty_dir(self.batch_id))
+        hidden = self.store.files(hidden_dir)
+        for relative in hidden:
+            self.store.copy(relative, self._visible_dirty(relative))
+        self.store.delete_dir(hidden_dir)
+        if hidden:
+            log.info("batch %s: %s dirty files shown after the commit record", self.batch_id, len(hidden))
+        return len(hidden)
 
     def _keep_replayed_input(self, batch: int) -> None:
         """Object stores, before the commit record: copy a replayed batch's visible dirty files

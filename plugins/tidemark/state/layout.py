@@ -21,6 +21,9 @@ partition changes only by pointing it at a new directory (``versioned_hour``)::
 
     <table>/_open/dt=D/hr=H/part-b<batch>-p<mq>-<start>.parquet   a read task's file, final
     <table>__late/_open/dt=D/hr=H/part-b<batch>-...               late rows of committed batches
+    <table>__dirty/_open/batch_id=<batch>/                        dirty records until the commit
+                                                                  record (then copied to
+                                                                  batch_id=<batch>/)
     <table>/dt=D/hr=H/_v<version>-b<batch>/part-<i>.parquet       a version of a sealed hour
     <table>__late/dt=D/hr=H/_v<late rows>-b<batch>/               a version of a late partition
     <table>__dirty/_replayed/batch_id=<batch>/                    a replay's input, copied (the
@@ -174,6 +177,11 @@ class Layout:
     def dirty_batch_dir(self, batch_id: int) -> Path:
         """The visible dirty records of a batch (a partition of ``<table>__dirty``)."""
         return self.dirty_dir / f"batch_id={batch_id}"
+
+    def open_dirty_dir(self, batch_id: int) -> Path:
+        """Object stores: a batch's dirty records as its tasks wrote them, hidden until its
+        commit record (then copied to ``dirty_batch_dir``)."""
+        return self.dirty_dir / "_open" / f"batch_id={batch_id}"
 
     def replayed_dirty_dir(self, batch_id: int) -> Path:
         """Where a batch's dirty records go once a replay has classified them again: hidden from
