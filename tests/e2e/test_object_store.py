@@ -28,7 +28,7 @@ import pytest
 
 from tests.helpers.metastore import metastore_service
 from tests.helpers.net import free_port_block
-from tests.helpers.orders import Row, normal, send, truth
+from tests.helpers.orders import Row, late_update, normal, send, truth
 from tests.helpers.tables import PROCESSING, START, at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.faults import EXIT_CODE
@@ -351,13 +351,7 @@ def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
         [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
     )
     victim = min(k for k, r in hour_10.items() if datetime.fromisoformat(r["updated_at"]) < at(10, 30))
-    late = {
-        **hour_10[victim],
-        "op": "u",
-        "version": 1000,
-        "status": "late",
-        "updated_at": at(10, 30).isoformat(),
-    }
+    late = late_update(hour_10[victim], at(10, 30))
     send(broker, config, [late])
     assert outcome(job(settings, "dump", table, "ingest-2", "--processing-time", at(11, 50).isoformat()))
     killed = job(settings, "seal", table, "ingest-2", fail_at="after_amend_files")

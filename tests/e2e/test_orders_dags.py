@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.orders import normal, send, truth
+from tests.helpers.orders import late_update, normal, send, truth
 from tests.helpers.tables import at, fresh_table
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog
@@ -110,13 +110,7 @@ def test_bootstrap_from_postgres_then_merge_and_remerge_through_airflow(
     # A change of 10:30 arrives after hour 10 was sealed: amend, then the ingest run finds the
     # snapshot stale and triggers the merge DAG for it.
     victim = min(hour_10)
-    late = {
-        **hour_10[victim],
-        "op": "u",
-        "version": 500,
-        "status": "late",
-        "updated_at": at(10, 30).isoformat(),
-    }
+    late = late_update(hour_10[victim], at(10, 30), version=500)
     send(broker, config, [late])
     states = run_dag(f"tidemark_ingest_{table}", at(11, 50))
     assert (states["find_stale_snapshot"], states["remerge"]) == ("success", "success")

@@ -34,6 +34,11 @@ def truth(state: dict[int, dict[str, Any]]) -> list[Row]:
     return sorted(normal(r) for r in state.values())
 
 
+def late_update(row: dict[str, Any], when: datetime, version: int = 1000) -> dict[str, Any]:
+    """An update of ``row`` timed ``when`` (an hour already sealed): its late change."""
+    return {**row, "op": "u", "version": version, "status": "late", "updated_at": when.isoformat()}
+
+
 def send(
     broker: str,
     config: TableConfig,

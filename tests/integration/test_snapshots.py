@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.orders import Delivered, Row, normal, send, truth, write_parquet_source
+from tests.helpers.orders import Delivered, Row, late_update, normal, send, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
@@ -248,13 +248,7 @@ def test_a_late_change_makes_its_snapshot_stale_and_the_next_merge_fixes_the_cha
         [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
     )
     victim = max(k for k, r in state_at_11.items() if datetime.fromisoformat(r["updated_at"]) < at(10, 50))
-    late = {
-        **state_at_11[victim],
-        "op": "u",
-        "version": 1000,
-        "status": "late",
-        "updated_at": at(10, 50).isoformat(),
-    }
+    late = late_update(state_at_11[victim], at(10, 50))
     send(broker, config, [late])
     ingest(spark, config, settings, "ingest-2", at(12, 40))
     assert stale_snapshot(config, settings) == "2026-11-22T11"
