@@ -282,6 +282,47 @@ def _cmd_unlock(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_switch(args: argparse.Namespace) -> int:
+    """Hand the table to the batch DAG or to the stream (audited; no Spark needed)."""
+    import getpass
+    from datetime import UTC, datetime
+
+    from tidemark.config import load_table
+    from tidemark.settings import Settings
+    from tidemark.state.mode import STREAM, TableWriter
+
+    settings = Settings.from_env()
+    config = load_table(args.table, settings)
+    mode, changed = TableWriter(settings.state_location, config.table).switch(
+        args.to, by=args.by or getpass.getuser(), reason=args.reason, at=datetime.now(UTC).isoformat()
+    )
+    if not changed:
+        print(f"{config.table}: already written by the {mode.describe()}; nothing to do")
+    elif args.to == STREAM:
+        print(
+            f"{config.table}: now written by the stream; the batch DAG's dumps skip. Start it: "
+            f"tidemark stream --table {config.table} (or the DAG tidemark_stream_{config.table})"
+        )
+    else:
+        print(
+            f"{config.table}: now written by the batch DAG; a running stream stops after its current "
+            f"micro-batch (tidemark status --table {config.table} shows when)"
+        )
+    return 0
+
+
+def _cmd_stream(args: argparse.Namespace) -> int:
+    """The table's stream in the foreground (spark-submit spark_jobs/stream.py)."""
+    import socket
+    from datetime import UTC, datetime
+
+    run_id = args.run_id or f"stream__{socket.gethostname()}__{datetime.now(UTC).isoformat()}"
+    job_args = ["--run-id", run_id, *(["--until-caught-up"] if args.until_caught_up else [])]
+    if args.trigger_interval:
+        job_args += ["--trigger-interval", args.trigger_interval]
+    return _spark_submit(args.table, "stream", job_args)
+
+
 def _cmd_release(args: argparse.Namespace) -> int:
     """Register a quarantined hour in-process (a Hive-enabled Spark session, ~10 s to start)."""
     from tidemark.config import load_table
@@ -359,6 +400,31 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--run-id", required=True, help="idempotency key (the Airflow run id)")
     dump.add_argument("--processing-time", help="ISO timestamp recorded in the plan (default: now)")
     dump.set_defaults(func=_cmd_dump)
+
+    switch = sub.add_parser(
+        "switch",
+        help="hand a table to the batch DAG or to the continuous stream (audited)",
+        description="Make the batch DAG (--to batch) or the stream (--to stream) the only writer of TABLE. "
+        "Both run the same commit protocol on the same commit log, so the other side goes on exactly where "
+        "this one stopped. Switching to batch stops a running stream after its current micro-batch.",
+    )
+    switch.add_argument("--table", required=True)
+    switch.add_argument("--to", required=True, choices=["batch", "stream"])
+    _decision_arguments(switch)
+    switch.set_defaults(func=_cmd_switch)
+
+    stream = sub.add_parser(
+        "stream",
+        help="run a table's continuous writer in the foreground (spark-submit spark_jobs/stream.py)",
+        description="Micro-batches every stream.trigger_interval through the dump protocol, sealing hours as "
+        "the ready time passes them, until the table is switched to batch (or, with --until-caught-up, "
+        "until everything the broker had at the start is committed). Needs tidemark switch --to stream.",
+    )
+    stream.add_argument("--table", required=True)
+    stream.add_argument("--run-id", help="the stream's run id (default: host and start time)")
+    stream.add_argument("--until-caught-up", action="store_true", help="stop once caught up (a catch-up run)")
+    stream.add_argument("--trigger-interval", help="override stream.trigger_interval, e.g. 5s")
+    stream.set_defaults(func=_cmd_stream)
 
     status = sub.add_parser("status", help="batches, committed offsets, lag and dirty counts of a table")
     status.add_argument("--table", required=True)

@@ -114,6 +114,17 @@ class CdcConfig(_Strict):
     snapshot_every: Literal["day", "hour"] = "day"
 
 
+class StreamConfig(_Strict):
+    """The continuous writer (``tidemark switch --to stream``): how often it plans a
+    micro-batch, and how often it commits one with no records, so the processing time moves
+    and quiet MQ partitions stop holding hours back (``idle_timeout``), as the batch DAG's
+    empty runs do. A micro-batch reads at most ``source.max_records_per_partition`` per MQ
+    partition: a backlog drains in bounded batches."""
+
+    trigger_interval: Duration = timedelta(seconds=10)
+    idle_commit_interval: Duration = timedelta(minutes=1)
+
+
 class QualityConfig(_Strict):
     policy: Literal["block", "warn"] = "block"
     default_expectations: bool = True
@@ -136,6 +147,7 @@ class TableConfig(_Strict):
     output: OutputConfig = OutputConfig()
     cdc: CdcConfig | None = None
     quality: QualityConfig = QualityConfig()
+    stream: StreamConfig = StreamConfig()
     schedule: str = "*/10 * * * *"
     retries: int = Field(default=3, ge=0)
     retry_delay: Duration = timedelta(minutes=1)

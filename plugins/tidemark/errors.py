@@ -174,3 +174,18 @@ class SchemaEvolutionError(TidemarkError):
             f"{table}: the schema in the table YAML is not a compatible change of schema version "
             f"{recorded_version} (tidemark schema --table {table} shows the history); nothing ran:\n{lines}"
         )
+
+
+class WriterModeError(TidemarkError):
+    """A writer (the batch dump or the stream) ran while the table is switched to the other one
+    (``tidemark switch``): it read nothing and changed nothing."""
+
+    def __init__(self, table: str, mode: str, writer: str) -> None:
+        self.table = table
+        self.mode = mode
+        self.writer = writer
+        super().__init__(
+            f"{table}: the table is written by the {mode} (tidemark status shows since when and who "
+            f"switched it); this {writer} run read nothing and changed nothing. To hand the table to "
+            f'the {writer}: tidemark switch --table {table} --to {writer} --reason "..."'
+        )

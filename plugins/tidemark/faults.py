@@ -30,6 +30,9 @@ SEAL_POINTS = ("mid_compaction", "after_registration")
 ANNOUNCE_POINTS = ("before_announce", "after_announce")
 REBUILD_POINTS = ("mid_rebuild", "before_swap", "after_swap")
 SNAPSHOT_POINTS = ("after_alignment", "after_snapshot_staging", "after_snapshot_swap")
+# The stream's micro-batch: its offsets are in the checkpoint, nothing planned yet; its
+# commit record and seal are written, Spark has not recorded the micro-batch as done
+STREAM_POINTS = ("stream_epoch_start", "stream_epoch_end")
 # Between the protocol's other steps: recovered by the retry, tested in-process (raise mode)
 PROTOCOL_POINTS = (
     "after_plan_written",  # plan -> run binding
@@ -47,6 +50,7 @@ STATE_POINTS = ("before_checkpoint",)
 MONITORING_POINTS = ("group_commit",)
 POINTS = (
     DUMP_POINTS
+    + STREAM_POINTS
     + SEAL_POINTS
     + ANNOUNCE_POINTS
     + REBUILD_POINTS

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -45,6 +45,7 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, Plan
 from tidemark.state.layout import Layout
 from tidemark.state.locks import TableLock
+from tidemark.state.mode import BATCH, TableWriter
 from tidemark.state.storage import replace_atomically
 from tidemark.time.watermarks import BatchObservation, MqWatermark, ReadyTime, advance, ready_time
 
@@ -194,13 +195,17 @@ def run_dump(
     *,
     planned_at: datetime | None = None,
     replay: ReplayRequest | None = None,
+    until: Mapping[int, int] | None = None,
+    writer: str = BATCH,
 ) -> DumpResult:
     """Run (or finish, or confirm) the batch of ``run_id``. Safe to call any number of times.
 
     ``processing_time`` is the run's logical time (Airflow's data interval end); ``planned_at``
     is the wall clock the job started at (its entry point reads it), recorded in a new plan to
     judge future event times. A retry reuses the plan, so both are decided once. With
-    ``replay``, a new plan replays dirty records instead of reading offsets (``replay.py``)."""
+    ``replay``, a new plan replays dirty records instead of reading offsets (``replay.py``).
+    An offset-reading batch runs only while ``writer`` (``batch`` or the ``stream``, whose
+    micro-batch ends are ``until``) is the table's writer (``state/mode.py``)."""
     commit_log = CommitLog(settings.state_location, config.table)
     layout = Layout(settings, config.table)
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
@@ -213,6 +218,7 @@ def run_dump(
             if done is None and replay is not None and bound is None:
                 plan = plan_replay(config, layout, commit_log, run_id, replay)
             elif done is None:
+                TableWriter(settings.state_location, config.table).require(writer)
                 plan = plan_batch(
                     config,
                     commit_log,
@@ -220,6 +226,7 @@ def run_dump(
                     processing_time.isoformat(),
                     kafka_conf,
                     planned_at=planned_at.isoformat() if planned_at else None,
+                    until=until,
                 )
                 crash_point("after_plan")
                 done = commit_log.commit(plan.batch_id)

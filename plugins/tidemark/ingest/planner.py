@@ -67,6 +67,23 @@ def next_ranges(
     return ranges
 
 
+def capped_offsets(
+    broker_offsets: Mapping[int, tuple[int, int]],
+    until: Mapping[int, int],
+    committed_ends: Mapping[int, int],
+) -> dict[int, tuple[int, int]]:
+    """The broker's (earliest, latest) per MQ partition with latest capped at ``until`` (never
+    below the committed end: a cap the commit log has passed reads nothing, it does not go
+    back). A partition ``until`` lacks is capped at its committed end, or at its earliest
+    offset when never read."""
+    capped = {}
+    for partition, (earliest, latest) in broker_offsets.items():
+        floor = committed_ends.get(partition, earliest)
+        cap = until.get(partition, floor)
+        capped[partition] = (earliest, min(latest, max(cap, floor)))
+    return capped
+
+
 def plan_batch(
     config: TableConfig,
     commit_log: CommitLog,
@@ -75,10 +92,13 @@ def plan_batch(
     client_conf: dict[str, Any],
     *,
     planned_at: str | None = None,
+    until: Mapping[int, int] | None = None,
 ) -> Plan:
     """The plan for ``run_id``: its stored plan if any, else the pending uncommitted plan (a
     failed earlier run's batch must complete before anything new is planned), else a new one.
-    """
+
+    ``until`` (the stream's micro-batch: its end offset per MQ partition) caps a new plan's
+    ends; an MQ partition it lacks reads nothing in this batch."""
     bound = commit_log.batch_of_run(run_id)
     if bound is not None:
         plan = commit_log.plan(bound)
@@ -98,6 +118,8 @@ def plan_batch(
         commit_log.bind_run(run_id, pending.batch_id)
         return pending
     offsets = partition_offsets(client_conf, config.source.topic)
+    if until is not None:
+        offsets = capped_offsets(offsets, until, state.end_offsets)
     sealed_through = HourJournal(commit_log.state_dir, config.table).state().sealed_through
     plan = Plan(
         table=config.table,

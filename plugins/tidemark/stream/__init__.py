@@ -1,0 +1,1 @@
+"""The continuous writer: the dump protocol driven by a Structured Streaming query."""

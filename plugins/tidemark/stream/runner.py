@@ -1,0 +1,392 @@
+"""The continuous writer: a Structured Streaming query whose micro-batches run the dump
+protocol, and which seals hours as the ready time passes them.
+
+Exactly once across restarts (the seeds' recommit problem) rests on the commit log, not on
+the query's checkpoint:
+
+- micro-batch N runs as the dump of run id ``stream-<query id>-<N>``; the query id is kept in
+  the checkpoint, so a restarted query that runs N again (Spark re-runs a micro-batch whose
+  offsets it logged but whose completion it did not) finds the run's commit and does nothing
+  but finish it (``already_committed``): a batch the commit log has and the checkpoint does
+  not is never written twice;
+- a batch the checkpoint has and the commit log does not (killed before the commit record)
+  is the dump's interrupted attempt: the same run id reuses its plan, rolls the attempt back
+  and commits it;
+- every plan starts at the commit log's ends and only ends at the micro-batch's ends, so a
+  checkpoint behind the log (the batch DAG wrote in between) reads nothing twice, and one
+  ahead of it (a micro-batch that committed nothing) reads nothing less.
+
+Between micro-batches, hours whose end + ``commit_delay`` the ready time passed are sealed by
+the seal job's own ``Sealer`` (same journal, quality gate, registration). Only the table's
+writer runs (``state/mode.py``): a switch to batch stops the stream after its current
+micro-batch. The ``stream`` lock keeps a second stream of the table from starting, and a
+status record (``<state>/<table>/stream/status.json``) tells ``tidemark status``, the
+health page, the metrics and the Airflow sensor how it is doing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark.config import TableConfig
+from tidemark.errors import QualityGateError, TidemarkError, WriterModeError
+from tidemark.faults import crash_point
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.locks import TableLock
+from tidemark.state.mode import STREAM, TableWriter
+from tidemark.state.storage import Location, read_json, replace_atomically
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+STREAM_LOCK = "stream"
+# a micro-batch that adopted a pending plan (the batch DAG's unfinished batch) needs a second
+# dump to reach its own ends; more rounds than this mean something else moves the log
+MAX_ROUNDS = 3
+HEARTBEAT_EVERY_S = 5.0
+
+
+class StreamError(TidemarkError):
+    """The stream's query failed or cannot start; names the table and what to do."""
+
+
+def stream_dir(state_dir: Location | Path, table: str) -> Location:
+    return Location(state_dir) / table / "stream"
+
+
+def checkpoint_location(settings: Settings, table: str) -> str:
+    """The query's checkpoint, beside the table's state (an S3 state store: through s3a)."""
+    uri = str(stream_dir(settings.state_location, table) / "checkpoint")
+    return "s3a://" + uri.removeprefix("s3://") if uri.startswith("s3://") else uri
+
+
+class StreamStatus:
+    """The stream's status record: written by the stream, read by everything that reports."""
+
+    def __init__(self, state_dir: Location | Path, table: str) -> None:
+        self.path = stream_dir(state_dir, table) / "status.json"
+
+    def read(self) -> dict[str, Any] | None:
+        return read_json(self.path)
+
+    def write(self, status: dict[str, Any]) -> None:
+        replace_atomically(self.path, status)
+
+
+@dataclass
+class Progress:
+    """What the stream did since it started (its status record, in memory)."""
+
+    table: str
+    run_id: str
+    started_at: str
+    until_caught_up: bool
+    trigger_interval_s: float
+    state: str = "starting"
+    query_id: str = ""
+    last_epoch: int | None = None
+    last_batch_id: int | None = None
+    last_commit_at: str | None = None
+    batches: int = 0
+    records: int = 0
+    rows: int = 0
+    dirty: int = 0
+    late: int = 0
+    sealed: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    message: str = ""
+
+    def to_json(self, now: datetime) -> dict[str, Any]:
+        return {
+            **self.__dict__,
+            "sealed": self.sealed[-48:],
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "heartbeat_at": now.isoformat(),
+        }
+
+
+class EpochRunner:
+    """The ``foreachBatch`` function: one micro-batch = the dump of its ends, then the seal."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: TableConfig,
+        settings: Settings,
+        *,
+        checkpoint: str,
+        clock: Clock,
+        progress: Progress,
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.settings = settings
+        self.checkpoint = checkpoint
+        self.clock = clock
+        self.progress = progress
+        self.commit_log = CommitLog(settings.state_location, config.table)
+        self.stop_reason = ""
+        self._query_id = ""
+        self._late_unsealed = True  # a restart seals once (a seal killed with the last run)
+
+    def query_id(self) -> str:
+        """The query's id from its checkpoint (kept across restarts, unlike the run id)."""
+        if not self._query_id:
+            from tidemark.tablefs import Store
+
+            metadata = Store.of(self.checkpoint).read_json("metadata")
+            if not metadata:
+                raise StreamError(
+                    f"{self.config.table}: no query metadata in the checkpoint {self.checkpoint}"
+                )
+            self._query_id = str(metadata["id"])
+        return self._query_id
+
+    def __call__(self, frame: DataFrame, epoch: int) -> None:
+        crash_point("stream_epoch_start")
+        if self.stop_reason:
+            return  # the main loop stops the query; this micro-batch commits nothing
+        ends = {int(r.mq_partition): int(r.end_offset) for r in frame.collect()}
+        run_id = f"stream-{self.query_id()}-{epoch}"
+        try:
+            self._dump_until(run_id, ends)
+        except WriterModeError as exc:
+            self.stop_reason = str(exc)
+            log.warning("%s: micro-batch %s not run, stopping the stream: %s", self.config.table, epoch, exc)
+            return
+        self.progress.last_epoch = epoch
+        self._seal_if_due(run_id)
+        crash_point("stream_epoch_end")
+
+    def _dump_until(self, run_id: str, ends: dict[int, int]) -> None:
+        from tidemark.ingest.dump import run_dump
+
+        for round_ in range(MAX_ROUNDS):
+            now = self.clock()
+            result = run_dump(
+                self.spark,
+                self.config,
+                self.settings,
+                run_id if round_ == 0 else f"{run_id}.{round_}",
+                now,
+                planned_at=now,
+                until=ends,
+                writer=STREAM,
+            )
+            self._count(result, now)
+            committed = self.commit_log.state().end_offsets
+            if all(committed.get(p, -1) >= end for p, end in ends.items()):
+                return
+        log.warning(
+            "%s: run %s did not reach its ends %s after %s batches (the log is at %s); the next "
+            "micro-batch goes on from there",
+            self.config.table,
+            run_id,
+            ends,
+            MAX_ROUNDS,
+            self.commit_log.state().end_offsets,
+        )
+
+    def _count(self, result: Any, now: datetime) -> None:
+        progress = self.progress
+        progress.last_batch_id = result.batch_id
+        if result.status == "committed":
+            progress.batches += 1
+            progress.records += result.read
+            progress.rows += result.rows
+            progress.dirty += result.dirty
+            progress.last_commit_at = now.isoformat()
+            commit = self.commit_log.commit(result.batch_id)
+            if commit is not None and commit.late:
+                progress.late += commit.late
+                self._late_unsealed = True
+
+    def _seal_if_due(self, run_id: str) -> None:
+        """Seal (register, gate, amend or register late rows) when an hour is complete or late
+        rows wait; a quarantined hour is reported, and the stream goes on."""
+        from tidemark.seal.sealing import Sealer, hours_to_seal
+        from tidemark.state.journal import HourJournal
+
+        state = self.commit_log.state()
+        journal = HourJournal(self.settings.state_location, self.config.table).state()
+        if not hours_to_seal(self.config, state, journal) and not self._late_unsealed:
+            return
+        seal_run = f"{run_id}-seal"
+        try:
+            with TableLock(self.settings.state_location, self.config.table).hold(seal_run) as lease:
+                result = Sealer(self.spark, self.config, self.settings, seal_run, lease).run()
+        except QualityGateError as exc:
+            self.progress.quarantined = sorted(set(self.progress.quarantined) | set(exc.failures))
+            self.progress.message = str(exc)
+            log.error(
+                "%s: %s; the stream goes on (tidemark release registers the hour)", self.config.table, exc
+            )
+            return
+        self._late_unsealed = False
+        self.progress.sealed += result.sealed
+        if result.sealed:
+            log.info("%s: the stream sealed %s", self.config.table, result.sealed)
+
+
+def run_stream(
+    spark: SparkSession,
+    config: TableConfig,
+    settings: Settings,
+    run_id: str,
+    *,
+    clock: Clock,
+    until_caught_up: bool = False,
+    trigger_interval_s: float | None = None,
+) -> dict[str, Any]:
+    """Run the table's stream until the table is switched to batch (or, with
+    ``until_caught_up``, until it committed everything the broker had when it started)."""
+    from tidemark.ingest.kafka import client_properties, partition_offsets
+    from tidemark.stream.source import SOURCE_NAME, StreamOffsetsSource
+
+    table = config.table
+    TableWriter(settings.state_location, table).require(STREAM)
+    interval = trigger_interval_s or config.stream.trigger_interval.total_seconds()
+    status = StreamStatus(settings.state_location, table)
+    progress = Progress(table, run_id, clock().isoformat(), until_caught_up, interval)
+    with TableLock(settings.state_location, table, STREAM_LOCK).hold(run_id):
+        target: dict[int, tuple[int, int]] | None = None
+        if until_caught_up:
+            conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+            target = partition_offsets(conf, config.source.topic)
+        checkpoint = checkpoint_location(settings, table)
+        runner = EpochRunner(spark, config, settings, checkpoint=checkpoint, clock=clock, progress=progress)
+        spark.dataSource.register(StreamOffsetsSource)
+        tick = 0.0 if until_caught_up else config.stream.idle_commit_interval.total_seconds()
+        until = json.dumps({p: latest for p, (_, latest) in target.items()}) if target is not None else ""
+        query = (
+            spark.readStream.format(SOURCE_NAME)
+            .option("table", table)
+            .option("tick_s", str(tick))
+            .option("until", until)
+            .load()
+            .writeStream.queryName(f"tidemark-stream-{table}")
+            .foreachBatch(runner)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime=f"{interval} seconds")
+            .start()
+        )
+        progress.query_id = str(query.id)
+        progress.state = "running"
+        log.info(
+            "%s: stream started (query %s, checkpoint %s, a micro-batch every %ss%s)",
+            table,
+            query.id,
+            checkpoint,
+            interval,
+            ", until caught up with " + until if until else "",
+        )
+        try:
+            reason = _watch(
+                query,
+                runner,
+                config=config,
+                settings=settings,
+                status=status,
+                progress=progress,
+                clock=clock,
+                target=target,
+            )
+        except Exception as exc:
+            progress.state = "failed"
+            progress.message = str(exc)[:2000]
+            status.write(progress.to_json(clock()))
+            raise
+        finally:
+            if query.isActive:
+                query.stop()
+        progress.state = "stopped"
+        progress.message = reason
+        status.write(progress.to_json(clock()))
+        log.info("%s: stream stopped: %s", table, reason)
+    return {"status": "stopped", "reason": reason, **{k: v for k, v in progress.to_json(clock()).items()}}
+
+
+def _watch(
+    query: Any,
+    runner: EpochRunner,
+    *,
+    config: TableConfig,
+    settings: Settings,
+    status: StreamStatus,
+    progress: Progress,
+    clock: Clock,
+    target: dict[int, tuple[int, int]] | None,
+) -> str:
+    """Heartbeat until a stop reason; a failed query raises ``StreamError`` with its cause."""
+    writer = TableWriter(settings.state_location, config.table)
+    commit_log = CommitLog(settings.state_location, config.table)
+    last_beat = 0.0
+    while True:
+        try:
+            if query.awaitTermination(1.0):
+                raise StreamError(f"{config.table}: the stream's query ended by itself")
+        except TidemarkError:
+            raise
+        except Exception as exc:  # StreamingQueryException: the micro-batch's own error inside
+            raise StreamError(
+                f"{config.table}: the stream failed in micro-batch {progress.last_epoch}: {exc}; the "
+                "batch it was writing is rolled back or finished by the next start (tidemark status)"
+            ) from exc
+        if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
+            status.write(progress.to_json(clock()))
+            last_beat = time.monotonic()
+        if query.status.get("isTriggerActive"):
+            continue
+        if runner.stop_reason:
+            return runner.stop_reason
+        mode = writer.current()
+        if mode.mode != STREAM:
+            return f"the table was switched to {mode.describe()}"
+        if target is not None and _caught_up(config, commit_log, target):
+            return f"caught up with the broker's offsets at the start ({ {p: e for p, (_, e) in target.items()} })"
+
+
+def _caught_up(config: TableConfig, commit_log: CommitLog, target: dict[int, tuple[int, int]]) -> bool:
+    from tidemark.ingest.planner import next_ranges
+
+    state = commit_log.state()
+    if commit_log.pending_plan(state) is not None:
+        return False
+    return all(r.size == 0 for r in next_ranges(config, state.end_offsets, target))
+
+
+def launch_stream(settings: Settings, table: str, run_id: str) -> dict[str, Any]:
+    """Start the table's stream as a detached spark-submit on this host (the Airflow task that
+    starts it returns at once; the sensor watches its status record). Returns its pid and log."""
+    import subprocess
+
+    from tidemark.jobs import SparkJob, spark_environment
+
+    settings.log_dir.mkdir(parents=True, exist_ok=True)
+    log_file = settings.log_dir / f"stream-{table}.log"
+    command = SparkJob("stream", table, ["--run-id", run_id]).command(settings)
+    with log_file.open("ab") as out:
+        process = subprocess.Popen(
+            command,
+            env=spark_environment(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    log.info("%s: stream launched (pid %s, log %s): %s", table, process.pid, log_file, " ".join(command))
+    return {"pid": process.pid, "log": str(log_file)}

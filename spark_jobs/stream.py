@@ -1,0 +1,52 @@
+"""spark-submit entry point of the continuous writer: parse args, build the session, call the
+library.
+
+spark-submit spark_jobs/stream.py --table events --run-id RUN_ID [--until-caught-up] [--trigger-interval 10s]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from tidemark.durations import parse_duration
+from tidemark.jobs import job_parser, run_job
+
+
+def wall_clock() -> datetime:
+    """Each micro-batch's processing time: the stream has no data interval, so its entry point
+    hands the library the wall clock (read once per micro-batch, recorded in its plan)."""
+    return datetime.now(UTC)
+
+
+def _stream(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
+    from tidemark.stream.runner import run_stream
+
+    interval = parse_duration(args.trigger_interval).total_seconds() if args.trigger_interval else None
+    return run_stream(
+        spark,
+        config,
+        settings,
+        args.run_id,
+        clock=wall_clock,
+        until_caught_up=args.until_caught_up,
+        trigger_interval_s=interval,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = job_parser("stream", "The table's continuous writer (tidemark switch --to stream first).")
+    parser.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="stop once everything the broker had at the start is committed (and its hours sealed)",
+    )
+    parser.add_argument("--trigger-interval", default="", help="override stream.trigger_interval (e.g. 5s)")
+    return run_job(parser, argv, _stream, hive=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The continuous writer end to end: the batch DAG's dump, a switch to the stream, the stream
+(spark_jobs/stream.py, its own process) killed at each point of a micro-batch and restarted,
+sealing hours as it goes, then a switch back to the batch dump. Every record lands once; the
+batches of the commit log tile the topic whoever wrote them."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.jobs import run_job_process
+from tests.helpers.tables import fresh_table, landed, late_landed
+from tidemark.errors import WriterModeError
+from tidemark.faults import EXIT_CODE
+from tidemark.ingest.dump import run_dump
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
+from tidemark.state.mode import TableWriter
+from tidemark.stream.runner import StreamStatus, checkpoint_location, run_stream
+from tidemark_dev.generator import create_topic, events, produce
+
+pytestmark = pytest.mark.e2e
+
+# The stream's processing time is the wall clock: the test's events are recent hours.
+NOW = datetime.now(UTC)
+HOUR = NOW.replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+# a micro-batch's kill points, in the order of a micro-batch (the seal's inside)
+KILLS = ("stream_epoch_start", "before_commit_record", "after_commit_record", "mid_compaction", "stream_epoch_end")
+
+
+def stream(settings: Settings, table: str, fail_at: str | None = None) -> tuple[int, str, str]:
+    return run_job_process(settings, "stream", table, "stream-test", "--until-caught-up", fail_at=fail_at)
+
+
+def tiled(settings: Settings, table: str) -> dict[int, int]:
+    """Assert the committed batches' ranges follow each other exactly per MQ partition (no
+    offset read twice, none skipped); return the ends."""
+    ends: dict[int, int] = {}
+    for commit in CommitLog(settings.state_dir, table).iter_commits():
+        for r in commit.ranges:
+            assert r.start == ends.get(r.mq_partition, r.start), (commit.batch_id, commit.run_id, r)
+            ends[r.mq_partition] = r.end
+    return ends
+
+
+def assert_exact(settings: Settings, table: str, delivered: list[tuple[int, int, Any]]) -> None:
+    rows, dirty, _ = landed(settings, table)
+    assert rows + dirty + late_landed(settings, table) == Counter((p, o) for p, o, _ in delivered)
+    assert tiled(settings, table) == {
+        p: max(o for q, o, _ in delivered if q == p) + 1 for p in {q for q, _, _ in delivered}
+    }
+
+
+def checkpoint_batches(settings: Settings, table: str) -> tuple[set[int], set[int]]:
+    """The micro-batches of the query's offset log and those Spark recorded as done."""
+    root = Path(checkpoint_location(settings, table))
+    return (
+        {int(p.name) for p in (root / "offsets").glob("[0-9]*")},
+        {int(p.name) for p in (root / "commits").glob("[0-9]*")},
+    )
+
+
+def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_back_to_batch(
+    broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"  # its own Derby: another test's in-process session may hold the shared one
+    own = replace(settings, home=home, warehouse=str(home / "warehouse"))
+    config, own = fresh_table(own, tmp_path, output__target_file_size="1KiB")
+    table = config.table
+    create_topic(broker, config.source.topic, 2)
+    writer = TableWriter(own.state_dir, table)
+
+    # the batch DAG's dump: hour H
+    delivered = produce(broker, table, events(60, start=HOUR, partitions=2))
+    code, out, err = run_job_process(own, "dump", table, "scheduled__1", "--processing-time", NOW.isoformat())
+    assert code == 0, err[-3000:]
+    assert_exact(own, table, delivered)
+
+    # handed to the stream: the batch dump is refused before it plans anything
+    writer.switch("stream", by="test", reason="minutes-fresh data", at=NOW.isoformat())
+    with pytest.raises(WriterModeError, match="tidemark switch --table"):
+        run_dump(None, config, own, "scheduled__2", NOW)
+    assert CommitLog(own.state_dir, table).state().batches == 1
+
+    # the stream, killed at each point of a micro-batch over new records, then restarted
+    for i, point in enumerate(KILLS):
+        delivered += produce(broker, table, events(20, start=HOUR + timedelta(hours=1), partitions=2, seed=i))
+        commits_before = CommitLog(own.state_dir, table).state().batches
+        code, _, err = stream(own, table, fail_at=point)
+        assert code == EXIT_CODE, f"no crash at {point}: {err[-3000:]}"
+        offsets, done = checkpoint_batches(own, table)
+        assert max(offsets) not in done, f"{point}: Spark recorded the killed micro-batch as done"
+        commits = list(CommitLog(own.state_dir, table).iter_commits())
+        if point in ("stream_epoch_start", "before_commit_record"):  # the checkpoint has it, the log not
+            assert len(commits) == commits_before, point
+        else:  # the log has it, the checkpoint not
+            assert commits[-1].run_id.endswith(f"-{max(offsets)}"), (point, commits[-1].run_id)
+        rows, dirty, _ = landed(own, table)
+        assert max((rows + dirty + late_landed(own, table)).values()) == 1, f"a record twice after a kill at {point}"
+        assert tiled(own, table)
+    code, out, err = stream(own, table)
+    assert code == 0, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["status"] == "stopped" and "caught up" in result["reason"], result
+    assert_exact(own, table, delivered)
+    run_ids = [c.run_id for c in CommitLog(own.state_dir, table).iter_commits()]
+    assert len(run_ids) == len(set(run_ids))  # each micro-batch committed once
+    # the stream sealed hour H as its ready time passed it (same journal as the seal job)
+    journal = HourJournal(own.state_dir, table).state()
+    assert journal.hours[HOUR.strftime("%Y-%m-%dT%H")].published
+    status = StreamStatus(own.state_dir, table).read()
+    assert status is not None and status["state"] == "stopped"
+
+    # handed back to the batch DAG: its next dump goes on where the stream stopped
+    writer.switch("batch", by="test", reason="back to hourly", at=NOW.isoformat())
+    with pytest.raises(WriterModeError, match="written by the batch"):
+        run_stream(None, config, own, "stream-late", clock=lambda: NOW)  # type: ignore[arg-type]
+    delivered += produce(broker, table, events(20, start=HOUR + timedelta(hours=2), partitions=2, seed=99))
+    code, out, err = run_job_process(own, "dump", table, "scheduled__3", "--processing-time", NOW.isoformat())
+    assert code == 0, err[-3000:]
+    assert_exact(own, table, delivered)

@@ -1,0 +1,51 @@
+"""Running spark_jobs/*.py as their own processes, as spark-submit would: the test's settings
+in the environment, optionally a crash point (``TIDEMARK_FAIL_AT``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tidemark.settings import Settings
+
+JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
+
+
+def job_env(settings: Settings, fail_at: str | None = None) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "TIDEMARK_HOME": str(settings.home),
+        "TIDEMARK_WAREHOUSE": settings.warehouse,
+        "TIDEMARK_CONF_DIR": str(settings.conf_dir),
+        "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+    }
+    env.pop("TIDEMARK_FAIL_AT", None)
+    if fail_at:
+        env["TIDEMARK_FAIL_AT"] = fail_at
+    return env
+
+
+def job_process(
+    settings: Settings, job: str, table: str, run_id: str, *extra: str, fail_at: str | None = None
+) -> subprocess.Popen[str]:
+    """``spark_jobs/<job>.py --table T --run-id R ...`` in its own process group (a SIGKILL of
+    the group takes its Python workers too)."""
+    args = [sys.executable, str(JOBS / f"{job}.py"), "--table", table, "--run-id", run_id, *extra]
+    return subprocess.Popen(
+        args,
+        env=job_env(settings, fail_at),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def run_job_process(
+    settings: Settings, job: str, table: str, run_id: str, *extra: str, fail_at: str | None = None
+) -> tuple[int, str, str]:
+    proc = job_process(settings, job, table, run_id, *extra, fail_at=fail_at)
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out, err
