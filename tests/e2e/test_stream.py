@@ -32,7 +32,13 @@ pytestmark = pytest.mark.e2e
 NOW = datetime.now(UTC)
 HOUR = NOW.replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
 # a micro-batch's kill points, in the order of a micro-batch (the seal's inside)
-KILLS = ("stream_epoch_start", "before_commit_record", "after_commit_record", "mid_compaction", "stream_epoch_end")
+KILLS = (
+    "stream_epoch_start",
+    "before_commit_record",
+    "after_commit_record",
+    "mid_compaction",
+    "stream_epoch_end",
+)
 
 
 def stream(settings: Settings, table: str, fail_at: str | None = None) -> tuple[int, str, str]:
@@ -103,7 +109,9 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
         else:  # the log has it, the checkpoint not
             assert commits[-1].run_id.endswith(f"-{max(offsets)}"), (point, commits[-1].run_id)
         rows, dirty, _ = landed(own, table)
-        assert max((rows + dirty + late_landed(own, table)).values()) == 1, f"a record twice after a kill at {point}"
+        assert max((rows + dirty + late_landed(own, table)).values()) == 1, (
+            f"a record twice after a kill at {point}"
+        )
         assert tiled(own, table)
     code, out, err = stream(own, table)
     assert code == 0, err[-3000:]
