@@ -12,6 +12,7 @@ from typing import Any
 from tidemark.airflow.ingest import ingest_dag
 from tidemark.airflow.seal import rebuild_dag, seal_dag
 from tidemark.airflow.snapshot import bootstrap_dag, merge_dag
+from tidemark.airflow.stream import stream_dag
 from tidemark.config import TableConfig, load_tables
 from tidemark.settings import Settings
 
@@ -19,8 +20,9 @@ Builder = Callable[[TableConfig, Settings], Any]
 
 
 def builders_for(config: TableConfig) -> list[Builder]:
-    """The DAG kinds of one table: ingest, seal and rebuild; bootstrap and merge for CDC tables."""
-    kinds: list[Builder] = [ingest_dag, seal_dag, rebuild_dag]
+    """The DAG kinds of one table: ingest, seal, rebuild and stream; bootstrap and merge for
+    CDC tables."""
+    kinds: list[Builder] = [ingest_dag, seal_dag, rebuild_dag, stream_dag]
     if config.cdc is not None:
         kinds += [bootstrap_dag, merge_dag]
     return kinds

@@ -16,6 +16,7 @@ from tidemark.airflow.common import (
     table_dag,
     text_param,
 )
+from tidemark.airflow.operators import BatchWriterSparkSubmitOperator
 from tidemark.config import TableConfig
 from tidemark.ingest.resolve import ACTIONS
 from tidemark.settings import Settings
@@ -83,7 +84,8 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
             config,
             settings,
             "dump",
-            "spark-submit spark_jobs/dump.py for this run id (idempotent).",
+            "spark-submit spark_jobs/dump.py for this run id (idempotent); skipped while the "
+            "table is written by the stream (tidemark switch).",
             [
                 "--processing-time",
                 PROCESSING_TIME,
@@ -98,6 +100,7 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
                 "--resolved-by",
                 "{{ dag_run.triggering_user_name or 'airflow' }}",
             ],
+            operator=BatchWriterSparkSubmitOperator,
         )
         seal = spark_job(
             config,

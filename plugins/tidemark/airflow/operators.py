@@ -54,6 +54,27 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         return openlineage_of(lineage)
 
 
+class BatchWriterSparkSubmitOperator(TidemarkSparkSubmitOperator):
+    """The ingest DAG's dump: skipped (not failed) while the table is written by the stream
+    (``tidemark switch``), so a scheduled run neither competes with it nor turns red."""
+
+    def execute(self, context: Any) -> Any:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from tidemark.settings import Settings
+        from tidemark.state.mode import BATCH, TableWriter
+
+        args = list(self.application_args or [])
+        table = args[args.index("--table") + 1]
+        mode = TableWriter(Settings.from_env().state_location, table).current()
+        if mode.mode != BATCH:
+            raise AirflowSkipException(
+                f"{table} is written by the {mode.describe()}; this run reads nothing (hand it back: "
+                f"tidemark switch --table {table} --to batch, or the stream DAG's trigger form)"
+            )
+        return super().execute(context)
+
+
 class SourceCredentialsSparkSubmitOperator(TidemarkSparkSubmitOperator):
     """SparkSubmitOperator that passes ``login``/``password`` of ``source_conn_id`` as
     ``TIDEMARK_SOURCE_USER``/``TIDEMARK_SOURCE_PASSWORD``. A missing connection is not an
