@@ -15,31 +15,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from tidemark.airflow.common import announce_task, dry_run_param, table_context, table_dag, text_param
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
+from tidemark.stream.runner import stream_health
 
 POLL_S = 5.0
-
-
-def stream_health(table: str, settings: Settings, *, stale_after: timedelta, now: datetime) -> dict[str, Any]:
-    """What the sensor decides on: the writer mode, the stream's status record and whether
-    its heartbeat is fresh, and whether hours were published since the last announcement."""
-    from tidemark.state.journal import HourJournal
-    from tidemark.state.mode import TableWriter
-    from tidemark.stream.runner import StreamStatus
-
-    status = StreamStatus(settings.state_location, table).read() or {}
-    beat = status.get("heartbeat_at")
-    age = (now - datetime.fromisoformat(beat)).total_seconds() if beat else None
-    journal = HourJournal(settings.state_location, table)
-    unannounced = [e.hour for e in journal.entries(journal.announced_through() + 1) if e.published]
-    return {
-        "mode": TableWriter(settings.state_location, table).current().mode,
-        "state": status.get("state", "never_started"),
-        "heartbeat_age_s": round(age, 1) if age is not None else None,
-        "alive": age is not None and age <= stale_after.total_seconds(),
-        "message": status.get("message", ""),
-        "unannounced": unannounced,
-        "status": status,
-    }
 
 
 class StreamHealthTrigger(BaseTrigger):

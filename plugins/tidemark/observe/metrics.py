@@ -13,6 +13,9 @@ gauges, names prefixed ``tidemark.<table>.``:
 | ``hours_quarantined`` | hours held by the quality gate, waiting for ``tidemark release`` |
 | ``group_commit_failed`` | 1 when the last batch's consumer-group commit failed (lag monitoring \
 only; the batch is committed) |
+| ``writer_stream`` | 1 while the table is written by the stream (``tidemark switch``), else 0 |
+| ``stream.running``, ``stream.heartbeat_age_seconds`` | 1 while the stream runs with a fresh \
+heartbeat; seconds since its last heartbeat (alert on it in stream mode) |
 | ``hour.rows``, ``hour.late``, ``hour.freshness_seconds``, ``hour.quality_failures`` | each hour \
 sealed, amended or released since the previous metrics task, in order |
 """
@@ -70,6 +73,15 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
     if state.ready is not None and state.ready.instant is not None:
         processing = datetime.fromisoformat(state.ready.processing_time)
         send("ready_lag_seconds", (processing - state.ready.instant).total_seconds())
+
+    from tidemark.observe.status import stream_summary
+
+    stream = stream_summary(config, settings)
+    send("writer_stream", 1.0 if stream["mode"] == "stream" else 0.0)
+    if stream["state"] != "never_started":
+        send("stream.running", 1.0 if stream["state"] == "running" and stream["alive"] else 0.0)
+        if stream["heartbeat_age_s"] is not None:
+            send("stream.heartbeat_age_seconds", float(stream["heartbeat_age_s"]))
 
     journal = HourJournal(settings.state_location, config.table)
     partitions = journal.state()

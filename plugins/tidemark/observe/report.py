@@ -23,6 +23,7 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.ingest.resolve import AuditLog
+from tidemark.observe.status import render_stream, stream_summary
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
@@ -110,6 +111,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "overdue": overdue_hours(config, settings, as_of),
         "failures": recent_failures(settings, config.table)[:MAX_FAILURES_SHOWN],
         "pending": pending.describe() if (pending := commit_log.pending_plan(state)) else None,
+        "writer": render_stream(stream_summary(config, settings)),
         "decisions": [r.describe() for r in AuditLog(settings.state_location, config.table).records()][
             -MAX_FAILURES_SHOWN:
         ],
@@ -230,6 +232,7 @@ def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -
         )
         + "</section>"
     )
+    writer = "<br>".join(e(line.strip()) for line in data.get("writer", []))
     summary = (
         f"topic <b>{e(data['topic'])}</b>; {data['batches']} batches (last {data['last_batch']}); rows {data['rows']}, "
         f"dirty {data['dirty']}, late {data['late']}; global ready time <b>{e(str(data['ready_time']))}</b>; "
@@ -248,6 +251,7 @@ section.plot {{ max-width: 1100px; }}
 <body>
 <h1>Ingestion health: {e(data["table"])}</h1>
 <p id="summary">{summary}</p>
+<p id="writer">{writer}</p>
 {alerts}
 {plots}
 <h2>Hours</h2>

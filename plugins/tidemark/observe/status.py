@@ -65,6 +65,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "last_committed_batch": state.last_committed,
         "pending_batch": pending.describe() if pending else None,
         "lock": TableLock(settings.state_location, config.table).holder(),
+        "stream": stream_summary(config, settings),
         "decisions": [
             r.describe() for r in list(AuditLog(settings.state_location, config.table).records())[-recent:]
         ],
@@ -75,6 +76,50 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "recent_batches": batches,
         "broker_error": broker_error,
     }
+
+
+def stream_summary(config: TableConfig, settings: Settings) -> dict[str, Any]:
+    """Who writes the table, and how its stream is doing (``stream/runner.stream_health``)."""
+    from datetime import UTC, datetime, timedelta
+
+    from tidemark.stream.runner import stream_health
+
+    stale = max(timedelta(minutes=2), 6 * config.stream.trigger_interval)
+    health = stream_health(config.table, settings, stale_after=stale, now=datetime.now(UTC))
+    status = health["status"]
+    return {
+        "writer": health["writer"],
+        "mode": health["mode"],
+        "state": health["state"],
+        "alive": health["alive"],
+        "heartbeat_age_s": health["heartbeat_age_s"],
+        "lock": health["lock"],
+        **{
+            k: status.get(k)
+            for k in ("query_id", "host", "pid", "last_epoch", "last_batch_id", "last_commit_at", "batches")
+        },
+        "records": status.get("records"),
+        "sealed": status.get("sealed", [])[-5:],
+        "quarantined": status.get("quarantined", []),
+        "message": status.get("message", ""),
+    }
+
+
+def render_stream(stream: dict[str, Any]) -> list[str]:
+    lines = [f"  writer: {stream['writer']}"]
+    if stream["state"] == "never_started":
+        return lines
+    beat = f"heartbeat {stream['heartbeat_age_s']}s ago" if stream["heartbeat_age_s"] is not None else ""
+    silent = "" if stream["alive"] or stream["state"] != "running" else " (SILENT: no heartbeat; restart it)"
+    lines.append(
+        f"  stream: {stream['state']}{silent} on {stream['host']} pid {stream['pid']} (query {stream['query_id']}), "
+        f"{beat}; micro-batch {stream['last_epoch']} -> batch {stream['last_batch_id']}, last commit "
+        f"{stream['last_commit_at']}; since its start {stream['batches']} batches, {stream['records']} records; "
+        f"sealed {', '.join(stream['sealed']) or 'nothing yet'}"
+    )
+    if stream["message"]:
+        lines.append(f"    {stream['message']}")
+    return lines
 
 
 def snapshots(config: TableConfig, settings: Settings) -> list[dict[str, Any]]:
@@ -107,6 +152,7 @@ def render(status: dict[str, Any]) -> str:
         f"idle {status['idle_partitions'] or 'none'}); sealed through {status['sealed_through']} "
         f"({status['hours_sealed']} hours; quarantined: {', '.join(status['hours_quarantined']) or 'none'})",
     ]
+    lines += render_stream(status["stream"])
     if status["pending_batch"]:
         lines.append(
             f"  pending (planned, not committed; the next run completes it): {status['pending_batch']}"

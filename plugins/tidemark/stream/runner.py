@@ -33,7 +33,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -240,6 +240,29 @@ class EpochRunner:
         self.progress.sealed += result.sealed
         if result.sealed:
             log.info("%s: the stream sealed %s", self.config.table, result.sealed)
+
+
+def stream_health(table: str, settings: Settings, *, stale_after: timedelta, now: datetime) -> dict[str, Any]:
+    """What the sensor decides on: the writer mode, the stream's status record and whether
+    its heartbeat is fresh, and whether hours were published since the last announcement."""
+    from tidemark.state.journal import HourJournal
+
+    status = StreamStatus(settings.state_location, table).read() or {}
+    beat = status.get("heartbeat_at")
+    age = (now - datetime.fromisoformat(beat)).total_seconds() if beat else None
+    journal = HourJournal(settings.state_location, table)
+    unannounced = [e.hour for e in journal.entries(journal.announced_through() + 1) if e.published]
+    return {
+        "mode": TableWriter(settings.state_location, table).current().mode,
+        "state": status.get("state", "never_started"),
+        "heartbeat_age_s": round(age, 1) if age is not None else None,
+        "alive": age is not None and age <= stale_after.total_seconds(),
+        "message": status.get("message", ""),
+        "unannounced": unannounced,
+        "writer": TableWriter(settings.state_location, table).current().describe(),
+        "lock": TableLock(settings.state_location, table, STREAM_LOCK).holder(now),
+        "status": status,
+    }
 
 
 def run_stream(
