@@ -5,6 +5,7 @@ batches of the commit log tile the topic whoever wrote them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from dataclasses import replace
@@ -134,3 +135,59 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
     code, out, err = run_job_process(own, "dump", table, "scheduled__3", "--processing-time", NOW.isoformat())
     assert code == 0, err[-3000:]
     assert_exact(own, table, delivered)
+
+
+def run_dag(dag_id: str, when: datetime, **conf: Any) -> dict[str, str]:
+    import os
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag(dag_id)
+    assert dag is not None, dag_id
+    run = dag.test(logical_date=when, run_after=when, run_conf=conf or None)
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def test_the_stream_dag_switches_starts_watches_announces_and_stops_the_stream(
+    dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    from tests.e2e.test_ingest_dag import asset_events
+    from tidemark.state.locks import TableLock
+    from tidemark.stream.runner import STREAM_LOCK
+
+    config, settings = fresh_table(dag_env, tmp_path, retries=0, stream__trigger_interval="2s")
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
+    table = config.table
+    create_topic(broker, table, 2)
+    delivered = produce(broker, table, events(80, start=HOUR, span=timedelta(hours=2), partitions=2))
+    when = NOW.replace(microsecond=0)
+    pid = None
+    try:
+        # hand the table to the stream: started, watched from the triggerer until hour H is
+        # sealed, whose asset event is then announced
+        states = run_dag(f"tidemark_stream_{table}", when, switch_to="stream", reason="fresher data")
+        holder = TableLock(settings.state_dir, table, STREAM_LOCK).holder()
+        pid = int(holder["holder"].split("pid ")[1].split(",")[0]) if holder else None
+        assert states == dict.fromkeys(
+            ("switch", "ensure_stream", "watch_stream", "announce", "metrics"), "success"
+        )
+        assert (HOUR.strftime("%Y-%m-%dT%H"), 1) in asset_events(f"tidemark_stream_{table}")
+        # the ingest DAG's dump skips while the stream writes the table
+        ingest = run_dag(f"tidemark_ingest_{table}", when + timedelta(minutes=1))
+        assert (ingest["dump"], ingest["seal"]) == ("skipped", "skipped")
+        # handed back: the stream stops after its micro-batch; the run waits for it
+        states = run_dag(
+            f"tidemark_stream_{table}", when + timedelta(minutes=2), switch_to="batch", reason="done"
+        )
+        assert states["watch_stream"] == "success"
+        status = StreamStatus(settings.state_dir, table).read()
+        assert status is not None and status["state"] == "stopped", status
+        assert TableLock(settings.state_dir, table, STREAM_LOCK).holder() is None
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert_exact(settings, table, delivered)

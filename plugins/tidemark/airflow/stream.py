@@ -67,11 +67,11 @@ def watch_verdict(
     """None: keep watching; else why the watch ends (``FAILED_VERDICTS`` fail the task)."""
     beat = health["status"].get("heartbeat_at")
     current = beat is not None and datetime.fromisoformat(beat) >= since  # written by this stream
-    if health["unannounced"]:
-        return "hours_to_announce"
     if health["mode"] != "stream":  # handed back to batch: wait for the stream to stop
         if health["state"] != "running" or not health["alive"]:
             return "stopped"
+    elif health["unannounced"]:
+        return "hours_to_announce"
     elif health["state"] == "failed" and current:
         return "failed"
     elif not current or health["state"] != "running":
