@@ -196,7 +196,9 @@ Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{tabl
             config, current = table_context(table)
             writer = TableWriter(current.state_location, table)
             if context["params"].get("dry_run"):
-                raise AirflowSkipException(f"{table}: dry run: {json.dumps(dry_run_report(config, current), default=str)}")
+                raise AirflowSkipException(
+                    f"{table}: dry run: {json.dumps(dry_run_report(config, current), default=str)}"
+                )
             to = context["params"].get("switch_to")
             if not to:
                 return writer.current().describe()
