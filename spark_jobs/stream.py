@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from datetime import UTC, datetime
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tidemark.durations import parse_duration
 from tidemark.jobs import job_parser, run_job
+from tidemark.time.instants import parse_instant
 
 
-def wall_clock() -> datetime:
+def stream_clock(clock_from: str) -> Callable[[], datetime]:
     """Each micro-batch's processing time: the stream has no data interval, so its entry point
-    hands the library the wall clock (read once per micro-batch, recorded in its plan)."""
-    return datetime.now(UTC)
+    hands the library a clock (read once per micro-batch, recorded in its plan): the wall
+    clock, or one running from ``clock_from`` (a replayed timeline: the demo, tests)."""
+    if not clock_from:
+        return lambda: datetime.now(UTC)
+    origin, started = parse_instant(clock_from), time.monotonic()
+    assert origin is not None
+    return lambda: origin + timedelta(seconds=time.monotonic() - started)
 
 
 def _stream(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
@@ -31,7 +38,7 @@ def _stream(spark: Any, config: Any, settings: Any, args: argparse.Namespace) ->
         config,
         settings,
         args.run_id,
-        clock=wall_clock,
+        clock=stream_clock(args.clock_from),
         until_caught_up=args.until_caught_up,
         trigger_interval_s=interval,
     )
@@ -45,6 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="stop once everything the broker had at the start is committed (and its hours sealed)",
     )
     parser.add_argument("--trigger-interval", default="", help="override stream.trigger_interval (e.g. 5s)")
+    parser.add_argument(
+        "--clock-from",
+        default="",
+        help="ISO instant the stream's processing time starts from (then runs with the wall clock); "
+        "default: the wall clock. For replayed timelines (the demo), never for production",
+    )
     return run_job(parser, argv, _stream, hive=True)
 
 

@@ -10,6 +10,10 @@ SparkSubmitOperator), producing a generated clickstream between runs:
 2. 10:30-11:00: partition 3 has been quiet for ``idle_timeout``, stops holding: 08 and 09 seal;
 3. 11:00-11:30 plus records for 08 and 09, which are sealed by then: late (``events__late``).
 
+Then the upgrade path: the table is switched to the stream (``tidemark switch``), which
+commits two waves of records within seconds and seals hour 11 by itself, then switched back;
+a fourth ingest run goes on where the stream stopped.
+
 Each run's processing time is its logical date (a fixed timeline, so the demo is reproducible).
 At the end it queries the metastore with Spark SQL and prints the registered hours, rows per
 hour, late and dirty counts and ``produced == rows + dirty + late``.
@@ -135,6 +139,7 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
             broker.start()
             dag = _prepare_airflow(demo)
         produced = _run_events(console, demo, dag, scale)
+        produced += _run_stream(console, demo, dag, scale)
         orders, final_state = _run_orders(console, demo, base, scale)
         # In-process Spark last: its JVM keeps the embedded Derby metastore booted until exit,
         # and a spark-submit job started after it could not open the metastore.
@@ -204,6 +209,96 @@ def _run_events(console: Console, demo: Settings, dag: Any, scale: int) -> int:
     for line in render(table_status(config, demo)).splitlines():
         say(line)
     return produced
+
+
+STREAM_CLOCK = at(12, 10)  # the continuous phase's processing time starts here (the demo's timeline)
+
+
+def _run_stream(console: Console, demo: Settings, dag: Any, scale: int) -> int:
+    """The upgrade path: the table is handed to the stream (``tidemark switch``), which runs
+    micro-batches over two waves of new records and seals hour 11 by itself; then it is handed
+    back, the stream stops after its micro-batch and the ingest DAG goes on where it stopped.
+    Returns the number of messages produced."""
+    import subprocess
+    import time
+
+    from tidemark.config import load_table
+    from tidemark.jobs import SparkJob, spark_environment
+    from tidemark.state.commitlog import CommitLog
+    from tidemark.state.journal import HourJournal
+    from tidemark.state.mode import TableWriter
+    from tidemark.stream.runner import StreamStatus
+
+    say = console.say
+    config = load_table(TABLE, demo)
+    topic = config.source.topic
+    writer = TableWriter(demo.state_location, TABLE)
+    say("")
+    say("the upgrade path: continuous ingestion of events on the same commit log")
+    writer.switch("stream", by="demo", reason="minutes-fresh data", at=STREAM_CLOCK.isoformat())
+    say(f"   tidemark switch --table {TABLE} --to stream: the ingest DAG's dumps now skip")
+    command = SparkJob(
+        "stream",
+        TABLE,
+        ["--run-id", "demo-stream", "--trigger-interval", "2s", "--clock-from", STREAM_CLOCK.isoformat()],
+    ).command(demo)
+    log_file = console.log_dir / "stream.log"
+    produced = 0
+    before = CommitLog(demo.state_location, TABLE).state()
+    with log_file.open("ab") as out:
+        stream = subprocess.Popen(command, env=spark_environment(demo), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        waves = [
+            list(events(scale // 10, start=at(11, 30), span=timedelta(minutes=30), partitions=4, seed=6)),
+            list(events(scale // 10, start=at(12), span=timedelta(minutes=20), partitions=4, seed=7)),
+        ]
+        for i, wave in enumerate(waves, start=1):
+            produced += len(produce(demo.kafka_bootstrap, topic, wave))
+            target = produced
+            with console.step(
+                f"stream-wave-{i}", f"   wave {i}: {len(wave):,} records while the stream runs"
+            ):
+                started = time.monotonic()
+                while _records(CommitLog(demo.state_location, TABLE).state()) - _records(before) < target:
+                    if stream.poll() is not None:
+                        raise RuntimeError(f"the stream exited ({stream.returncode}); see {log_file}")
+                    if time.monotonic() - started > 240:
+                        raise RuntimeError(f"the stream did not commit wave {i} in 4 minutes; see {log_file}")
+                    time.sleep(1)
+            status = StreamStatus(demo.state_location, TABLE).read() or {}
+            say(
+                f"   committed {time.monotonic() - started:.0f}s after producing: micro-batch "
+                f"{status.get('last_epoch')}, batch {status.get('last_batch_id')}; sealed by the stream: "
+                f"{', '.join(status.get('sealed', [])) or 'nothing yet'}"
+            )
+        with console.step("stream-seal", "   waiting for the stream to seal hour 11 (ready time past 12:05)"):
+            started = time.monotonic()
+            while "2026-11-22T11" not in HourJournal(demo.state_location, TABLE).state().hours:
+                if stream.poll() is not None or time.monotonic() - started > 180:
+                    raise RuntimeError(f"the stream did not seal hour 11; see {log_file}")
+                time.sleep(1)
+        writer.switch("batch", by="demo", reason="demo over", at=at(12, 20).isoformat())
+        with console.step("stream-stop", f"   tidemark switch --table {TABLE} --to batch: the stream stops"):
+            code = stream.wait(timeout=120)
+        say(f"   the stream stopped by itself (exit {code}) after its micro-batch; its log: {log_file}")
+        from tidemark.observe.status import render_stream, stream_summary
+
+        for line in render_stream(stream_summary(config, demo)):
+            say("  " + line)
+    finally:
+        if stream.poll() is None:
+            stream.kill()
+    late = list(events(scale // 20, start=at(12, 15), span=timedelta(minutes=15), partitions=4, seed=8))
+    produced += len(produce(demo.kafka_bootstrap, topic, late))
+    with console.step("events-run-4", "run 4/4 at 12:30: the ingest DAG goes on where the stream stopped"):
+        run = dag.test(logical_date=at(12, 30), run_after=at(12, 30))
+    say("   " + ", ".join(f"{task} {state}" for task, state in _states(run).items()))
+    return produced
+
+
+def _records(state: Any) -> int:
+    """Records committed so far (rows, dirty and late)."""
+    return int(state.rows + state.dirty + state.late)
 
 
 def _check_events(console: Console, demo: Settings, produced: int) -> bool:

@@ -131,8 +131,10 @@ class EpochRunner:
         checkpoint: str,
         clock: Clock,
         progress: Progress,
+        status: StreamStatus,
     ) -> None:
         self.spark = spark
+        self.status = status
         self.config = config
         self.settings = settings
         self.checkpoint = checkpoint
@@ -170,6 +172,7 @@ class EpochRunner:
             return
         self.progress.last_epoch = epoch
         self._seal_if_due(run_id)
+        self.status.write(self.progress.to_json(self.clock()))
         crash_point("stream_epoch_end")
 
     def _dump_until(self, run_id: str, ends: dict[int, int]) -> None:
