@@ -294,7 +294,9 @@ def run_stream(
             conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
             target = partition_offsets(conf, config.source.topic)
         checkpoint = checkpoint_location(settings, table)
-        runner = EpochRunner(spark, config, settings, checkpoint=checkpoint, clock=clock, progress=progress)
+        runner = EpochRunner(
+            spark, config, settings, checkpoint=checkpoint, clock=clock, progress=progress, status=status
+        )
         spark.dataSource.register(StreamOffsetsSource)
         tick = 0.0 if until_caught_up else config.stream.idle_commit_interval.total_seconds()
         until = json.dumps({p: latest for p, (_, latest) in target.items()}) if target is not None else ""
