@@ -74,6 +74,8 @@ class Settings:
     executor_env: str = ""
     # commit logs, journals and locks; a path or an hdfs:// URI (TIDEMARK_STATE_DIR)
     state_uri: str = ""
+    # more JVM options for the driver and executors of the jobs' sessions (TIDEMARK_JVM_OPTIONS)
+    jvm_options: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -121,6 +123,7 @@ class Settings:
             python=env.get("PYSPARK_PYTHON", sys.executable),
             executor_env=env.get("TIDEMARK_EXECUTOR_ENV", ""),
             state_uri=env.get("TIDEMARK_STATE_DIR", ""),
+            jvm_options=env.get("TIDEMARK_JVM_OPTIONS", "").strip(),
         )
 
     @property

@@ -115,8 +115,8 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         "spark.ui.enabled": "false",
         # The dump's classification compiles to generated methods over HotSpot's 8000-byte JIT
         # limit; left interpreted they made it 2.6x slower (docs/benchmarks.md).
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby_home} {JIT_HUGE_METHODS}",
-        "spark.executor.extraJavaOptions": JIT_HUGE_METHODS,
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby_home} {JIT_HUGE_METHODS} {settings.jvm_options}".strip(),
+        "spark.executor.extraJavaOptions": f"{JIT_HUGE_METHODS} {settings.jvm_options}".strip(),
         "spark.executorEnv.PYSPARK_PYTHON": settings.executor_python,
         "spark.pyspark.python": settings.executor_python,
         "spark.pyspark.driver.python": settings.python,

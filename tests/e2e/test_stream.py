@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import random
+import signal
+import subprocess
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -15,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.jobs import run_job_process
+from tests.helpers.jobs import job_process, run_job_process
 from tests.helpers.tables import fresh_table, landed, late_landed
 from tidemark.errors import WriterModeError
 from tidemark.faults import EXIT_CODE
@@ -42,8 +46,27 @@ KILLS = (
 )
 
 
+STREAM_ARGS = ("--trigger-interval", "1s")
+SEED = int(os.environ.get("TIDEMARK_CHAOS_SEED", "20261124"))
+
+
 def stream(settings: Settings, table: str, fail_at: str | None = None) -> tuple[int, str, str]:
-    return run_job_process(settings, "stream", table, "stream-test", "--until-caught-up", fail_at=fail_at)
+    return run_job_process(
+        settings, "stream", table, "stream-test", "--until-caught-up", *STREAM_ARGS, fail_at=fail_at
+    )
+
+
+def killed_at_random(settings: Settings, table: str, rng: random.Random) -> float:
+    """A stream (not a catch-up run) SIGKILLed with its Python workers at a random moment."""
+    proc = job_process(settings, "stream", table, "stream-chaos", *STREAM_ARGS)
+    delay = rng.uniform(8.0, 25.0)
+    try:
+        proc.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, f"the stream ended by itself: {proc.returncode}"
+    return delay
 
 
 def tiled(settings: Settings, table: str) -> dict[int, int]:
@@ -75,7 +98,7 @@ def checkpoint_batches(settings: Settings, table: str) -> tuple[set[int], set[in
 
 
 def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_back_to_batch(
-    broker: str, settings: Settings, tmp_path: Path
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"  # its own Derby: another test's in-process session may hold the shared one
     own = replace(settings, home=home, warehouse=str(home / "warehouse"))
@@ -86,8 +109,9 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
 
     # the batch DAG's dump: hour H
     delivered = produce(broker, table, events(60, start=HOUR, partitions=2))
-    code, out, err = run_job_process(own, "dump", table, "scheduled__1", "--processing-time", NOW.isoformat())
-    assert code == 0, err[-3000:]
+    assert (
+        run_dump(spark, config, own, "scheduled__1", NOW).status == "committed"
+    )  # in-process: no JVM to start
     assert_exact(own, table, delivered)
 
     # handed to the stream: the batch dump is refused before it plans anything
@@ -114,6 +138,18 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
             f"a record twice after a kill at {point}"
         )
         assert tiled(own, table)
+    # then SIGKILLed at a random moment of a running stream
+    rng = random.Random(SEED)
+    for i in range(1):
+        delivered += produce(
+            broker, table, events(30, start=HOUR + timedelta(hours=1), partitions=2, seed=50 + i)
+        )
+        delay = killed_at_random(own, table, rng)
+        rows, dirty, _ = landed(own, table)
+        assert max((rows + dirty + late_landed(own, table)).values()) == 1, (
+            f"a record twice, killed at {delay:.1f}s"
+        )
+        assert tiled(own, table)
     code, out, err = stream(own, table)
     assert code == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
@@ -132,14 +168,11 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
     with pytest.raises(WriterModeError, match="written by the batch"):
         run_stream(None, config, own, "stream-late", clock=lambda: NOW)  # type: ignore[arg-type]
     delivered += produce(broker, table, events(20, start=HOUR + timedelta(hours=2), partitions=2, seed=99))
-    code, out, err = run_job_process(own, "dump", table, "scheduled__3", "--processing-time", NOW.isoformat())
-    assert code == 0, err[-3000:]
+    assert run_dump(spark, config, own, "scheduled__3", NOW).status == "committed"
     assert_exact(own, table, delivered)
 
 
 def run_dag(dag_id: str, when: datetime, **conf: Any) -> dict[str, str]:
-    import os
-
     from airflow.dag_processing.dagbag import DagBag
 
     dag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag(dag_id)
@@ -151,9 +184,6 @@ def run_dag(dag_id: str, when: datetime, **conf: Any) -> dict[str, str]:
 def test_the_stream_dag_switches_starts_watches_announces_and_stops_the_stream(
     dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import os
-    import signal
-
     from tests.e2e.test_ingest_dag import asset_events
     from tidemark.state.locks import TableLock
     from tidemark.stream.runner import STREAM_LOCK
@@ -162,7 +192,9 @@ def test_the_stream_dag_switches_starts_watches_announces_and_stops_the_stream(
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
     table = config.table
     create_topic(broker, table, 2)
-    delivered = produce(broker, table, events(80, start=HOUR, span=timedelta(hours=2), partitions=2))
+    # from a few minutes into hour H (the events' disorder is at most 2 minutes): H seals first
+    start = HOUR + timedelta(minutes=3)
+    delivered = produce(broker, table, events(80, start=start, span=timedelta(hours=2), partitions=2))
     when = NOW.replace(microsecond=0)
     pid = None
     try:
