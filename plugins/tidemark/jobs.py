@@ -47,9 +47,10 @@ class SparkJob:
         """The spark-submit command line (the CLI runs it with :func:`spark_environment`;
         Airflow's operator builds the same from the application, the arguments and its
         connection)."""
-        from tidemark.spark import driver_class_path
+        from tidemark.spark import driver_class_path, driver_java_options
 
         command = [spark_submit(settings), "--master", settings.spark_master, "--name", self.name]
+        command += ["--driver-java-options", driver_java_options(settings)]
         drivers = driver_class_path(settings)
         if drivers:
             command += ["--driver-class-path", drivers]

@@ -101,6 +101,13 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
+def driver_java_options(settings: Settings) -> str:
+    """The JVM options of a job's driver (and executors): set on the spark-submit command line
+    too, because a driver JVM spark-submit started cannot take them from the session's
+    builder (in local mode it is also the executor, whose JIT the dump needs)."""
+    return f"{JIT_HUGE_METHODS} {settings.jvm_options}".strip()
+
+
 def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
     """The Spark conf tidemark sets (before user overrides from TIDEMARK_SPARK_CONF)."""
     derby_home = settings.home
@@ -115,8 +122,8 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         "spark.ui.enabled": "false",
         # The dump's classification compiles to generated methods over HotSpot's 8000-byte JIT
         # limit; left interpreted they made it 2.6x slower (docs/benchmarks.md).
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby_home} {JIT_HUGE_METHODS} {settings.jvm_options}".strip(),
-        "spark.executor.extraJavaOptions": f"{JIT_HUGE_METHODS} {settings.jvm_options}".strip(),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby_home} {driver_java_options(settings)}",
+        "spark.executor.extraJavaOptions": driver_java_options(settings),
         "spark.executorEnv.PYSPARK_PYTHON": settings.executor_python,
         "spark.pyspark.python": settings.executor_python,
         "spark.pyspark.driver.python": settings.python,

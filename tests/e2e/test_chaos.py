@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import replace
@@ -21,6 +20,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.jobs import job_process
 from tests.helpers.tables import PROCESSING, START, fresh_table, landed, late_landed
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
@@ -30,24 +30,12 @@ from tidemark_dev.generator import create_topic, events, produce, records
 
 pytestmark = pytest.mark.e2e
 
-JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
 SEED = int(os.environ.get("TIDEMARK_CHAOS_SEED", "20261123"))
-ROUNDS = 3
+ROUNDS = int(os.environ.get("TIDEMARK_CHAOS_ROUNDS", "2"))  # 2 in the suite (late data from the second on)
 
 
 def job(settings: Settings, name: str, table: str, run_id: str, *extra: str) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "TIDEMARK_HOME": str(settings.home),
-        "TIDEMARK_WAREHOUSE": settings.warehouse,
-        "TIDEMARK_CONF_DIR": str(settings.conf_dir),
-        "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-    }
-    env.pop("TIDEMARK_FAIL_AT", None)
-    args = [sys.executable, str(JOBS / f"{name}.py"), "--table", table, "--run-id", run_id, *extra]
-    return subprocess.Popen(
-        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    return job_process(settings, name, table, run_id, *extra)
 
 
 def killed_at_random(proc: subprocess.Popen[str], rng: random.Random, upto: float) -> bool:

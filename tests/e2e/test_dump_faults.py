@@ -5,15 +5,14 @@ Also: two processes with one run id at once, and a broker that is down."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.jobs import job_process
 from tests.helpers.net import free_port
 from tests.helpers.tables import PROCESSING, START, fresh_table, landed
 from tidemark.faults import DUMP_POINTS, EXIT_CODE
@@ -24,32 +23,13 @@ from tidemark_dev.generator import create_topic, events, produce
 
 pytestmark = pytest.mark.e2e
 
-JOB = Path(__file__).resolve().parents[2] / "spark_jobs" / "dump.py"
-
 
 def dump_process(
     settings: Settings, table: str, run_id: str, fail_at: str | None = None
 ) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "TIDEMARK_HOME": str(settings.home),
-        "TIDEMARK_CONF_DIR": str(settings.conf_dir),
-        "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-    }
-    env.pop("TIDEMARK_FAIL_AT", None)
-    if fail_at:
-        env["TIDEMARK_FAIL_AT"] = fail_at
-    args = [
-        sys.executable,
-        str(JOB),
-        "--table",
-        table,
-        "--run-id",
-        run_id,
-        "--processing-time",
-        PROCESSING.isoformat(),
-    ]
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return job_process(
+        settings, "dump", table, run_id, "--processing-time", PROCESSING.isoformat(), fail_at=fail_at
+    )
 
 
 def run(settings: Settings, table: str, run_id: str, fail_at: str | None = None) -> tuple[int, str, str]:

@@ -11,7 +11,6 @@ new directories the metastore is pointed at."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.jobs import JOBS, job_env
 from tests.helpers.metastore import metastore_service
 from tests.helpers.net import free_port_block
 from tests.helpers.orders import Row, late_update, normal, send, truth
@@ -45,8 +45,6 @@ from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, psql, replace_tabl
 from tidemark_dev.postgres import METASTORE_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER
 
 pytestmark = pytest.mark.e2e
-
-JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
 
 
 @pytest.fixture(scope="module")
@@ -84,22 +82,6 @@ def cluster(s3_metastore: Settings) -> Iterator[Settings]:
             node.stop()
 
 
-def environment(settings: Settings) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "TIDEMARK_HOME": str(settings.home),
-        "TIDEMARK_CONF_DIR": str(settings.conf_dir),
-        "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "TIDEMARK_WAREHOUSE": settings.warehouse,
-        "TIDEMARK_STATE_DIR": settings.state_uri,
-        "TIDEMARK_HIVE_METASTORE_URIS": settings.hive_metastore_uris,
-        "TIDEMARK_SPARK_MASTER": settings.spark_master,
-        "TIDEMARK_EXECUTOR_ENV": settings.executor_env,
-    }
-    env.pop("TIDEMARK_FAIL_AT", None)
-    return env
-
-
 def job(
     settings: Settings,
     name: str,
@@ -109,9 +91,7 @@ def job(
     fail_at: str | None = None,
     env_extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = {**environment(settings), **(env_extra or {})}
-    if fail_at:
-        env["TIDEMARK_FAIL_AT"] = fail_at
+    env = {**job_env(settings, fail_at), **(env_extra or {})}
     args = [sys.executable, str(JOBS / f"{name}.py"), "--table", table, "--run-id", run_id, *extra]
     started = time.monotonic()
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=400, check=False)

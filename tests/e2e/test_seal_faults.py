@@ -4,7 +4,6 @@ sealed exactly once with exact rows, no duplicate or stray file, one journal ent
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -15,6 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.jobs import JOBS, job_env
 from tests.helpers.tables import fresh_table
 from tidemark.faults import EXIT_CODE, SEAL_POINTS
 from tidemark.ingest.dump import run_dump
@@ -25,23 +25,14 @@ from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
 
-JOB = Path(__file__).resolve().parents[2] / "spark_jobs" / "seal.py"
 DAY = datetime(2026, 11, 22, tzinfo=UTC)
 
 
 def seal_process(
     settings: Settings, table: str, run_id: str, fail_at: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "TIDEMARK_HOME": str(settings.home),
-        "TIDEMARK_WAREHOUSE": settings.warehouse,
-        "TIDEMARK_CONF_DIR": str(settings.conf_dir),
-    }
-    env.pop("TIDEMARK_FAIL_AT", None)
-    if fail_at:
-        env["TIDEMARK_FAIL_AT"] = fail_at
-    args = [sys.executable, str(JOB), "--table", table, "--run-id", run_id]
+    args = [sys.executable, str(JOBS / "seal.py"), "--table", table, "--run-id", run_id]
+    env = job_env(settings, fail_at)
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 

@@ -121,11 +121,18 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
     assert CommitLog(own.state_dir, table).state().batches == 1
 
     # the stream, killed at each point of a micro-batch over new records, then restarted
+    expected_at_restart = "a new query"
     for i, point in enumerate(KILLS):
         delivered += produce(broker, table, events(20, start=HOUR + timedelta(hours=1), partitions=2, seed=i))
         commits_before = CommitLog(own.state_dir, table).state().batches
         code, _, err = stream(own, table, fail_at=point)
         assert code == EXIT_CODE, f"no crash at {point}: {err[-3000:]}"
+        assert expected_at_restart in err, (point, expected_at_restart)  # the restart saw how they stand
+        expected_at_restart = (
+            "in the checkpoint, not in the commit log"
+            if point in ("stream_epoch_start", "before_commit_record")
+            else "but not recorded as done by Spark"
+        )
         offsets, done = checkpoint_batches(own, table)
         assert max(offsets) not in done, f"{point}: Spark recorded the killed micro-batch as done"
         commits = list(CommitLog(own.state_dir, table).iter_commits())
@@ -140,18 +147,18 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
         assert tiled(own, table)
     # then SIGKILLed at a random moment of a running stream
     rng = random.Random(SEED)
-    for i in range(1):
-        delivered += produce(
-            broker, table, events(30, start=HOUR + timedelta(hours=1), partitions=2, seed=50 + i)
-        )
-        delay = killed_at_random(own, table, rng)
-        rows, dirty, _ = landed(own, table)
-        assert max((rows + dirty + late_landed(own, table)).values()) == 1, (
-            f"a record twice, killed at {delay:.1f}s"
-        )
-        assert tiled(own, table)
+    delivered += produce(broker, table, events(30, start=HOUR + timedelta(hours=1), partitions=2, seed=50))
+    delay = killed_at_random(own, table, rng)
+    rows, dirty, _ = landed(own, table)
+    assert max((rows + dirty + late_landed(own, table)).values()) == 1, (
+        f"a record twice, killed at {delay:.1f}s"
+    )
+    assert tiled(own, table)
     code, out, err = stream(own, table)
     assert code == 0, err[-3000:]
+    assert any(case in err for case in ("agree", "not recorded as done", "not in the commit log")), err[
+        -3000:
+    ]
     result = json.loads(out.strip().splitlines()[-1])
     assert result["status"] == "stopped" and "caught up" in result["reason"], result
     assert_exact(own, table, delivered)

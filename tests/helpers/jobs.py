@@ -14,12 +14,17 @@ JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
 
 
 def job_env(settings: Settings, fail_at: str | None = None) -> dict[str, str]:
+    """The environment a job of ``settings`` reads them back from (empty values: defaults)."""
     env = {
         **os.environ,
         "TIDEMARK_HOME": str(settings.home),
-        "TIDEMARK_WAREHOUSE": settings.warehouse,
         "TIDEMARK_CONF_DIR": str(settings.conf_dir),
         "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "TIDEMARK_WAREHOUSE": settings.warehouse,
+        "TIDEMARK_STATE_DIR": settings.state_uri,
+        "TIDEMARK_HIVE_METASTORE_URIS": settings.hive_metastore_uris,
+        "TIDEMARK_SPARK_MASTER": settings.spark_master,
+        "TIDEMARK_EXECUTOR_ENV": settings.executor_env,
     }
     env.pop("TIDEMARK_FAIL_AT", None)
     if fail_at:

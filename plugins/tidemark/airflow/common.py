@@ -103,10 +103,11 @@ def spark_job(
     """A SparkSubmitOperator running ``spark_jobs/<job>.py`` for this table and run id."""
     from tidemark.airflow.operators import TidemarkSparkSubmitOperator
     from tidemark.jobs import SparkJob
-    from tidemark.spark import driver_class_path
+    from tidemark.spark import driver_class_path, driver_java_options
 
     submit = SparkJob(job, config.table, ["--run-id", "{{ run_id }}", *(extra_args or [])])
     operator_kwargs.setdefault("driver_class_path", driver_class_path(settings) or None)
+    operator_kwargs.setdefault("conf", {"spark.driver.extraJavaOptions": driver_java_options(settings)})
     return (operator or TidemarkSparkSubmitOperator)(
         task_id=job,
         doc_md=doc,

@@ -42,7 +42,7 @@ from tidemark.errors import QualityGateError, TidemarkError, WriterModeError
 from tidemark.faults import crash_point
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
-from tidemark.state.locks import TableLock
+from tidemark.state.locks import Lease, TableLock
 from tidemark.state.mode import STREAM, TableWriter
 from tidemark.state.storage import Location, read_json, replace_atomically
 
@@ -132,9 +132,11 @@ class EpochRunner:
         clock: Clock,
         progress: Progress,
         status: StreamStatus,
+        lease: Lease | None = None,
     ) -> None:
         self.spark = spark
         self.status = status
+        self.lease = lease  # the stream lock: a stream paused past it writes nothing more
         self.config = config
         self.settings = settings
         self.checkpoint = checkpoint
@@ -160,6 +162,8 @@ class EpochRunner:
 
     def __call__(self, frame: DataFrame, epoch: int) -> None:
         crash_point("stream_epoch_start")
+        if self.lease is not None:
+            self.lease.check()  # another stream took over while this one was paused: stop here
         if self.stop_reason:
             return  # the main loop stops the query; this micro-batch commits nothing
         ends = {int(r.mq_partition): int(r.end_offset) for r in frame.collect()}
@@ -268,6 +272,46 @@ def stream_health(table: str, settings: Settings, *, stale_after: timedelta, now
     }
 
 
+def checkpoint_agreement(checkpoint: str, commit_log: CommitLog, table: str) -> str:
+    """How the query's checkpoint and the commit log stand at a (re)start, in words for the
+    log: which of the recommit cases the next micro-batch is (nothing is decided here: the run
+    id binding and the plan from the commit log's ends decide it)."""
+    from tidemark.stream.source import offset_ends
+    from tidemark.tablefs import Store
+
+    store = Store.of(checkpoint)
+    metadata = store.read_json("metadata")
+    logged = sorted(
+        int(f.rsplit("/", 1)[-1]) for f in store.all_files("offsets") if f.rsplit("/", 1)[-1].isdigit()
+    )
+    if not metadata or not logged:
+        return f"{table}: a new query: its first micro-batch starts at the commit log's ends"
+    last = logged[-1]
+    done = store.exists(f"commits/{last}")
+    with store.fs.open_input_stream(store.path(f"offsets/{last}")) as handle:
+        ends = offset_ends(json.loads(handle.read().decode().strip().splitlines()[-1]))
+    bound = commit_log.batch_of_run(f"stream-{metadata['id']}-{last}")
+    committed = bound if bound is not None and commit_log.commit(bound) is not None else None
+    state = commit_log.state()
+    if committed is not None and not done:
+        return (
+            f"{table}: micro-batch {last} (ends {ends}) is committed as batch {committed} but not recorded "
+            "as done by Spark: it runs again and finds its commit (nothing written twice)"
+        )
+    if committed is None and not done:
+        return (
+            f"{table}: micro-batch {last} (ends {ends}) is in the checkpoint, not in the commit log: it runs "
+            f"again, rolling back what an attempt left, from the commit log's ends {state.end_offsets}"
+        )
+    ahead = {p: e for p, e in state.end_offsets.items() if e > ends.get(p, -1)}
+    if ahead:
+        return (
+            f"{table}: the commit log is ahead of the checkpoint's micro-batch {last} on MQ partitions "
+            f"{sorted(ahead)} (the batch DAG wrote meanwhile): micro-batches go on from the commit log"
+        )
+    return f"{table}: the checkpoint (micro-batch {last}) and the commit log agree"
+
+
 def run_stream(
     spark: SparkSession,
     config: TableConfig,
@@ -288,14 +332,22 @@ def run_stream(
     interval = trigger_interval_s or config.stream.trigger_interval.total_seconds()
     status = StreamStatus(settings.state_location, table)
     progress = Progress(table, run_id, clock().isoformat(), until_caught_up, interval)
-    with TableLock(settings.state_location, table, STREAM_LOCK).hold(run_id):
+    with TableLock(settings.state_location, table, STREAM_LOCK).hold(run_id) as lease:
         target: dict[int, tuple[int, int]] | None = None
         if until_caught_up:
             conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
             target = partition_offsets(conf, config.source.topic)
         checkpoint = checkpoint_location(settings, table)
+        log.info("%s", checkpoint_agreement(checkpoint, CommitLog(settings.state_location, table), table))
         runner = EpochRunner(
-            spark, config, settings, checkpoint=checkpoint, clock=clock, progress=progress, status=status
+            spark,
+            config,
+            settings,
+            checkpoint=checkpoint,
+            clock=clock,
+            progress=progress,
+            status=status,
+            lease=lease,
         )
         spark.dataSource.register(StreamOffsetsSource)
         tick = 0.0 if until_caught_up else config.stream.idle_commit_interval.total_seconds()
