@@ -105,6 +105,8 @@ class Progress:
     rows: int = 0
     dirty: int = 0
     late: int = 0
+    dump_s: float = 0.0  # seconds in the micro-batches' dumps (reading to commit), seals excluded
+    seal_s: float = 0.0
     sealed: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
     message: str = ""
@@ -145,7 +147,8 @@ class EpochRunner:
         self.commit_log = CommitLog(settings.state_location, config.table)
         self.stop_reason = ""
         self._query_id = ""
-        self._late_unsealed = True  # a restart seals once (a seal killed with the last run)
+        # late rows a seal killed with the last run may not have registered: seal once at start
+        self._late_unsealed = self.commit_log.state().late > 0
 
     def query_id(self) -> str:
         """The query's id from its checkpoint (kept across restarts, unlike the run id)."""
@@ -168,6 +171,7 @@ class EpochRunner:
             return  # the main loop stops the query; this micro-batch commits nothing
         ends = {int(r.mq_partition): int(r.end_offset) for r in frame.collect()}
         run_id = f"stream-{self.query_id()}-{epoch}"
+        started = time.perf_counter()
         try:
             self._dump_until(run_id, ends)
         except WriterModeError as exc:
@@ -175,7 +179,10 @@ class EpochRunner:
             log.warning("%s: micro-batch %s not run, stopping the stream: %s", self.config.table, epoch, exc)
             return
         self.progress.last_epoch = epoch
+        self.progress.dump_s = round(self.progress.dump_s + time.perf_counter() - started, 3)
+        started = time.perf_counter()
         self._seal_if_due(run_id)
+        self.progress.seal_s = round(self.progress.seal_s + time.perf_counter() - started, 3)
         self.status.write(self.progress.to_json(self.clock()))
         crash_point("stream_epoch_end")
 
