@@ -256,6 +256,11 @@ class EpochRunner:
             log.info("%s: the stream sealed %s", self.config.table, result.sealed)
 
 
+def _state_store_env() -> dict[str, str]:
+    """The S3 settings of this process's environment, for the source's process."""
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+
+
 def stream_health(table: str, settings: Settings, *, stale_after: timedelta, now: datetime) -> dict[str, Any]:
     """What the sensor decides on: the writer mode, the stream's status record and whether
     its heartbeat is fresh, and whether hours were published since the last announcement."""
@@ -341,9 +346,9 @@ def run_stream(
     progress = Progress(table, run_id, clock().isoformat(), until_caught_up, interval)
     with TableLock(settings.state_location, table, STREAM_LOCK).hold(run_id) as lease:
         target: dict[int, tuple[int, int]] | None = None
+        kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         if until_caught_up:
-            conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
-            target = partition_offsets(conf, config.source.topic)
+            target = partition_offsets(kafka_conf, config.source.topic)
         checkpoint = checkpoint_location(settings, table)
         log.info("%s", checkpoint_agreement(checkpoint, CommitLog(settings.state_location, table), table))
         runner = EpochRunner(
@@ -362,6 +367,10 @@ def run_stream(
         query = (
             spark.readStream.format(SOURCE_NAME)
             .option("table", table)
+            .option("conf_dir", str(settings.conf_dir))
+            .option("state", str(settings.state_location))
+            .option("secret.kafka_conf", json.dumps(kafka_conf))
+            .option("secret.env", json.dumps(_state_store_env()))
             .option("tick_s", str(tick))
             .option("until", until)
             .load()

@@ -69,9 +69,11 @@ class EndsPartition(InputPartition):
 
 
 class StreamOffsetsSource(DataSource):
-    """Options: ``table`` (its YAML and the deployment settings are read from the
-    environment, as every job does), ``tick_s`` (0: no ticks) and ``until`` (JSON ends of a
-    catch-up run, or empty)."""
+    """Options: ``table`` and ``conf_dir`` (its YAML), ``state`` (the state store's location),
+    ``secret.kafka_conf`` (JSON librdkafka config; the name matches Spark's redaction pattern),
+    ``tick_s`` (0: no ticks) and ``until`` (JSON ends of a catch-up run, or empty). Everything
+    travels as options: the source's process inherits the environment of the JVM, which an
+    in-process session started long before."""
 
     @classmethod
     def name(cls) -> str:
@@ -88,15 +90,17 @@ class StreamOffsetsReader(DataSourceStreamReader):
     """Runs in the driver's Python source process; every answer reads the commit log."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        from tidemark.config import load_table
-        from tidemark.ingest.kafka import client_properties
-        from tidemark.settings import Settings
-        from tidemark.state.commitlog import CommitLog
+        import os
+        from pathlib import Path
 
-        settings = Settings.from_env()
-        self.config = load_table(options["table"], settings)
-        self.commit_log = CommitLog(settings.state_location, self.config.table)
-        self.kafka_conf = client_properties(settings.kafka_bootstrap, self.config.source.kafka_properties)
+        from tidemark.config import load_table_file
+        from tidemark.state.commitlog import CommitLog
+        from tidemark.state.storage import Location
+
+        self.config = load_table_file(Path(options["conf_dir"]) / f"{options['table']}.yaml")
+        self.commit_log = CommitLog(Location(options["state"]), self.config.table)
+        self.kafka_conf = json.loads(options["secret.kafka_conf"])
+        os.environ.update(json.loads(options.get("secret.env") or "{}"))  # the state store's S3 keys
         self.tick_s = float(options.get("tick_s") or 0)
         until = options.get("until") or ""
         self.until = {int(p): int(e) for p, e in json.loads(until).items()} if until else None
