@@ -96,7 +96,16 @@ def stream_summary(config: TableConfig, settings: Settings) -> dict[str, Any]:
         "lock": health["lock"],
         **{
             k: status.get(k)
-            for k in ("query_id", "host", "pid", "last_epoch", "last_batch_id", "last_commit_at", "batches")
+            for k in (
+                "query_id",
+                "host",
+                "pid",
+                "heartbeat_at",
+                "last_epoch",
+                "last_batch_id",
+                "last_commit_at",
+                "batches",
+            )
         },
         "records": status.get("records"),
         "sealed": status.get("sealed", [])[-5:],
@@ -109,7 +118,12 @@ def render_stream(stream: dict[str, Any]) -> list[str]:
     lines = [f"  writer: {stream['writer']}"]
     if stream["state"] == "never_started":
         return lines
-    beat = f"heartbeat {stream['heartbeat_age_s']}s ago" if stream["heartbeat_age_s"] is not None else ""
+    running = stream["state"] == "running" and stream["heartbeat_age_s"] is not None
+    beat = (
+        f"heartbeat {stream['heartbeat_age_s']}s ago"
+        if running
+        else f"last heartbeat at {stream['heartbeat_at']}"
+    )
     silent = "" if stream["alive"] or stream["state"] != "running" else " (SILENT: no heartbeat; restart it)"
     lines.append(
         f"  stream: {stream['state']}{silent} on {stream['host']} pid {stream['pid']} (query {stream['query_id']}), "
