@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.dags import asset_events
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.faults import ANNOUNCE_POINTS
 from tidemark.observe.alerts import recent_failures
@@ -21,15 +22,6 @@ from tidemark.state.journal import HourJournal
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
-
-
-def asset_events(dag_id: str) -> list[Any]:
-    from airflow.models.asset import AssetEvent
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        events = session.query(AssetEvent).filter(AssetEvent.source_dag_id == dag_id).all()
-        return [(e.partition_key, e.extra.get("versions", {}).get(e.partition_key)) for e in events]
 
 
 def run_dag(config_dir: Path, dag_id: str, when: datetime) -> Any:

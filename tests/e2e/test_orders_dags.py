@@ -6,13 +6,13 @@ makes the ingest DAG trigger a re-merge of the stale snapshot."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers.dags import run_dag
 from tests.helpers.orders import late_update, normal, send, truth
 from tests.helpers.tables import at, fresh_table
 from tidemark.settings import Settings
@@ -24,15 +24,6 @@ from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, psql, replace_tabl
 pytestmark = pytest.mark.e2e
 
 SECRET = "e2e-Secret-7f3a"
-
-
-def run_dag(dag_id: str, when: datetime, conf: dict[str, Any] | None = None) -> dict[str, str]:
-    from airflow.dag_processing.dagbag import DagBag
-
-    dag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag(dag_id)
-    assert dag is not None, dag_id
-    run = dag.test(logical_date=when, run_after=when, run_conf=conf)
-    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 
 
 def rendered_fields(dag_id: str) -> str:

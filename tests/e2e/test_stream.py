@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.dags import asset_events, run_dag
 from tests.helpers.jobs import job_process, run_job_process
 from tests.helpers.tables import fresh_table, landed, late_landed
 from tidemark.errors import WriterModeError
@@ -179,19 +180,9 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
     assert_exact(own, table, delivered)
 
 
-def run_dag(dag_id: str, when: datetime, **conf: Any) -> dict[str, str]:
-    from airflow.dag_processing.dagbag import DagBag
-
-    dag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag(dag_id)
-    assert dag is not None, dag_id
-    run = dag.test(logical_date=when, run_after=when, run_conf=conf or None)
-    return {ti.task_id: ti.state for ti in run.get_task_instances()}
-
-
 def test_the_stream_dag_switches_starts_watches_announces_and_stops_the_stream(
     dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.e2e.test_ingest_dag import asset_events
     from tidemark.state.locks import TableLock
     from tidemark.stream.runner import STREAM_LOCK
 
@@ -207,7 +198,7 @@ def test_the_stream_dag_switches_starts_watches_announces_and_stops_the_stream(
     try:
         # hand the table to the stream: started, watched from the triggerer until hour H is
         # sealed, whose asset event is then announced
-        states = run_dag(f"tidemark_stream_{table}", when, switch_to="stream", reason="fresher data")
+        states = run_dag(f"tidemark_stream_{table}", when, {"switch_to": "stream", "reason": "fresher data"})
         holder = TableLock(settings.state_dir, table, STREAM_LOCK).holder()
         pid = int(holder["holder"].split("pid ")[1].split(",")[0]) if holder else None
         assert states == dict.fromkeys(
@@ -219,7 +210,7 @@ def test_the_stream_dag_switches_starts_watches_announces_and_stops_the_stream(
         assert (ingest["dump"], ingest["seal"]) == ("skipped", "skipped")
         # handed back: the stream stops after its micro-batch; the run waits for it
         states = run_dag(
-            f"tidemark_stream_{table}", when + timedelta(minutes=2), switch_to="batch", reason="done"
+            f"tidemark_stream_{table}", when + timedelta(minutes=2), {"switch_to": "batch", "reason": "done"}
         )
         assert states["watch_stream"] == "success"
         status = StreamStatus(settings.state_dir, table).read()

@@ -66,6 +66,7 @@ class DumpResult:
     read: int
     rows: int
     dirty: int
+    late: int = 0
     offsets: dict[int, list[int]] = field(default_factory=dict)
     # seconds per phase of this attempt (plan, rollback, read_stage, reconcile, publish, commit)
     timings: dict[str, float] = field(default_factory=dict)
@@ -416,5 +417,6 @@ def _result(commit: Commit, status: str) -> DumpResult:
         read=sum(p.read for p in commit.mq_partitions),
         rows=commit.rows,
         dirty=commit.dirty,
+        late=commit.late,
         offsets={r.mq_partition: [r.start, r.end] for r in commit.ranges},
     )

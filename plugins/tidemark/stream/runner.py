@@ -224,10 +224,8 @@ class EpochRunner:
             progress.rows += result.rows
             progress.dirty += result.dirty
             progress.last_commit_at = now.isoformat()
-            commit = self.commit_log.commit(result.batch_id)
-            if commit is not None and commit.late:
-                progress.late += commit.late
-                self._late_unsealed = True
+            progress.late += result.late
+            self._late_unsealed = self._late_unsealed or result.late > 0
 
     def _seal_if_due(self, run_id: str) -> None:
         """Seal (register, gate, amend or register late rows) when an hour is complete or late
@@ -413,7 +411,7 @@ def run_stream(
         progress.message = reason
         status.write(progress.to_json(clock()))
         log.info("%s: stream stopped: %s", table, reason)
-    return {"status": "stopped", "reason": reason, **{k: v for k, v in progress.to_json(clock()).items()}}
+    return {"status": "stopped", "reason": reason, **progress.to_json(clock())}
 
 
 def _watch(
