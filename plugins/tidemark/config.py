@@ -106,12 +106,16 @@ class OutputConfig(_Strict):
 
 class CdcConfig(_Strict):
     """For change-data-capture tables: which fields carry the operation and the version, and
-    how often the merge folds sealed increments into a snapshot (``<table>_snapshot``)."""
+    how often the merge folds sealed increments into a snapshot (``<table>_snapshot``), and in
+    which format: ``parquet`` (a Hive partition per snapshot, each merge rewrites the state) or
+    ``delta`` (one Delta table updated in place by record-level MERGE; each snapshot is a
+    version of it)."""
 
     op_field: str = "op"
     version_field: str = "version"
     delete_ops: list[str] = Field(default_factory=lambda: ["d"])
     snapshot_every: Literal["day", "hour"] = "day"
+    snapshot_format: Literal["parquet", "delta"] = "parquet"
 
 
 class StreamConfig(_Strict):

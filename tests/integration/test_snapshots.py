@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from tests.helpers.orders import Delivered, Row, late_update, normal, send, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
@@ -21,6 +22,7 @@ from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV, BootstrapSource, run_bootstrap
+from tidemark.snapshot.delta import is_delta, read_snapshot
 from tidemark.snapshot.merge import run_merge, stale_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark_dev.generator import create_topic, order_changes, state_after
@@ -32,17 +34,37 @@ pytestmark = pytest.mark.integration
 BOOTSTRAP_AT = at(10)
 
 
-def snapshot(spark: Any, config: TableConfig, label: str) -> list[Row]:
-    """The snapshot partition as the metastore serves it; fails on a duplicated key."""
-    spark.catalog.refreshTable(config.snapshot_table)
+@pytest.fixture(params=["parquet", "delta"])
+def snapshot_format(request: pytest.FixtureRequest) -> str:
+    """Every snapshot test runs on both formats of ``<table>_snapshot``."""
+    return str(request.param)
+
+
+def snapshot(spark: Any, config: TableConfig, label: str, settings: Settings | None = None) -> list[Row]:
+    """The snapshot as its readers see it, failing on a duplicated key: a Parquet snapshot's
+    partition as the metastore serves it; a Delta snapshot's version as Spark reads its files
+    (without delta-spark), checked against delta-rs reading the same version."""
+    if is_delta(config):
+        assert settings is not None
+        read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
+        relation = "tm_snapshot"
+    else:
+        spark.catalog.refreshTable(config.snapshot_table)
+        relation = f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'"
     frame = spark.sql(
         f"SELECT order_id, version, customer_id, status, CAST(amount AS STRING) amount, "
-        f"date_format(updated_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS') || 'Z' updated_at "
-        f"FROM `{config.snapshot_table}` WHERE snapshot_dt = '{label}'"
+        f"date_format(updated_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS') || 'Z' updated_at FROM {relation}"
     )
     rows = [normal({**r.asDict(), "updated_at": r["updated_at"].replace(" ", "T")}) for r in frame.collect()]
     keys = [r[0] for r in rows]
     assert len(keys) == len(set(keys)), f"{label}: duplicated keys"
+    if is_delta(config):
+        assert settings is not None
+        record = SnapshotLog(settings.state_location, config.table).live()[label]
+        delta = DeltaTable(
+            str(SnapshotStore(spark, config, settings).table_dir), version=record.delta_version
+        )
+        assert sorted(normal(r) for r in delta.to_pyarrow_table().to_pylist()) == sorted(rows)
     return sorted(rows)
 
 
@@ -68,8 +90,16 @@ def reference_merge(
     return sorted(normal(c) for _, c in best.values() if c["op"] != "d")
 
 
-def orders_table(settings: Settings, tmp_path: Path, broker: str) -> tuple[TableConfig, Settings]:
-    config, settings = fresh_table(settings, tmp_path, template="orders", cdc__snapshot_every="hour")
+def orders_table(
+    settings: Settings, tmp_path: Path, broker: str, snapshot_format: str = "parquet"
+) -> tuple[TableConfig, Settings]:
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        template="orders",
+        cdc__snapshot_every="hour",
+        cdc__snapshot_format=snapshot_format,
+    )
     create_topic(broker, config.source.topic, 2)
     return config, settings
 
@@ -86,11 +116,11 @@ def history() -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
 
 
 def bootstrapped(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str
 ) -> tuple[TableConfig, Settings, dict[int, dict[str, Any]], Any]:
     """A fresh orders table whose history is in the topic and in a Parquet source, bootstrapped
     at 10:00 as snapshot ``base``."""
-    config, settings = orders_table(settings, tmp_path, broker)
+    config, settings = orders_table(settings, tmp_path, broker, snapshot_format)
     before, source_state = history()
     send(broker, config, before)
     source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
@@ -100,16 +130,16 @@ def bootstrapped(
 
 
 def test_files_bootstrap_then_hourly_merges_match_the_source_and_a_reference(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str
 ) -> None:
-    config, settings = orders_table(settings, tmp_path, broker)
+    config, settings = orders_table(settings, tmp_path, broker, snapshot_format)
     before, source_state = history()
     send(broker, config, before)
     source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
     boot = run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
     assert boot.rows == len(source_state) and boot.version == 1
     assert sum(boot.aligned_offsets.values()) == len(before)
-    assert snapshot(spark, config, "base") == truth(source_state)
+    assert snapshot(spark, config, "base", settings) == truth(source_state)
     # Retrying the run is a no-op, even with another label asked for.
     assert run_bootstrap(
         spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base"
@@ -133,7 +163,7 @@ def test_files_bootstrap_then_hourly_merges_match_the_source_and_a_reference(
         expected = truth(
             state_after([c for c in after if datetime.fromisoformat(c["updated_at"]) < end], base)
         )
-        assert snapshot(spark, config, label) == expected
+        assert snapshot(spark, config, label, settings) == expected
         start = datetime.fromisoformat(boot.increments_from)
         assert expected == reference_merge(base, delivered, boot.aligned_offsets, start, end)
         assert merged.rows == len(expected) and merged.version == 1
@@ -144,9 +174,14 @@ def test_files_bootstrap_then_hourly_merges_match_the_source_and_a_reference(
 
 
 def test_changes_during_the_bootstrap_are_neither_lost_nor_doubled(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any,
+    broker: str,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    snapshot_format: str,
 ) -> None:
-    config, settings = orders_table(settings, tmp_path, broker)
+    config, settings = orders_table(settings, tmp_path, broker, snapshot_format)
     before, source_state = history()
     send(broker, config, before)
     csv_dir = tmp_path / "src_csv"
@@ -181,7 +216,7 @@ def test_changes_during_the_bootstrap_are_neither_lost_nor_doubled(
     run_merge(spark, config, settings, "merge-10", "2026-11-22T10")
     end = period_of(config, "2026-11-22T10").end
     expected = state_after([c for c in later if datetime.fromisoformat(c["updated_at"]) < end], source_state)
-    assert snapshot(spark, config, "2026-11-22T10") == truth(expected)
+    assert snapshot(spark, config, "2026-11-22T10", settings) == truth(expected)
 
 
 @pytest.mark.parametrize("point", SNAPSHOT_POINTS[1:])
@@ -192,8 +227,9 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     point: str,
+    snapshot_format: str,
 ) -> None:
-    config, settings = orders_table(settings, tmp_path, broker)
+    config, settings = orders_table(settings, tmp_path, broker, snapshot_format)
     before, source_state = history()
     send(broker, config, before)
     source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
@@ -218,8 +254,8 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
     expected = state_after(
         [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
     )
-    assert snapshot(spark, config, "2026-11-22T10") == truth(expected)
-    assert snapshot(spark, config, "base") == truth(source_state)
+    assert snapshot(spark, config, "2026-11-22T10", settings) == truth(expected)
+    assert snapshot(spark, config, "base", settings) == truth(source_state)
     records = list(SnapshotLog(settings.state_location, config.table).records())
     assert [(r.label, r.version) for r in records] == [("base", 1), ("2026-11-22T10", 1)]
     # tidemark status lists the snapshots, each at its current version
@@ -234,9 +270,9 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
 
 
 def test_a_late_change_makes_its_snapshot_stale_and_the_next_merge_fixes_the_chain(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str
 ) -> None:
-    config, settings, source_state, _ = bootstrapped(spark, broker, settings, tmp_path)
+    config, settings, source_state, _ = bootstrapped(spark, broker, settings, tmp_path, snapshot_format)
     after = order_changes(100, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=7)
     send(broker, config, after)
     ingest(spark, config, settings, "ingest-1", at(12, 30))
@@ -253,13 +289,23 @@ def test_a_late_change_makes_its_snapshot_stale_and_the_next_merge_fixes_the_cha
     ingest(spark, config, settings, "ingest-2", at(12, 40))
     assert stale_snapshot(config, settings) == "2026-11-22T11"
     result = run_merge(spark, config, settings, "remerge-1", "2026-11-22T11")
-    assert result.remerged == ["2026-11-22T10"] and result.version == 2
     fixed = state_after([late], state_at_11)
-    assert snapshot(spark, config, "2026-11-22T10") == truth(fixed)
+    if is_delta(config):
+        # Forward only: 11 is recomputed from the bootstrap (hour 10's snapshot is stale) and
+        # its difference merged; hour 10's Delta version keeps the state as merged then.
+        assert result.remerged == [] and result.version == 2 and result.base == "base@v1"
+        assert snapshot(spark, config, "2026-11-22T10", settings) == truth(state_at_11)
+        with pytest.raises(MergeError, match="only move forward"):
+            run_merge(spark, config, settings, "remerge-10", "2026-11-22T10")
+        log = SnapshotLog(settings.state_location, config.table).live()
+        assert log["2026-11-22T11"].changes["updated"] >= 1
+    else:
+        assert result.remerged == ["2026-11-22T10"] and result.version == 2
+        assert snapshot(spark, config, "2026-11-22T10", settings) == truth(fixed)
     expected_11 = state_after(
         [c for c in after if at(11) <= datetime.fromisoformat(c["updated_at"]) < at(12)], fixed
     )
-    assert snapshot(spark, config, "2026-11-22T11") == truth(expected_11)
+    assert snapshot(spark, config, "2026-11-22T11", settings) == truth(expected_11)
     assert stale_snapshot(config, settings) is None
 
 
@@ -288,7 +334,7 @@ def test_jdbc_bootstrap_reads_postgres_in_parallel_ranges_without_leaking_the_pa
     boot = run_bootstrap(spark, config, settings, "boot-pg", source, as_of=BOOTSTRAP_AT, label="pg")
     assert boot.rows == len(source_state) and "3 ranges of order_id" in boot.source
     assert len(list(SnapshotStore(spark, config, settings).partition_dir("pg").glob("*.parquet"))) == 3
-    assert snapshot(spark, config, "pg") == truth(source_state)
+    assert snapshot(spark, config, "pg", settings) == truth(source_state)
     # Later changes applied to the database by the application agree with the CDC merge.
     after = order_changes(50, start=at(10), span=at(11, 30) - at(10), existing=source_state, seed=8)
     apply_order_changes(settings, "orders_src", after)
@@ -296,7 +342,7 @@ def test_jdbc_bootstrap_reads_postgres_in_parallel_ranges_without_leaking_the_pa
     ingest(spark, config, settings, "ingest-1", at(11, 40))
     run_merge(spark, config, settings, "merge-10", "2026-11-22T10")
     in_hour = [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)]
-    assert snapshot(spark, config, "2026-11-22T10") == truth(state_after(in_hour, source_state))
+    assert snapshot(spark, config, "2026-11-22T10", settings) == truth(state_after(in_hour, source_state))
     state = (settings.state_location.local_path() / config.table / "snapshots").rglob("*.json")
     assert not any("wrong-secret" in p.read_text() for p in state)
 

@@ -152,6 +152,7 @@ def snapshots(config: TableConfig, settings: Settings) -> list[dict[str, Any]]:
             "through": r.through,
             "base": r.base or None,
             "run_id": r.run_id,
+            "delta_version": r.delta_version if r.delta_version >= 0 else None,
         }
         for _, r in sorted(live.items())
     ]
@@ -185,9 +186,10 @@ def render(status: dict[str, Any]) -> str:
         lines.append(f"  decision {decision}")
     for snap in status["snapshots"]:
         base = f", from {snap['base']}" if snap["base"] else ""
+        delta = f"; Delta version {snap['delta_version']}" if snap.get("delta_version") is not None else ""
         lines.append(
             f"  snapshot {snap['label']} v{snap['version']} ({snap['kind']}{base}): {snap['rows']} rows "
-            f"as of {snap['through']}"
+            f"as of {snap['through']}{delta}"
         )
     if status["broker_error"]:
         lines.append(f"  broker: {status['broker_error']}")

@@ -28,6 +28,7 @@ from tidemark.ingest.kafka import client_properties, partition_offsets
 from tidemark.masking import mask_text
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
+from tidemark.snapshot.delta import DeltaSnapshot, is_delta, snapshot_lock
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore, check_label
 from tidemark.state.locks import TableLock
 from tidemark.time.hours import hour_of
@@ -319,7 +320,12 @@ def run_bootstrap(
             log.info("%s: run %s already bootstrapped %s; nothing to do", config.table, run_id, record.ref)
             return _result(record, already_done=True)
     store = SnapshotStore(spark, config, settings)
-    with TableLock(settings.state_location, config.table, f"snapshot-{label}").hold(run_id):
+    delta = DeltaSnapshot(spark, config, settings) if is_delta(config) else None
+    with TableLock(settings.state_location, config.table, snapshot_lock(config, label)).hold(run_id):
+        if delta is not None:
+            for record in delta.recover(snapshots):
+                if record.run_id == run_id:
+                    return _result(record)
         margin = config.watermark.max_out_of_orderness
         plan = snapshots.save_plan(
             run_id,
@@ -343,25 +349,30 @@ def run_bootstrap(
         frame = conform(read_source(spark, source, credentials()), config, store.columns())
         staged = store.stage(frame, label, run_id, f"bootstrap {plan['as_of']} {plan['aligned_offsets']}")
         crash_point("after_snapshot_staging")
-        atomic = store.publish(staged)
-        record = snapshots.append(
-            SnapshotRecord(
-                seq=-1,
-                table=config.table,
-                label=label,
-                kind="bootstrap",
-                version=0,  # the log assigns the label's next version
-                run_id=run_id,
-                through=plan["as_of"],
-                increments_from=plan["increments_from"],
-                rows=staged.rows,
-                files=staged.files,
-                created_at=datetime.now().astimezone().isoformat(),
-                source=plan["source"],
-                aligned_offsets=plan["aligned_offsets"],
-                location=staged.location,
-            )
+        pending = SnapshotRecord(
+            seq=-1,
+            table=config.table,
+            label=label,
+            kind="bootstrap",
+            version=0,  # the log assigns the label's next version
+            run_id=run_id,
+            through=plan["as_of"],
+            increments_from=plan["increments_from"],
+            rows=staged.rows,
+            files=staged.files,
+            created_at=datetime.now().astimezone().isoformat(),
+            source=plan["source"],
+            aligned_offsets=plan["aligned_offsets"],
+            location=staged.location,
         )
+        if delta is not None:  # the Delta commit is the swap; the record follows it
+            committed = delta.overwrite([staged.directory / "data" / f for f in staged.files], pending)
+            crash_point("after_snapshot_swap")
+            record = snapshots.append(committed)
+            atomic = True
+        else:
+            atomic = store.publish(staged)
+            record = snapshots.append(pending)
         store.discard(staged, record)
     return replace(_result(record), atomic_swap=atomic)
 

@@ -28,6 +28,7 @@ from tidemark.faults import crash_point
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
+from tidemark.snapshot.delta import DELETE_FLAG, DeltaSnapshot, is_delta, snapshot_lock
 from tidemark.snapshot.snapshots import (
     Period,
     SnapshotLog,
@@ -46,7 +47,37 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-# -- the pure transform ------------------------------------------------------------------------
+# -- the pure transforms -----------------------------------------------------------------------
+def _ranked(frame: DataFrame, columns: list[str], op: Any, offset: Any, partition: Any) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return frame.select(
+        *(F.col(quote_identifier(c)) for c in columns),
+        op.cast("string").alias("_tm_op"),
+        offset.cast("bigint").alias("_tm_offset"),
+        partition.cast("int").alias("_tm_partition"),
+    )
+
+
+def _ranked_changes(changes: DataFrame, columns: list[str], op_field: str) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return _ranked(
+        changes, columns, F.col(quote_identifier(op_field)), F.col("_mq_offset"), F.col("_mq_partition")
+    )
+
+
+def _latest_per_key(rows: DataFrame, columns: list[str], key: list[str], version_field: str) -> DataFrame:
+    """Per key the row with the highest (version, MQ offset, MQ partition): columns + _tm_op."""
+    from pyspark.sql import functions as F
+
+    q = quote_identifier
+    payload = F.struct(*(F.col(q(c)) for c in columns), F.col("_tm_op"))
+    order = F.struct(F.col(q(version_field)), F.col("_tm_offset"), F.col("_tm_partition"))
+    latest = rows.groupBy(*(F.col(q(k)) for k in key)).agg(F.max_by(payload, order).alias("_tm_row"))
+    return latest.select(*(F.col(f"_tm_row.{q(c)}").alias(c) for c in [*columns, "_tm_op"]))
+
+
 def latest_state(
     base: DataFrame,
     changes: DataFrame,
@@ -61,25 +92,43 @@ def latest_state(
     from pyspark.sql import functions as F
 
     columns = base.columns
-    q = quote_identifier
-    ranked_base = base.select(
-        *(F.col(q(c)) for c in columns),
-        F.lit(None).cast("string").alias("_tm_op"),
-        F.lit(-1).cast("bigint").alias("_tm_offset"),
-        F.lit(-1).cast("int").alias("_tm_partition"),
+    none = F.lit(None)
+    rows = _ranked(base, columns, none, F.lit(-1), F.lit(-1)).unionByName(
+        _ranked_changes(changes, columns, op_field)
     )
-    ranked_changes = changes.select(
-        *(F.col(q(c)) for c in columns),
-        F.col(q(op_field)).cast("string").alias("_tm_op"),
-        F.col("_mq_offset").cast("bigint").alias("_tm_offset"),
-        F.col("_mq_partition").cast("int").alias("_tm_partition"),
+    latest = _latest_per_key(rows, columns, key, version_field)
+    alive = latest.filter(F.col("_tm_op").isNull() | ~F.col("_tm_op").isin(delete_ops))
+    return alive.select(*(F.col(quote_identifier(c)) for c in columns))
+
+
+def latest_changes(
+    changes: DataFrame,
+    columns: list[str],
+    *,
+    key: list[str],
+    version_field: str,
+    op_field: str,
+    delete_ops: list[str],
+) -> DataFrame:
+    """Per key its newest change (as ``latest_state`` ranks them), flagged ``_tm_delete``:
+    the source of a record-level MERGE, which compares it with the stored row's version."""
+    from pyspark.sql import functions as F
+
+    latest = _latest_per_key(_ranked_changes(changes, columns, op_field), columns, key, version_field)
+    return latest.select(
+        *(F.col(quote_identifier(c)) for c in columns),
+        F.coalesce(F.col("_tm_op").isin(delete_ops), F.lit(False)).alias(DELETE_FLAG),
     )
-    rows = ranked_base.unionByName(ranked_changes)
-    payload = F.struct(*(F.col(q(c)) for c in columns), F.col("_tm_op"))
-    order = F.struct(F.col(q(version_field)), F.col("_tm_offset"), F.col("_tm_partition"))
-    latest = rows.groupBy(*(F.col(q(k)) for k in key)).agg(F.max_by(payload, order).alias("_tm_row"))
-    alive = latest.filter(F.col("_tm_row._tm_op").isNull() | ~F.col("_tm_row._tm_op").isin(delete_ops))
-    return alive.select(*(F.col(f"_tm_row.{q(c)}").alias(c) for c in columns))
+
+
+def state_difference(desired: DataFrame, current: DataFrame, key: list[str]) -> DataFrame:
+    """What turns ``current`` into ``desired`` (both one row per key): changed or new rows,
+    and the keys to delete, flagged ``_tm_delete``."""
+    from pyspark.sql import functions as F
+
+    changed = desired.subtract(current).withColumn(DELETE_FLAG, F.lit(False))
+    gone = current.join(desired.select(*key), key, "left_anti").withColumn(DELETE_FLAG, F.lit(True))
+    return changed.unionByName(gone)
 
 
 def after_alignment(changes: DataFrame, offsets: dict[str, int]) -> DataFrame:
@@ -216,6 +265,11 @@ class Merger:
 
     def merge(self, label: str) -> MergeResult:
         period = period_of(self.config, label)
+        if is_delta(self.config):
+            with TableLock(
+                self.settings.state_location, self.config.table, snapshot_lock(self.config, label)
+            ).hold(self.run_id):
+                return self._merge_delta(period)
         live = self.snapshots.live()
         current = live.get(period.label)
         if current is not None and current.run_id == self.run_id:
@@ -236,10 +290,106 @@ class Merger:
             remerged = [*earlier.remerged, earlier.snapshot]
             live = self.snapshots.live()
         plan = plan_merge(self.config, period, live, partitions)
-        with TableLock(self.settings.state_location, self.config.table, f"snapshot-{period.label}").hold(
-            self.run_id
-        ):
+        with TableLock(
+            self.settings.state_location, self.config.table, snapshot_lock(self.config, period.label)
+        ).hold(self.run_id):
             return self._merge(plan, remerged)
+
+    def _merge_delta(self, period: Period) -> MergeResult:
+        """A new version of the Delta snapshot (see tidemark.snapshot.delta): one MERGE of the
+        period's newest change per key into the current version; or, when late changes made
+        the current state stale, of the difference to the state recomputed from the newest
+        snapshot still current."""
+        table = self.config.table
+        delta = DeltaSnapshot(self.spark, self.config, self.settings)
+        recovered = delta.recover(self.snapshots)
+        records = list(self.snapshots.records())
+        live = {r.label: r for r in records}
+        current = live.get(period.label)
+        if current is not None and current.run_id == self.run_id:
+            finished_now = any(r.seq == current.seq for r in recovered)
+            if not finished_now:
+                log.info("%s: run %s already merged %s; nothing to do", table, self.run_id, current.ref)
+            return self._result(current, [], already_done=not finished_now)
+        head = delta.head(records)
+        if head is None:
+            raise MergeError(
+                f"{table}: {delta.uri} has no Delta snapshot yet: bootstrap first "
+                f"(the tidemark_bootstrap_{table} DAG or `tidemark bootstrap`)"
+            )
+        partitions = self.journal.state()
+        if period.label != head.label and period.end <= head.through_at:
+            if current is not None and not is_stale(current, live, partitions):
+                return self._result(current, [], already_done=True)
+            if base_for(live, period) is None:
+                plan_merge(self.config, period, live, partitions)  # raises: bootstrap first
+            kept = (
+                f"; Delta version {current.delta_version} keeps {current.ref} as it was merged"
+                if current is not None
+                else ""
+            )
+            raise MergeError(
+                f"{table}: snapshot {period.label} is behind the Delta snapshot's current version "
+                f"{head.delta_version} ({head.ref}, the state through {head.through}): Delta snapshots "
+                f"only move forward. Late changes to its hours are folded into the next merge of "
+                f"{head.label} (tidemark merge --table {table} --snapshot {head.label}){kept}"
+            )
+        if period.label == head.label and not is_stale(head, live, partitions):
+            return self._result(head, [], already_done=True)
+        refs = {r.ref: r for r in records}
+        anchor = head if period.label != head.label else refs[head.base]
+        while is_stale(anchor, live, partitions):  # a bootstrap is never stale
+            anchor = refs[anchor.base]
+        plan = plan_merge(self.config, period, {anchor.label: anchor}, partitions)
+        log.info(
+            "%s: Delta snapshot %s = %s + %s increment hour(s) %s..%s, %s",
+            table,
+            period.label,
+            anchor.ref,
+            len(plan.hours),
+            min(plan.hours, default="-"),
+            max(plan.hours, default="-"),
+            "merged into the current version"
+            if anchor is head
+            else f"recomputed (late changes) and its difference merged into {head.ref}",
+        )
+        changes = after_alignment(self._increments(plan), anchor.aligned_offsets)
+        increment_rows = changes.count()
+        rules: dict[str, Any] = {
+            "key": self.config.primary_key,
+            "version_field": self.cdc.version_field,
+            "op_field": self.cdc.op_field,
+            "delete_ops": self.cdc.delete_ops,
+        }
+        if anchor is head:
+            source = latest_changes(changes, delta.names, **rules)
+        else:
+            desired = latest_state(delta.read(anchor), changes, **rules)
+            source = state_difference(desired, delta.read(head), self.config.primary_key)
+        rows = source.toArrow()
+        crash_point("after_snapshot_staging")
+        committed = delta.merge(
+            rows,
+            SnapshotRecord(
+                seq=-1,
+                table=table,
+                label=period.label,
+                kind="merge",
+                version=0,
+                run_id=self.run_id,
+                through=period.end.isoformat(),
+                increments_from=period.end.isoformat(),
+                rows=-1,  # counted from the MERGE's metrics
+                files=(),
+                created_at=datetime.now().astimezone().isoformat(),
+                base=anchor.ref,
+                hours=plan.hours,
+                changes={"increment_rows": increment_rows, "rows_before": head.rows},
+            ),
+            only_newer=anchor is head,
+        )
+        crash_point("after_snapshot_swap")
+        return self._result(self.snapshots.append(committed), [])
 
     def _merge(self, plan: MergePlan, remerged: list[str]) -> MergeResult:
         table = self.config.table

@@ -115,6 +115,7 @@ class SnapshotRecord:
     hours: dict[str, int] = field(default_factory=dict)  # merge: hour -> version read (0 = empty)
     changes: dict[str, int] = field(default_factory=dict)  # merge: increment rows read, deletes, ...
     location: str = ""  # object stores: the warehouse-relative version directory of its files
+    delta_version: int = -1  # cdc.snapshot_format delta: the Delta version holding this state
 
     @property
     def through_at(self) -> datetime:

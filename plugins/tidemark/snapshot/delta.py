@@ -1,0 +1,295 @@
+"""Record-level upserts for CDC snapshots: ``<table>_snapshot`` as one Delta table
+(``cdc.snapshot_format: delta``).
+
+Why Delta, through delta-rs (``deltalake``): one MERGE of 1M changes into 10M rows costs
+0.07-0.09x today's full Parquet merge and rewrites only the files holding changed keys
+(bench/upsert.py, docs/benchmarks.md), and production Spark reads the table with delta-spark
+(``VERSION AS OF`` is a snapshot label). pyiceberg 0.12's ``upsert`` builds one Python
+expression per key and was reported at ~17 min for 1M rows (apache/iceberg-python#2159,
+#3129), so it is not a candidate at CDC increment sizes.
+
+The model. The Delta table holds the newest state. Each snapshot label is one Delta version:
+its record in the snapshot log carries ``delta_version``, and the Delta commit carries the
+record in its commitInfo (``tidemark.record``) and an app transaction
+(``tidemark-snapshot-<table>``, version = the Delta version it created).
+
+Exactly once. The Delta commit is the commit point and the snapshot log follows it. A job
+that dies between the two leaves a commit the log lacks; every bootstrap and merge first
+records such commits (``recover``) under the table's snapshot lock, so the retry of that run
+finds its record and does nothing. Delta does not skip a repeated commit by itself: the app
+transaction version is the cheap check (the history is read only when it is past the log's
+newest Delta version).
+
+Forward only. A merge applies the sealed increment hours to the current version with one
+MERGE (delete / update when the change is at least as new / insert): its cost follows the
+increment, not the snapshot. A late change (``late_policy: amend``) to an hour that an
+earlier version already holds is corrected forward: the next merge of the newest snapshot
+recomputes the state from the newest snapshot still current (by time travel) and MERGEs only
+the difference. Older versions keep the state as it was merged (history is not rewritten).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark.config import TableConfig
+from tidemark.errors import ConfigError, MergeError
+from tidemark.ingest.columns import arrow_fields
+from tidemark.settings import Settings
+from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
+from tidemark.state.layout import Layout
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+RECORD_KEY = "tidemark.record"
+DELETE_FLAG = "_tm_delete"
+DELTA = "delta"
+
+
+def is_delta(config: TableConfig) -> bool:
+    return config.cdc is not None and config.cdc.snapshot_format == DELTA
+
+
+def snapshot_lock(config: TableConfig, label: str) -> str:
+    """The lock a snapshot writer holds: per label for Parquet partitions, one per table for
+    the Delta table (every version is written on top of the one before)."""
+    return "snapshot-delta" if is_delta(config) else f"snapshot-{label}"
+
+
+def app_id(table: str) -> str:
+    return f"tidemark-snapshot-{table}"
+
+
+def sql_name(name: str) -> str:
+    """A column in a delta-rs (DataFusion) predicate."""
+    return name if name.isidentifier() and name.islower() else '"' + name.replace('"', '""') + '"'
+
+
+class DeltaSnapshot:
+    """The Delta table of a CDC table's snapshots, and how a version of it is committed."""
+
+    def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings) -> None:
+        assert config.cdc is not None
+        self.spark = spark
+        self.config = config
+        self.cdc = config.cdc
+        self.layout = Layout(settings, config.snapshot_table)
+        if self.layout.object_store:
+            raise ConfigError(
+                config.table,
+                [
+                    f"cdc.snapshot_format: 'delta' needs the warehouse on a filesystem (local or "
+                    f"shared); {settings.warehouse} is an object store, which tidemark's Delta "
+                    "snapshots do not support yet: use 'parquet'"
+                ],
+            )
+        self.uri = str(self.layout.table_dir)
+        self.store = SnapshotStore(spark, config, settings)
+        self.columns = self.store.columns()
+        self.names = [name for name, _ in self.columns]
+
+    # -- reading ---------------------------------------------------------------------------
+    def arrow_schema(self, *, with_flag: bool = False) -> pa.Schema:
+        import pyarrow as pa
+
+        fields = arrow_fields(self.columns)
+        return pa.schema([*fields, pa.field(DELETE_FLAG, pa.bool_())] if with_flag else fields)
+
+    def exists(self) -> bool:
+        from deltalake import DeltaTable
+
+        return bool(DeltaTable.is_deltatable(self.uri))
+
+    def table(self, version: int | None = None) -> DeltaTable:
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.uri, version=version)
+
+    def files(self, version: int) -> list[str]:
+        return list(self.table(version).file_uris())
+
+    def read(self, record: SnapshotRecord) -> DataFrame:
+        """The state ``record`` names, as Spark reads it without delta-spark: the Parquet
+        files of its Delta version (delta-rs writes no deletion vectors; checked)."""
+        from pyspark.sql import functions as F
+
+        from tidemark.seal.metastore import quote_identifier
+
+        if record.delta_version < 0:
+            raise MergeError(f"{self.config.table}: snapshot {record.ref} is not a Delta version")
+        table = self.table(record.delta_version)
+        if table.protocol().reader_features:
+            raise MergeError(
+                f"{self.config.table}: {self.uri} uses Delta reader features "
+                f"{table.protocol().reader_features}: read it with delta-spark"
+            )
+        ddl = ", ".join(f"{quote_identifier(n)} {t}" for n, t in self.columns)
+        files = list(table.file_uris())
+        if not files:
+            return self.spark.createDataFrame([], ddl)
+        frame = self.spark.read.schema(ddl).parquet(*files)
+        return frame.select(*(F.col(quote_identifier(n)) for n in self.names))
+
+    # -- the log follows the Delta commits -------------------------------------------------
+    def recover(self, snapshots: SnapshotLog) -> list[SnapshotRecord]:
+        """Record the Delta commits the snapshot log lacks (their job died after the commit);
+        returns what was recorded. Call under the snapshot lock."""
+        if not self.exists():
+            return []
+        records = list(snapshots.records())
+        known = max((r.delta_version for r in records), default=-1)
+        table = self.table()
+        if (table.transaction_version(app_id(self.config.table)) or -1) <= known:
+            return []
+        recorded_runs = {r.run_id for r in records}
+        recovered = []
+        for commit in sorted(table.history(table.version() - known), key=lambda c: int(c["version"])):
+            if int(commit["version"]) <= known or RECORD_KEY not in commit:
+                continue
+            pending = SnapshotRecord.from_json(json.loads(commit[RECORD_KEY]))
+            if pending.run_id in recorded_runs:
+                continue
+            done = self._finished(pending, int(commit["version"]), commit.get("operationMetrics") or {})
+            recovered.append(snapshots.append(done))
+            log.warning(
+                "%s: Delta version %s of %s (run %s, snapshot %s) was committed but not recorded "
+                "(its job stopped in between): recorded now",
+                self.config.table,
+                commit["version"],
+                self.uri,
+                pending.run_id,
+                pending.label,
+            )
+        return recovered
+
+    def head(self, records: Sequence[SnapshotRecord]) -> SnapshotRecord | None:
+        """The record of the Delta table's current version (after ``recover``)."""
+        if not self.exists():
+            return None
+        version = self.table().version()
+        for record in records:
+            if record.delta_version == version:
+                return record
+        raise MergeError(
+            f"{self.config.table}: {self.uri} is at Delta version {version}, which no snapshot record "
+            "names (was it written by something other than tidemark?); bootstrap again "
+            f"(tidemark bootstrap --table {self.config.table}) to start a new state"
+        )
+
+    # -- writing ---------------------------------------------------------------------------
+    def overwrite(self, files: Sequence[Path], pending: SnapshotRecord) -> SnapshotRecord:
+        """A bootstrap: the staged Parquet files become the whole state (one commit)."""
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        schema = self.arrow_schema()
+        reader = pa.RecordBatchReader.from_batches(schema, _batches(files, schema))
+        version = self.table().version() + 1 if self.exists() else 0
+        write_deltalake(
+            self.uri,
+            reader,
+            mode="overwrite",
+            schema_mode="overwrite",
+            commit_properties=self._commit(pending, version),
+        )
+        return self._finished(pending, self.table().version(), {})
+
+    def merge(self, source: pa.Table, pending: SnapshotRecord, *, only_newer: bool) -> SnapshotRecord:
+        """One MERGE of ``source`` (snapshot columns + ``_tm_delete``, one row per key).
+        ``only_newer``: a row applies only when its version is at least the target's (the
+        increment path); otherwise it applies as is (a difference already computed)."""
+        table = self.table()
+        key = self.config.primary_key
+        on = " AND ".join(f"t.{sql_name(k)} = s.{sql_name(k)}" for k in key)
+        version = sql_name(self.cdc.version_field)
+        newer = f"(t.{version} IS NULL OR s.{version} >= t.{version})" if only_newer else "true"
+        values = {sql_name(n): f"s.{sql_name(n)}" for n in self.names}
+        metrics = (
+            table.merge(
+                source.cast(self.arrow_schema(with_flag=True)),
+                on,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=self._commit(pending, table.version() + 1),
+            )
+            .when_matched_delete(f"s.{DELETE_FLAG} AND {newer}")
+            .when_matched_update(values, f"NOT s.{DELETE_FLAG} AND {newer}")
+            .when_not_matched_insert(values, f"NOT s.{DELETE_FLAG}")
+            .execute()
+        )
+        log.info(
+            "%s: MERGE into %s: %s source rows, %s inserted, %s updated, %s deleted; "
+            "%s of %s files rewritten",
+            self.config.table,
+            self.uri,
+            metrics.get("num_source_rows"),
+            metrics.get("num_target_rows_inserted"),
+            metrics.get("num_target_rows_updated"),
+            metrics.get("num_target_rows_deleted"),
+            metrics.get("num_target_files_removed"),
+            int(metrics.get("num_target_files_scanned", 0))
+            + int(metrics.get("num_target_files_skipped_during_scan", 0)),
+        )
+        return self._finished(pending, self.table().version(), metrics)
+
+    def _commit(self, pending: SnapshotRecord, version: int) -> Any:
+        from deltalake import CommitProperties, Transaction
+
+        return CommitProperties(
+            custom_metadata={RECORD_KEY: json.dumps(pending.to_json(), sort_keys=True)},
+            app_transactions=[Transaction(app_id(self.config.table), version)],
+            max_commit_retries=0,  # one writer under the snapshot lock: a conflict is an error
+        )
+
+    def _finished(self, pending: SnapshotRecord, version: int, metrics: dict[str, Any]) -> SnapshotRecord:
+        """The record of a committed version: its rows (counted before a bootstrap; a merge's
+        from the rows before and the MERGE's metrics) and its files."""
+        rows = pending.rows
+        if rows < 0:
+            rows = (
+                int(pending.changes.get("rows_before", 0))
+                + int(metrics.get("num_target_rows_inserted", 0))
+                - int(metrics.get("num_target_rows_deleted", 0))
+            )
+        changes = {
+            **pending.changes,
+            **{k: int(metrics[m]) for k, m in MERGE_COUNTS.items() if m in metrics},
+        }
+        names = tuple(sorted(Path(f).name for f in self.files(version)))
+        return replace(pending, rows=rows, files=names, delta_version=version, changes=changes)
+
+
+MERGE_COUNTS = {
+    "inserted": "num_target_rows_inserted",
+    "updated": "num_target_rows_updated",
+    "deleted": "num_target_rows_deleted",
+    "files_rewritten": "num_target_files_removed",
+}
+
+
+def _batches(files: Sequence[Path], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The staged files' rows in the Delta schema (Spark's timestamps may be INT96)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for path in files:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536, columns=schema.names):
+            yield from pa.Table.from_batches([batch]).select(schema.names).cast(schema).to_batches()
+
+
+def read_snapshot(spark: SparkSession, config: TableConfig, settings: Settings, label: str) -> DataFrame:
+    """Snapshot ``label`` of a Delta-format table as Spark reads it without delta-spark."""
+    live = SnapshotLog(settings.state_location, config.table).live()
+    if label not in live:
+        raise MergeError(f"{config.table}: no snapshot {label!r} (tidemark status --table {config.table})")
+    return DeltaSnapshot(spark, config, settings).read(live[label])
