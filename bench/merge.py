@@ -1,6 +1,7 @@
 """Snapshot merge: a 10M-row snapshot + 1M increment rows on local[2], against a plain copy.
 
     .venv/bin/python bench/merge.py [--snapshot-rows 10000000] [--increment-rows 1000000]
+                                    [--formats parquet,delta] [--hot 1.0]
 
 In a scratch TIDEMARK_HOME it writes (worker ``prepare``, not timed) a bootstrap snapshot of N
 orders and M change rows spread over the 24 sealed hours of 2026-11-22 (60% updates of
@@ -10,7 +11,14 @@ the ingest DAG would leave them. Then, each in its own process:
 (a) ``run_merge`` of snapshot 2026-11-22, exactly as spark_jobs/merge.py runs it (plan,
     dedup by (version, offset), deletes, write, swap, register, record);
 (b) baseline: the same session reads the snapshot and the increments and writes them out
-    unchanged (no dedup): the I/O floor of any merge on this machine.
+    unchanged (no dedup): the I/O floor of any merge on this machine;
+(c) with ``delta`` in ``--formats`` (``cdc.snapshot_format: delta``, its own scratch home and
+    a Delta bootstrap of the same N orders): ``run_merge`` again, now one record-level MERGE
+    of the newest change per key into the Delta table (issue 19's goal: at most 0.5x of a).
+
+``--hot F``: updates and deletes hit the newest fraction F of the orders (1.0: uniformly over
+all of them; CDC updates of orders mostly hit recent ones, and a Delta MERGE rewrites only
+the files holding changed keys).
 
 Prints wall time, processing time (after the session started), rows/s (snapshot + increment
 rows per processing second) and peak RSS of the process tree, and the ratio a/b.
@@ -41,13 +49,17 @@ def _settings_and_config() -> tuple[Any, Any]:
     from tidemark.config import load_table_file
     from tidemark.settings import Settings
 
-    return Settings.from_env(), load_table_file(ROOT / "conf" / "tables" / "orders.yaml")
+    config = load_table_file(ROOT / "conf" / "tables" / "orders.yaml")
+    fmt = os.environ.get("TIDEMARK_BENCH_FORMAT", "parquet")
+    config = config.model_copy(update={"cdc": config.cdc.model_copy(update={"snapshot_format": fmt})})
+    return Settings.from_env(), config
 
 
-def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
+def prepare(snapshot_rows: int, increment_rows: int, hot: float) -> dict[str, Any]:
     """Write the base snapshot, the sealed increment hours and their journal entries."""
     from pyspark.sql import functions as F
 
+    from tidemark.snapshot.delta import DeltaSnapshot, is_delta
     from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
     from tidemark.spark import build_session
     from tidemark.state.journal import HourJournal, JournalEntry
@@ -65,23 +77,28 @@ def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
         F.lit(DAY - timedelta(hours=1)).cast("timestamp").alias("updated_at"),
     )
     staged = store.stage(base, "base", "bench", "bench base")
-    store.publish(staged)
-    SnapshotLog(settings.state_location, config.table).append(
-        SnapshotRecord(
-            seq=-1,
-            table=config.table,
-            label="base",
-            kind="bootstrap",
-            version=1,
-            run_id="bench",
-            through=DAY.isoformat(),
-            increments_from=DAY.isoformat(),
-            rows=staged.rows,
-            files=staged.files,
-            created_at=DAY.isoformat(),
-        )
+    record = SnapshotRecord(
+        seq=-1,
+        table=config.table,
+        label="base",
+        kind="bootstrap",
+        version=1,
+        run_id="bench",
+        through=DAY.isoformat(),
+        increments_from=DAY.isoformat(),
+        rows=staged.rows,
+        files=staged.files,
+        created_at=DAY.isoformat(),
     )
-    # Changes: ids below N update (60%) or delete (10%) existing orders, ids above N insert.
+    if is_delta(config):  # spark.range is in key order, as a Delta bootstrap sorts it
+        delta = DeltaSnapshot(spark, config, settings)
+        record = delta.overwrite([staged.directory / "data" / f for f in staged.files], record)
+    else:
+        store.publish(staged)
+    SnapshotLog(settings.state_location, config.table).append(record)
+    # Changes: updates (60%) and deletes (10%) of the newest ``hot`` share of the orders,
+    # inserts (30%) of new ids above N.
+    pool = max(1, int(snapshot_rows * hot))
     span = 24 * 3600
     changes = spark.range(increment_rows).select(
         F.col("id"),
@@ -89,7 +106,7 @@ def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
         .when(F.col("id") % 10 < 9, F.lit("c"))
         .otherwise(F.lit("d"))
         .alias("op"),
-        (F.col("id") * 7919 % snapshot_rows + 1).alias("existing"),
+        (F.col("id") * 7919 % pool + (snapshot_rows - pool) + 1).alias("existing"),
         (F.col("id") % 4).cast("int").alias("_mq_partition"),
         (F.col("id") / 4).cast("bigint").alias("_mq_offset"),
         (F.col("id") * span / increment_rows).cast("bigint").alias("second"),
@@ -140,7 +157,7 @@ def prepare(snapshot_rows: int, increment_rows: int) -> dict[str, Any]:
         )
     increments = spark.read.parquet(str(table_dir)).count()
     spark.stop()
-    return {"snapshot_rows": staged.rows, "increment_rows": increments}
+    return {"snapshot_rows": staged.rows, "increment_rows": increments, "snapshot_files": len(record.files)}
 
 
 def merge() -> dict[str, Any]:
@@ -154,7 +171,15 @@ def merge() -> dict[str, Any]:
     result = run_merge(spark, config, settings, "bench-merge", "2026-11-22")
     processing = time.perf_counter() - started - session
     spark.stop()
-    return {"session_s": session, "processing_s": processing, "rows_out": result.rows}
+    from tidemark.snapshot.snapshots import SnapshotLog
+
+    changes = SnapshotLog(settings.state_location, config.table).live()["2026-11-22"].changes
+    return {
+        "session_s": session,
+        "processing_s": processing,
+        "rows_out": result.rows,
+        "files_rewritten": changes.get("files_rewritten", "all"),
+    }
 
 
 def copy() -> dict[str, Any]:
@@ -180,35 +205,48 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--snapshot-rows", type=int, default=10_000_000)
     parser.add_argument("--increment-rows", type=int, default=1_000_000)
+    parser.add_argument("--formats", default="parquet,delta")
+    parser.add_argument("--hot", type=float, default=1.0)
     parser.add_argument("--worker", choices=("prepare", "merge", "copy"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         workers = {
-            "prepare": lambda: prepare(args.snapshot_rows, args.increment_rows),
+            "prepare": lambda: prepare(args.snapshot_rows, args.increment_rows, args.hot),
             "merge": merge,
             "copy": copy,
         }
         print(json.dumps(workers[args.worker]()))
         return 0
-    home = Path(tempfile.mkdtemp(prefix="tidemark-bench-merge-"))
-    env = {**os.environ, "TIDEMARK_HOME": str(home), "TIDEMARK_WAREHOUSE": str(home / "warehouse")}
-    worker = [sys.executable, __file__, "--snapshot-rows", str(args.snapshot_rows)]
+    worker = [sys.executable, __file__, "--snapshot-rows", str(args.snapshot_rows), "--hot", str(args.hot)]
     worker += ["--increment-rows", str(args.increment_rows), "--worker"]
-    print(
-        f"machine: {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}; home {home}"
-    )
-    sizes, prep_wall, _ = run_measured([*worker, "prepare"], env)
-    print(f"prepared in {prep_wall:.0f} s: {sizes}")
-    total = sizes["snapshot_rows"] + sizes["increment_rows"]
+    print(f"machine: {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}")
     measured = {}
-    for name in ("merge", "copy"):
-        out, wall, rss = run_measured([*worker, name], env)
-        measured[name] = out["processing_s"]
-        print(
-            f"{name:6} wall {wall:7.1f} s  session {out['session_s']:5.1f} s  processing {out['processing_s']:7.1f} s  "
-            f"{total / out['processing_s']:>10,.0f} rows/s  peak RSS {rss:6.0f} MB  rows out {out['rows_out']:,}"
-        )
-    print(f"ratio merge/copy (processing time): {measured['merge'] / measured['copy']:.2f}")
+    for fmt in args.formats.split(","):
+        home = Path(tempfile.mkdtemp(prefix=f"tidemark-bench-merge-{fmt}-"))
+        env = {
+            **os.environ,
+            "TIDEMARK_HOME": str(home),
+            "TIDEMARK_WAREHOUSE": str(home / "warehouse"),
+            "TIDEMARK_BENCH_FORMAT": fmt,
+        }
+        sizes, prep_wall, _ = run_measured([*worker, "prepare"], env)
+        print(f"{fmt}: prepared in {prep_wall:.0f} s in {home}: {sizes}")
+        total = sizes["snapshot_rows"] + sizes["increment_rows"]
+        for name in ("merge", "copy") if fmt == "parquet" else ("merge",):
+            out, wall, rss = run_measured([*worker, name], env)
+            label = f"{name} ({fmt})" if name == "merge" else name
+            measured[label] = out["processing_s"]
+            print(
+                f"{label:15} wall {wall:7.1f} s  session {out['session_s']:5.1f} s  processing "
+                f"{out['processing_s']:7.1f} s  {total / out['processing_s']:>10,.0f} rows/s  peak RSS "
+                f"{rss:6.0f} MB  rows out {out['rows_out']:,}  files rewritten {out.get('files_rewritten', '-')}"
+            )
+    baseline = measured.get("merge (parquet)")
+    for label, seconds in measured.items():
+        ratios = [f"{seconds / measured['copy']:.2f}x copy"] if "copy" in measured else []
+        if baseline:
+            ratios.append(f"{seconds / baseline:.2f}x the Parquet merge")
+        print(f"{label}: {seconds:.1f} s processing, {', '.join(ratios)}")
     return 0
 
 

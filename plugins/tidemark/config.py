@@ -116,6 +116,9 @@ class CdcConfig(_Strict):
     delete_ops: list[str] = Field(default_factory=lambda: ["d"])
     snapshot_every: Literal["day", "hour"] = "day"
     snapshot_format: Literal["parquet", "delta"] = "parquet"
+    # delta: the table's delta.targetFileSize. A MERGE rewrites only the files holding changed
+    # keys, and the bootstrap writes the state in key order, so smaller files cost less.
+    snapshot_file_size: Size = 32 * 1024 * 1024
 
 
 class StreamConfig(_Strict):

@@ -375,3 +375,41 @@ def test_latest_state_keeps_the_highest_version_then_offset_and_applies_deletes(
         (2, 3, "b"),
         (4, 3, "d-again"),
     ]
+
+
+def test_a_merge_source_is_the_newest_change_per_key_and_a_difference_names_deletes(spark: Any) -> None:
+    from tidemark.snapshot.merge import latest_changes, state_difference
+
+    changes = spark.createDataFrame(
+        [
+            ("u", 1, 2, "a-early", 0, 3),
+            ("u", 1, 2, "a-late", 0, 5),  # same version: the higher offset wins
+            ("c", 4, 1, "d1", 1, 2),
+            ("d", 4, 2, "d-deleted", 1, 3),
+            ("d", 5, 1, "gone", 1, 5),
+        ],
+        "op string, order_id bigint, version bigint, status string, _mq_partition int, _mq_offset bigint",
+    )
+    source = latest_changes(
+        changes,
+        ["order_id", "version", "status"],
+        key=["order_id"],
+        version_field="version",
+        op_field="op",
+        delete_ops=["d"],
+    )
+    assert source.columns == ["order_id", "version", "status", "_tm_delete"]
+    assert sorted(tuple(r) for r in source.collect()) == [
+        (1, 2, "a-late", False),
+        (4, 2, "d-deleted", True),
+        (5, 1, "gone", True),
+    ]
+    schema = "order_id bigint, version bigint, status string"
+    current = spark.createDataFrame([(1, 1, "a"), (2, 1, "b"), (3, 1, None)], schema)
+    desired = spark.createDataFrame([(1, 2, "a2"), (3, 1, None), (6, 1, "new")], schema)
+    difference = state_difference(desired, current, ["order_id"])
+    assert sorted(tuple(r) for r in difference.collect()) == [
+        (1, 2, "a2", False),
+        (2, 1, "b", True),  # in the current state, not in the desired one
+        (6, 1, "new", False),
+    ]  # key 3 is equal in both (nulls included): left alone

@@ -347,6 +347,8 @@ def run_bootstrap(
         crash_point("after_alignment")
         log.info("%s: bootstrap %s of %s from %s", config.table, run_id, label, plan["source"])
         frame = conform(read_source(spark, source, credentials()), config, store.columns())
+        if delta is not None:  # key-ranged files: a MERGE of recent keys rewrites few of them
+            frame = frame.orderBy(*(quote_identifier(k) for k in config.primary_key))
         staged = store.stage(frame, label, run_id, f"bootstrap {plan['as_of']} {plan['aligned_offsets']}")
         crash_point("after_snapshot_staging")
         pending = SnapshotRecord(

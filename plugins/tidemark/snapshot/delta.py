@@ -188,7 +188,8 @@ class DeltaSnapshot:
 
     # -- writing ---------------------------------------------------------------------------
     def overwrite(self, files: Sequence[Path], pending: SnapshotRecord) -> SnapshotRecord:
-        """A bootstrap: the staged Parquet files become the whole state (one commit)."""
+        """A bootstrap: the staged Parquet files (the bootstrap sorts them by key) become
+        the whole state, in files of ``cdc.snapshot_file_size`` (one commit)."""
         import pyarrow as pa
         from deltalake import write_deltalake
 
@@ -200,6 +201,8 @@ class DeltaSnapshot:
             reader,
             mode="overwrite",
             schema_mode="overwrite",
+            configuration={"delta.targetFileSize": str(int(self.cdc.snapshot_file_size))},
+            target_file_size=int(self.cdc.snapshot_file_size),
             commit_properties=self._commit(pending, version),
         )
         return self._finished(pending, self.table().version(), {})

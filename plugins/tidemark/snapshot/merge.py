@@ -208,7 +208,12 @@ def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
     """The newest merged snapshot if it (or one it builds on) is stale: merging it again
     re-merges the whole stale chain. None when every snapshot is current."""
     live = SnapshotLog(settings.state_location, config.table).live()
-    merged = [r for r in live.values() if r.kind == "merge"]
+    if is_delta(config):  # only the current Delta version can be merged again (forward only)
+        versions = [r for r in live.values() if r.delta_version >= 0]
+        merged = [max(versions, key=lambda r: r.delta_version)] if versions else []
+        merged = [r for r in merged if r.kind == "merge"]
+    else:
+        merged = [r for r in live.values() if r.kind == "merge"]
     if not merged:
         return None
     newest = max(merged, key=lambda r: r.through_at)
