@@ -1,5 +1,5 @@
-"""Chaos, not only named crash points: dump and seal jobs (real spark-submit-style processes)
-are killed with SIGKILL at random moments, interleaved with new data, late data and further
+"""Chaos, not only named crash points: dump and seal jobs, and the merge jobs of a Delta
+snapshot (real spark-submit-style processes), are killed with SIGKILL at random moments, interleaved with new data, late data and further
 runs, some retried under another run id. Seeded and bounded. At the end, every produced
 (MQ partition, offset) is exactly once in rows + dirty + late, every sealed hour holds the
 rows its journal entry says, and no orphan or temp file is visible in any table directory."""
@@ -13,20 +13,27 @@ import subprocess
 import time
 from collections import Counter
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from tests.helpers.jobs import job_process
-from tests.helpers.tables import PROCESSING, START, fresh_table, landed, late_landed
+from tests.helpers.orders import send, snapshot, truth, write_parquet_source
+from tests.helpers.tables import PROCESSING, START, at, fresh_table, landed, late_landed
+from tidemark.ingest.dump import run_dump
+from tidemark.observe.status import render, table_status
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.snapshot.bootstrap import BootstrapSource, run_bootstrap
+from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout
-from tidemark_dev.generator import create_topic, events, produce, records
+from tidemark_dev.generator import create_topic, events, order_changes, produce, records, state_after
 
 pytestmark = pytest.mark.e2e
 
@@ -118,3 +125,49 @@ def test_random_kills_of_dump_and_seal_lose_and_double_nothing(
             assert not name.startswith(".") and "tmp" not in name, f"temp file visible: {path}"
             if name.endswith(".parquet"):
                 assert layout.relative(path) in committed | sealed, f"orphan file: {path}"
+
+
+def test_random_kills_of_delta_snapshot_merges_lose_and_double_nothing(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Merge jobs of a Delta snapshot (``cdc.snapshot_format: delta``) killed at a random
+    moment, each finished by its retry or by a run under another id: every label's Delta
+    version holds the state the changes give, each recorded once, and no Delta commit lacks
+    its record."""
+    rng = random.Random(SEED)
+    home = (
+        tmp_path / "home"
+    )  # the merge jobs' own Derby (they do not use it; the test's Spark holds the shared one)
+    own = replace(settings, home=home, warehouse=str(home / "warehouse"))
+    config, own = fresh_table(
+        own, tmp_path, template="orders", cdc__snapshot_every="hour", cdc__snapshot_format="delta"
+    )
+    create_topic(broker, config.source.topic, 2)
+    before = order_changes(120, start=at(9), seed=1)
+    source_state = state_after(before)
+    send(broker, config, before)
+    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
+    run_bootstrap(spark, config, own, "boot-1", source, as_of=at(10), label="base")
+    after = order_changes(150, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=11)
+    send(broker, config, after, duplicates=0.1)
+    run_dump(spark, config, own, "ingest-1", at(12, 30))
+    run_seal(spark, config, own, "ingest-1")
+    kills = 0
+    for label in ("2026-11-22T10", "2026-11-22T11"):
+        run_id = f"merge-{label}"
+        kills += killed_at_random(job(own, "merge", config.table, run_id, "--snapshot", label), rng, 12.0)
+        retry = run_id if rng.random() < 0.5 else f"{run_id}-retry"
+        finish(own, "merge", config.table, retry, "--snapshot", label)
+        end = period_of(config, label).end
+        changes = [c for c in after if datetime.fromisoformat(c["updated_at"]) < end]
+        assert snapshot(spark, config, label, own) == truth(state_after(changes, source_state))
+    assert kills >= 1, "the seed killed no merge; chaos needs kills"
+    records = list(SnapshotLog(own.state_location, config.table).records())
+    assert [(r.label, r.version, r.delta_version) for r in records] == [
+        ("base", 1, 0),
+        ("2026-11-22T10", 1, 1),
+        ("2026-11-22T11", 1, 2),
+    ]
+    table = DeltaTable(str(SnapshotStore(spark, config, own).table_dir))
+    assert table.version() == 2 and table.transaction_version(f"tidemark-snapshot-{config.table}") == 2
+    assert "; Delta version 2" in render(table_status(config, own))

@@ -9,8 +9,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 
 from tidemark.config import TableConfig
+from tidemark.settings import Settings
+from tidemark.snapshot.delta import is_delta, read_snapshot
+from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
 from tidemark_dev.generator import change_messages, produce
 
 Row = tuple[Any, ...]
@@ -72,3 +76,31 @@ def write_parquet_source(path: Path, state: dict[int, dict[str, Any]]) -> Path:
     )
     pq.write_table(table, path / "part-0.parquet")
     return path
+
+
+def snapshot(spark: Any, config: TableConfig, label: str, settings: Settings | None = None) -> list[Row]:
+    """The snapshot as its readers see it, failing on a duplicated key: a Parquet snapshot's
+    partition as the metastore serves it; a Delta snapshot's version as Spark reads its files
+    (without delta-spark), checked against delta-rs reading the same version."""
+    if is_delta(config):
+        assert settings is not None
+        read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
+        relation = "tm_snapshot"
+    else:
+        spark.catalog.refreshTable(config.snapshot_table)
+        relation = f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'"
+    frame = spark.sql(
+        f"SELECT order_id, version, customer_id, status, CAST(amount AS STRING) amount, "
+        f"date_format(updated_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS') || 'Z' updated_at FROM {relation}"
+    )
+    rows = [normal({**r.asDict(), "updated_at": r["updated_at"].replace(" ", "T")}) for r in frame.collect()]
+    keys = [r[0] for r in rows]
+    assert len(keys) == len(set(keys)), f"{label}: duplicated keys"
+    if is_delta(config):
+        assert settings is not None
+        record = SnapshotLog(settings.state_location, config.table).live()[label]
+        delta = DeltaTable(
+            str(SnapshotStore(spark, config, settings).table_dir), version=record.delta_version
+        )
+        assert sorted(normal(r) for r in delta.to_pyarrow_table().to_pylist()) == sorted(rows)
+    return sorted(rows)

@@ -10,9 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 
-from tests.helpers.orders import Delivered, Row, late_update, normal, send, truth, write_parquet_source
+from tests.helpers.orders import (
+    Delivered,
+    Row,
+    late_update,
+    normal,
+    send,
+    snapshot,
+    truth,
+    write_parquet_source,
+)
 from tests.helpers.tables import at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
@@ -22,7 +30,7 @@ from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV, BootstrapSource, run_bootstrap
-from tidemark.snapshot.delta import is_delta, read_snapshot
+from tidemark.snapshot.delta import is_delta
 from tidemark.snapshot.merge import run_merge, stale_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark_dev.generator import create_topic, order_changes, state_after
@@ -38,34 +46,6 @@ BOOTSTRAP_AT = at(10)
 def snapshot_format(request: pytest.FixtureRequest) -> str:
     """Every snapshot test runs on both formats of ``<table>_snapshot``."""
     return str(request.param)
-
-
-def snapshot(spark: Any, config: TableConfig, label: str, settings: Settings | None = None) -> list[Row]:
-    """The snapshot as its readers see it, failing on a duplicated key: a Parquet snapshot's
-    partition as the metastore serves it; a Delta snapshot's version as Spark reads its files
-    (without delta-spark), checked against delta-rs reading the same version."""
-    if is_delta(config):
-        assert settings is not None
-        read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
-        relation = "tm_snapshot"
-    else:
-        spark.catalog.refreshTable(config.snapshot_table)
-        relation = f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'"
-    frame = spark.sql(
-        f"SELECT order_id, version, customer_id, status, CAST(amount AS STRING) amount, "
-        f"date_format(updated_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS') || 'Z' updated_at FROM {relation}"
-    )
-    rows = [normal({**r.asDict(), "updated_at": r["updated_at"].replace(" ", "T")}) for r in frame.collect()]
-    keys = [r[0] for r in rows]
-    assert len(keys) == len(set(keys)), f"{label}: duplicated keys"
-    if is_delta(config):
-        assert settings is not None
-        record = SnapshotLog(settings.state_location, config.table).live()[label]
-        delta = DeltaTable(
-            str(SnapshotStore(spark, config, settings).table_dir), version=record.delta_version
-        )
-        assert sorted(normal(r) for r in delta.to_pyarrow_table().to_pylist()) == sorted(rows)
-    return sorted(rows)
 
 
 def reference_merge(
