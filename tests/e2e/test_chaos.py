@@ -29,6 +29,7 @@ from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import BootstrapSource, run_bootstrap
+from tidemark.snapshot.merge import run_merge
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
@@ -130,10 +131,10 @@ def test_random_kills_of_dump_and_seal_lose_and_double_nothing(
 def test_random_kills_of_delta_snapshot_merges_lose_and_double_nothing(
     spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
-    """Merge jobs of a Delta snapshot (``cdc.snapshot_format: delta``) killed at a random
-    moment, each finished by its retry or by a run under another id: every label's Delta
-    version holds the state the changes give, each recorded once, and no Delta commit lacks
-    its record."""
+    """The merge job of a Delta snapshot (``cdc.snapshot_format: delta``) killed at a random
+    moment, finished by its retry or by a run under another id: every label's Delta version
+    holds the state the changes give, each recorded once, and no Delta commit lacks its
+    record. (In-process crash points at each step: tests/integration/test_snapshots.py.)"""
     rng = random.Random(SEED)
     home = (
         tmp_path / "home"
@@ -152,16 +153,22 @@ def test_random_kills_of_delta_snapshot_merges_lose_and_double_nothing(
     send(broker, config, after, duplicates=0.1)
     run_dump(spark, config, own, "ingest-1", at(12, 30))
     run_seal(spark, config, own, "ingest-1")
-    kills = 0
+    run_merge(spark, config, own, "merge-10", "2026-11-22T10")  # the killed merge starts from a merge
+    label = "2026-11-22T11"
+    killed = killed_at_random(job(own, "merge", config.table, "merge-11", "--snapshot", label), rng, 12.0)
+    assert killed, "the seed killed no merge; chaos needs kills"
+    finish(
+        own,
+        "merge",
+        config.table,
+        "merge-11" if rng.random() < 0.5 else "merge-11-retry",
+        "--snapshot",
+        label,
+    )
     for label in ("2026-11-22T10", "2026-11-22T11"):
-        run_id = f"merge-{label}"
-        kills += killed_at_random(job(own, "merge", config.table, run_id, "--snapshot", label), rng, 12.0)
-        retry = run_id if rng.random() < 0.5 else f"{run_id}-retry"
-        finish(own, "merge", config.table, retry, "--snapshot", label)
         end = period_of(config, label).end
         changes = [c for c in after if datetime.fromisoformat(c["updated_at"]) < end]
         assert snapshot(spark, config, label, own) == truth(state_after(changes, source_state))
-    assert kills >= 1, "the seed killed no merge; chaos needs kills"
     records = list(SnapshotLog(own.state_location, config.table).records())
     assert [(r.label, r.version, r.delta_version) for r in records] == [
         ("base", 1, 0),

@@ -31,7 +31,7 @@ from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV, BootstrapSource, run_bootstrap
 from tidemark.snapshot.delta import is_delta
-from tidemark.snapshot.merge import run_merge, stale_snapshot
+from tidemark.snapshot.merge import preview_merge, run_merge, stale_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark_dev.generator import create_topic, order_changes, state_after
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, apply_order_changes, replace_table
@@ -161,7 +161,7 @@ def test_changes_during_the_bootstrap_are_neither_lost_nor_doubled(
     monkeypatch: pytest.MonkeyPatch,
     snapshot_format: str,
 ) -> None:
-    config, settings = orders_table(settings, tmp_path, broker, snapshot_format)
+    config, settings = orders_table(settings, tmp_path, broker)  # alignment: the same for both formats
     before, source_state = history()
     send(broker, config, before)
     csv_dir = tmp_path / "src_csv"
@@ -268,6 +268,9 @@ def test_a_late_change_makes_its_snapshot_stale_and_the_next_merge_fixes_the_cha
     send(broker, config, [late])
     ingest(spark, config, settings, "ingest-2", at(12, 40))
     assert stale_snapshot(config, settings) == "2026-11-22T11"
+    if is_delta(config):  # the dry run names the anchor the re-merge starts from
+        preview = preview_merge(config, settings, "2026-11-22T11")
+        assert preview["base"] == "base@v1" and preview["delta"].startswith("recompute")
     result = run_merge(spark, config, settings, "remerge-1", "2026-11-22T11")
     fixed = state_after([late], state_at_11)
     if is_delta(config):

@@ -13,7 +13,7 @@ from tests.helpers.records import journal_entry
 from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import BootstrapError, MergeError, UnsealedHoursError
 from tidemark.snapshot.bootstrap import BootstrapSource, credentials, jdbc_options
-from tidemark.snapshot.merge import is_stale, plan_merge
+from tidemark.snapshot.merge import MergePlan, is_stale, plan_delta_merge, plan_merge
 from tidemark.snapshot.snapshots import SnapshotRecord, base_for, period_of
 from tidemark.state.journal import JournalEntry, JournalState
 
@@ -150,6 +150,47 @@ def test_a_snapshot_is_stale_when_an_hour_it_read_or_its_base_changed() -> None:
     assert not is_stale(live["2026-11-22T10"], live, partitions)
     assert is_stale(second, live, partitions)  # built on v1
     assert not is_stale(boot, live, partitions)
+
+
+def test_a_delta_merge_moves_forward_from_the_newest_snapshot_still_current(orders: TableConfig) -> None:
+    boot = record("base", "bootstrap", "2026-11-22T10:00:00+00:00", delta_version=0)
+    first = record(
+        "2026-11-22T10",
+        "merge",
+        "2026-11-22T11:00:00+00:00",
+        base="base@v1",
+        hours={"2026-11-22T10": 1},
+        delta_version=1,
+    )
+    records = [boot, first]
+    partitions = JournalState()
+    for hour in ("2026-11-22T10", "2026-11-22T11", "2026-11-22T12"):
+        partitions.apply(entry(hour))
+    # Forward: the next period is merged into the current version.
+    plan = plan_delta_merge(orders, period_of(orders, "2026-11-22T11"), records, first, partitions)
+    assert isinstance(plan, MergePlan) and plan.base == first and list(plan.hours) == ["2026-11-22T11"]
+    # The current version, not stale: nothing to do; a period behind it: refused by name.
+    assert plan_delta_merge(orders, period_of(orders, "2026-11-22T10"), records, first, partitions) == first
+    with pytest.raises(MergeError, match="bootstrap first"):
+        plan_delta_merge(orders, period_of(orders, "2026-11-22T08"), records, first, partitions)
+    # Hour 10 amended: the current version is stale; its re-merge starts from the bootstrap.
+    partitions.apply(entry("2026-11-22T10", "amend", 2))
+    plan = plan_delta_merge(orders, period_of(orders, "2026-11-22T10"), records, first, partitions)
+    assert isinstance(plan, MergePlan) and plan.base == boot and plan.hours == {"2026-11-22T10": 2}
+    # The next period on top of the stale current version reaches back to the bootstrap too.
+    plan = plan_delta_merge(orders, period_of(orders, "2026-11-22T12"), records, first, partitions)
+    assert isinstance(plan, MergePlan) and plan.base == boot
+    assert plan.hours == {"2026-11-22T10": 2, "2026-11-22T11": 1, "2026-11-22T12": 1}
+    second = record(
+        "2026-11-22T12",
+        "merge",
+        "2026-11-22T13:00:00+00:00",
+        base="base@v1",
+        hours=plan.hours,
+        delta_version=2,
+    )
+    with pytest.raises(MergeError, match=r"only move forward.*Delta version 1 keeps 2026-11-22T10@v1"):
+        plan_delta_merge(orders, period_of(orders, "2026-11-22T10"), [*records, second], second, partitions)
 
 
 def test_the_bootstrap_job_parses_the_source_beside_its_own_table_argument() -> None:

@@ -204,14 +204,58 @@ def is_stale(record: SnapshotRecord, live: dict[str, SnapshotRecord], partitions
     return base is None or base.ref != record.base or is_stale(base, live, partitions)
 
 
+def plan_delta_merge(
+    config: TableConfig,
+    period: Period,
+    records: list[SnapshotRecord],
+    head: SnapshotRecord,
+    partitions: JournalState,
+) -> MergePlan | SnapshotRecord:
+    """A Delta snapshot's merge of ``period`` on top of its current version ``head``: the
+    plan (its base is the anchor: ``head`` itself, or when late changes made ``head`` stale,
+    the newest snapshot still current), or the record already holding the period (nothing to
+    do). Refuses a period behind ``head``: Delta snapshots only move forward."""
+    live = {r.label: r for r in records}
+    current = live.get(period.label)
+    if period.label != head.label and period.end <= head.through_at:
+        if current is not None and not is_stale(current, live, partitions):
+            return current
+        if base_for(live, period) is None:
+            plan_merge(config, period, live, partitions)  # raises: bootstrap first
+        kept = (
+            f"; Delta version {current.delta_version} keeps {current.ref} as it was merged"
+            if current is not None
+            else ""
+        )
+        raise MergeError(
+            f"{config.table}: snapshot {period.label} is behind the Delta snapshot's current version "
+            f"{head.delta_version} ({head.ref}, the state through {head.through}): Delta snapshots "
+            f"only move forward. Late changes to its hours are folded into the next merge of "
+            f"{head.label} (tidemark merge --table {config.table} --snapshot {head.label}){kept}"
+        )
+    if period.label == head.label and not is_stale(head, live, partitions):
+        return head
+    refs = {r.ref: r for r in records}
+    anchor = head if period.label != head.label else refs[head.base]
+    while is_stale(anchor, live, partitions):  # a bootstrap is never stale
+        anchor = refs[anchor.base]
+    return plan_merge(config, period, {anchor.label: anchor}, partitions)
+
+
+def delta_head(records: list[SnapshotRecord]) -> SnapshotRecord | None:
+    """The record of the newest Delta version the log knows."""
+    versions = [r for r in records if r.delta_version >= 0]
+    return max(versions, key=lambda r: r.delta_version) if versions else None
+
+
 def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
     """The newest merged snapshot if it (or one it builds on) is stale: merging it again
     re-merges the whole stale chain. None when every snapshot is current."""
-    live = SnapshotLog(settings.state_location, config.table).live()
+    log = SnapshotLog(settings.state_location, config.table)
+    live = log.live()
     if is_delta(config):  # only the current Delta version can be merged again (forward only)
-        versions = [r for r in live.values() if r.delta_version >= 0]
-        merged = [max(versions, key=lambda r: r.delta_version)] if versions else []
-        merged = [r for r in merged if r.kind == "merge"]
+        head = delta_head(list(log.records()))
+        merged = [head] if head is not None and head.kind == "merge" else []
     else:
         merged = [r for r in live.values() if r.kind == "merge"]
     if not merged:
@@ -224,10 +268,21 @@ def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
 def preview_merge(config: TableConfig, settings: Settings, label: str) -> dict[str, Any]:
     """What a merge of ``label`` would read (dry run): base, hours, or why it would refuse."""
     period = period_of(config, label)
-    live = SnapshotLog(settings.state_location, config.table).live()
+    log = SnapshotLog(settings.state_location, config.table)
+    live = log.live()
     partitions = HourJournal(settings.state_location, config.table).state()
     preview: dict[str, Any] = {"table": config.table, "snapshot": period.label, "dry_run": True}
     try:
+        if is_delta(config):
+            records = list(log.records())
+            head = delta_head(records)
+            if head is None:
+                raise MergeError(f"{config.table}: no Delta snapshot yet: bootstrap first")
+            planned = plan_delta_merge(config, period, records, head, partitions)
+            if isinstance(planned, SnapshotRecord):
+                return {**preview, "already_merged": planned.ref, "delta_version": planned.delta_version}
+            how = "merge into" if planned.base.ref == head.ref else "recompute, merge the difference into"
+            return {**preview, "base": planned.base.ref, "delta": f"{how} {head.ref}", "hours": planned.hours}
         plan = plan_merge(config, period, live, partitions)
     except MergeError as exc:
         return {**preview, "would_refuse": str(exc)}
@@ -322,30 +377,10 @@ class Merger:
                 f"{table}: {delta.uri} has no Delta snapshot yet: bootstrap first "
                 f"(the tidemark_bootstrap_{table} DAG or `tidemark bootstrap`)"
             )
-        partitions = self.journal.state()
-        if period.label != head.label and period.end <= head.through_at:
-            if current is not None and not is_stale(current, live, partitions):
-                return self._result(current, [], already_done=True)
-            if base_for(live, period) is None:
-                plan_merge(self.config, period, live, partitions)  # raises: bootstrap first
-            kept = (
-                f"; Delta version {current.delta_version} keeps {current.ref} as it was merged"
-                if current is not None
-                else ""
-            )
-            raise MergeError(
-                f"{table}: snapshot {period.label} is behind the Delta snapshot's current version "
-                f"{head.delta_version} ({head.ref}, the state through {head.through}): Delta snapshots "
-                f"only move forward. Late changes to its hours are folded into the next merge of "
-                f"{head.label} (tidemark merge --table {table} --snapshot {head.label}){kept}"
-            )
-        if period.label == head.label and not is_stale(head, live, partitions):
-            return self._result(head, [], already_done=True)
-        refs = {r.ref: r for r in records}
-        anchor = head if period.label != head.label else refs[head.base]
-        while is_stale(anchor, live, partitions):  # a bootstrap is never stale
-            anchor = refs[anchor.base]
-        plan = plan_merge(self.config, period, {anchor.label: anchor}, partitions)
+        planned = plan_delta_merge(self.config, period, records, head, self.journal.state())
+        if isinstance(planned, SnapshotRecord):
+            return self._result(planned, [], already_done=True)
+        plan, anchor = planned, planned.base
         log.info(
             "%s: Delta snapshot %s = %s + %s increment hour(s) %s..%s, %s",
             table,
@@ -355,7 +390,7 @@ class Merger:
             min(plan.hours, default="-"),
             max(plan.hours, default="-"),
             "merged into the current version"
-            if anchor is head
+            if anchor.ref == head.ref
             else f"recomputed (late changes) and its difference merged into {head.ref}",
         )
         changes = after_alignment(self._increments(plan), anchor.aligned_offsets)
@@ -366,7 +401,7 @@ class Merger:
             "op_field": self.cdc.op_field,
             "delete_ops": self.cdc.delete_ops,
         }
-        if anchor is head:
+        if anchor.ref == head.ref:
             source = latest_changes(changes, delta.names, **rules)
         else:
             desired = latest_state(delta.read(anchor), changes, **rules)
@@ -391,7 +426,7 @@ class Merger:
                 hours=plan.hours,
                 changes={"increment_rows": increment_rows, "rows_before": head.rows},
             ),
-            only_newer=anchor is head,
+            only_newer=anchor.ref == head.ref,
         )
         crash_point("after_snapshot_swap")
         return self._result(self.snapshots.append(committed), [])
