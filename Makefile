@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tidemark-installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv java browser postgres s3a-jars executor-env lint unit test demo up down status lock bench clean
+.PHONY: help venv java browser postgres s3a-jars executor-env spark-classes lint unit test demo up down status lock bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ s3a-jars: venv  ## hadoop-aws for Spark's metastore client (S3 warehouse tests a
 executor-env: venv  ## the venv archive Spark executors of a cluster unpack (TIDEMARK_EXECUTOR_ENV)
 	@scripts/build_executor_env.sh $(VENV)
 
+spark-classes: venv  ## the class-data-sharing archive that halves a Spark driver's start (after postgres: JDBC jars are on its class path)
+	@$(BIN)/python -m tidemark.jvm_classes
+
 lint: venv  ## ruff + mypy, and docker-compose.yaml against the Compose spec (offline)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -43,10 +46,10 @@ lint: venv  ## ruff + mypy, and docker-compose.yaml against the Compose spec (of
 unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
-test: lint browser postgres s3a-jars executor-env  ## lint, then the whole test suite (README's test command; what CI runs)
+test: lint browser postgres s3a-jars executor-env spark-classes  ## lint, then the whole test suite (README's test command; what CI runs)
 	$(BIN)/pytest -q --durations=25
 
-demo: venv  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
+demo: venv spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
 	$(BIN)/tidemark demo
 
 up: venv  ## start the broker and Airflow standalone (UI on 127.0.0.1:8080)

@@ -76,6 +76,9 @@ class Settings:
     state_uri: str = ""
     # more JVM options for the driver and executors of the jobs' sessions (TIDEMARK_JVM_OPTIONS)
     jvm_options: str = ""
+    # the drivers' class-data-sharing archive (TIDEMARK_JVM_CLASS_ARCHIVE; "off": none; empty:
+    # <venv>/share/tidemark/spark-classes.jsa, written by `make spark-classes`)
+    jvm_class_archive: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -124,6 +127,7 @@ class Settings:
             executor_env=env.get("TIDEMARK_EXECUTOR_ENV", ""),
             state_uri=env.get("TIDEMARK_STATE_DIR", ""),
             jvm_options=env.get("TIDEMARK_JVM_OPTIONS", "").strip(),
+            jvm_class_archive=env.get("TIDEMARK_JVM_CLASS_ARCHIVE", "").strip(),
         )
 
     @property
@@ -137,6 +141,15 @@ class Settings:
     @property
     def project_root(self) -> Path:
         return project_root()
+
+    @property
+    def class_archive(self) -> Path | None:
+        """Where the drivers' class-data-sharing archive lives, or None when turned off."""
+        if self.jvm_class_archive == "off":
+            return None
+        if self.jvm_class_archive:
+            return Path(self.jvm_class_archive)
+        return Path(self.python).parent.parent / "share" / "tidemark" / "spark-classes.jsa"
 
     @property
     def state_dir(self) -> Path:

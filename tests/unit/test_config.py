@@ -284,3 +284,21 @@ def test_the_effective_configuration_masks_secrets(tmp_path: Path) -> None:
     assert "hunter2" not in str(shown)
     assert shown["schema"] == {"id": "string not null", "ts": "timestamp not null", "app": "string"}
     assert shown["watermark"]["idle_timeout"] == "30m"
+
+
+def test_only_the_driver_maps_the_class_archive_and_only_when_it_is_there(tmp_path: Path) -> None:
+    from tidemark.spark import driver_java_options, session_conf
+
+    archive = tmp_path / "spark-classes.jsa"
+    settings = Settings.from_env({"TIDEMARK_JVM_CLASS_ARCHIVE": str(archive), "TIDEMARK_HOME": str(tmp_path)})
+    assert settings.class_archive == archive
+    assert "SharedArchiveFile" not in driver_java_options(settings)  # not written yet
+    archive.write_bytes(b"")
+    assert f"-XX:SharedArchiveFile={archive}" in driver_java_options(settings)
+    conf = session_conf(settings)
+    assert "SharedArchiveFile" in conf["spark.driver.extraJavaOptions"]
+    assert "SharedArchiveFile" not in conf["spark.executor.extraJavaOptions"]  # another class path
+    off = Settings.from_env({"TIDEMARK_JVM_CLASS_ARCHIVE": "off"})
+    assert off.class_archive is None and "SharedArchiveFile" not in driver_java_options(off)
+    default = Settings.from_env({"PYSPARK_PYTHON": "/opt/venv/bin/python"})
+    assert default.class_archive == Path("/opt/venv/share/tidemark/spark-classes.jsa")

@@ -1,0 +1,116 @@
+"""The drivers' class-data-sharing archive: Spark's driver JVM starts in about half the time.
+
+A Spark driver loads some 15,000 classes from 400 jars before it runs anything; that is most
+of the 6-7 s a job's session takes to start here (docs/benchmarks.md). A dynamic AppCDS
+archive (JDK 13+) written once by a representative session maps them in instead. Every job
+driver then gets ``-XX:SharedArchiveFile`` (``tidemark.spark.driver_java_options``). The
+archive is only valid for the class path and JVM build it was written with; a JVM that
+differs (another JDK, an added jar, the s3a jars of an S3 warehouse) ignores it silently and
+starts as before, so a stale archive costs time, never correctness. ``ensure`` writes it again
+when its recorded fingerprint (class path, Java, pyspark) no longer matches.
+
+    python -m tidemark.jvm_classes        # make spark-classes
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from tidemark.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def fingerprint(settings: Settings) -> str:
+    """What the archive depends on: the driver's class path, the JVM build, pyspark's jars."""
+    import pyspark
+
+    from tidemark.spark import driver_class_path
+
+    jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr
+    text = json.dumps([driver_class_path(settings), java, pyspark.__version__, jars])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _record(archive: Path) -> Path:
+    return archive.with_suffix(".json")
+
+
+def is_current(settings: Settings) -> bool:
+    archive = settings.class_archive
+    if archive is None or not archive.is_file() or not _record(archive).is_file():
+        return False
+    return json.loads(_record(archive).read_text()).get("fingerprint") == fingerprint(settings)
+
+
+def write_archive(settings: Settings, archive: Path) -> None:
+    """Run a representative session (metastore, Parquet, the Python data source, Arrow) in a
+    scratch home with ``-XX:ArchiveClassesAtExit``, wait for its JVM to exit (it writes the
+    archive then), and move the archive into place."""
+    from pyspark.sql import functions as F
+
+    from tidemark.spark import build_session
+    from tidemark.sparkfiles import read_files
+
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tidemark-classes-") as scratch:
+        partial = Path(scratch) / "classes.jsa"
+        own = replace(
+            settings,
+            home=Path(scratch) / "home",
+            warehouse=str(Path(scratch) / "home" / "warehouse"),
+            jvm_options=f"{settings.jvm_options} -XX:ArchiveClassesAtExit={partial} -Xlog:cds=off".strip(),
+            jvm_class_archive="off",
+        )
+        spark = build_session("tidemark-jvm-classes", own, hive=True)
+        gateway = spark.sparkContext._gateway
+        if gateway is None or getattr(gateway, "proc", None) is None:
+            raise RuntimeError("the session's JVM was not started by this process")
+        data = Path(scratch) / "data"
+        frame = spark.range(1000).select(F.col("id"), (F.col("id") % 7).cast("string").alias("k"))
+        frame.write.mode("overwrite").parquet(str(data))
+        spark.sql(f"CREATE TABLE IF NOT EXISTS classes (id bigint, k string) USING parquet LOCATION '{data}'")
+        spark.table("classes").groupBy("k").agg(F.max_by("id", "id")).collect()
+        files = [str(p) for p in data.glob("*.parquet")]
+        read_files(spark, files, "id bigint, k string").toArrow()
+        spark.stop()
+        process = gateway.proc  # the JVM exits when its stdin closes, and writes the archive
+        gateway.shutdown()
+        process.stdin.close()
+        process.wait(timeout=300)
+        if not partial.is_file():
+            raise RuntimeError(f"the JVM wrote no class archive ({partial}); is Java 13+ in use?")
+        os.replace(partial, archive)
+    _record(archive).write_text(json.dumps({"fingerprint": fingerprint(settings)}))
+    log.info("class archive written: %s (%.0f MB)", archive, archive.stat().st_size / 1e6)
+
+
+def ensure(settings: Settings) -> Path | None:
+    """The archive, written first if missing or stale; None when off or when this JVM cannot
+    write one (jobs then start without it: slower, nothing else)."""
+    archive = settings.class_archive
+    if archive is None:
+        return None
+    if not is_current(settings):
+        try:
+            write_archive(settings, archive)
+        except Exception as exc:  # an optimization: never a reason to stop an install
+            log.warning("class archive not written (%s): Spark drivers start without it", exc)
+            return None
+    return archive
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    written = ensure(Settings.from_env())
+    print(f"tidemark: class archive {written or 'off (TIDEMARK_JVM_CLASS_ARCHIVE=off)'}")
+    sys.exit(0)
