@@ -29,7 +29,6 @@ from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import BootstrapSource, run_bootstrap
-from tidemark.snapshot.merge import run_merge
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
@@ -46,9 +45,29 @@ def job(settings: Settings, name: str, table: str, run_id: str, *extra: str) -> 
     return job_process(settings, name, table, run_id, *extra)
 
 
-def killed_at_random(proc: subprocess.Popen[str], rng: random.Random, upto: float) -> bool:
-    """SIGKILL the job's whole process group after a random delay; False if it ended first."""
-    deadline = time.monotonic() + rng.uniform(0.5, upto)
+class JobClock:
+    """How long each kind of job ran to completion here, so a kill lands within a job's life
+    however fast this machine (and its JVM start: the class archive halves it) runs jobs."""
+
+    def __init__(self, first_guess: float) -> None:
+        self.first_guess = first_guess
+        self.seconds: dict[str, float] = {}
+
+    def lifetime(self, name: str) -> float:
+        return self.seconds.get(name, self.first_guess)
+
+    def finish(self, settings: Settings, name: str, table: str, run_id: str, *extra: str) -> None:
+        started = time.monotonic()
+        proc = job(settings, name, table, run_id, *extra)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"{name} {run_id} failed after chaos:\n{err[-4000:]}"
+        self.seconds[name] = time.monotonic() - started
+
+
+def killed_at_random(proc: subprocess.Popen[str], rng: random.Random, lifetime: float) -> bool:
+    """SIGKILL the job's whole process group at a random moment of ``lifetime`` (how long such
+    a job took here); False if it ended first."""
+    deadline = time.monotonic() + rng.uniform(0.5, 0.85 * lifetime)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             proc.communicate()
@@ -57,12 +76,6 @@ def killed_at_random(proc: subprocess.Popen[str], rng: random.Random, upto: floa
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
     return True
-
-
-def finish(settings: Settings, name: str, table: str, run_id: str, *extra: str) -> None:
-    proc = job(settings, name, table, run_id, *extra)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, f"{name} {run_id} failed after chaos:\n{err[-4000:]}"
 
 
 def test_random_kills_of_dump_and_seal_lose_and_double_nothing(
@@ -75,6 +88,7 @@ def test_random_kills_of_dump_and_seal_lose_and_double_nothing(
     create_topic(broker, config.source.topic, 3)
     produced: list[tuple[int, int, Any]] = []
     kills = 0
+    clock = JobClock(first_guess=6.0)  # a dump or seal job with the class archive, on 2 cores
     for r in range(ROUNDS):
         hour = START + timedelta(hours=r)
         produced += produce(
@@ -91,13 +105,15 @@ def test_random_kills_of_dump_and_seal_lose_and_double_nothing(
         processing = (PROCESSING + timedelta(hours=r)).isoformat()
         run_id = f"chaos-{r}"
         kills += killed_at_random(
-            job(own, "dump", config.table, run_id, "--processing-time", processing), rng, 14.0
+            job(own, "dump", config.table, run_id, "--processing-time", processing),
+            rng,
+            clock.lifetime("dump"),
         )
         if rng.random() < 0.5:  # the retry under another run id completes the same pending batch
             run_id = f"chaos-{r}-retry"
-        finish(own, "dump", config.table, run_id, "--processing-time", processing)
-        kills += killed_at_random(job(own, "seal", config.table, f"seal-{r}"), rng, 16.0)
-        finish(own, "seal", config.table, f"seal-{r}" if rng.random() < 0.5 else f"seal-{r}-retry")
+        clock.finish(own, "dump", config.table, run_id, "--processing-time", processing)
+        kills += killed_at_random(job(own, "seal", config.table, f"seal-{r}"), rng, clock.lifetime("seal"))
+        clock.finish(own, "seal", config.table, f"seal-{r}" if rng.random() < 0.5 else f"seal-{r}-retry")
     assert kills >= 2, f"the seed killed only {kills} jobs; chaos needs kills"
 
     # every produced offset exactly once in rows + dirty + late
@@ -153,18 +169,13 @@ def test_random_kills_of_delta_snapshot_merges_lose_and_double_nothing(
     send(broker, config, after, duplicates=0.1)
     run_dump(spark, config, own, "ingest-1", at(12, 30))
     run_seal(spark, config, own, "ingest-1")
-    run_merge(spark, config, own, "merge-10", "2026-11-22T10")  # the killed merge starts from a merge
+    clock = JobClock(first_guess=6.0)  # timed on the first merge: the killed one builds on it
+    clock.finish(own, "merge", config.table, "merge-10", "--snapshot", "2026-11-22T10")
     label = "2026-11-22T11"
-    killed = killed_at_random(job(own, "merge", config.table, "merge-11", "--snapshot", label), rng, 12.0)
-    assert killed, "the seed killed no merge; chaos needs kills"
-    finish(
-        own,
-        "merge",
-        config.table,
-        "merge-11" if rng.random() < 0.5 else "merge-11-retry",
-        "--snapshot",
-        label,
-    )
+    merging = job(own, "merge", config.table, "merge-11", "--snapshot", label)
+    assert killed_at_random(merging, rng, clock.lifetime("merge")), "the merge ended before its kill"
+    retry = "merge-11" if rng.random() < 0.5 else "merge-11-retry"
+    clock.finish(own, "merge", config.table, retry, "--snapshot", label)
     for label in ("2026-11-22T10", "2026-11-22T11"):
         end = period_of(config, label).end
         changes = [c for c in after if datetime.fromisoformat(c["updated_at"]) < end]
