@@ -111,10 +111,11 @@ def driver_java_options(settings: Settings) -> str:
     mode it is also the executor, whose JIT the dump needs). With the class archive
     (``tidemark.jvm_classes``) the driver starts in about half the time; a JVM whose class
     path or build differs from the archive's ignores it, silently."""
+    options = executor_java_options(settings)
     archive = settings.class_archive
-    shared = f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
-    use = archive is not None and archive.is_file() and "ArchiveClassesAtExit" not in settings.jvm_options
-    return f"{JIT_HUGE_METHODS} {shared if use else ''} {settings.jvm_options}".replace("  ", " ").strip()
+    if archive is None or not archive.is_file() or "ArchiveClassesAtExit" in settings.jvm_options:
+        return options  # no archive, or this JVM is the one writing it
+    return f"{options} -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:

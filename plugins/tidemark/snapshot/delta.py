@@ -133,7 +133,7 @@ class DeltaSnapshot:
                 f"{self.config.table}: {self.uri} uses Delta reader features "
                 f"{table.protocol().reader_features}: read it with delta-spark"
             )
-        ddl = ", ".join(f"{quote_identifier(n)} {t}" for n, t in self.columns)
+        ddl = self.store.schema_ddl()
         files = list(table.file_uris())
         if not files:
             return self.spark.createDataFrame([], ddl)

@@ -239,7 +239,8 @@ class SnapshotStore:
     def partition_dir(self, label: str) -> Path:
         return self.table_dir / f"{PARTITION_COLUMN}={label}"
 
-    def _schema(self) -> str:
+    def schema_ddl(self) -> str:
+        """The snapshot's columns as a Spark schema (what a reader of its files asks for)."""
         return ", ".join(f"{quote_identifier(n)} {t}" for n, t in self.columns())
 
     def read(self, record: SnapshotRecord) -> DataFrame:
@@ -250,10 +251,10 @@ class SnapshotStore:
 
             store = self.layout.store
             frame = read_files(
-                self.spark, [store.uri(f) for f in store.files(record.location)], self._schema()
+                self.spark, [store.uri(f) for f in store.files(record.location)], self.schema_ddl()
             )
         else:
-            frame = self.spark.read.schema(self._schema()).parquet(str(self.partition_dir(record.label)))
+            frame = self.spark.read.schema(self.schema_ddl()).parquet(str(self.partition_dir(record.label)))
         return frame.select(*(F.col(quote_identifier(n)) for n, _ in self.columns()))
 
     def stage(self, frame: DataFrame, label: str, run_id: str, content: str) -> StagedSnapshot:
