@@ -189,3 +189,25 @@ class WriterModeError(TidemarkError):
             f"switched it); this {writer} run read nothing and changed nothing. To hand the table to "
             f'the {writer}: tidemark switch --table {table} --to {writer} --reason "..."'
         )
+
+
+class StaleConfigError(SchemaEvolutionError):
+    """This process runs an older table YAML than one a job already wrote with (a rolling
+    deploy: a worker with the old YAML, or a long-running stream started before a change).
+    Sealing or dumping with it would drop the newer columns of the hour's batches for good, so
+    the job refuses before it reads or writes anything."""
+
+    def __init__(self, table: str, config_version: int, recorded_version: int, recorded_by: str) -> None:
+        self.config_version = config_version
+        TidemarkError.__init__(
+            self,
+            f"{table}: this process's table YAML is schema version {config_version}, but version "
+            f"{recorded_version} was recorded since (run {recorded_by}): it runs an older "
+            f"conf/tables/{table}.yaml than other workers (a rolling deploy, or a stream started "
+            "before the change); nothing was read or written. Deploy the newest YAML to this "
+            "worker (and restart a stream), then retry; the schema never goes back "
+            f"(tidemark schema --table {table} shows the history)",
+        )
+        self.table = table
+        self.problems = [f"schema version {config_version} < recorded version {recorded_version}"]
+        self.recorded_version = recorded_version

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import SchemaEvolutionError, StorageError
+from tidemark.errors import SchemaEvolutionError, StaleConfigError, StorageError
 from tidemark.schema import Column, SqlType, parse_column
 from tidemark.state.seqlog import SequentialLog
 from tidemark.state.storage import Location
@@ -209,6 +209,9 @@ class SchemaHistory:
             wanted = SchemaVersion.of(config, len(versions) + 1, run_id)
             if current is not None and current.same_schema(wanted):
                 return current
+            older = next((v for v in reversed(versions[:-1]) if v.same_schema(wanted)), None)
+            if older is not None and current is not None:
+                raise StaleConfigError(self.table, older.version, current.version, current.run_id)
             changes = self.check(config)
             record = replace(wanted, changes=tuple(changes))
             if self._log.create(len(versions), record.to_json()):

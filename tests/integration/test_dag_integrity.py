@@ -161,3 +161,22 @@ def test_cdc_tables_get_bootstrap_and_merge_dags_and_a_remerge_trigger(dagbag: A
     ingest = dagbag.dags["tidemark_ingest_orders"]
     assert ingest.get_task("remerge").upstream_task_ids == {"find_stale_snapshot"}
     assert "remerge" not in dagbag.dags["tidemark_ingest_events"].task_ids
+
+
+def test_every_dag_builds_on_an_s3_warehouse_and_s3_state(
+    s3: str, monkeypatch: pytest.MonkeyPatch, tidemark_home: Path
+) -> None:
+    """The production topology (docker-compose.yaml's .env): warehouse and state on S3. The
+    DAG files must import there as on local disk, and the table's Asset names the S3 URI."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("TIDEMARK_WAREHOUSE", f"{s3}/warehouse")
+    monkeypatch.setenv("TIDEMARK_STATE_DIR", f"{s3}/state")
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    from tidemark.config import load_tables
+
+    tables = load_tables()
+    assert {f"tidemark_ingest_{t.table}" for t in tables} <= set(bag.dag_ids)
+    announce = bag.dags["tidemark_ingest_events"].get_task("announce")
+    assert [a.uri for a in announce.outlets] == [f"{s3}/warehouse/events"]

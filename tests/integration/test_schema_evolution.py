@@ -125,3 +125,39 @@ def test_old_and_new_hours_read_together_after_a_compatible_change(
 
     with pytest.raises(SchemaEvolutionError):
         all_dags(settings)
+
+
+def test_a_seal_with_an_older_yaml_refuses_before_it_writes_and_loses_no_new_column(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """A rolling deploy adds column ``score``: a dump on a worker with the new YAML commits
+    rows with it, then a seal on a worker still holding the old YAML runs. It must refuse
+    with StaleConfigError before compacting or registering anything (else the hour is sealed
+    without ``score`` and a retry reuses that compaction), and the seal with the new YAML
+    then keeps every ``score``."""
+    from tidemark.errors import StaleConfigError
+
+    old, settings = fresh_table(
+        settings, tmp_path, schema__user_id=V1["user_id"], schema__amount=V1["amount"]
+    )
+    topic = old.source.topic
+    create_topic(broker, topic, 2)
+    produce(broker, topic, records([(p, at(10, 5)) for p in (0, 1)]))
+    run_dump(spark, old, settings, "run-1", at(10, 30))
+    new = rewrite(old, settings, score="double")
+    produce(broker, topic, records([(p, at(10, 40), {"score": 1.5}) for p in (0, 1)], prefix="s"))
+    produce(broker, topic, records([(p, at(11, 30)) for p in (0, 1)], prefix="n"))
+    run_dump(spark, new, settings, "run-2", at(11, 40))
+
+    with pytest.raises(StaleConfigError) as info:
+        run_seal(spark, old, settings, "seal-old-worker")
+    assert "schema version 1" in str(info.value) and "version 2" in str(info.value)
+    assert HourJournal(settings.state_location, old.table).state().hours == {}
+    assert not spark.catalog.tableExists(old.table)  # nothing registered
+    hour_dir = Path(settings.warehouse) / old.table
+    assert not (hour_dir / "dt=2026-11-22" / "hr=10").exists()
+    assert not (hour_dir / "_sealing").exists()
+
+    run_seal(spark, new, settings, "seal-new-worker")
+    rows = spark.sql(f"SELECT event_id, score FROM `{new.table}` WHERE hr = '10' ORDER BY event_id").collect()
+    assert [tuple(r) for r in rows] == [("r-0", None), ("r-1", None), ("s-0", 1.5), ("s-1", 1.5)]

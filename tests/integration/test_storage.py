@@ -6,6 +6,7 @@ through the Hadoop API, then through S3."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -137,8 +138,12 @@ def test_dump_and_seal_with_state_off_the_local_disk(
     assert [e.hour for e in HourJournal(settings.state_location, table).entries()] == ["2026-11-22T10"]
     rows, _, _ = landed(settings, table)
     assert sum(rows.values()) == 7 and Counter((p, o) for p, o, _ in delivered) == rows
-    with TableLock(settings.state_location, table).hold("a"), pytest.raises(BatchConflictError):
-        run_dump(spark, config, settings, "run-2", HOUR + timedelta(hours=2))
+    os.environ["TIDEMARK_LOCK_WAIT_S"] = "1"  # a dump waits for the batch lock: bounded here
+    try:
+        with TableLock(settings.state_location, table).hold("a"), pytest.raises(BatchConflictError):
+            run_dump(spark, config, settings, "run-2", HOUR + timedelta(hours=2))
+    finally:
+        del os.environ["TIDEMARK_LOCK_WAIT_S"]
 
 
 def test_table_files_read_through_pyarrow_fs_on_s3_and_local(spark: Any, s3: str, tmp_path: Path) -> None:

@@ -219,7 +219,7 @@ Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{tabl
             if TableWriter(current.state_location, table).current().mode != STREAM:
                 return {"launched": False, "why": "the table is in batch mode"}
             holder = TableLock(current.state_location, table, STREAM_LOCK).holder()
-            if holder is not None and not holder["expired"]:
+            if holder is not None and not (holder["expired"] or holder["process_gone"]):
                 return {"launched": False, "why": f"running: {holder['holder']}"}
             return {"launched": True, **launch_stream(current, table, f"stream__{context['run_id']}")}
 

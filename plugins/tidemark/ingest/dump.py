@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import DirtyRatioExceededError
+from tidemark.errors import DirtyRatioExceededError, LeaseLostError
 from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
 from tidemark.ingest import cardinality
@@ -198,6 +198,7 @@ def run_dump(
     replay: ReplayRequest | None = None,
     until: Mapping[int, int] | None = None,
     writer: str = BATCH,
+    lock_wait: float | None = None,
 ) -> DumpResult:
     """Run (or finish, or confirm) the batch of ``run_id``. Safe to call any number of times.
 
@@ -206,13 +207,14 @@ def run_dump(
     judge future event times. A retry reuses the plan, so both are decided once. With
     ``replay``, a new plan replays dirty records instead of reading offsets (``replay.py``).
     An offset-reading batch runs only while ``writer`` (``batch`` or the ``stream``, whose
-    micro-batch ends are ``until``) is the table's writer (``state/mode.py``)."""
+    micro-batch ends are ``until``) is the table's writer (``state/mode.py``). ``lock_wait``:
+    seconds to wait for the batch lock (default ``TIDEMARK_LOCK_WAIT_S``)."""
     commit_log = CommitLog(settings.state_location, config.table)
     layout = Layout(settings, config.table)
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
     log.info("%s: dump for run %s, broker %s", config.table, run_id, masked(kafka_conf))
     watch = Stopwatch()
-    with TableLock(settings.state_location, config.table).hold(run_id) as lease:
+    with TableLock(settings.state_location, config.table).hold(run_id, wait=lock_wait) as lease:
         with watch.phase("plan"):
             bound = commit_log.batch_of_run(run_id)
             done = commit_log.commit(bound) if bound is not None else None
@@ -238,15 +240,23 @@ def run_dump(
                 done.batch_id,
                 done.run_id,
             )
+            lease.check()  # finishing shows files: only the holder does it
             Publisher(layout, done.batch_id).finish()
             _commit_group(config, settings, kafka_conf, done)
             return _result(done, "already_committed")
         # a plan made before a schema change is read and written by its own schema version
         config = SchemaHistory(settings.state_location, config.table).config_at(config, plan.schema_version)
+        lease.check()  # a job paused past its lease deletes and shows nothing
         if plan.batch_id > 0:  # a crash right after the previous commit record: finish it first
             Publisher(layout, plan.batch_id - 1).finish()
         publisher = Publisher(layout, plan.batch_id)
         with watch.phase("rollback"):
+            lease.check()
+            if commit_log.commit(plan.batch_id) is not None:  # committed by the lease's next holder
+                raise LeaseLostError(
+                    f"{config.table}: batch {plan.batch_id} (run {run_id}) was committed by another job "
+                    "while this one was paused; nothing rolled back or made visible by this attempt"
+                )
             publisher.rollback()
             state = commit_log.state()  # everything before this batch: the lock is held
         if plan.replay:

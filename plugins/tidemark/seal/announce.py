@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal, JournalEntry
+from tidemark.state.layout import table_uri
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,9 @@ def table_asset(config: TableConfig, settings: Settings) -> Any:
     """The Airflow Asset of a table; events carry the hour as ``partition_key``."""
     from airflow.sdk import Asset
 
-    location = Path(settings.warehouse) / config.table
-    return Asset(name=f"tidemark.{config.table}", uri=location.as_uri(), group="tidemark")
+    return Asset(
+        name=f"tidemark.{config.table}", uri=table_uri(settings.warehouse, config.table), group="tidemark"
+    )
 
 
 def latest_versions(entries: Iterable[JournalEntry]) -> dict[str, int]:

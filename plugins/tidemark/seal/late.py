@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from tidemark.errors import ReconciliationError
@@ -28,8 +29,9 @@ log = logging.getLogger(__name__)
 class LateRows:
     """The late rows of one table, by its ``late_policy``."""
 
-    def __init__(self, files: HourFiles, run_id: str) -> None:
+    def __init__(self, files: HourFiles, run_id: str, fence: Callable[[], None] = lambda: None) -> None:
         self.files = files
+        self.fence = fence  # the lease check before every step that makes rows visible
         self.config = files.config
         self.layout = files.layout
         self.run_id = run_id
@@ -57,9 +59,11 @@ class LateRows:
                 locations[hour.key] = self.layout.relative(target)
             else:
                 target = self.layout.late_dir / hour.path
+            self.fence()
             self.files.register(late_table, self.layout.late_dir, hour, target)
             registered[hour.key] = state.late_per_hour[hour.path]
         crash_point("after_late_registration")
+        self.fence()
         record: dict[str, object] = {"hours": dict(sorted(registered.items()))}
         if locations:
             record["locations"] = dict(sorted(locations.items()))
@@ -154,11 +158,13 @@ class LateRows:
                 frame.coalesce(1).write.partitionBy(*self.files.extra_columns).parquet(str(staging))
                 added = self.files.spark.read.parquet(str(staging)).count()
                 # One rename per file: readers see the old version or the new one, never half.
+                self.fence()
                 files = [
                     *(current.files if current else ()),
                     *self.files.move_staged(staging, target, sealed_file_prefix(version)),
                 ]
             crash_point("after_amend_files")
+            self.fence()
             self.files.register(self.config.table, self.layout.table_dir, hour, target)
             self.files.spark.catalog.refreshTable(self.config.table)
             rows = (current.rows if current else 0) + added
@@ -180,6 +186,7 @@ class LateRows:
                 seq=partitions.last_seq + 1 + len(entries),  # the caller applies them after
                 schema_version=self.files.schema_version(self.run_id),
             )
+            self.fence()
             journal.append(entry)
             log.info(
                 "%s: hour %s amended to version %s with %s late rows of batches %s..%s",

@@ -48,7 +48,7 @@ from tidemark.state.layout import (
     sealed_file_prefix,
     write_success,
 )
-from tidemark.state.locks import TableLock
+from tidemark.state.locks import Lease, TableLock
 from tidemark.state.storage import exchange_directories, replace_atomically
 from tidemark.tablefs import Store
 from tidemark.time.hours import Hour, parse_key
@@ -84,6 +84,7 @@ class Rebuilder:
 
     def run(self, hour_keys: list[str]) -> RebuildResult:
         result = RebuildResult(self.config.table, self.run_id)
+        self.files.schema_version(self.run_id)  # an older YAML than the table's refuses here
         for key in hour_keys:
             result.hours.append(self.rebuild_hour(key))
         return result
@@ -93,7 +94,9 @@ class Rebuilder:
 
         table = self.config.table
         hour = parse_key(hour_key, self.config.event_time.time_zone)
-        with TableLock(self.settings.state_location, table, f"rebuild-{hour.key}").hold(self.run_id):
+        with TableLock(self.settings.state_location, table, f"rebuild-{hour.key}").hold(
+            self.run_id
+        ) as hour_lease:
             partitions = self.journal.state()
             current = partitions.hours.get(hour.key)
             if current is not None and current.kind is EntryKind.REBUILD and current.run_id == self.run_id:
@@ -137,8 +140,10 @@ class Rebuilder:
                 self._drop_staging(hour)
                 raise QualityGateError(table, {hour.key: list(quality.failures)})
             crash_point("before_swap")
-            with TableLock(self.settings.state_location, table).hold(self.run_id):
+            with TableLock(self.settings.state_location, table).hold(self.run_id) as lease:
+                hour_lease.check()  # paused past the hour's lease: another rebuild owns it now
                 entry, atomic = self._swap_and_record(
+                    lease,
                     hour,
                     plan,
                     new_dir,
@@ -369,6 +374,7 @@ class Rebuilder:
 
     def _swap_and_record(
         self,
+        lease: Lease,
         hour: Hour,
         plan: RebuildPlan,
         new_dir: Path,
@@ -378,7 +384,8 @@ class Rebuilder:
         quality: dict[str, Any],
         schema_version: int,
     ) -> tuple[Any, bool]:
-        """Under the table lock: the newest version number, the swap, registration, journal."""
+        """Under the table lock: the newest version number, the swap, registration, journal;
+        the lease checked before each visible step."""
         partitions = self.journal.state()
         current = partitions.hours[hour.key]
         version = current.version + 1
@@ -388,6 +395,7 @@ class Rebuilder:
                     f"{self.config.table} hour {hour.key} changed to v{current.version} while it was rebuilt "
                     f"into {new_dir}; nothing was switched: retry the rebuild"
                 )
+            lease.check()
             self.files.register(self.config.table, self.layout.table_dir, hour, new_dir)
             crash_point("after_swap")
             self.files.mark_complete(new_dir, hour, rows, version)
@@ -396,6 +404,7 @@ class Rebuilder:
             write_success(new_dir, hour.key, rows, version)
             target = self.layout.table_dir / hour.path
             target.parent.mkdir(parents=True, exist_ok=True)
+            lease.check()
             atomic = exchange_directories(new_dir, target)
             crash_point("after_swap")
             self.files.register(self.config.table, self.layout.table_dir, hour, target)
@@ -415,6 +424,7 @@ class Rebuilder:
             folded_through_batch=plan.through_batch,
             schema_version=schema_version,
         )
+        lease.check()
         self.journal.append(entry)
         return entry, atomic
 

@@ -125,7 +125,7 @@ class Sealer:
         self.commit_log = CommitLog(settings.state_location, config.table)
         self.journal = HourJournal(settings.state_location, config.table)
         self.zone = config.event_time.time_zone
-        self.late = LateRows(self.files, run_id)
+        self.late = LateRows(self.files, run_id, fence=self._fence)
 
     def entry(self, hour: Hour, state: LogState, journal: JournalState, **step: Any) -> JournalEntry:
         version = step.pop("schema_version", None) or self.files.schema_version(self.run_id)
@@ -133,8 +133,12 @@ class Sealer:
 
     # -- the whole run --------------------------------------------------------------------
     def run(self) -> SealResult:
+        # Before anything is compacted or registered: a config older than the one the hour's
+        # batches were written with (a rolling deploy) would drop their newer columns for good.
+        self.files.schema_version(self.run_id)
         state = self.commit_log.state()
         if state.last_committed >= 0:  # late and dirty files of a batch whose dump died after committing
+            self._fence()
             Publisher(self.layout, state.last_committed).finish()
         pending = self.commit_log.pending_plan(state)
         result = SealResult(self.config.table, self.run_id, "nothing_to_seal")
@@ -149,6 +153,7 @@ class Sealer:
             log.warning("%s: %s", self.config.table, result.message)
             return result
         partitions = self.journal.state()
+        self._fence()
         self._sweep_sealed_leftovers(partitions)
         hours = hours_to_seal(self.config, state, partitions)
         if not hours and seal_limit(self.config, state) is None:
@@ -173,6 +178,7 @@ class Sealer:
                 *metastore.partition_locations(self.config.table),
                 *metastore.partition_locations(self.config.late_table),
             ]
+            self._fence()  # a zombie's collection would judge by a journal another holder moved on
             result.versions_deleted = collector.collect(
                 state, partitions, self.late.locations(self.journal), registered
             )
@@ -264,6 +270,7 @@ class Sealer:
     # -- release of a quarantined hour ----------------------------------------------------
     def release(self, hour_key: str) -> JournalEntry:
         """Register a quarantined hour after a person decided its data is acceptable."""
+        self.files.schema_version(self.run_id)  # refuses an older YAML before anything is visible
         partitions = self.journal.state()
         current = partitions.hours.get(hour_key)
         if current is None or current.published:
@@ -276,7 +283,9 @@ class Sealer:
             target = self.layout.hour_version(hour.path, current.version, current.folded_through_batch)
         else:
             target = self.layout.table_dir / hour.path
+            self._fence()
             self._reveal(self.layout.sealing_dir / hour.path, target)
+        self._fence()
         self.files.publish(hour, target, current.rows, version=1)
         quality = {**current.quality, "released_by_run": self.run_id}
         entry = self.entry(
@@ -292,6 +301,7 @@ class Sealer:
             folded_through_batch=current.folded_through_batch,
             schema_version=current.schema_version,
         )
+        self._fence()
         self.journal.append(entry)
         log.info("%s: hour %s released and registered (%s rows)", self.config.table, hour_key, current.rows)
         return entry
@@ -486,5 +496,5 @@ def run_release(
     spark: SparkSession, config: TableConfig, settings: Settings, hour_key: str, run_id: str
 ) -> JournalEntry:
     """Register a quarantined hour (``tidemark release``); refuses any other hour."""
-    with TableLock(settings.state_location, config.table).hold(run_id):
-        return Sealer(spark, config, settings, run_id).release(hour_key)
+    with TableLock(settings.state_location, config.table).hold(run_id) as lease:
+        return Sealer(spark, config, settings, run_id, lease).release(hour_key)

@@ -121,11 +121,15 @@ def collect_unreferenced(
     """The version directories under ``scope`` that are not ``current``: record when each was
     first seen unreferenced (in ``record``, a state file), delete those unreferenced for
     ``retention`` by ``now`` (processing time). Returns the directories deleted."""
+    bases = [scope] if isinstance(scope, str) else scope
     present: set[str] = set()
-    for base in [scope] if isinstance(scope, str) else scope:
+    for base in bases:
         present |= version_dirs(store.all_files(base))
     unreferenced = present - current
-    recorded = dict((read_json(record) or {}).get("replaced", {}))
+    everything = dict((read_json(record) or {}).get("replaced", {}))
+    # a record may be shared by several scopes: those of the others are kept as they are
+    recorded = {d: t for d, t in everything.items() if any(d.startswith(f"{b}/") for b in bases)}
+    others = {d: t for d, t in everything.items() if d not in recorded}
     since = {d: recorded.get(d, now.isoformat()) for d in sorted(unreferenced)}
     deleted = []
     for directory, first_seen in since.items():
@@ -134,7 +138,7 @@ def collect_unreferenced(
             deleted.append(directory)
     kept = {d: t for d, t in since.items() if d not in deleted}
     if kept != recorded:
-        replace_atomically(record, {"replaced": kept})
+        replace_atomically(record, {"replaced": {**others, **kept}})
     if deleted:
         log.info(
             "%s: deleted %s replaced versions unreferenced for over %s: %s",

@@ -321,10 +321,11 @@ def run_bootstrap(
             return _result(record, already_done=True)
     store = SnapshotStore(spark, config, settings)
     delta = DeltaSnapshot(spark, config, settings) if is_delta(config) else None
-    with TableLock(settings.state_location, config.table, snapshot_lock(config, label)).hold(run_id):
+    with TableLock(settings.state_location, config.table, snapshot_lock(config, label)).hold(run_id) as lease:
         if delta is not None:
             for record in delta.recover(snapshots):
                 if record.run_id == run_id:
+                    store.drop_staging(label, run_id)
                     return _result(record)
         margin = config.watermark.max_out_of_orderness
         plan = snapshots.save_plan(
@@ -367,6 +368,7 @@ def run_bootstrap(
             aligned_offsets=plan["aligned_offsets"],
             location=staged.location,
         )
+        lease.check()  # paused past the label's lease: another bootstrap owns it now
         if delta is not None:  # the Delta commit is the swap; the record follows it
             committed = delta.overwrite([staged.directory / "data" / f for f in staged.files], pending)
             crash_point("after_snapshot_swap")

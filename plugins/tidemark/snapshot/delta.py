@@ -149,7 +149,8 @@ class DeltaSnapshot:
         records = list(snapshots.records())
         known = max((r.delta_version for r in records), default=-1)
         table = self.table()
-        if (table.transaction_version(app_id(self.config.table)) or -1) <= known:
+        committed = table.transaction_version(app_id(self.config.table))  # 0 is a version, not "none"
+        if committed is None or committed <= known:
             return []
         recorded_runs = {r.run_id for r in records}
         recovered = []

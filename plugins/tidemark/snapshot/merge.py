@@ -38,7 +38,7 @@ from tidemark.snapshot.snapshots import (
     period_of,
 )
 from tidemark.state.journal import HourJournal, JournalState
-from tidemark.state.locks import TableLock
+from tidemark.state.locks import Lease, TableLock
 from tidemark.time.hours import hour_of, hours_from, parse_key
 
 if TYPE_CHECKING:
@@ -322,13 +322,18 @@ class Merger:
         self.journal = HourJournal(settings.state_location, config.table)
         self.store = SnapshotStore(spark, config, settings)
         self.hours = HourFiles(spark, config, settings)
+        self.lease: Lease | None = None  # the label's lock, checked before the snapshot changes
+
+    def _fence(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
 
     def merge(self, label: str) -> MergeResult:
         period = period_of(self.config, label)
         if is_delta(self.config):
             with TableLock(
                 self.settings.state_location, self.config.table, snapshot_lock(self.config, label)
-            ).hold(self.run_id):
+            ).hold(self.run_id) as self.lease:
                 return self._merge_delta(period)
         live = self.snapshots.live()
         current = live.get(period.label)
@@ -352,7 +357,7 @@ class Merger:
         plan = plan_merge(self.config, period, live, partitions)
         with TableLock(
             self.settings.state_location, self.config.table, snapshot_lock(self.config, period.label)
-        ).hold(self.run_id):
+        ).hold(self.run_id) as self.lease:
             return self._merge(plan, remerged)
 
     def _merge_delta(self, period: Period) -> MergeResult:
@@ -408,6 +413,7 @@ class Merger:
             source = state_difference(desired, delta.read(head), self.config.primary_key)
         rows = source.toArrow()
         crash_point("after_snapshot_staging")
+        self._fence()
         committed = delta.merge(
             rows,
             SnapshotRecord(
@@ -456,6 +462,7 @@ class Merger:
         )
         staged = self.store.stage(merged, plan.period.label, self.run_id, plan.describe())
         crash_point("after_snapshot_staging")
+        self._fence()
         atomic = self.store.publish(staged)
         record = self.snapshots.append(
             SnapshotRecord(

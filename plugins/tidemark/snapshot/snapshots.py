@@ -257,6 +257,12 @@ class SnapshotStore:
             frame = self.spark.read.schema(self.schema_ddl()).parquet(str(self.partition_dir(record.label)))
         return frame.select(*(F.col(quote_identifier(n)) for n, _ in self.columns()))
 
+    def drop_staging(self, label: str, run_id: str) -> None:
+        """A run's local staging of ``label`` (its job died after the Delta commit, which a
+        retry then recovers instead of staging again)."""
+        if not self.layout.object_store:
+            shutil.rmtree(self.staging_root / f"{label}-{run_key(run_id)}", ignore_errors=True)
+
     def stage(self, frame: DataFrame, label: str, run_id: str, content: str) -> StagedSnapshot:
         """Write the rows of a new version of ``label`` where readers do not see them yet.
         ``content`` names what the run reads (its base and hours): on an object store a retry
@@ -338,7 +344,9 @@ class SnapshotStore:
         partition = self.layout.relative(self.partition_dir(staged.label))
         return collect_unreferenced(
             self.layout.store,
-            SnapshotLog(self.settings.state_location, self.config.table).root / "replaced_versions.json",
+            # one record per label: labels are cleaned under their own locks, concurrently
+            SnapshotLog(self.settings.state_location, self.config.table).root
+            / f"replaced_versions-{staged.label}.json",
             scope=partition,
             current={live.location},
             now=now,

@@ -51,7 +51,8 @@ COMPACTED_MARKER = "_tidemark_compacted.json"
 REPLAYED_MARKER = "_tidemark_replayed.json"  # object stores: a replayed batch's kept input is whole
 DATA_DOCS = "data_docs"
 STAGING = ".tidemark_staging"
-_VERSION_DIR = re.compile(r"^(.*/_(?:v\d{4}-b\d{10}|s[0-9a-f]{12}))/")
+# _v<version or late rows, 4 digits or more>-b<batch>[-<owner>], _s<digest>
+_VERSION_DIR = re.compile(r"^(.*/_(?:v\d{4,}-b\d{10}(?:-[0-9a-z]{8})?|s[0-9a-f]{12}))/")
 _BATCH_FILE = re.compile(r"part-b(\d{10})-(?:p\d+-)?\d+\.parquet$")
 
 
@@ -60,6 +61,15 @@ def run_key(run_id: str) -> str:
     readable = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:80]
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
     return f"{readable}-{digest}"
+
+
+def table_uri(warehouse: str, table: str) -> str:
+    """A table's directory as a URI (``file:///...``, ``s3://bucket/prefix/table``): the
+    warehouse setting is a path or a URI, and ``pathlib`` would collapse ``s3://`` into a
+    relative path (an Asset URI, lineage, anything that leaves the process)."""
+    if "://" in warehouse:
+        return f"{warehouse.rstrip('/')}/{table}"
+    return (Path(warehouse).expanduser().resolve() / table).as_uri()
 
 
 def batch_dir_name(batch_id: int) -> str:

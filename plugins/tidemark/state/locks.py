@@ -8,8 +8,16 @@ token**. Taking a lock is creating the next record, so of two processes breaking
 stale lock exactly one wins (the create-only write), never both.
 
 - A live holder renews its lease in the background (``<token>.renew.json``, its own file).
-- A lease is broken only after it expired, or at once when its holder ran on this host and
-  its process is gone (a killed job's retry need not wait).
+- A lease is broken only after it expired, or at once when its holder ran in this pid
+  namespace (same boot, same ``/proc/self/ns/pid``) and its process is gone (a killed job's
+  retry need not wait). Containers with a fixed hostname, or pods sharing the node's network,
+  share a hostname but not a pid namespace: there a pid says nothing, and only expiry counts.
+- Expiry tolerates clock skew between hosts: a lease whose holder-written expiry has passed
+  by this host's clock is broken only once it has also been silent (no renewal) for a whole
+  lease as this process saw it, or its expiry is a whole lease in the past.
+- The batch lock is waited for, bounded (``TIDEMARK_LOCK_WAIT_S``, 120 s) and logged, instead
+  of failing at once: a seal behind a dump, a rebuild swap or a stream micro-batch goes on
+  when the other job is done. Other locks (a rebuild's hour, the stream) fail at once.
 - A holder checks its token before every step that makes data visible (``Lease.check``): a
   job paused past its lease (GC, a frozen VM) finds another holder and stops with
   ``LeaseLostError`` instead of publishing.
@@ -21,10 +29,12 @@ lock costs a few reads however long the log grows.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -41,9 +51,43 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE = timedelta(minutes=10)
 
 
+DEFAULT_WAIT_S = 120.0
+POLL_S = 0.5
+
+
 def lease_duration() -> timedelta:
     """``TIDEMARK_LOCK_LEASE_S`` (seconds) or 10 minutes: how long a silent holder keeps a lock."""
     return timedelta(seconds=float(os.environ.get("TIDEMARK_LOCK_LEASE_S", DEFAULT_LEASE.total_seconds())))
+
+
+def lock_wait(name: str) -> float:
+    """Seconds to wait for a held lock: ``TIDEMARK_LOCK_WAIT_S`` (120) for the batch lock, which
+    short steps of other jobs take in turn; 0 for the others (one rebuild of an hour, one
+    stream: a second one is a mistake to report, not to queue)."""
+    if name != "batch":
+        return 0.0
+    return float(os.environ.get("TIDEMARK_LOCK_WAIT_S", DEFAULT_WAIT_S))
+
+
+@functools.cache
+def pid_namespace() -> str:
+    """This process's pid namespace: the boot and ``/proc/self/ns/pid``; "" where unknown. Two
+    processes can judge each other's pids only when these are equal."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> str:
+    """A process's start time in clock ticks since boot (``/proc/<pid>/stat``), "" if unknown:
+    tells a live holder from another process that reuses its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
 
 
 @dataclass(frozen=True)
@@ -57,9 +101,26 @@ class LockRecord:
     at: str
     expires_at: str | None = None
     by: str = ""  # release: who (a job, or an operator's tidemark unlock)
+    pid_namespace: str = ""  # "" (older records, unknown systems): the pid is never judged
+    started: str = ""  # the holder process's start time (pid reuse)
 
     def describe(self) -> str:
         return f"host {self.host}, pid {self.pid}, run {self.run_id}"
+
+    def lease(self) -> timedelta:
+        """The lease its holder took (its own setting, not this process's)."""
+        if self.expires_at is None:
+            return timedelta(0)
+        return datetime.fromisoformat(self.expires_at) - datetime.fromisoformat(self.at)
+
+    def process_gone(self) -> bool:
+        """The holder ran in this pid namespace and its process is gone (or its pid is now
+        another process's). False whenever that cannot be known."""
+        if not self.pid_namespace or self.pid_namespace != pid_namespace():
+            return False
+        if not _pid_alive(self.pid):
+            return True
+        return bool(self.started) and process_start(self.pid) not in ("", self.started)
 
 
 class TableLock:
@@ -92,6 +153,10 @@ class TableLock:
         assert text is not None
         return datetime.fromisoformat(text)
 
+    def _renewal_text(self, token: int) -> str:
+        renewal = read_json(self._renewal(token))
+        return str(renewal["expires_at"]) if renewal else ""
+
     def holder(self, now: datetime | None = None) -> dict[str, Any] | None:
         """The current holder and its lease, for ``tidemark status``; None when free."""
         latest = self.latest()
@@ -107,19 +172,42 @@ class TableLock:
             "since": record.at,
             "expires_at": expires.isoformat(),
             "expired": expires <= now,
+            "process_gone": record.process_gone(),
         }
 
     # -- taking and giving back ------------------------------------------------------------
     @contextmanager
-    def hold(self, run_id: str) -> Iterator[Lease]:
-        lease = self.acquire(run_id)
+    def hold(self, run_id: str, *, wait: float | None = None) -> Iterator[Lease]:
+        lease = self.acquire(run_id, wait=wait)
         try:
             with lease.renewing():
                 yield lease
         finally:
             lease.release()
 
-    def acquire(self, run_id: str) -> Lease:
+    def acquire(self, run_id: str, *, wait: float | None = None) -> Lease:
+        """Take the lock; a live holder is waited for up to ``wait`` seconds (default:
+        :func:`lock_wait`), polling and logging, then ``BatchConflictError``."""
+        budget = lock_wait(self.name) if wait is None else wait
+        deadline = time.monotonic() + budget
+        silence = _Silence()
+        logged = 0.0
+        while True:
+            try:
+                return self._try_acquire(run_id, silence)
+            except _Held as held:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waited = f" after waiting {budget:.0f} s" if budget else ""
+                    raise BatchConflictError(f"{held}{waited}; {held.advice}") from None
+                if time.monotonic() - logged >= 30:
+                    log.info(
+                        "%s: waiting for the %s lock (%s), %.0f s left", self.table, self.name, held, left
+                    )
+                    logged = time.monotonic()
+                time.sleep(min(POLL_S, left))
+
+    def _try_acquire(self, run_id: str, silence: _Silence) -> Lease:
         now = datetime.now(UTC)
         duration = lease_duration()
         latest = self.latest()
@@ -129,20 +217,25 @@ class TableLock:
             next_seq = seq + 1
             if record.kind == "acquire":
                 expires = self.expires_at(seq, record)
-                expired = expires <= now
-                dead_here = record.host == socket.gethostname() and not _pid_alive(record.pid)
-                if not (expired or dead_here):
-                    raise BatchConflictError(
+                lease = record.lease()
+                silent_for = silence.observe(seq, self._renewal_text(seq))
+                # expired by this host's clock, and either silent for a whole lease as this
+                # process saw it or a whole lease past its expiry (skew up to a lease is harmless)
+                expired = expires <= now and (silent_for >= lease or expires + lease <= now)
+                gone = record.process_gone()
+                if not (expired or gone):
+                    raise _Held(
                         f"{self.table}: another job holds the {self.name} lock ({record.describe()}, lease "
-                        f"until {expires.isoformat()}); this attempt did nothing and "
-                        f"can be retried (a lock left by a lost host: tidemark unlock --table {self.table})"
+                        f"until {expires.isoformat()})",
+                        advice="this attempt did nothing and can be retried (a lock left by a lost host: "
+                        f"tidemark unlock --table {self.table})",
                     )
                 log.warning(
                     "%s: breaking the %s lock of %s (%s)",
                     self.table,
                     self.name,
                     record.describe(),
-                    "its process is gone" if dead_here else "its lease expired",
+                    "its process is gone" if gone else "its lease expired",
                 )
         me = LockRecord(
             "acquire",
@@ -151,6 +244,8 @@ class TableLock:
             run_id,
             now.isoformat(),
             (now + duration).isoformat(),
+            pid_namespace=pid_namespace(),
+            started=process_start(os.getpid()),
         )
         if not self._log.create(next_seq, asdict(me)):
             raise BatchConflictError(
@@ -231,6 +326,29 @@ class Lease:
         latest = self.lock.latest()
         if latest is not None and latest[0] == self.token:
             self.lock._append_release(self.token + 1, by="job", run_id=self.record.run_id)
+
+
+class _Held(Exception):
+    """The lock is held by a live holder (internal: ``acquire`` waits or raises)."""
+
+    def __init__(self, message: str, *, advice: str) -> None:
+        super().__init__(message)
+        self.advice = advice
+
+
+class _Silence:
+    """How long a holder's lease has gone unrenewed, as this process observed it (its own
+    monotonic clock: no other host's clock involved)."""
+
+    def __init__(self) -> None:
+        self._seen: tuple[int, str] | None = None
+        self._since = time.monotonic()
+
+    def observe(self, token: int, renewal: str) -> timedelta:
+        if self._seen != (token, renewal):
+            self._seen = (token, renewal)
+            self._since = time.monotonic()
+        return timedelta(seconds=time.monotonic() - self._since)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import QualityGateError, TidemarkError, WriterModeError
+from tidemark.errors import BatchConflictError, QualityGateError, TidemarkError, WriterModeError
 from tidemark.faults import crash_point
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
-from tidemark.state.locks import Lease, TableLock
+from tidemark.state.locks import Lease, TableLock, lease_duration
 from tidemark.state.mode import STREAM, TableWriter
 from tidemark.state.storage import Location, read_json, replace_atomically
 
@@ -200,6 +200,9 @@ class EpochRunner:
                 planned_at=now,
                 until=ends,
                 writer=STREAM,
+                # a rebuild swap, a release or an ingest seal holds the batch lock for seconds:
+                # the micro-batch waits (logged) for up to a lease rather than killing the query
+                lock_wait=lease_duration().total_seconds(),
             )
             self._count(result, now)
             committed = self.commit_log.state().end_offsets
@@ -241,6 +244,9 @@ class EpochRunner:
         try:
             with TableLock(self.settings.state_location, self.config.table).hold(seal_run) as lease:
                 result = Sealer(self.spark, self.config, self.settings, seal_run, lease).run()
+        except BatchConflictError as exc:  # another job's long step: seal at a later micro-batch
+            log.warning("%s: sealing put off to the next micro-batch: %s", self.config.table, exc)
+            return
         except QualityGateError as exc:
             self.progress.quarantined = sorted(set(self.progress.quarantined) | set(exc.failures))
             self.progress.message = str(exc)
