@@ -197,8 +197,11 @@ class StaleConfigError(SchemaEvolutionError):
     Sealing or dumping with it would drop the newer columns of the hour's batches for good, so
     the job refuses before it reads or writes anything."""
 
-    def __init__(self, table: str, config_version: int, recorded_version: int, recorded_by: str) -> None:
+    def __init__(
+        self, table: str, config_version: int, recorded_version: int, recorded_by: str, problems: list[str]
+    ) -> None:
         self.config_version = config_version
+        lines = "".join(f"\n  - {p}" for p in problems)
         TidemarkError.__init__(
             self,
             f"{table}: this process's table YAML is schema version {config_version}, but version "
@@ -206,8 +209,13 @@ class StaleConfigError(SchemaEvolutionError):
             f"conf/tables/{table}.yaml than other workers (a rolling deploy, or a stream started "
             "before the change); nothing was read or written. Deploy the newest YAML to this "
             "worker (and restart a stream), then retry; the schema never goes back "
-            f"(tidemark schema --table {table} shows the history)",
+            f"(tidemark schema --table {table} shows the history):{lines}",
         )
         self.table = table
-        self.problems = [f"schema version {config_version} < recorded version {recorded_version}"]
+        self.problems = problems
         self.recorded_version = recorded_version
+
+
+class VersionConflictError(TidemarkError):
+    """A version directory of a partition is being written by another live step (a rebuild and
+    an amend naming the same next version): this step wrote nothing there; retry it."""

@@ -211,7 +211,8 @@ class SchemaHistory:
                 return current
             older = next((v for v in reversed(versions[:-1]) if v.same_schema(wanted)), None)
             if older is not None and current is not None:
-                raise StaleConfigError(self.table, older.version, current.version, current.run_id)
+                _, refused = evolution(current, wanted)
+                raise StaleConfigError(self.table, older.version, current.version, current.run_id, refused)
             changes = self.check(config)
             record = replace(wanted, changes=tuple(changes))
             if self._log.create(len(versions), record.to_json()):

@@ -212,3 +212,53 @@ def test_a_cleared_or_queued_run_judges_future_times_by_the_clock_of_its_plan(
         spark, config, settings, "scheduled__11", PROCESSING, planned_at=now + timedelta(hours=5)
     )
     assert again.status == "already_committed" and again.batch_id == result.batch_id
+
+
+def test_a_dump_paused_past_its_lease_before_rollback_deletes_nothing_committed(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zombie: a dump planned its batch, then froze (GC, a stopped VM: no renewals) before
+    its rollback. Its lease expired, the retry of the same run committed the batch. When the
+    zombie resumes it must not roll back (delete) the committed batch's files: it stops with
+    LeaseLostError, and every offset is still there exactly once."""
+    import threading
+    from contextlib import nullcontext
+
+    from tidemark.errors import LeaseLostError
+    from tidemark.ingest import dump
+    from tidemark.state.locks import Lease
+
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 4)
+    delivered = produce(broker, config.source.topic, events(40, start=START))
+    monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "1")
+    monkeypatch.setattr(Lease, "renewing", lambda self: nullcontext())  # frozen: no renewals
+    frozen, resume = threading.Event(), threading.Event()
+    real = dump.Publisher
+
+    class PausingPublisher(real):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if threading.current_thread().name == "zombie" and not frozen.is_set():
+                frozen.set()
+                resume.wait(120)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(dump, "Publisher", PausingPublisher)
+    outcome: list[BaseException] = []
+
+    def zombie() -> None:
+        try:
+            run_dump(spark, config, settings, "run-1", PROCESSING)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=zombie, name="zombie")
+    thread.start()
+    assert frozen.wait(120), "the zombie never reached its rollback"
+    retried = run_dump(spark, config, settings, "run-1", PROCESSING)  # waits out the lease
+    assert (retried.status, retried.read) == ("committed", 40)
+    resume.set()
+    thread.join(120)
+    assert len(outcome) == 1 and isinstance(outcome[0], LeaseLostError), outcome
+    rows, dirty, _ = landed(settings, config.table)
+    assert rows + dirty == Counter((p, o) for p, o, _ in delivered)

@@ -5,6 +5,7 @@ processing time has moved ``output.version_retention`` past that."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,11 @@ pytestmark = pytest.mark.unit
 
 def at(processing: str) -> LogState:
     return LogState(last_committed=4, ready=ReadyTime(time=processing, processing_time=processing))
+
+
+def wall(processing: str) -> datetime:
+    """The wall clock of a test's seal: as far along as its processing time."""
+    return datetime.fromisoformat(processing)
 
 
 def sealed_once(config: TableConfig, hour: Hour) -> JournalState:
@@ -110,14 +116,31 @@ def test_replaced_versions_are_deleted_after_the_retention(settings: Settings, t
     late = {hour.key: layout.relative(late_now)}
     collector = VersionCollector(config, layout, journal)
 
-    assert collector.collect(at("2026-11-22T12:00:00+00:00"), partitions, late) == []
-    assert collector.collect(at("2026-11-22T12:59:00+00:00"), partitions, late) == []  # within 1h
+    assert (
+        collector.collect(
+            at("2026-11-22T12:00:00+00:00"), partitions, late, wall=wall("2026-11-22T12:00:00+00:00")
+        )
+        == []
+    )
+    assert (
+        collector.collect(
+            at("2026-11-22T12:59:00+00:00"), partitions, late, wall=wall("2026-11-22T12:59:00+00:00")
+        )
+        == []
+    )  # within 1h
     assert recompacted_away.exists() and late_before.exists()
-    deleted = collector.collect(at("2026-11-22T13:00:00+00:00"), partitions, late)
+    deleted = collector.collect(
+        at("2026-11-22T13:00:00+00:00"), partitions, late, wall=wall("2026-11-22T13:00:00+00:00")
+    )
     assert sorted(deleted) == sorted(layout.relative(d) for d in (recompacted_away, late_before))
     assert not recompacted_away.exists() and not late_before.exists()
     assert sealed.exists() and late_now.exists()  # what partitions point at is never touched
-    assert collector.collect(at("2026-11-22T14:00:00+00:00"), partitions, late) == []
+    assert (
+        collector.collect(
+            at("2026-11-22T14:00:00+00:00"), partitions, late, wall=wall("2026-11-22T14:00:00+00:00")
+        )
+        == []
+    )
 
 
 def test_a_directory_the_metastore_points_at_is_kept_whatever_the_journal_says(
@@ -144,7 +167,64 @@ def test_a_directory_the_metastore_points_at_is_kept_whatever_the_journal_says(
     partitions = sealed_once(config, hour)
     collector = VersionCollector(config, local_layout, HourJournal(local.state_location, config.table))
     pointed = [str(local_layout.hour_version(hour.path, 2, 4))]
-    assert collector.collect(at("2026-11-22T13:00:00+00:00"), partitions, {}, pointed) == []
-    assert collector.collect(at("2026-11-22T14:00:00+00:00"), partitions, {}) == [
+    assert (
+        collector.collect(
+            at("2026-11-22T13:00:00+00:00"), partitions, {}, pointed, wall=wall("2026-11-22T13:00:00+00:00")
+        )
+        == []
+    )
+    assert collector.collect(
+        at("2026-11-22T14:00:00+00:00"), partitions, {}, wall=wall("2026-11-22T14:00:00+00:00")
+    ) == [
         local_layout.relative(local_layout.hour_version(hour.path, 2, 4))
     ]  # without the metastore's word it would have gone
+
+
+def test_late_versions_past_9999_rows_are_still_version_directories() -> None:
+    files = [
+        "t__late/dt=2026-11-22/hr=10/_v12345-b0000000007/part-00000.parquet",
+        "t__late/dt=2026-11-22/hr=10/_v1000000-b0000000008/part-00000.parquet",
+    ]
+    assert version_dirs(files) == {
+        "t__late/dt=2026-11-22/hr=10/_v12345-b0000000007",
+        "t__late/dt=2026-11-22/hr=10/_v1000000-b0000000008",
+    }
+
+
+def test_scopes_sharing_one_record_keep_each_others_replaced_versions(tmp_path: Path) -> None:
+    """Two snapshot labels cleaned in turn: the second one's cleanup must not forget when the
+    first one's replaced version was first seen (it would never be deleted)."""
+    from datetime import timedelta
+
+    from tidemark.seal.versions import collect_unreferenced
+    from tidemark.state.storage import Location, read_json
+
+    store = Store.of(str(tmp_path / "wh"))
+    record = Location(tmp_path / "state" / "replaced_versions.json")
+    for label in ("a", "b"):
+        for digest in ("000000000001", "000000000002"):
+            store.write_json(f"s/snapshot_dt={label}/_s{digest}/part-00000.parquet", "rows")
+    t0 = datetime.fromisoformat("2026-11-22T10:00:00+00:00")
+    keep = {"s/snapshot_dt=a/_s000000000002", "s/snapshot_dt=b/_s000000000002"}
+
+    def clean(label: str, now: datetime) -> list[str]:
+        return collect_unreferenced(
+            store,
+            record,
+            scope=f"s/snapshot_dt={label}",
+            current=keep,
+            now=now,
+            retention=timedelta(hours=1),
+            owner="s",
+            wall=now,
+        )
+
+    assert clean("a", t0) == [] and clean("b", t0) == []
+    assert set((read_json(record) or {})["replaced"]) == {
+        "s/snapshot_dt=a/_s000000000001",
+        "s/snapshot_dt=b/_s000000000001",
+    }
+    later = t0 + timedelta(hours=2)
+    assert clean("b", later) == ["s/snapshot_dt=b/_s000000000001"]
+    assert clean("a", later) == ["s/snapshot_dt=a/_s000000000001"]
+    assert not store.all_files("s/snapshot_dt=a/_s000000000001")

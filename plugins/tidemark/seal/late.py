@@ -12,6 +12,7 @@ import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
@@ -23,14 +24,24 @@ from tidemark.state.layout import batch_of_file, sealed_file_prefix
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.time.hours import Hour, parse_path
 
+if TYPE_CHECKING:
+    from tidemark.state.locks import Lease
+
 log = logging.getLogger(__name__)
 
 
 class LateRows:
     """The late rows of one table, by its ``late_policy``."""
 
-    def __init__(self, files: HourFiles, run_id: str, fence: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        files: HourFiles,
+        run_id: str,
+        fence: Callable[[], None] = lambda: None,
+        lease: Lease | None = None,
+    ) -> None:
         self.files = files
+        self.lease = lease  # owns the version directories it writes
         self.fence = fence  # the lease check before every step that makes rows visible
         self.config = files.config
         self.layout = files.layout
@@ -104,7 +115,7 @@ class LateRows:
                 )
             return written
 
-        written = write_version_once(store, self.layout.relative(home), rewrite)
+        written = write_version_once(store, self.layout.relative(home), rewrite, self.lease)
         return home, written.files, written.rows - before
 
     def _late_version(self, hour: Hour, state: LogState) -> Path:
@@ -129,7 +140,7 @@ class LateRows:
                 )
             return written
 
-        write_version_once(store, self.layout.relative(home), gather)
+        write_version_once(store, self.layout.relative(home), gather, self.lease)
         return home
 
     def amend(self, state: LogState, partitions: JournalState, journal: HourJournal) -> list[JournalEntry]:

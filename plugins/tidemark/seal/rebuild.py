@@ -81,6 +81,7 @@ class Rebuilder:
         self.layout = self.files.layout
         self.journal = HourJournal(settings.state_location, config.table)
         self.commit_log = CommitLog(settings.state_location, config.table)
+        self.hour_lease: Lease | None = None
 
     def run(self, hour_keys: list[str]) -> RebuildResult:
         result = RebuildResult(self.config.table, self.run_id)
@@ -97,6 +98,7 @@ class Rebuilder:
         with TableLock(self.settings.state_location, table, f"rebuild-{hour.key}").hold(
             self.run_id
         ) as hour_lease:
+            self.hour_lease = hour_lease  # owns the version directory it writes
             partitions = self.journal.state()
             current = partitions.hours.get(hour.key)
             if current is not None and current.kind is EntryKind.REBUILD and current.run_id == self.run_id:
@@ -217,7 +219,7 @@ class Rebuilder:
             self._reconcile(hour, plan, receipts, sum(n for _, n in written))
             return written
 
-        written = write_version_once(self.layout.store, directory, reread)
+        written = write_version_once(self.layout.store, directory, reread, self.hour_lease)
         if written.reused:
             log.info(
                 "%s: hour %s v%s already written in %s",

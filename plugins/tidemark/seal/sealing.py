@@ -125,7 +125,7 @@ class Sealer:
         self.commit_log = CommitLog(settings.state_location, config.table)
         self.journal = HourJournal(settings.state_location, config.table)
         self.zone = config.event_time.time_zone
-        self.late = LateRows(self.files, run_id, fence=self._fence)
+        self.late = LateRows(self.files, run_id, fence=self._fence, lease=lease)
 
     def entry(self, hour: Hour, state: LogState, journal: JournalState, **step: Any) -> JournalEntry:
         version = step.pop("schema_version", None) or self.files.schema_version(self.run_id)
@@ -383,7 +383,7 @@ class Sealer:
             self._log_compacted(hour, inputs=len(inputs), size=size, files=len(written), rows=rows, home=home)
             return written
 
-        version = write_version_once(store, self.layout.relative(home), compact)
+        version = write_version_once(store, self.layout.relative(home), compact, self.lease)
         if version.reused:
             if version.rows != expected:
                 raise ReconciliationError(

@@ -6,7 +6,9 @@ the old directory keeps reading a complete version. A replaced directory (a late
 that grew, an hour compacted again after a failed seal, a crashed attempt's leftovers) is
 deleted once it has been unreferenced for ``output.version_retention`` of the pipeline's
 processing time (the commit log's, never the machine's clock): the first seal that finds it
-unreferenced records when, a later one deletes it.
+unreferenced records when, a later one deletes it, once the retention has also passed on the
+wall clock. A directory has an owner: the lease of the step writing it (``claim_version``);
+no other step empties it while that lease lives, and the collector leaves it alone.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.errors import VersionConflictError
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import HourJournal, JournalState
 from tidemark.state.layout import COMPACTED_MARKER, Layout, version_dir_of
@@ -25,7 +29,12 @@ from tidemark.tablefs import Store
 from tidemark.time.hours import parse_key
 from tidemark.time.instants import parse_instant
 
+if TYPE_CHECKING:
+    from tidemark.state.locks import Lease
+
 log = logging.getLogger(__name__)
+
+OWNER_RECORD = "_tidemark_owner.json"  # the lease writing a version directory (created first)
 
 
 @dataclass(frozen=True)
@@ -38,17 +47,69 @@ class WrittenVersion:
     reused: bool = False
 
 
+def owner_live(owner: dict[str, Any] | None) -> bool:
+    """Whether the lease an owner record names is still its lock's live holder."""
+    if not owner or "lock_root" not in owner:
+        return False
+    from tidemark.state.locks import TableLock
+
+    lock = TableLock.at(Location(owner["lock_root"]))
+    held = lock.holder()
+    return bool(
+        held is not None
+        and held["token"] == owner["token"]
+        and not held["expired"]
+        and not held["process_gone"]
+    )
+
+
+def claim_version(store: Store, directory: str, lease: Lease | None) -> None:
+    """Make ``lease`` the owner of a version directory before anything is written into it:
+    an owner record, created only if absent (a conditional PUT on S3). A directory owned by
+    another live lease (a rebuild and an amend naming the same next version, a zombie's
+    retry) is never emptied: VersionConflictError; one of a dead owner is a crashed
+    attempt's, emptied and claimed anew."""
+    if lease is None:
+        store.delete_dir(directory)
+        return
+    from tidemark.state.storage import create_only
+
+    record = Location(store.uri(f"{directory}/{OWNER_RECORD}"))
+    me = {"lock_root": lease.lock.root.uri, "token": lease.token, "run_id": lease.record.run_id}
+    for _ in range(2):
+        owner = read_json(record)
+        if (
+            owner is not None
+            and owner.get("lock_root") == me["lock_root"]
+            and owner.get("token") == me["token"]
+        ):
+            return  # this lease's own earlier write of it: the caller rewrites it
+        if owner is not None and owner_live(owner):
+            raise VersionConflictError(
+                f"{directory} is being written by run {owner.get('run_id')} (lock {owner['lock_root']}, token "
+                f"{owner['token']}); this step wrote nothing there and can be retried once that one ended"
+            )
+        store.delete_dir(directory)  # a dead owner's (or an unowned crashed attempt's) leftovers
+        if create_only(record, me):
+            return
+    raise VersionConflictError(f"{directory}: another writer claimed it at the same moment; retry")
+
+
 def write_version_once(
-    store: Store, directory: str, write: Callable[[], list[tuple[str, int]]]
+    store: Store,
+    directory: str,
+    write: Callable[[], list[tuple[str, int]]],
+    lease: Lease | None = None,
 ) -> WrittenVersion:
     """A version directory is written once and never changed: a directory whose marker exists
-    is complete and reused (a retry after a kill); one without is a crashed attempt's, never
-    pointed at, and is emptied and written again by ``write`` (which returns (file, rows) of
-    what it wrote, and raises when its rows do not reconcile). The marker goes last."""
+    is complete and reused (a retry after a kill); one without is an attempt's in progress or
+    a crashed one's, never pointed at: claimed by ``lease`` (:func:`claim_version`), emptied
+    and written again by ``write`` (which returns (file, rows) of what it wrote, and raises
+    when its rows do not reconcile). The marker goes last."""
     done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
     if done is not None:
         return WrittenVersion(list(done["files"]), int(done["rows"]), reused=True)
-    store.delete_dir(directory)
+    claim_version(store, directory, lease)
     written = write()
     version = WrittenVersion([path for path, _ in written], sum(rows for _, rows in written))
     store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": version.files, "rows": version.rows})
@@ -86,6 +147,7 @@ class VersionCollector:
         partitions: JournalState,
         late_locations: dict[str, str],
         registered: Sequence[str] = (),
+        wall: datetime | None = None,
     ) -> list[str]:
         """Record newly unreferenced directories; delete those past the retention. Returns the
         directories deleted. ``registered``: the locations the metastore points at now (kept
@@ -105,7 +167,16 @@ class VersionCollector:
             now=now,
             retention=self.config.output.version_retention,
             owner=self.config.table,
+            wall=wall,
         )
+
+
+def _first_seen(recorded: Any, now: datetime, wall: datetime) -> dict[str, str]:
+    """When a directory was first seen unreferenced, in processing time and wall-clock time
+    (a record of an older release holds the processing time only: its wall clock starts now)."""
+    if isinstance(recorded, dict):
+        return {"processing": str(recorded["processing"]), "wall": str(recorded["wall"])}
+    return {"processing": str(recorded or now.isoformat()), "wall": wall.isoformat()}
 
 
 def collect_unreferenced(
@@ -117,25 +188,39 @@ def collect_unreferenced(
     now: datetime,
     retention: timedelta,
     owner: str,
+    wall: datetime | None = None,
 ) -> list[str]:
     """The version directories under ``scope`` that are not ``current``: record when each was
     first seen unreferenced (in ``record``, a state file), delete those unreferenced for
-    ``retention`` by ``now`` (processing time). Returns the directories deleted."""
+    ``retention`` both by ``now`` (processing time, which an outage moves by a day at once)
+    and by the wall clock (a query that listed a version keeps it for ``retention`` of real
+    time). A directory whose owner lease is live is being written: never recorded nor
+    deleted. Returns the directories deleted."""
     bases = [scope] if isinstance(scope, str) else scope
     present: set[str] = set()
     for base in bases:
         present |= version_dirs(store.all_files(base))
     unreferenced = present - current
+    wall = wall or datetime.now(UTC)  # the second bound: readers' real time, whatever processing time did
     everything = dict((read_json(record) or {}).get("replaced", {}))
     # a record may be shared by several scopes: those of the others are kept as they are
     recorded = {d: t for d, t in everything.items() if any(d.startswith(f"{b}/") for b in bases)}
     others = {d: t for d, t in everything.items() if d not in recorded}
-    since = {d: recorded.get(d, now.isoformat()) for d in sorted(unreferenced)}
+    in_flight = {d for d in unreferenced if owner_live(store.read_json(f"{d}/{OWNER_RECORD}"))}
+    since = {d: _first_seen(recorded.get(d), now, wall) for d in sorted(unreferenced) if d not in in_flight}
     deleted = []
     for directory, first_seen in since.items():
-        if datetime.fromisoformat(first_seen) + retention <= now:
+        processing, seen_wall = first_seen["processing"], first_seen["wall"]
+        if (
+            datetime.fromisoformat(processing) + retention <= now
+            and datetime.fromisoformat(seen_wall) + retention <= wall
+        ):
             store.delete_dir(directory)
             deleted.append(directory)
+    if in_flight:
+        log.info(
+            "%s: kept %s version directories being written: %s", owner, len(in_flight), sorted(in_flight)
+        )
     kept = {d: t for d, t in since.items() if d not in deleted}
     if kept != recorded:
         replace_atomically(record, {"replaced": {**others, **kept}})

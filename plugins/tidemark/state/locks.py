@@ -133,6 +133,13 @@ class TableLock:
         self._log = SequentialLog(self.root)
         self._hint = self.root / "latest.json"
 
+    @classmethod
+    def at(cls, root: Location) -> TableLock:
+        """The lock whose records live at ``root`` (``<state>/<table>/locks/<name>``)."""
+        lock = cls(root.parent.parent.parent, root.parent.parent.name, root.name)
+        assert lock.root == root, (lock.root, root)
+        return lock
+
     # -- reading -------------------------------------------------------------------------
     def latest(self) -> tuple[int, LockRecord] | None:
         """The newest record and its sequence number."""
