@@ -228,3 +228,62 @@ def test_scopes_sharing_one_record_keep_each_others_replaced_versions(tmp_path: 
     assert clean("b", later) == ["s/snapshot_dt=b/_s000000000001"]
     assert clean("a", later) == ["s/snapshot_dt=a/_s000000000001"]
     assert not store.all_files("s/snapshot_dt=a/_s000000000001")
+
+
+def test_an_outage_does_not_collect_a_version_readers_listed_seconds_ago(tmp_path: Path) -> None:
+    """One run after a day's outage moves processing time by a day at once: a directory first
+    seen unreferenced just now (wall clock) stays for the retention of real time."""
+    from datetime import timedelta
+
+    from tidemark.seal.versions import collect_unreferenced
+    from tidemark.state.storage import Location
+
+    store = Store.of(str(tmp_path / "wh"))
+    store.write_json("t/dt=2026-11-22/hr=10/_v0001-b0000000004/part-00000.parquet", "rows")
+    record = Location(tmp_path / "state" / "replaced.json")
+    t0 = wall("2026-11-22T10:00:00+00:00")
+
+    def collect(processing: datetime, real: datetime) -> list[str]:
+        return collect_unreferenced(
+            store, record, scope="t", current=set(), now=processing,
+            retention=timedelta(hours=1), owner="t", wall=real,
+        )  # fmt: skip
+
+    assert collect(t0, t0) == []
+    assert collect(t0 + timedelta(hours=25), t0 + timedelta(minutes=1)) == []  # processing jumped
+    assert collect(t0 + timedelta(hours=26), t0 + timedelta(hours=1)) == [
+        "t/dt=2026-11-22/hr=10/_v0001-b0000000004"
+    ]
+
+
+def test_a_directory_a_live_lease_writes_is_neither_emptied_nor_collected(tmp_path: Path) -> None:
+    """A rebuild and an amend name the same next version: the second writer refuses instead of
+    emptying the first one's directory; the collector leaves it alone while its owner lives;
+    a dead owner's leftovers are claimed by the next writer."""
+    from datetime import timedelta
+
+    from tidemark.errors import VersionConflictError
+    from tidemark.seal.versions import OWNER_RECORD, claim_version, collect_unreferenced
+    from tidemark.state.locks import TableLock
+    from tidemark.state.storage import Location
+
+    store = Store.of(str(tmp_path / "wh"))
+    directory = "t/dt=2026-11-22/hr=10/_v0002-b0000000004"
+    rebuild = TableLock(tmp_path / "state", "t", "rebuild-2026-11-22T10").acquire("rebuild-1")
+    claim_version(store, directory, rebuild)
+    store.write_json(f"{directory}/part-00000.parquet", "the rebuild's rows")
+    amend = TableLock(tmp_path / "state", "t").acquire("seal-7")
+    with pytest.raises(VersionConflictError, match="being written by run rebuild-1"):
+        claim_version(store, directory, amend)
+    assert store.read_json(f"{directory}/part-00000.parquet") == "the rebuild's rows"
+    t0 = wall("2026-11-22T10:00:00+00:00")
+    record = Location(tmp_path / "state" / "replaced.json")
+    kept = collect_unreferenced(
+        store, record, scope="t", current=set(), now=t0 + timedelta(days=9),
+        retention=timedelta(0), owner="t", wall=t0 + timedelta(days=9),
+    )  # fmt: skip
+    assert kept == [] and store.read_json(f"{directory}/part-00000.parquet")
+    rebuild.release()  # its owner ended (a crash alike): the directory is leftovers now
+    claim_version(store, directory, amend)
+    assert store.read_json(f"{directory}/part-00000.parquet") is None
+    assert store.read_json(f"{directory}/{OWNER_RECORD}")["run_id"] == "seal-7"
