@@ -53,14 +53,7 @@ def owner_live(owner: dict[str, Any] | None) -> bool:
         return False
     from tidemark.state.locks import TableLock
 
-    lock = TableLock.at(Location(owner["lock_root"]))
-    held = lock.holder()
-    return bool(
-        held is not None
-        and held["token"] == owner["token"]
-        and not held["expired"]
-        and not held["process_gone"]
-    )
+    return TableLock.at(Location(owner["lock_root"])).holds(int(owner["token"]))
 
 
 def claim_version(store: Store, directory: str, lease: Lease | None) -> None:

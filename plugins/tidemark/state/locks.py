@@ -182,6 +182,16 @@ class TableLock:
             "process_gone": record.process_gone(),
         }
 
+    def holds(self, token: int) -> bool:
+        """Whether ``token`` is the live holder, by the rule ``acquire`` breaks leases with
+        (seen once: no silence observed, so only a whole lease past its expiry counts)."""
+        latest = self.latest()
+        if latest is None or latest[0] != token or latest[1].kind != "acquire":
+            return False
+        record = latest[1]
+        expires = self.expires_at(token, record)
+        return not (_expired(record, expires, datetime.now(UTC), timedelta(0)) or record.process_gone())
+
     # -- taking and giving back ------------------------------------------------------------
     @contextmanager
     def hold(self, run_id: str, *, wait: float | None = None) -> Iterator[Lease]:
@@ -224,11 +234,8 @@ class TableLock:
             next_seq = seq + 1
             if record.kind == "acquire":
                 expires = self.expires_at(seq, record)
-                lease = record.lease()
                 silent_for = silence.observe(seq, self._renewal_text(seq))
-                # expired by this host's clock, and either silent for a whole lease as this
-                # process saw it or a whole lease past its expiry (skew up to a lease is harmless)
-                expired = expires <= now and (silent_for >= lease or expires + lease <= now)
+                expired = _expired(record, expires, now, silent_for)
                 gone = record.process_gone()
                 if not (expired or gone):
                     raise _Held(
@@ -333,6 +340,13 @@ class Lease:
         latest = self.lock.latest()
         if latest is not None and latest[0] == self.token:
             self.lock._append_release(self.token + 1, by="job", run_id=self.record.run_id)
+
+
+def _expired(record: LockRecord, expires: datetime, now: datetime, silent_for: timedelta) -> bool:
+    """Expired by this host's clock, and either silent for a whole lease as this process saw it
+    or a whole lease past its expiry: clock skew up to a lease never breaks a live holder."""
+    lease = record.lease()
+    return expires <= now and (silent_for >= lease or expires + lease <= now)
 
 
 class _Held(Exception):
