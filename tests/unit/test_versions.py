@@ -75,10 +75,10 @@ def test_a_version_is_written_once_a_crashed_attempt_rewritten_a_complete_one_re
     store.write_json(f"{directory}/part-00009.parquet", "left by a crashed attempt")
     calls: list[int] = []
 
-    def write() -> list[tuple[str, int]]:
+    def write(into: str) -> list[tuple[str, int]]:
         calls.append(1)
-        store.write_json(f"{directory}/part-00000.parquet", "rows")
-        return [(f"{directory}/part-00000.parquet", 7)]
+        store.write_json(f"{into}/part-00000.parquet", "rows")
+        return [(f"{into}/part-00000.parquet", 7)]
 
     first = write_version_once(store, directory, write)
     assert (first.files, first.rows, first.reused) == ([f"{directory}/part-00000.parquet"], 7, False)
@@ -89,7 +89,7 @@ def test_a_version_is_written_once_a_crashed_attempt_rewritten_a_complete_one_re
     again = write_version_once(store, directory, write)
     assert (again.files, again.rows, again.reused, len(calls)) == (first.files, 7, True, 1)
 
-    def refused() -> list[tuple[str, int]]:
+    def refused(into: str) -> list[tuple[str, int]]:
         raise ValueError("rows do not reconcile")
 
     other = "t/dt=2026-11-22/hr=11/_v0001-b0000000004"
@@ -283,7 +283,56 @@ def test_a_directory_a_live_lease_writes_is_neither_emptied_nor_collected(tmp_pa
         retention=timedelta(0), owner="t", wall=t0 + timedelta(days=9),
     )  # fmt: skip
     assert kept == [] and store.read_json(f"{directory}/part-00000.parquet")
-    rebuild.release()  # its owner ended (a crash alike): the directory is leftovers now
-    claim_version(store, directory, amend)
-    assert store.read_json(f"{directory}/part-00000.parquet") is None
-    assert store.read_json(f"{directory}/{OWNER_RECORD}")["run_id"] == "seal-7"
+    rebuild.release()  # its owner ended (a crash alike): its Spark tasks may still be writing
+    mine = claim_version(store, directory, amend)
+    assert mine.startswith(f"{directory}-") and mine != directory  # a directory of its own
+    assert store.read_json(f"{directory}/part-00000.parquet") == "the rebuild's rows"  # untouched
+    assert store.read_json(f"{mine}/{OWNER_RECORD}")["run_id"] == "seal-7"
+    assert claim_version(store, directory, amend) == mine  # the same lease finds it again
+    assert version_dirs([f"{mine}/part-00000.parquet"]) == {mine}  # the collector sees it
+
+
+def test_a_retry_reuses_a_whole_version_under_a_taken_over_name_never_a_half_deleted_one(
+    tmp_path: Path,
+) -> None:
+    """A writer that took over from a dead one wrote ``<name>-<owner>``: a later retry reuses it
+    (the journal entry's files name it); a marker whose files are gone is not a version."""
+    from tidemark.seal.versions import claim_version, entry_directory
+    from tidemark.state.journal import EntryKind, JournalEntry
+    from tidemark.state.locks import TableLock
+
+    store = Store.of(str(tmp_path / "wh"))
+    directory = "t/dt=2026-11-22/hr=10/_v0002-b0000000004"
+    dead = TableLock(tmp_path / "state", "t", "rebuild-2026-11-22T10").acquire("rebuild-0")
+    claim_version(store, directory, dead)
+    store.write_json(f"{directory}/part-00000.parquet", "half of a dead writer's rows")
+    dead.release()
+    lock = TableLock(tmp_path / "state", "t")
+    first = lock.acquire("seal-1")
+
+    def write(into: str) -> list[tuple[str, int]]:
+        store.write_json(f"{into}/part-00000.parquet", "rows")
+        return [(f"{into}/part-00000.parquet", 3)]
+
+    written = write_version_once(store, directory, write, first)
+    assert written.directory.startswith(f"{directory}-") and not written.reused
+    first.release()
+    second = lock.acquire("seal-1")
+    again = write_version_once(store, directory, write, second)
+    second.release()
+    assert (again.reused, again.directory, again.files) == (True, written.directory, written.files)
+    entry = JournalEntry(
+        seq=0, table="t", hour="2026-11-22T10", hour_start="", hour_end="", kind=EntryKind.AMEND,
+        version=2, rows=3, late=0, files=tuple(written.files), sealed_at="", run_id="seal-1",
+        ready_time=None, processing_time="", folded_through_batch=4,
+    )  # fmt: skip
+    assert entry_directory(None, "dt=2026-11-22/hr=10", entry) == written.directory  # type: ignore[arg-type]
+    store.delete(written.files[0])  # the collector deleted its files under a paused writer
+    calls: list[str] = []
+
+    def rewrite(into: str) -> list[tuple[str, int]]:
+        calls.append(into)
+        return write(into)
+
+    third = write_version_once(store, directory, rewrite, lock.acquire("seal-2"))
+    assert calls and not third.reused and third.directory not in (directory, written.directory)

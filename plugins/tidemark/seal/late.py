@@ -96,10 +96,11 @@ class LateRows:
         hour's next version directory (the whole hour: a registered directory never changes),
         which the partition is then pointed at. Returns (directory, files, late rows added)."""
         store = self.layout.store
-        home = self.layout.hour_version(hour.path, version, through)
+        named = self.layout.hour_version(hour.path, version, through)
         before = current.rows if current else 0
 
-        def rewrite() -> list[tuple[str, int]]:
+        def rewrite(directory: str) -> list[tuple[str, int]]:
+            home = self.layout.warehouse / directory
             inputs = [*(self.layout.warehouse / f for f in (current.files if current else ())), *new_files]
             late = sum(store.rows(self.layout.relative(p)) for p in new_files)
             size = sum(store.size(self.layout.relative(p)) for p in inputs)
@@ -115,8 +116,8 @@ class LateRows:
                 )
             return written
 
-        written = write_version_once(store, self.layout.relative(home), rewrite, self.lease)
-        return home, written.files, written.rows - before
+        written = write_version_once(store, self.layout.relative(named), rewrite, self.lease)
+        return self.layout.warehouse / written.directory, written.files, written.rows - before
 
     def _late_version(self, hour: Hour, state: LogState) -> Path:
         """Object stores: the committed late rows of an hour (hidden batch files in
@@ -125,9 +126,10 @@ class LateRows:
         late file before its batch commits, nor half a version."""
         store = self.layout.store
         count = state.late_per_hour[hour.path]
-        home = self.layout.versioned_hour(self.layout.late_dir, hour.path, count, state.last_committed)
+        named = self.layout.versioned_hour(self.layout.late_dir, hour.path, count, state.last_committed)
 
-        def gather() -> list[tuple[str, int]]:
+        def gather(directory: str) -> list[tuple[str, int]]:
+            home = self.layout.warehouse / directory
             inputs = self.files.batch_files(
                 self.layout.late_open_dir / hour.path, through=state.last_committed
             )
@@ -140,8 +142,8 @@ class LateRows:
                 )
             return written
 
-        write_version_once(store, self.layout.relative(home), gather, self.lease)
-        return home
+        written = write_version_once(store, self.layout.relative(named), gather, self.lease)
+        return self.layout.warehouse / written.directory
 
     def amend(self, state: LogState, partitions: JournalState, journal: HourJournal) -> list[JournalEntry]:
         """amend: fold late rows not yet in a sealed partition into it as a new file version."""

@@ -39,10 +39,12 @@ from tidemark.errors import QualityGateError, RebuildError, ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
+from tidemark.seal.versions import entry_directory, write_version_once
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import EntryKind, HourJournal
 from tidemark.state.layout import (
+    COMPACTED_MARKER,
     batch_dir_name,
     compaction_marker,
     sealed_file_prefix,
@@ -198,14 +200,12 @@ class Rebuilder:
         (``Layout.hour_version``: named by the version and the last batch it holds), marker
         last; a retry reuses a directory with a marker and rewrites one without. Returns (dir,
         files relative to the warehouse, rows)."""
-        from tidemark.seal.versions import write_version_once
+        named = self.layout.relative(self.layout.hour_version(hour.path, version, plan.through_batch))
 
-        home = self.layout.hour_version(hour.path, version, plan.through_batch)
-        directory = self.layout.relative(home)
-
-        def reread() -> list[tuple[str, int]]:
+        def reread(directory: str) -> list[tuple[str, int]]:
             if not plan.sources:
                 return []
+            home = self.layout.warehouse / directory
             receipts = self._staging(hour) / "receipts"
             frame = self._rows(hour, plan, receipts, kafka_conf, hour_config)
             written = self.files.write_version(
@@ -219,7 +219,8 @@ class Rebuilder:
             self._reconcile(hour, plan, receipts, sum(n for _, n in written))
             return written
 
-        written = write_version_once(self.layout.store, directory, reread, self.hour_lease)
+        written = write_version_once(self.layout.store, named, reread, self.hour_lease)
+        home = self.layout.warehouse / written.directory
         if written.reused:
             log.info(
                 "%s: hour %s v%s already written in %s",
@@ -275,8 +276,8 @@ class Rebuilder:
             entry = self.journal.state().hours.get(hour.key)
             if entry is None:
                 return []
-            current = self.layout.hour_version(hour.path, entry.version, entry.folded_through_batch)
-            return [self.layout.warehouse / f for f in self.layout.store.files(self.layout.relative(current))]
+            current = entry_directory(self.layout, hour.path, entry)
+            return [self.layout.warehouse / f for f in self.layout.store.files(current)]
         target = self.layout.table_dir / hour.path
         return sorted(target.rglob("*.parquet")) if target.exists() else []
 
@@ -374,6 +375,21 @@ class Rebuilder:
                 + "; ".join(problems)
             )
 
+    def _verify_complete(self, hour: Hour, new_dir: Path, files: list[str]) -> None:
+        """Object stores: the directory about to be registered is whole: its marker names the
+        files written, and every one of them is there (not deleted under a paused rebuild)."""
+        store = self.layout.store
+        directory = self.layout.relative(new_dir)
+        marker = store.read_json(f"{directory}/{COMPACTED_MARKER}")
+        present = set(store.files(directory))
+        missing = sorted(set(files) - present)
+        if marker is None or sorted(marker["files"]) != sorted(files) or missing:
+            raise RebuildError(
+                f"{self.config.table} hour {hour.key}: {self.layout.uri(new_dir)} is not whole "
+                f"({'no marker' if marker is None else f'{len(missing)} files missing'}); nothing was "
+                "switched: retry the rebuild (it writes the version again)"
+            )
+
     def _swap_and_record(
         self,
         lease: Lease,
@@ -392,11 +408,13 @@ class Rebuilder:
         current = partitions.hours[hour.key]
         version = current.version + 1
         if self.layout.object_store:  # point the partition at the new version's directory
-            if new_dir != self.layout.hour_version(hour.path, version, plan.through_batch):
+            named = self.layout.hour_version(hour.path, version, plan.through_batch).name
+            if new_dir.name != named and not new_dir.name.startswith(f"{named}-"):
                 raise RebuildError(
                     f"{self.config.table} hour {hour.key} changed to v{current.version} while it was rebuilt "
                     f"into {new_dir}; nothing was switched: retry the rebuild"
                 )
+            self._verify_complete(hour, new_dir, files)
             lease.check()
             self.files.register(self.config.table, self.layout.table_dir, hour, new_dir)
             crash_point("after_swap")

@@ -41,7 +41,7 @@ from tidemark.faults import crash_point
 from tidemark.ingest.publish import Publisher
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.late import LateRows
-from tidemark.seal.versions import VersionCollector, write_version_once
+from tidemark.seal.versions import VersionCollector, entry_directory, write_version_once
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
@@ -280,7 +280,7 @@ class Sealer:
             )
         hour = parse_key(hour_key, self.zone)
         if self.layout.object_store:  # its version directory was written, only not registered
-            target = self.layout.hour_version(hour.path, current.version, current.folded_through_batch)
+            target = self.layout.warehouse / entry_directory(self.layout, hour.path, current)
         else:
             target = self.layout.table_dir / hour.path
             self._fence()
@@ -369,12 +369,13 @@ class Sealer:
         (a crashed attempt's, never registered). A marker that disagrees with the commit log
         means batch files were lost: not sealed."""
         store = self.layout.store
-        home = self.layout.hour_version(hour.path, 1, state.last_committed)
+        named = self.layout.hour_version(hour.path, 1, state.last_committed)
 
-        def compact() -> list[tuple[str, int]]:
+        def compact(directory: str) -> list[tuple[str, int]]:
             inputs = self.files.batch_files(self.layout.open_dir / hour.path, through=state.last_committed)
             if not inputs:
                 return []
+            home = self.layout.warehouse / directory
             size = sum(store.size(self.layout.relative(p)) for p in inputs)
             frame = self.files.read_hour(home, inputs)
             written = self.files.write_version(frame, home, sealed_file_prefix(1), self._file_count(size))
@@ -383,7 +384,8 @@ class Sealer:
             self._log_compacted(hour, inputs=len(inputs), size=size, files=len(written), rows=rows, home=home)
             return written
 
-        version = write_version_once(store, self.layout.relative(home), compact, self.lease)
+        version = write_version_once(store, self.layout.relative(named), compact, self.lease)
+        home = self.layout.warehouse / version.directory
         if version.reused:
             if version.rows != expected:
                 raise ReconciliationError(

@@ -8,11 +8,12 @@ deleted once it has been unreferenced for ``output.version_retention`` of the pi
 processing time (the commit log's, never the machine's clock): the first seal that finds it
 unreferenced records when, a later one deletes it, once the retention has also passed on the
 wall clock. A directory has an owner: the lease of the step writing it (``claim_version``);
-no other step empties it while that lease lives, and the collector leaves it alone.
+no other step writes into it, and the collector leaves it alone while that lease lives.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import VersionConflictError
 from tidemark.state.commitlog import LogState
-from tidemark.state.journal import HourJournal, JournalState
+from tidemark.state.journal import HourJournal, JournalEntry, JournalState
 from tidemark.state.layout import COMPACTED_MARKER, Layout, version_dir_of
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.tablefs import Store
@@ -45,6 +46,7 @@ class WrittenVersion:
     files: list[str]
     rows: int
     reused: bool = False
+    directory: str = ""  # warehouse-relative: the one written or reused
 
 
 def owner_live(owner: dict[str, Any] | None) -> bool:
@@ -56,57 +58,100 @@ def owner_live(owner: dict[str, Any] | None) -> bool:
     return TableLock.at(Location(owner["lock_root"])).holds(int(owner["token"]))
 
 
-def claim_version(store: Store, directory: str, lease: Lease | None) -> None:
-    """Make ``lease`` the owner of a version directory before anything is written into it:
-    an owner record, created only if absent (a conditional PUT on S3). A directory owned by
-    another live lease (a rebuild and an amend naming the same next version, a zombie's
-    retry) is never emptied: VersionConflictError; one of a dead owner is a crashed
-    attempt's, emptied and claimed anew."""
+def claim_version(store: Store, directory: str, lease: Lease | None) -> str:
+    """Make ``lease`` the owner of a version directory before anything is written into it, and
+    return the directory to write: ``directory`` when it has no owner (an owner record created
+    only if absent: a conditional PUT on S3) or is this lease's own. A directory owned by
+    another live lease (a rebuild and an amend naming the same next version) is never touched:
+    VersionConflictError. A dead owner's directory is never emptied either (its Spark tasks may
+    still be writing into it): this lease writes a sibling of its own name instead
+    (``<directory>-<owner>``), which the journal entry's files name, and the collector deletes
+    the dead one's once it is unreferenced for the retention."""
     if lease is None:
         store.delete_dir(directory)
-        return
+        return directory
     from tidemark.state.storage import create_only
 
-    record = Location(store.uri(f"{directory}/{OWNER_RECORD}"))
     me = {"lock_root": lease.lock.root.uri, "token": lease.token, "run_id": lease.record.run_id}
-    for _ in range(2):
-        owner = read_json(record)
-        if (
-            owner is not None
-            and owner.get("lock_root") == me["lock_root"]
-            and owner.get("token") == me["token"]
-        ):
-            return  # this lease's own earlier write of it: the caller rewrites it
-        if owner is not None and owner_live(owner):
+    owner = read_json(Location(store.uri(f"{directory}/{OWNER_RECORD}")))
+    if owner is not None and not _same_owner(owner, me):
+        if owner_live(owner):
             raise VersionConflictError(
                 f"{directory} is being written by run {owner.get('run_id')} (lock {owner['lock_root']}, token "
                 f"{owner['token']}); this step wrote nothing there and can be retried once that one ended"
             )
-        store.delete_dir(directory)  # a dead owner's (or an unowned crashed attempt's) leftovers
-        if create_only(record, me):
-            return
-    raise VersionConflictError(f"{directory}: another writer claimed it at the same moment; retry")
+        log.info(
+            "%s: its writer (run %s, token %s) is gone; writing a directory of this run's own",
+            directory,
+            owner.get("run_id"),
+            owner.get("token"),
+        )
+        directory = f"{directory}-{owner_suffix(me)}"
+    record = Location(store.uri(f"{directory}/{OWNER_RECORD}"))
+    if not create_only(record, me) and not _same_owner(read_json(record) or {}, me):
+        raise VersionConflictError(f"{directory}: another writer claimed it at the same moment; retry")
+    for leftover in store.all_files(directory):  # an unowned crashed attempt's (older releases)
+        if not leftover.endswith(f"/{OWNER_RECORD}"):
+            store.delete(leftover)
+    return directory
+
+
+def _same_owner(owner: dict[str, Any], me: dict[str, Any]) -> bool:
+    return owner.get("lock_root") == me["lock_root"] and owner.get("token") == me["token"]
+
+
+def owner_suffix(owner: dict[str, Any]) -> str:
+    """Eight characters naming a lease (its lock and token), for a directory it writes."""
+    return hashlib.sha256(f"{owner['lock_root']}\n{owner['token']}".encode()).hexdigest()[:8]
+
+
+def _completed(store: Store, directory: str) -> tuple[str, dict[str, Any]] | None:
+    """A complete version of ``directory``'s content (a marker, and every file it names): its
+    own, or a sibling's that a writer taking over from a dead one wrote (``<directory>-<owner>``)."""
+    parent, _, name = directory.rpartition("/")
+    present = set(store.all_files(parent))
+    markers = sorted(p for p in present if p.endswith(f"/{COMPACTED_MARKER}"))
+    candidates = [m.rpartition("/")[0] for m in markers]
+    ordered = sorted(c for c in candidates if c == directory or c.rpartition("/")[2].startswith(f"{name}-"))
+    for candidate in sorted(ordered, key=lambda c: c != directory):  # its own name first
+        done = store.read_json(f"{candidate}/{COMPACTED_MARKER}")
+        if done is not None and set(done["files"]) <= present:
+            return candidate, done  # whole: a marker whose files were deleted is not complete
+    return None
 
 
 def write_version_once(
     store: Store,
     directory: str,
-    write: Callable[[], list[tuple[str, int]]],
+    write: Callable[[str], list[tuple[str, int]]],
     lease: Lease | None = None,
 ) -> WrittenVersion:
     """A version directory is written once and never changed: a directory whose marker exists
     is complete and reused (a retry after a kill); one without is an attempt's in progress or
-    a crashed one's, never pointed at: claimed by ``lease`` (:func:`claim_version`), emptied
-    and written again by ``write`` (which returns (file, rows) of what it wrote, and raises
-    when its rows do not reconcile). The marker goes last."""
-    done = store.read_json(f"{directory}/{COMPACTED_MARKER}")
-    if done is not None:
-        return WrittenVersion(list(done["files"]), int(done["rows"]), reused=True)
-    claim_version(store, directory, lease)
-    written = write()
-    version = WrittenVersion([path for path, _ in written], sum(rows for _, rows in written))
+    a crashed one's, never pointed at. ``lease`` claims it (:func:`claim_version`, which may
+    name a sibling of its own), and ``write(directory)`` writes it (returning (file, rows) of
+    what it wrote; raising when its rows do not reconcile). The marker goes last."""
+    complete = _completed(store, directory)
+    if complete is not None:
+        found, done = complete
+        return WrittenVersion(list(done["files"]), int(done["rows"]), reused=True, directory=found)
+    directory = claim_version(store, directory, lease)
+    written = write(directory)
+    version = WrittenVersion(
+        [path for path, _ in written], sum(rows for _, rows in written), directory=directory
+    )
     store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": version.files, "rows": version.rows})
     return version
+
+
+def entry_directory(layout: Layout, hour_path: str, entry: JournalEntry) -> str:
+    """The version directory (warehouse-relative) a journal entry's hour points at: the one its
+    files lie in (a writer that took over a dead one's wrote under a name of its own), else
+    the name of its version and last batch (an hour without rows)."""
+    found = version_dirs(list(entry.files))
+    if len(found) == 1:
+        return found.pop()
+    return layout.relative(layout.hour_version(hour_path, entry.version, entry.folded_through_batch))
 
 
 def version_dirs(files: list[str]) -> set[str]:
@@ -129,9 +174,7 @@ class VersionCollector:
         zone = self.config.event_time.time_zone
         current = set(late_locations.values())
         for key, entry in partitions.hours.items():
-            hour = parse_key(key, zone)
-            directory = self.layout.hour_version(hour.path, entry.version, entry.folded_through_batch)
-            current.add(self.layout.relative(directory))
+            current.add(entry_directory(self.layout, parse_key(key, zone).path, entry))
         return current
 
     def collect(

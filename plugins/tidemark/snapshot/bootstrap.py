@@ -350,7 +350,9 @@ def run_bootstrap(
         frame = conform(read_source(spark, source, credentials()), config, store.columns())
         if delta is not None:  # key-ranged files: a MERGE of recent keys rewrites few of them
             frame = frame.orderBy(*(quote_identifier(k) for k in config.primary_key))
-        staged = store.stage(frame, label, run_id, f"bootstrap {plan['as_of']} {plan['aligned_offsets']}")
+        staged = store.stage(
+            frame, label, run_id, f"bootstrap {plan['as_of']} {plan['aligned_offsets']}", lease
+        )
         crash_point("after_snapshot_staging")
         pending = SnapshotRecord(
             seq=-1,

@@ -27,6 +27,7 @@ from tidemark.errors import MergeError, UnsealedHoursError
 from tidemark.faults import crash_point
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.seal.metastore import quote_identifier
+from tidemark.seal.versions import version_dirs
 from tidemark.settings import Settings
 from tidemark.snapshot.delta import DELETE_FLAG, DeltaSnapshot, is_delta, snapshot_lock
 from tidemark.snapshot.snapshots import (
@@ -155,6 +156,8 @@ class MergePlan:
     base: SnapshotRecord
     hours: dict[str, int]  # hour key -> version to read; 0 = final and empty
     folded: dict[str, int] = field(default_factory=dict)  # hour key -> last batch it holds
+    # object stores: hour key -> the version directory its journal entry's files lie in
+    directories: dict[str, str] = field(default_factory=dict)
 
     def hour_keys_with_rows(self) -> list[str]:
         return [h for h, v in self.hours.items() if v > 0]
@@ -189,7 +192,12 @@ def plan_merge(
     if waiting:
         raise UnsealedHoursError(config.table, period.label, waiting)
     folded = {h.key: partitions.hours[h.key].folded_through_batch for h in hours if versions.get(h.key, 0)}
-    return MergePlan(period, base, {h.key: versions.get(h.key, 0) for h in hours}, folded)
+    directories = {
+        h.key: found.pop()
+        for h in hours
+        if versions.get(h.key, 0) and len(found := version_dirs(list(partitions.hours[h.key].files))) == 1
+    }
+    return MergePlan(period, base, {h.key: versions.get(h.key, 0) for h in hours}, folded, directories)
 
 
 def is_stale(record: SnapshotRecord, live: dict[str, SnapshotRecord], partitions: JournalState) -> bool:
@@ -460,7 +468,7 @@ class Merger:
             op_field=self.cdc.op_field,
             delete_ops=self.cdc.delete_ops,
         )
-        staged = self.store.stage(merged, plan.period.label, self.run_id, plan.describe())
+        staged = self.store.stage(merged, plan.period.label, self.run_id, plan.describe(), self.lease)
         crash_point("after_snapshot_staging")
         self._fence()
         atomic = self.store.publish(staged)
@@ -509,7 +517,8 @@ class Merger:
                 layout.warehouse / f
                 for k in hour_keys
                 for f in layout.store.files(
-                    layout.relative(
+                    plan.directories.get(k)
+                    or layout.relative(
                         layout.hour_version(parse_key(k, zone).path, plan.hours[k], plan.folded[k])
                     )
                 )

@@ -47,6 +47,8 @@ from tidemark.time.instants import parse_instant
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from tidemark.state.locks import Lease
+
 log = logging.getLogger(__name__)
 
 PARTITION_COLUMN = "snapshot_dt"
@@ -263,12 +265,15 @@ class SnapshotStore:
         if not self.layout.object_store:
             shutil.rmtree(self.staging_root / f"{label}-{run_key(run_id)}", ignore_errors=True)
 
-    def stage(self, frame: DataFrame, label: str, run_id: str, content: str) -> StagedSnapshot:
+    def stage(
+        self, frame: DataFrame, label: str, run_id: str, content: str, lease: Lease | None = None
+    ) -> StagedSnapshot:
         """Write the rows of a new version of ``label`` where readers do not see them yet.
         ``content`` names what the run reads (its base and hours): on an object store a retry
-        of the run reusing a complete version directory of the same content writes nothing."""
+        of the run reusing a complete version directory of the same content writes nothing;
+        ``lease`` (the label's lock) owns the directory while it is written."""
         if self.layout.object_store:
-            return self._stage_version(frame, label, run_id, content)
+            return self._stage_version(frame, label, run_id, content, lease)
         staging = self.staging_root / f"{label}-{run_key(run_id)}"
         if staging.exists():
             log.info("%s: removing the staging of an earlier attempt: %s", self.table, staging)
@@ -279,18 +284,24 @@ class SnapshotStore:
         rows = self.spark.read.parquet(str(data)).count() if names else 0
         return StagedSnapshot(label, staging, rows, names)
 
-    def _stage_version(self, frame: DataFrame, label: str, run_id: str, content: str) -> StagedSnapshot:
+    def _stage_version(
+        self, frame: DataFrame, label: str, run_id: str, content: str, lease: Lease | None
+    ) -> StagedSnapshot:
         from tidemark.seal.versions import write_version_once
         from tidemark.sparkfiles import write_files
 
-        home = self.layout.snapshot_version(self.partition_dir(label), run_id, content)
-        directory = self.layout.relative(home)
+        named = self.layout.relative(self.layout.snapshot_version(self.partition_dir(label), run_id, content))
         # one file per task of the frame's last stage (JDBC ranges, the merge's shuffle)
         version = write_version_once(
             self.layout.store,
-            directory,
-            lambda: write_files(frame, self.layout.store, directory, "part", frame.rdd.getNumPartitions()),
+            named,
+            lambda directory: write_files(
+                frame, self.layout.store, directory, "part", frame.rdd.getNumPartitions()
+            ),
+            lease,
         )
+        directory = version.directory
+        home = self.layout.warehouse / directory
         if version.reused:
             log.info(
                 "%s: snapshot %s of run %s already written in %s",

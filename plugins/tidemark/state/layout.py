@@ -52,7 +52,7 @@ REPLAYED_MARKER = "_tidemark_replayed.json"  # object stores: a replayed batch's
 DATA_DOCS = "data_docs"
 STAGING = ".tidemark_staging"
 # _v<version or late rows, 4 digits or more>-b<batch>[-<owner>], _s<digest>
-_VERSION_DIR = re.compile(r"^(.*/_(?:v\d{4,}-b\d{10}(?:-[0-9a-z]{8})?|s[0-9a-f]{12}))/")
+_VERSION_DIR = re.compile(r"^(.*/_(?:v\d{4,}-b\d{10}|s[0-9a-f]{12})(?:-[0-9a-f]{8})?)/")
 _BATCH_FILE = re.compile(r"part-b(\d{10})-(?:p\d+-)?\d+\.parquet$")
 
 
