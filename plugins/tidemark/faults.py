@@ -41,6 +41,7 @@ PROTOCOL_POINTS = (
     "after_amend_files",  # amend's file moves -> registration and its _SUCCESS
     "after_amend_moves",  # amend's _SUCCESS -> its journal entry
     "after_late_registration",  # late partitions registered -> registry
+    "mid_partition_switch",  # an hour's new value partitions added (empty) -> the one move
 )
 # A replay's commit -> its replayed dirty records hidden -> its own files visible (test_replay)
 REPLAY_POINTS = ("mid_retire",)

@@ -57,3 +57,49 @@ def test_an_hours_value_partitions_switch_together_new_values_added_vanished_one
     # the same call again changes nothing (a retry after a kill)
     metastore.switch_partitions(table, hour, version("v2", ["web", "android"]))
     assert locations(spark, metastore, table) == after
+
+
+def test_a_reader_between_adding_a_new_value_and_the_move_sees_the_old_version_only(
+    spark: Any, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v2 of an hour brings a value v1 lacked (``android``). Until the one move, its partition
+    points where no file is: a query meanwhile (here: the switch killed right there) reads v1
+    whole, not v1 plus v2's android rows; the retry finishes the switch."""
+    from pyspark.sql import functions as F
+
+    from tidemark.errors import InjectedFault
+
+    config, _ = fresh_table(settings, tmp_path, partitioning__columns=["app"])
+    table, metastore = config.table, Metastore(spark, config)
+    metastore.ensure_table(table, tmp_path / "table")
+    hour = {"dt": "2026-11-22", "hr": "10"}
+    columns = [f for f in spark.table(table).schema if f.name not in ("dt", "hr", "app")]
+
+    def version(name: str, apps: list[str]) -> list[tuple[dict[str, str], str]]:
+        for app in apps:  # one row per value, tagged with its version in _mq_offset
+            row = spark.range(1).select(
+                *(
+                    (F.lit(int(name[1:])) if f.name == "_mq_offset" else F.lit(None))
+                    .cast(f.dataType)
+                    .alias(f.name)
+                    for f in columns
+                )
+            )
+            row.write.parquet(str(tmp_path / name / f"app={app}"))
+        return [({**hour, "app": a}, f"file://{tmp_path}/{name}/app={a}") for a in apps]
+
+    def seen() -> list[tuple[str, int]]:
+        spark.catalog.refreshTable(table)
+        return sorted((r.app, r._mq_offset) for r in spark.table(table).select("app", "_mq_offset").collect())
+
+    metastore.switch_partitions(table, hour, version("v1", ["web", "ios"]))
+    assert seen() == [("ios", 1), ("web", 1)]
+    v2 = version("v2", ["web", "ios", "android"])
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "mid_partition_switch")
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    with pytest.raises(InjectedFault):
+        metastore.switch_partitions(table, hour, v2)
+    assert seen() == [("ios", 1), ("web", 1)]  # v1 whole: no android row of v2 beside it
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    metastore.switch_partitions(table, hour, v2)
+    assert seen() == [("android", 2), ("ios", 2), ("web", 2)]

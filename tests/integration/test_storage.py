@@ -185,3 +185,28 @@ def test_table_files_read_through_pyarrow_fs_on_s3_and_local(spark: Any, s3: str
         assert sorted((r.id, r.app) for r in frame.collect()) == expected
         plan = frame._jdf.queryExecution().toString()  # the executors' S3 keys are redacted
         assert S3_SECRET_KEY not in plan
+
+
+def test_a_create_whose_response_was_lost_and_retried_by_boto3_is_reported_as_written(s3: str) -> None:
+    """The connection drops after SeaweedFS stored the record: boto3 retries the PUT, which gets
+    412. That is this writer's own record, not a lost race (a lock held by nobody otherwise)."""
+    import boto3
+
+    storage = S3Storage(boto3.client("s3"))
+    dropped: list[int] = []
+
+    def drop_first_response(attempts: int, response: Any, **_: Any) -> float | None:
+        if attempts == 1 and response is not None and response[0].status_code == 200:
+            dropped.append(attempts)
+            return 0.0  # as botocore does for a connection reset: retry at once
+        return None
+
+    storage.client.meta.events.register("needs-retry.s3.PutObject", drop_first_response)
+    root = Location(f"{s3}/{uuid.uuid4().hex}")
+    mine = root / "locks" / "batch" / "0000000001.json"
+    assert storage.create_only(mine, b'{"token": 1, "run": "mine"}')
+    assert dropped == [1]  # the retry happened, and got 412
+    assert storage.read(mine) == b'{"token": 1, "run": "mine"}'
+    theirs = root / "locks" / "batch" / "0000000002.json"
+    assert S3Storage(boto3.client("s3")).create_only(theirs, b'{"token": 2, "run": "theirs"}')
+    assert not storage.create_only(theirs, b'{"token": 2, "run": "mine"}')  # a real lost race

@@ -41,3 +41,25 @@ def test_entry_kinds_say_what_is_published_and_what_moves_the_frontier() -> None
         EntryKind.REBUILD,
     ]
     assert journal_entry("2026-11-22T10", "rebuild").to_json()["kind"] == "rebuild"
+
+
+def test_an_append_reads_a_logarithmic_number_of_records(tmp_path: Path) -> None:
+    """Each append used to read every record from 0 (a GET each on S3)."""
+    log = SequentialLog(Location(tmp_path / "log"))
+    for seq in range(300):
+        assert log.create(seq, {"n": seq})
+    fresh = SequentialLog(Location(tmp_path / "log"))  # a new process: nothing known yet
+    reads: list[int] = []
+    original = fresh.read
+
+    def counted(seq: int) -> dict[str, int] | None:
+        reads.append(seq)
+        return original(seq)
+
+    fresh.read = counted  # type: ignore[method-assign]
+    assert fresh.append(lambda seq: {"n": seq}) == (300, {"n": 300})
+    assert len(reads) <= 2 * 10  # about 2 log2(300), not 300
+    reads.clear()
+    assert fresh.append(lambda seq: {"n": seq}) == (301, {"n": 301})
+    assert len(reads) <= 2  # it knows where the log ended
+    assert [seq for seq, _ in SequentialLog(Location(tmp_path / "log")).records()][-1] == 301

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields, partition_columns
 from tidemark.schema import parse_column
 
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DATABASE = "default"
+# Where a partition of a value new to an hour points until the hour's one move: inside its new
+# directory, holding no files (a hidden name: never read as part of the version)
+PENDING = "_tidemark_pending"
 
 
 def quote_identifier(name: str) -> str:
@@ -99,25 +103,22 @@ class Metastore:
         self, table: str, hour_spec: Mapping[str, str], partitions: Sequence[tuple[Mapping[str, str], str]]
     ) -> None:
         """Object stores: point an hour's partitions (one per value of the extra partition
-        columns) at a new version's directories. New values are added first; the existing
-        ones move in **one** ``alter_partitions`` call, which the metastore applies in one
-        transaction, so readers never see some values of the hour at the old version and
-        others at the new; values the new version lacks are dropped (the files stay, for
-        the collector)."""
+        columns) at a new version's directories. New values are first added at a location
+        holding no files (``PENDING`` inside their new directory); then every value moves in
+        **one** ``alter_partitions`` call, which the metastore applies in one transaction, so
+        readers never see some values of the hour at the old version and others at the new;
+        values the new version lacks are dropped (the files stay, for the collector)."""
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         catalog = self.spark._jsparkSession.sessionState().catalog().externalCatalog()
         wanted = {tuple(sorted(spec.items())): location for spec, location in partitions}
-        current = {}
-        listed = catalog.listPartitions(
-            DATABASE, table, jvm.scala.Some(_scala_map(jvm, hour_spec))
-        ).iterator()
-        while listed.hasNext():
-            part = listed.next()
-            current[tuple(sorted(_python_map(part.spec()).items()))] = part
-        for key, location in wanted.items():
-            if key not in current:
-                self.spark.sql(add_partition_sql(table, dict(key), location))
+        current = self._partitions(table, hour_spec)
+        added = [key for key in wanted if key not in current]
+        for key in added:
+            self.spark.sql(add_partition_sql(table, dict(key), f"{wanted[key]}/{PENDING}"))
+        if added:
+            crash_point("mid_partition_switch")
+            current.update(self._partitions(table, hour_spec))
         moved = []
         for key, part in current.items():
             new_location = wanted.get(key)
@@ -156,6 +157,20 @@ class Metastore:
             log.info("%s: registered partition %s at %s", table, dict(spec), location)
         if gone:
             log.info("%s: dropped partitions %s (not in the new version)", table, gone)
+
+    def _partitions(self, table: str, hour_spec: Mapping[str, str]) -> dict[tuple[tuple[str, str], ...], Any]:
+        """The catalog's partitions of one hour, by their sorted spec."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        catalog = self.spark._jsparkSession.sessionState().catalog().externalCatalog()
+        found = {}
+        listed = catalog.listPartitions(
+            DATABASE, table, jvm.scala.Some(_scala_map(jvm, hour_spec))
+        ).iterator()
+        while listed.hasNext():
+            part = listed.next()
+            found[tuple(sorted(_python_map(part.spec()).items()))] = part
+        return found
 
     def partition_locations(self, table: str) -> list[str]:
         """Where each partition of ``table`` points readers now (none for a missing table): one

@@ -27,6 +27,7 @@ class SequentialLog:
     def __init__(self, directory: Location, checkpoint: Location | None = None) -> None:
         self.directory = directory
         self.checkpoint_file = checkpoint
+        self._known = 0  # records 0.._known-1 were seen to exist (they never go away)
 
     def path(self, seq: int) -> Location:
         return self.directory / record_name(seq)
@@ -49,11 +50,30 @@ class SequentialLog:
         """Write ``build(seq)`` at the next free number, retrying when another writer takes it;
         None if the log kept moving for ``attempts`` tries."""
         for _ in range(attempts):
-            seq = sum(1 for _ in self.records())
+            seq = self.next_seq()
             record = build(seq)
             if self.create(seq, record):
+                self._known = seq + 1
                 return seq, record
         return None
+
+    def next_seq(self) -> int:
+        """The first free number, in O(log n) reads: records are contiguous from 0, so a
+        galloping probe from the last number known to exist, then a binary search, finds it
+        (an append no longer reads every record: GETs on S3)."""
+        low = self._known  # every number below exists
+        step = 1
+        while self.read(low + step - 1) is not None:
+            low, step = low + step, step * 2
+        high = low + step - 1  # missing
+        while low < high:  # low: maybe missing, everything below exists; high: missing
+            middle = (low + high) // 2
+            if self.read(middle) is not None:
+                low = middle + 1
+            else:
+                high = middle
+        self._known = low
+        return low
 
     # -- checkpoint ----------------------------------------------------------------------
     def read_checkpoint(self) -> Record | None:

@@ -269,9 +269,14 @@ class S3Storage(Storage):
         try:
             self.client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         except ClientError as exc:
-            if self._code(exc) in _LOST_RACE:
-                return False
-            raise StorageError(f"state record {location}: {self._code(exc) or exc}") from exc
+            if self._code(exc) not in _LOST_RACE:
+                raise StorageError(f"state record {location}: {self._code(exc) or exc}") from exc
+            retried = int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0))
+            if retried and self.read(location) == data:
+                # boto3 retried a PUT whose response was lost: the first one wrote it
+                log.info("state record %s: written by this call's first attempt (response lost)", location)
+                return True
+            return False
         return True
 
     def replace(self, location: Location, data: bytes) -> None:
