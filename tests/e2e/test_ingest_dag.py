@@ -88,3 +88,40 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
 
     rows, dirty, _ = landed(settings, config.table)
     assert rows == Counter((p, o) for p, o, _ in sent) and not dirty
+
+
+def test_ingest_dag_on_an_s3_warehouse_and_s3_state(
+    dag_env: Settings, broker: str, s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The production topology through Airflow: the DAGs import with the warehouse and the
+    state on S3 (a real SeaweedFS), and dump -> seal -> announce land every message once in
+    a version directory the metastore points at."""
+    import uuid
+    from dataclasses import replace
+
+    from tidemark.state.layout import version_dir_of
+
+    lake = f"{s3}/{uuid.uuid4().hex[:10]}"
+    on_s3 = replace(dag_env, warehouse=f"{lake}/warehouse", state_uri=f"{lake}/state")
+    monkeypatch.setenv("TIDEMARK_WAREHOUSE", on_s3.warehouse)
+    monkeypatch.setenv("TIDEMARK_STATE_DIR", f"{lake}/state")
+    config, settings = fresh_table(on_s3, tmp_path, retries=1, retry_delay="0s")
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
+    dag_id = f"tidemark_ingest_{config.table}"
+    create_topic(broker, config.source.topic, 2)
+    sent = produce(
+        broker,
+        config.source.topic,
+        records([(p, at(10, m)) for p in (0, 1) for m in (5, 25, 45)] + [(0, at(11, 50)), (1, at(11, 40))]),
+    )
+    run = run_dag(settings.conf_dir, dag_id, at(12))
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()} == dict.fromkeys(
+        ("dump", "seal", "announce", "metrics", "check_deadlines"), "success"
+    )
+    rows, dirty, _ = landed(settings, config.table)
+    assert dirty == Counter() and rows == Counter((p, o) for p, o, _ in sent)
+    sealed = HourJournal(settings.state_location, config.table).state().hours["2026-11-22T10"]
+    assert sealed.rows == 6
+    (directory,) = {version_dir_of(f) for f in sealed.files}
+    assert directory is not None and directory.startswith(f"{config.table}/dt=2026-11-22/hr=10/_v0001-b")
+    assert asset_events(dag_id) == [("2026-11-22T10", 1)]
