@@ -115,10 +115,12 @@ class Publisher:
         return [f for kind in KINDS for f in listed[kind]]
 
     def _rollback_in_place(self) -> int:
+        """Object stores: the uncommitted batch's files in the hidden ``_open`` places. Its
+        visible dirty directory is never touched: only a committed batch's dirty records are
+        shown there (``finish``), so anything in it belongs to a commit."""
         files = self._all_batch_files()
         for relative in files:
             self.store.delete(relative)
-        self.store.delete_dir(self.layout.relative(self.layout.dirty_batch_dir(self.batch_id)))  # never shown
         self.store.delete_dir(self.layout.relative(self.batch_dir))
         if files:
             log.warning(
