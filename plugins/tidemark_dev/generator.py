@@ -23,7 +23,7 @@ EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
 @dataclass(frozen=True)
 class Message:
     partition: int
-    value: bytes
+    value: bytes | None  # None: a tombstone
     dirty_kind: str | None
     event_time: datetime | None
 

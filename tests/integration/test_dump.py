@@ -262,3 +262,35 @@ def test_a_dump_paused_past_its_lease_before_rollback_deletes_nothing_committed(
     assert len(outcome) == 1 and isinstance(outcome[0], LeaseLostError), outcome
     rows, dirty, _ = landed(settings, config.table)
     assert rows + dirty == Counter((p, o) for p, o, _ in delivered)
+
+
+def test_tombstones_are_counted_apart_and_the_status_adds_up(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """A batch with tombstones (messages without a value): `tidemark status` (text and JSON),
+    the metrics and the health page show them, and each listed batch states
+    read == rows + dirty + tombstones + late with its numbers."""
+    from tests.helpers.classify import event
+    from tidemark.observe.metrics import emit_metrics
+    from tidemark.observe.report import render_report, report_data
+    from tidemark.observe.status import render, table_status
+    from tidemark_dev.generator import Message
+
+    config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=1.0)
+    create_topic(broker, config.source.topic, 1)
+    values = [event(event_id=f"g{i}") for i in range(6)] + [None, None, b"{not json"]
+    produce(broker, config.source.topic, [Message(0, v, None, None) for v in values])
+    result = run_dump(spark, config, settings, "tomb-1", PROCESSING)
+    assert result.read == 9
+    status = table_status(config, settings)
+    assert (status["rows"], status["dirty"], status["tombstones"], status["late"]) == (6, 1, 2, 0)
+    (batch,) = status["recent_batches"]
+    assert (batch["read"], batch["rows"], batch["dirty"], batch["tombstones"]) == (9, 6, 1, 2)
+    line = "read 9 == rows 6 + dirty 1 + tombstones 2 + late 0: holds"
+    assert batch["reconciliation"] == line
+    text = render(status)
+    assert "rows 6, dirty 1, tombstones 2, late 0" in text and f"#0 run tomb-1: {line}" in text
+    sent = emit_metrics(config, settings, gauge=lambda name, value: None)
+    assert sent[f"tidemark.{config.table}.tombstones"] == 2
+    assert sent[f"tidemark.{config.table}.batch.tombstones"] == 2
+    assert "tombstones 2" in render_report(report_data(config, settings))

@@ -7,8 +7,8 @@ gauges, names prefixed ``tidemark.<table>.``:
 
 | name | value |
 |---|---|
-| ``batches``, ``rows``, ``dirty``, ``late`` | totals committed so far |
-| ``batch.read``, ``batch.rows``, ``batch.dirty``, ``batch.late`` | the last committed batch |
+| ``batches``, ``rows``, ``dirty``, ``tombstones``, ``late`` | totals committed so far |
+| ``batch.read``, ``batch.rows``, ``batch.dirty``, ``batch.tombstones``, ``batch.late`` | the last committed batch |
 | ``ready_lag_seconds`` | last batch's processing time - global ready time (how far sealing trails) |
 | ``hours_quarantined`` | hours held by the quality gate, waiting for ``tidemark release`` |
 | ``group_commit_failed`` | 1 when the last batch's consumer-group commit failed (lag monitoring \
@@ -58,6 +58,7 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         ("batches", state.batches),
         ("rows", state.rows),
         ("dirty", state.dirty),
+        ("tombstones", state.tombstones),
         ("late", state.late),
     ):
         send(name, value)
@@ -66,6 +67,7 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         send("batch.read", sum(p.read for p in last.mq_partitions))
         send("batch.rows", last.rows)
         send("batch.dirty", last.dirty)
+        send("batch.tombstones", last.tombstones)
         send("batch.late", last.late)
     group = read_json(commit_log.group_commit_file)
     if group is not None:

@@ -93,6 +93,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "last_batch": state.last_committed,
         "rows": state.rows,
         "dirty": state.dirty,
+        "tombstones": state.tombstones,
         "late": state.late,
         "ready_time": state.ready.time if state.ready else None,
         "sealed_through": journal.sealed_through,
@@ -235,7 +236,7 @@ def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -
     writer = "<br>".join(e(line.strip()) for line in data.get("writer", []))
     summary = (
         f"topic <b>{e(data['topic'])}</b>; {data['batches']} batches (last {data['last_batch']}); rows {data['rows']}, "
-        f"dirty {data['dirty']}, late {data['late']}; global ready time <b>{e(str(data['ready_time']))}</b>; "
+        f"dirty {data['dirty']}, tombstones {data['tombstones']}, late {data['late']}; global ready time <b>{e(str(data['ready_time']))}</b>; "
         f"sealed through <b>{e(str(data['sealed_through']))}</b>"
     )
     return f"""<!doctype html>

@@ -26,9 +26,12 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         {
             "batch_id": c.batch_id,
             "run_id": c.committed_by_run,
-            "read": sum(p.read for p in c.mq_partitions),
+            "read": c.read,
             "rows": c.rows,
             "dirty": c.dirty,
+            "tombstones": c.tombstones,
+            "late": c.late,
+            "reconciliation": c.reconciliation(),
             "offsets": {r.mq_partition: [r.start, r.end] for r in c.ranges},
         }
         for c in log.iter_commits(first_recent)
@@ -71,6 +74,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         ],
         "rows": state.rows,
         "dirty": state.dirty,
+        "tombstones": state.tombstones,
         "snapshots": snapshots(config, settings),
         "partitions": dict(sorted(partitions.items())),
         "recent_batches": batches,
@@ -162,7 +166,7 @@ def render(status: dict[str, Any]) -> str:
     lines = [
         f"table {status['table']} (topic {status['topic']})",
         f"  batches committed: {status['batches_committed']} (last {status['last_committed_batch']}); "
-        f"rows {status['rows']}, dirty {status['dirty']}, late {status['late']}",
+        f"rows {status['rows']}, dirty {status['dirty']}, tombstones {status['tombstones']}, late {status['late']}",
         f"  global ready time: {status['ready_time']} (held by MQ partition {status['ready_held_by']}, "
         f"idle {status['idle_partitions'] or 'none'}); sealed through {status['sealed_through']} "
         f"({status['hours_sealed']} hours; quarantined: {', '.join(status['hours_quarantined']) or 'none'})",
@@ -199,11 +203,9 @@ def render(status: dict[str, Any]) -> str:
         lines.append(
             f"  {p:>12}  {info['committed_end']!s:>13}  {info['latest']!s:>6}  {info['lag']!s:>3}  {wm}"
         )
-    lines.append("  recent batches:")
+    lines.append("  recent batches (read == rows + dirty + tombstones + late):")
     for b in status["recent_batches"]:
-        lines.append(
-            f"    #{b['batch_id']} run {b['run_id']}: read {b['read']}, rows {b['rows']}, dirty {b['dirty']}"
-        )
+        lines.append(f"    #{b['batch_id']} run {b['run_id']}: {b['reconciliation']}")
     return "\n".join(lines)
 
 
