@@ -119,14 +119,15 @@ class RebuildError(TidemarkError):
 class SealDeadlineMissedError(TidemarkError):
     """Hours whose end + commit delay + grace has passed are still not sealed.
 
-    ``overdue`` maps each hour key to why it waits (which MQ partition holds the watermark)."""
+    ``overdue`` maps each hour key to why it waits (which MQ partition holds the watermark);
+    ``ranges`` says the same grouped: consecutive hours held by the same thing, one line each."""
 
-    def __init__(self, table: str, overdue: dict[str, str]) -> None:
+    def __init__(self, table: str, overdue: dict[str, str], ranges: list[str] | None = None) -> None:
         self.table, self.overdue = table, overdue
-        lines = "; ".join(f"{hour}: {why}" for hour, why in sorted(overdue.items()))
+        lines = ranges or [f"{hour}: {why}" for hour, why in sorted(overdue.items())]
         super().__init__(
-            f"{table}: {len(overdue)} hour(s) missed their seal deadline ({lines}). "
-            f"Explain one with: tidemark status --table {table} --hour {min(overdue)}"
+            f"{table}: {len(overdue)} hour(s) missed their seal deadline, in {len(lines)} range(s):\n  "
+            + "\n  ".join(lines)
         )
 
 

@@ -227,7 +227,6 @@ def _run_stream(console: Console, demo: Settings, dag: Any, scale: int) -> int:
     from tidemark.state.commitlog import CommitLog
     from tidemark.state.journal import HourJournal
     from tidemark.state.mode import TableWriter
-    from tidemark.stream.runner import StreamStatus
 
     say = console.say
     config = load_table(TABLE, demo)
@@ -265,9 +264,12 @@ def _run_stream(console: Console, demo: Settings, dag: Any, scale: int) -> int:
                     if time.monotonic() - started > 240:
                         raise RuntimeError(f"the stream did not commit wave {i} in 4 minutes; see {log_file}")
                     time.sleep(1)
-            status = StreamStatus(demo.state_location, TABLE).read() or {}
+            committed_s = time.monotonic() - started
+            status = _status_through(
+                demo, CommitLog(demo.state_location, TABLE).state().last_committed, stream
+            )
             say(
-                f"   committed {time.monotonic() - started:.0f}s after producing: micro-batch "
+                f"   committed {committed_s:.0f}s after producing: micro-batch "
                 f"{status.get('last_epoch')}, batch {status.get('last_batch_id')}; sealed by the stream: "
                 f"{', '.join(status.get('sealed', [])) or 'nothing yet'}"
             )
@@ -494,3 +496,21 @@ def _check_snapshot(config: Any, settings: Settings, expected: dict[int, dict[st
         f"   {config.snapshot_table} 2026-11-22: {len(got):,} orders; the source database's final state has "
         f"{len(want):,}: {'OK, identical row by row' if ok else 'MISMATCH'}"
     )
+
+
+def _status_through(demo: Settings, batch_id: int, stream: Any) -> dict[str, Any]:
+    """The stream's status record once it reports ``batch_id``: a micro-batch writes it after
+    its commit and seal, so read right after the commit it still names the previous one."""
+    import time
+
+    from tidemark.stream.runner import StreamStatus
+
+    deadline = time.monotonic() + 60
+    while True:
+        status = StreamStatus(demo.state_location, TABLE).read() or {}
+        reported = status.get("last_batch_id")
+        if (reported is not None and reported >= batch_id) or stream.poll() is not None:
+            return status
+        if time.monotonic() > deadline:
+            return status
+        time.sleep(0.5)

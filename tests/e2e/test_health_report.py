@@ -109,7 +109,7 @@ def test_health_report_renders_plots_and_hours_in_headless_chromium(
     assert hours == [("seal", "2026-11-22T11"), ("quarantine", "2026-11-22T10")]
     overdue = re.search(r'<p id="overdue">(.*?)</p>', dom)
     assert overdue and "1 hour(s) past their seal deadline" in overdue.group(1)
-    assert "2026-11-22T12 (due 2026-11-22T13:35:00+00:00; MQ partition" in overdue.group(1)
+    assert "2026-11-22T12: due since 2026-11-22T13:35:00+00:00; MQ partition" in overdue.group(1)
     assert report_data(config, settings, as_of=at(13, 30))["overdue"] == {}
     docs_dom = chromium(tmp_path, "--dump-dom", f"{url}/table/reports/{docs[0]}")
     assert "amount" in docs_dom

@@ -52,7 +52,9 @@ def send(
     reorder: float = 0,
 ) -> Delivered:
     messages = change_messages(changes, partitions=2, duplicates=duplicates, reorder=reorder)
-    return [(p, o, json.loads(m.value or b"null")) for p, o, m in produce(broker, config.source.topic, messages)]
+    return [
+        (p, o, json.loads(m.value or b"null")) for p, o, m in produce(broker, config.source.topic, messages)
+    ]
 
 
 def write_parquet_source(path: Path, state: dict[int, dict[str, Any]]) -> Path:

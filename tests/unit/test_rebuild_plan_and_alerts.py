@@ -159,6 +159,39 @@ def test_overdue_hours_count_from_the_sealed_frontier(tmp_path: Path) -> None:
     assert overdue["2026-11-22T11"].startswith("due 2026-11-22T12:35:00+00:00; ")
 
 
+def test_a_table_stalled_for_fifty_hours_is_one_alert_line_naming_the_range_and_the_command(
+    tmp_path: Path,
+) -> None:
+    """Hour 10 sealed, then nothing for two days: 51 overdue hours held by the same thing are
+    one range with its reason and the command that explains it, in the error and on the page."""
+    from tidemark.errors import SealDeadlineMissedError
+    from tidemark.observe.alerts import describe_overdue, group_overdue
+
+    settings = replace(Settings.from_env(), state_uri=str(tmp_path))
+    config = table()
+    write_history(tmp_path)
+    seal(tmp_path, 0, 10)
+    overdue = overdue_hours(config, settings, at(10) + timedelta(hours=53))
+    assert len(overdue) == 51
+    (stall,) = group_overdue(config, overdue)
+    assert (stall.first, stall.last, stall.hours) == ("2026-11-22T11", "2026-11-24T13", 51)
+    (line,) = describe_overdue(config, overdue)
+    assert line.startswith("2026-11-22T11 .. 2026-11-24T13 (51 hours): due since 2026-11-22T12:35:00+00:00; ")
+    assert line.endswith("explain: tidemark status --table t --hour 2026-11-22T11")
+    error = str(SealDeadlineMissedError("t", overdue, describe_overdue(config, overdue)))
+    assert "51 hour(s) missed their seal deadline, in 1 range(s)" in error and error.count("\n") == 1
+    from tidemark.observe.report import render_report, report_data
+
+    page = render_report(report_data(config, settings, as_of=at(10) + timedelta(hours=53)))
+    assert "51 hour(s) past their seal deadline" in page and page.count("due since") == 1
+    # two stalls apart (hour 12 sealed in between) are two ranges, oldest first
+    apart = {k: v for k, v in overdue.items() if k != "2026-11-22T12"}
+    assert [(r.first, r.last) for r in group_overdue(config, apart)] == [
+        ("2026-11-22T11", "2026-11-22T11"),
+        ("2026-11-22T13", "2026-11-24T13"),
+    ]
+
+
 def test_a_failure_is_recorded_newest_first_and_never_raises(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

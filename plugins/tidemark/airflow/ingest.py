@@ -125,12 +125,13 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
             """Fail (an alert in the UI and the failure callback) when hours are past their seal
             deadline; the reference time is the run's data interval end, not the clock."""
             from tidemark.errors import SealDeadlineMissedError
-            from tidemark.observe.alerts import overdue_hours
+            from tidemark.observe.alerts import describe_overdue, overdue_hours
 
             as_of = context.get("data_interval_end") or context["dag_run"].run_after
-            overdue = overdue_hours(*table_context(table), as_of)
+            config, settings = table_context(table)
+            overdue = overdue_hours(config, settings, as_of)
             if overdue:
-                raise SealDeadlineMissedError(table, overdue)
+                raise SealDeadlineMissedError(table, overdue, describe_overdue(config, overdue))
             return overdue
 
         announce = announce_task(table, asset)

@@ -16,6 +16,7 @@ the health page shows beside Airflow's own red squares.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +27,7 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.storage import Location, read_json, replace_atomically
-from tidemark.time.hours import Hour, hours_from
+from tidemark.time.hours import Hour, hours_from, parse_key
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,46 @@ def overdue_hours(config: TableConfig, settings: Settings, as_of: datetime) -> d
     # What holds the hours back is global (the ready time), so one explanation serves them all.
     reason = explain_hour(config, settings, late[0].key)["reason"]
     return {hour.key: f"due {deadline(config, hour).isoformat()}; {reason}" for hour in late}
+
+
+@dataclass(frozen=True)
+class OverdueRange:
+    """Consecutive overdue hours held back by the same thing: one line, however long the stall."""
+
+    first: str
+    last: str
+    hours: int
+    first_due: str
+    reason: str
+
+    def describe(self, table: str) -> str:
+        span = self.first if self.hours == 1 else f"{self.first} .. {self.last} ({self.hours} hours)"
+        return (
+            f"{span}: due since {self.first_due}; {self.reason}; "
+            f"explain: tidemark status --table {table} --hour {self.first}"
+        )
+
+
+def group_overdue(config: TableConfig, overdue: dict[str, str]) -> list[OverdueRange]:
+    """``overdue_hours``' answer as ranges of consecutive hours with the same reason, oldest
+    first (a table stalled for 51 hours is one range, not 51 alerts)."""
+    zone = config.event_time.time_zone
+    ranges: list[OverdueRange] = []
+    previous: Hour | None = None
+    for hour in sorted((parse_key(k, zone) for k in overdue), key=lambda h: h.start):
+        due, _, reason = overdue[hour.key].partition("; ")
+        last = ranges[-1] if ranges else None
+        if last is not None and previous is not None and previous.end == hour.start and last.reason == reason:
+            ranges[-1] = OverdueRange(last.first, hour.key, last.hours + 1, last.first_due, reason)
+        else:
+            ranges.append(OverdueRange(hour.key, hour.key, 1, due.removeprefix("due "), reason))
+        previous = hour
+    return ranges
+
+
+def describe_overdue(config: TableConfig, overdue: dict[str, str]) -> list[str]:
+    """One line per range of consecutive overdue hours (the task log, the error, the page)."""
+    return [r.describe(config.table) for r in group_overdue(config, overdue)]
 
 
 def failures_file(settings: Settings, table: str) -> Location:

@@ -43,7 +43,7 @@ def report_path(settings: Settings, table: str) -> Path:
 def report_data(config: TableConfig, settings: Settings, as_of: datetime | None = None) -> dict[str, Any]:
     """Everything the page shows, as plain data; overdue hours are judged at ``as_of`` (the
     page is drawn for a person looking now: the wall clock by default)."""
-    from tidemark.observe.alerts import overdue_hours, recent_failures
+    from tidemark.observe.alerts import describe_overdue, overdue_hours, recent_failures
 
     as_of = as_of or datetime.now(UTC)
     commit_log = CommitLog(settings.state_location, config.table)
@@ -109,7 +109,8 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         },
         "hours": hours,
         "as_of": as_of.isoformat(),
-        "overdue": overdue_hours(config, settings, as_of),
+        "overdue": (overdue := overdue_hours(config, settings, as_of)),
+        "overdue_ranges": describe_overdue(config, overdue),
         "failures": recent_failures(settings, config.table)[:MAX_FAILURES_SHOWN],
         "pending": pending.describe() if (pending := commit_log.pending_plan(state)) else None,
         "writer": render_stream(stream_summary(config, settings)),
@@ -211,8 +212,8 @@ def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -
     e = html.escape
     overdue = data["overdue"]
     overdue_line = (
-        f"<b>{len(overdue)} hour(s) past their seal deadline</b> at {e(data['as_of'])}: "
-        + "; ".join(f"{e(h)} ({e(why)})" for h, why in sorted(overdue.items()))
+        f"<b>{len(overdue)} hour(s) past their seal deadline</b> at {e(data['as_of'])}:<br>"
+        + "<br>".join(e(line) for line in data.get("overdue_ranges", []))
         if overdue
         else f"No hour past its seal deadline at {e(data['as_of'])}."
     )
