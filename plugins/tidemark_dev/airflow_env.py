@@ -41,7 +41,10 @@ def airflow_environment(settings: Settings, *, base: dict[str, str] | None = Non
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            # users of the login (SimpleAuthManager): yours if set, else one admin
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": env.get(
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin"
+            ),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),

@@ -4,7 +4,12 @@ stopping leaves no process of ours."""
 
 from __future__ import annotations
 
+import json
+import os
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ import pytest
 
 from tests.helpers.airflow_api import api
 from tests.helpers.net import free_port
+from tests.helpers.tables import ROOT
 from tidemark.settings import Settings
 from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, admin_password
 from tidemark_dev.services import AirflowService
@@ -21,13 +27,32 @@ from tidemark_dev.services import AirflowService
 pytestmark = pytest.mark.e2e
 
 
-def page(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as response:
+def page(url: str, token: str) -> str:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
         return str(response.read().decode())
 
 
-def test_airflow_standalone_up_login_and_clean_down(tmp_path: Path, settings: Settings) -> None:
+def refused(url: str, token: str | None = None, accept: str = "application/json") -> tuple[int, str]:
+    """(HTTP status, final URL) of a request the plugin must not answer with the page."""
+    headers = {"Accept": accept, **({"Authorization": f"Bearer {token}"} if token else {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as response:
+            body = response.read().decode()
+            assert "Ingestion health" not in body and "tidemark tables" not in body, url
+            return response.status, response.url
+    except urllib.error.HTTPError as exc:
+        return exc.code, url
+
+
+def test_airflow_standalone_up_login_and_clean_down(
+    tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a second user, who may read only the events table's DAGs where the auth manager has
+    # DAG-level permissions (tests/helpers/auth_manager.py; `airflow standalone` forces
+    # SimpleAuthManager, so a second API server of the same stack runs with it)
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,viewer:viewer")
     service = AirflowService(replace(settings, home=tmp_path, airflow_port=free_port()))
     family: list[psutil.Process] = []
     try:
@@ -51,12 +76,41 @@ def test_airflow_standalone_up_login_and_clean_down(tmp_path: Path, settings: Se
         plugin = next(p for p in plugins if p["name"] == "tidemark")
         views = {(v["destination"], v["href"]) for v in plugin["external_views"]}
         assert views == {("nav", "tidemark/"), ("dag", "tidemark/dags/{DAG_ID}/health")}
-        index = page(f"{base}/tidemark/")
+        index = page(f"{base}/tidemark/", token)
         assert 'href="tables/events/health"' in index and 'href="tables/orders/health"' in index
-        health = page(f"{base}/tidemark/tables/events/health")
+        health = page(f"{base}/tidemark/tables/events/health", token)
         assert "Ingestion health: events" in health and health.count('class="plot"') == 4
         for kind in ("ingest", "seal", "rebuild"):
-            assert "Ingestion health: events" in page(f"{base}/tidemark/dags/tidemark_{kind}_events/health")
+            assert "Ingestion health: events" in page(
+                f"{base}/tidemark/dags/tidemark_{kind}_events/health", token
+            )
+        # behind the login: anonymous requests get 401, an anonymous browser the login page
+        for path in (
+            "",
+            "tables/events/health",
+            "dags/tidemark_ingest_events/health",
+            "tables/events/docs/index.html",
+        ):
+            assert refused(f"{base}/tidemark/{path}") == (401, f"{base}/tidemark/{path}"), path
+        status_code, landed_on = refused(f"{base}/tidemark/tables/events/health", accept="text/html")
+        assert status_code == 200 and "/auth/login" in landed_on, landed_on
+        # a user without access to a table's DAGs: 403 for that table, its Data Docs included
+        with scoped_api_server(service.settings) as scoped:
+            viewer = str(
+                api(
+                    f"{scoped}/auth/token",
+                    body={"username": "viewer", "password": user_password(service, "viewer")},
+                )["access_token"]
+            )
+            assert "Ingestion health: events" in page(f"{scoped}/tidemark/tables/events/health", viewer)
+            listed = page(f"{scoped}/tidemark/", viewer)
+            assert 'href="tables/events/health"' in listed and "orders" not in listed
+            for path in (
+                "tables/orders/health",
+                "dags/tidemark_seal_orders/health",
+                "tables/orders/docs/index.html",
+            ):
+                assert refused(f"{scoped}/tidemark/{path}", viewer)[0] == 403, path
         see_the_ui(base, password, tmp_path / "screenshots")
         root = psutil.Process(status.pid)
         family = [root, *root.children(recursive=True)]
@@ -141,6 +195,58 @@ def see_the_ui(base: str, password: str, shots: Path) -> None:
             page.goto(f"{base}/tidemark/tables/events/health")
             health = show("health")
             assert "Ingestion health: events" in health and "Freshness" in health
+            # a logged-out browser (no cookie) gets the login page, not the health page
+            anonymous = browser.new_context().new_page()
+            anonymous.goto(f"{base}/tidemark/tables/events/health")
+            anonymous.wait_for_url(lambda url: "/auth/login" in url)
+            assert "Ingestion health" not in anonymous.inner_text("body")
         finally:
             browser.close()
     assert sorted(p.name for p in shots.iterdir()) == ["dag-list.png", "health.png", "trigger-form.png"]
+
+
+def user_password(service: AirflowService, user: str) -> str:
+    """A password SimpleAuthManager generated for ``user`` (beside the admin's)."""
+    path = service.settings.airflow_home / "simple_auth_manager_passwords.json.generated"
+    return str(json.loads(path.read_text())[user])
+
+
+@contextmanager
+def scoped_api_server(settings: Settings) -> Iterator[str]:
+    """A second API server of the same Airflow home and database whose auth manager has
+    DAG-level permissions (the stand-in); yields its base URL."""
+    import subprocess
+    import time
+
+    from tidemark_dev.airflow_env import airflow_environment
+
+    own = replace(settings, airflow_port=free_port())
+    env = {
+        **airflow_environment(own),
+        "AIRFLOW__CORE__AUTH_MANAGER": "tests.helpers.auth_manager.OneTableViewer",
+        "TIDEMARK_TEST_VIEWER_TABLE": "events",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    airflow = str(Path(settings.python).parent / "airflow")
+    log = (settings.home / "scoped-api-server.log").open("wb")
+    server = subprocess.Popen([airflow, "api-server"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{own.airflow_port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/v2/version", timeout=5).close()
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert server.poll() is None, f"the API server exited: see {log.name}"
+                assert time.monotonic() < deadline, f"the API server did not answer in 120 s: see {log.name}"
+                time.sleep(1)
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()

@@ -8,16 +8,23 @@ Pages are rendered on request from the state store, so they are always current:
 - ``/tidemark/dags/<dag id>/health``: the same, reached from a DAG's page;
 - ``/tidemark/tables/<table>/docs/<path>``: the hour's GX Data Docs pages.
 
-The pages show counts and quality results, never data rows or secrets.
+Every route is behind Airflow's login, through the API server's auth manager (the same JWT
+the UI holds in its cookie, or an ``Authorization: Bearer`` token): an anonymous browser is sent
+to the login page, any other anonymous request gets 401. A table's pages, its Data Docs
+included (which can list unexpected values, i.e. data), need read access to the table's ingest
+DAG (and, reached from a DAG, to that DAG): 403 otherwise; the index lists only those tables.
+The pages show counts and quality results, never secrets.
 """
 
 from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from tidemark.airflow.common import table_of_dag
+from fastapi import Depends, Request
+
+from tidemark.airflow.common import dag_id_of, table_of_dag
 from tidemark.config import load_tables
 from tidemark.errors import ConfigError
 from tidemark.observe.report import render_report, report_data
@@ -27,45 +34,90 @@ from tidemark.state.layout import data_docs_dir
 URL_PREFIX = "/tidemark"
 
 
+class _LoginRequired(Exception):
+    """An anonymous browser: sent to Airflow's login page, then back."""
+
+
+async def _viewer(request: Request) -> Any:
+    """The Airflow user of the request (the UI's cookie or a bearer token), by the API server's
+    own rule; 401, or the login page for a browser, when there is none."""
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi import HTTPException
+    from fastapi.security import HTTPAuthorizationCredentials
+    from fastapi.security.utils import get_authorization_scheme_param
+
+    scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
+    bearer = HTTPAuthorizationCredentials(scheme=scheme, credentials=token) if scheme and token else None
+    try:
+        return await get_user(request, None, bearer)
+    except HTTPException as exc:
+        if exc.status_code == 401 and "text/html" in request.headers.get("accept", ""):
+            raise _LoginRequired from exc
+        raise
+
+
+Viewer = Annotated[Any, Depends(_viewer)]
+
+
+def may_read(user: Any, dag_ids: list[str]) -> bool:
+    """Whether the auth manager lets ``user`` read every one of ``dag_ids``."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    manager = get_auth_manager()
+    return all(manager.is_authorized_dag(method="GET", details=DagDetails(id=d), user=user) for d in dag_ids)
+
+
 def create_app(settings: Settings | None = None) -> Any:
     from fastapi import FastAPI, HTTPException
-    from fastapi.responses import FileResponse, HTMLResponse
+    from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 
     app = FastAPI(title="tidemark health", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(_LoginRequired)
+    async def to_login(request: Request, _: _LoginRequired) -> RedirectResponse:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
 
     def current() -> Settings:
         return settings or Settings.from_env()
 
-    def table_config(name: str) -> Any:
+    def readable(user: Any, name: str, *dag_ids: str) -> Any:
+        """The table's config, if ``user`` may read its DAGs: 404 for no such table, else 403."""
         tables = {c.table: c for c in load_tables(current())}
         if name not in tables:
             raise HTTPException(status_code=404, detail=f"no table {name!r} in {current().conf_dir}")
+        if not may_read(user, [dag_id_of("ingest", name), *dag_ids]):
+            raise HTTPException(status_code=403, detail=f"no read access to the DAGs of table {name!r}")
         return tables[name]
 
     @app.get("/", response_class=HTMLResponse)
-    def index() -> str:
+    def index(user: Viewer) -> str:
         try:
             tables = sorted(c.table for c in load_tables(current()))
         except ConfigError as exc:
             return f"<pre>{html.escape(str(exc))}</pre>"
         items = "".join(
-            f'<li><a href="tables/{html.escape(t)}/health">{html.escape(t)}</a></li>' for t in tables
+            f'<li><a href="tables/{html.escape(t)}/health">{html.escape(t)}</a></li>'
+            for t in tables
+            if may_read(user, [dag_id_of("ingest", t)])
         )
         return f"<!doctype html><title>tidemark</title><h1>tidemark tables</h1><ul id='tables'>{items}</ul>"
 
     @app.get("/tables/{table}/health", response_class=HTMLResponse)
-    def health(table: str) -> str:
-        config = table_config(table)
+    def health(table: str, user: Viewer) -> str:
+        config = readable(user, table)
         return render_report(report_data(config, current()), docs_prefix="docs/")
 
     @app.get("/dags/{dag_id}/health", response_class=HTMLResponse)
-    def dag_health(dag_id: str) -> str:
-        config = table_config(table_of_dag(dag_id) or dag_id)
+    def dag_health(dag_id: str, user: Viewer) -> str:
+        config = readable(user, table_of_dag(dag_id) or dag_id, dag_id)
         return render_report(report_data(config, current()), docs_prefix=f"../../tables/{config.table}/docs/")
 
     @app.get("/tables/{table}/docs/{path:path}")
-    def docs(table: str, path: str) -> Any:
-        config = table_config(table)
+    def docs(table: str, path: str, user: Viewer) -> Any:
+        config = readable(user, table)
         root = data_docs_dir(current().state_dir, config.table).resolve()
         target = (root / path).resolve()
         if not target.is_relative_to(root) or not target.is_file():
