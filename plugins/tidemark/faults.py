@@ -41,8 +41,10 @@ PROTOCOL_POINTS = (
     "after_amend_files",  # amend's file moves -> registration and its _SUCCESS
     "after_amend_moves",  # amend's _SUCCESS -> its journal entry
     "after_late_registration",  # late partitions registered -> registry
-    "mid_partition_switch",  # an hour's new value partitions added (empty) -> the one move
 )
+# An hour's partitions of values new to it added (pointing where no file is) -> the one move
+# of every value (test_metastore_switch)
+METASTORE_POINTS = ("mid_partition_switch",)
 # A replay's commit -> its replayed dirty records hidden -> its own files visible (test_replay)
 REPLAY_POINTS = ("mid_retire",)
 # Between a commit record and the commit log's checkpoint (every CHECKPOINT_EVERY batches)
@@ -58,6 +60,7 @@ POINTS = (
     + SNAPSHOT_POINTS
     + PROTOCOL_POINTS
     + REPLAY_POINTS
+    + METASTORE_POINTS
     + STATE_POINTS
     + MONITORING_POINTS
 )

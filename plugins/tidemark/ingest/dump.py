@@ -241,15 +241,16 @@ def run_dump(
                 done.run_id,
             )
             lease.check()  # finishing shows files: only the holder does it
-            Publisher(layout, done.batch_id).finish()
+            Publisher(layout, done.batch_id).finish(done.files)
             _commit_group(config, settings, kafka_conf, done)
             return _result(done, "already_committed")
         # a plan made before a schema change is read and written by its own schema version
         config = SchemaHistory(settings.state_location, config.table).config_at(config, plan.schema_version)
         lease.check()  # a job paused past its lease deletes and shows nothing
         if plan.batch_id > 0:  # a crash right after the previous commit record: finish it first
-            Publisher(layout, plan.batch_id - 1).finish()
-        publisher = Publisher(layout, plan.batch_id)
+            previous = commit_log.commit(plan.batch_id - 1)
+            Publisher(layout, plan.batch_id - 1).finish(previous.files if previous else ())
+        publisher = Publisher(layout, plan.batch_id, lease.token)
         with watch.phase("rollback"):
             lease.check()
             if commit_log.commit(plan.batch_id) is not None:  # committed by the lease's next holder
@@ -340,7 +341,7 @@ def run_dump(
             lease.check()
             commit_log.write_commit(commit)
         crash_point("after_commit_record")
-        publisher.finish()
+        publisher.finish(commit.files)
         log.info(
             "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, late %s, files %s, hours %s; "
             "global ready time %s; seconds %s",

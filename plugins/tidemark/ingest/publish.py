@@ -17,9 +17,13 @@ replay's own files visible.
 On an object store nothing is moved (a rename there is a copy and a delete): the read tasks
 wrote every file once under its final, batch-carrying name (``StagingTargets``), rows in the
 hidden ``_open``, late rows in the hidden ``<table>__late/_open``; the commit record lists
-them. Rolling back an attempt deletes the batch's files found by name; ``finish`` only drops
-the attempt's receipts and manifest, and shows the dirty records: the tasks wrote them in the
-hidden ``T__dirty/_open/batch_id=B/``, and they are copied (server-side) to
+them. Every file name carries the attempt's lease token (``-t0000000042``): rolling back
+deletes only the files and staging of *earlier* attempts (smaller tokens), so an attempt that
+lost its lease while paused can never delete what the lease's next holder wrote and committed;
+files a zombie's tasks write late are ignored (the seal reads only what commit records list,
+``finish`` shows only committed dirty files) and swept with the sealed hour. ``finish`` only
+drops the attempt's receipts and manifest, and shows the dirty records: the tasks wrote them in
+the hidden ``T__dirty/_open/batch_id=B/``, and they are copied (server-side) to
 ``T__dirty/batch_id=B/`` after the commit record, as the local disk moves them then. A replay
 there keeps its input before its commit record
 (server-side copies of the replayed batches' dirty files into ``_replayed``, a marker last:
@@ -33,26 +37,38 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
+from collections.abc import Collection
 
 from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.ingest.staging import KINDS, StagingTargets
-from tidemark.state.layout import REPLAYED_MARKER, Layout, batch_file_name, batch_of_file
+from tidemark.state.layout import REPLAYED_MARKER, Layout, batch_file_name, batch_of_file, token_of_file
 
 log = logging.getLogger(__name__)
+
+_ATTEMPT_DIR = re.compile(r"^attempt-t(\d{10})-")
+
+
+def _attempt_token(directory: str) -> int | None:
+    """The lease token in an attempt directory's name (``attempt-t0000000042-<id>``)."""
+    match = _ATTEMPT_DIR.match(directory)
+    return int(match.group(1)) if match else None
 
 
 class Publisher:
     """Moves a batch's staged files into the table under deterministic names, and undoes an
     uncommitted attempt's moves through the manifest it wrote before moving anything."""
 
-    def __init__(self, layout: Layout, batch_id: int) -> None:
+    def __init__(self, layout: Layout, batch_id: int, token: int | None = None) -> None:
         self.layout = layout
         self.batch_id = batch_id
+        self.token = token  # the attempt's lease token: in its files' names on an object store
         self.batch_dir = layout.batch_staging(batch_id)
-        self.attempt_dir = self.batch_dir / f"attempt-{uuid.uuid4().hex[:12]}"
+        tag = f"t{token:010d}-" if token is not None else ""
+        self.attempt_dir = self.batch_dir / f"attempt-{tag}{uuid.uuid4().hex[:12]}"
         self.store = layout.store
 
     def staging_targets(self) -> StagingTargets:
@@ -65,12 +81,12 @@ class Publisher:
             "late": self.layout.relative(self.layout.late_open_dir),
             "dirty": self.layout.relative(self.layout.open_dirty_dir(self.batch_id)),
         }
-        return StagingTargets(self.store, attempt, self.batch_id, final)
+        return StagingTargets(self.store, attempt, self.batch_id, final, self.token)
 
     def written(self) -> dict[str, list[str]]:
-        """The batch's files per kind (rows, late, dirty) as the read tasks wrote them."""
+        """The batch's files per kind (rows, late, dirty) as this attempt's read tasks wrote them."""
         if self.layout.object_store:
-            return self._batch_files()
+            return self._attempt_files()
         attempt = self.layout.relative(self.attempt_dir)
         return {kind: self.store.files(f"{attempt}/{kind}") for kind in KINDS}
 
@@ -110,18 +126,34 @@ class Publisher:
             log.warning("batch %s: rolled back %s files of an uncommitted attempt", self.batch_id, removed)
         return removed
 
-    def _all_batch_files(self) -> list[str]:
-        listed = self._batch_files()
-        return [f for kind in KINDS for f in listed[kind]]
+    def _attempt_files(self) -> dict[str, list[str]]:
+        """Object stores: the batch's files this attempt wrote (its token in their names)."""
+        return {
+            kind: [f for f in files if token_of_file(f) == self.token]
+            for kind, files in self._batch_files().items()
+        }
+
+    def _predecessor(self, name: str) -> bool:
+        """A file or attempt directory of an earlier attempt than this one: a smaller token (or
+        none: an older release's name). Never a later attempt's: a paused job that lost its
+        lease cannot delete what the lease's next holder wrote and committed."""
+        token = token_of_file(name) if name.endswith(".parquet") else _attempt_token(name)
+        return token is None or self.token is None or token < self.token
 
     def _rollback_in_place(self) -> int:
-        """Object stores: the uncommitted batch's files in the hidden ``_open`` places. Its
-        visible dirty directory is never touched: only a committed batch's dirty records are
-        shown there (``finish``), so anything in it belongs to a commit."""
-        files = self._all_batch_files()
+        """Object stores: the files earlier attempts of the uncommitted batch wrote in the hidden
+        ``_open`` places, and their staging (receipts, manifests), chosen by their lease tokens.
+        Its visible dirty directory is never touched: only a committed batch's dirty records
+        are shown there (``finish``), so anything in it belongs to a commit."""
+        files = [f for kind in KINDS for f in self._batch_files()[kind] if self._predecessor(f)]
         for relative in files:
             self.store.delete(relative)
-        self.store.delete_dir(self.layout.relative(self.batch_dir))
+        staging = self.layout.relative(self.batch_dir)
+        for attempt in sorted(
+            {f[len(staging) + 1 :].split("/", 1)[0] for f in self.store.all_files(staging)}
+        ):
+            if self._predecessor(attempt):
+                self.store.delete_dir(f"{staging}/{attempt}")
         if files:
             log.warning(
                 "batch %s: rolled back %s files an uncommitted attempt wrote", self.batch_id, len(files)
@@ -154,7 +186,7 @@ class Publisher:
         if self.layout.object_store:
             for batch in retire:
                 self._keep_replayed_input(batch)
-            listed = self._batch_files()
+            listed = self._attempt_files()
             # the commit record names the dirty files where they are shown after it (finish)
             files = [*listed["rows"], *listed["late"], *(self._visible_dirty(f) for f in listed["dirty"])]
             self.store.write_json(
@@ -182,16 +214,20 @@ class Publisher:
             self._move(staged, target)
         return [t for _, t in moves]
 
-    def finish(self) -> int:
+    def finish(self, committed: Collection[str] = ()) -> int:
         """After the commit record: move what is still staged (late rows, dirty records) to its
-        visible place, then drop the staging; idempotent. Returns the files moved."""
+        visible place, then drop the staging; idempotent. Returns the files moved.
+        ``committed``: the commit record's files (object stores: only those are shown; an
+        attempt that lost the batch may have left files beside them)."""
         if self.layout.object_store:  # replayed inputs retire, dirty records are shown
             for written in self.store.all_files(self.layout.relative(self.batch_dir)):
-                if written.endswith("/publish.json"):
+                if written.endswith("/publish.json") and set(self.store.read_json(written)["files"]) <= set(
+                    committed
+                ):
                     for batch in self.store.read_json(written).get("retire", ()):
                         self._retire_in_place(batch)
                         crash_point("mid_retire")
-            shown = self._show_dirty()
+            shown = self._show_dirty(set(committed))
             self.store.delete_dir(self.layout.relative(self.batch_dir))
             return shown
         moved = 0
@@ -231,13 +267,13 @@ class Publisher:
         os.replace(source, target)
         log.info("batch %s: dirty records %s replayed, now hidden in %s", self.batch_id, visible, hidden)
 
-    def _show_dirty(self) -> int:
+    def _show_dirty(self, committed: set[str]) -> int:
         """Object stores, after the commit record: copy the batch's dirty files from the hidden
         ``T__dirty/_open/batch_id=B/`` to ``T__dirty/batch_id=B/`` (server-side copies of a
         small share of the batch, the same names again on a retry), then drop the hidden ones:
         readers of ``T__dirty`` never see an uncommitted attempt's records."""
         hidden_dir = self.layout.relative(self.layout.open_dirty_dir(self.batch_id))
-        hidden = self.store.files(hidden_dir)
+        hidden = [f for f in self.store.files(hidden_dir) if self._visible_dirty(f) in committed]
         for relative in hidden:
             self.store.copy(relative, self._visible_dirty(relative))
         self.store.delete_dir(hidden_dir)

@@ -90,7 +90,8 @@ def plan_replay(
     if state.last_committed >= 0:  # a replay killed after its commit record retires its input first
         from tidemark.ingest.publish import Publisher
 
-        Publisher(layout, state.last_committed).finish()
+        last = commit_log.commit(state.last_committed)
+        Publisher(layout, state.last_committed).finish(last.files if last else ())
     pending = commit_log.pending_plan(state)
     if pending is not None:
         raise ReplayError(

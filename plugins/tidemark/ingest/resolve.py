@@ -112,7 +112,7 @@ def resolve(
         raise ResolveError(f"{config.table}: say why (--reason): the decision is kept in the audit log")
     commit_log = CommitLog(settings.state_location, config.table)
     audit = AuditLog(settings.state_location, config.table)
-    with TableLock(settings.state_location, config.table).hold(f"resolve:{action}"):
+    with TableLock(settings.state_location, config.table).hold(f"resolve:{action}") as lease:
         done = next((r for r in audit.records() if run_id and r.detail.get("run_id") == run_id), None)
         if done is not None:
             log.info("%s: run %s already decided: %s", config.table, run_id, done.describe())
@@ -144,7 +144,7 @@ def resolve(
             detail={"run_id": run_id} if run_id else {},
         )
         if action != "accept":
-            Publisher(Layout(settings, config.table), pending.batch_id).rollback()
+            Publisher(Layout(settings, config.table), pending.batch_id, lease.token).rollback()
             _close(commit_log, pending, record, _closed_ranges(pending, gap=action == "skip"))
         log.warning("%s: %s", config.table, record.describe())
         return record

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.ingest.columns import META_COLUMNS
 from tidemark.ingest.counts import StagedCount
 from tidemark.ingest.spec import Classified, ClassifySpec
-from tidemark.state.layout import batch_task_file_name
+from tidemark.state.layout import attempt_file_name, batch_task_file_name
 from tidemark.tablefs import Store
 from tidemark.time.hours import hour_path
 from tidemark.time.instants import aware
@@ -55,6 +55,7 @@ class StagingTargets:
     attempt: str  # warehouse-relative: receipts, the manifest (and the staged files)
     batch_id: int
     final: dict[str, str] | None = None
+    token: int | None = None  # object stores: the attempt's lease token, in every file name
 
     @classmethod
     def local(cls, attempt_dir: Path) -> StagingTargets:
@@ -69,6 +70,7 @@ class StagingTargets:
         """The warehouse-relative path of a task's file of ``kind`` (and hour)."""
         if self.final is None:
             return "/".join(part for part in (self.attempt, kind, hour_dir, name) if part)
+        name = attempt_file_name(name, self.token)
         if kind == "dirty":
             return f"{self.final[kind]}/{name}"
         return f"{self.final[kind]}/{hour_dir}/{batch_task_file_name(self.batch_id, name)}"

@@ -19,7 +19,7 @@ from tidemark.ingest.columns import data_fields
 from tidemark.seal.metastore import Metastore, quote_identifier
 from tidemark.seal.quality import QualityOutcome, gate
 from tidemark.settings import Settings
-from tidemark.state.commitlog import LogState
+from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.layout import SUCCESS, Layout, batch_of_file, data_docs_dir, write_success
 from tidemark.time.hours import Hour
@@ -40,6 +40,8 @@ class HourFiles:
         self.metastore = Metastore(spark, config)
         self.extra_columns = list(config.partitioning.columns)
         self.history = SchemaHistory(settings.state_location, config.table)
+        self.commit_log = CommitLog(settings.state_location, config.table)
+        self._commits: dict[int, frozenset[str]] = {}  # batch -> its commit record's files
         self._schema_version: int | None = None
         # GX Data Docs need a local directory: kept beside the state when it is local
         state = settings.state_location
@@ -105,7 +107,22 @@ class HourFiles:
             found = [self.layout.warehouse / f for f in store.files(self.layout.relative(directory))]
         else:
             found = sorted(directory.rglob("*.parquet"))
-        return [p for p in found if (batch := batch_of_file(p.name)) is not None and after < batch <= through]
+        chosen = [
+            p for p in found if (batch := batch_of_file(p.name)) is not None and after < batch <= through
+        ]
+        if not self.layout.object_store:
+            return chosen
+        # an attempt that lost its batch (paused past its lease) may have left files beside the
+        # committed attempt's: only those its commit record lists are the batch
+        return [
+            p for p in chosen if self.layout.relative(p) in self._committed_files(batch_of_file(p.name) or 0)
+        ]
+
+    def _committed_files(self, batch_id: int) -> frozenset[str]:
+        if batch_id not in self._commits:
+            commit = self.commit_log.commit(batch_id)
+            self._commits[batch_id] = frozenset(commit.files if commit else ())
+        return self._commits[batch_id]
 
     def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
         """Rename staged Parquet files into ``target`` as ``<prefix>-NNNNN.parquet`` (keeping

@@ -139,7 +139,8 @@ class Sealer:
         state = self.commit_log.state()
         if state.last_committed >= 0:  # late and dirty files of a batch whose dump died after committing
             self._fence()
-            Publisher(self.layout, state.last_committed).finish()
+            last = self.commit_log.commit(state.last_committed)
+            Publisher(self.layout, state.last_committed).finish(last.files if last else ())
         pending = self.commit_log.pending_plan(state)
         result = SealResult(self.config.table, self.run_id, "nothing_to_seal")
         result.ready_time = state.ready.time if state.ready else None

@@ -53,7 +53,8 @@ DATA_DOCS = "data_docs"
 STAGING = ".tidemark_staging"
 # _v<version or late rows, 4 digits or more>-b<batch>[-<owner>], _s<digest>
 _VERSION_DIR = re.compile(r"^(.*/_(?:v\d{4,}-b\d{10}|s[0-9a-f]{12})(?:-[0-9a-f]{8})?)/")
-_BATCH_FILE = re.compile(r"part-b(\d{10})-(?:p\d+-)?\d+\.parquet$")
+_BATCH_FILE = re.compile(r"part-b(\d{10})-(?:p\d+-)?\d+(?:-t\d{10})?\.parquet$")
+_ATTEMPT_TOKEN = re.compile(r"-t(\d{10})\.parquet$")
 
 
 def run_key(run_id: str) -> str:
@@ -91,6 +92,21 @@ def batch_task_file_name(batch_id: int, task_file: str) -> str:
     """``part-b0000000042-p3-000000001200.parquet``: a batch file written once by its read task
     under its final name (object stores), named by the task's sub-range."""
     return f"part-b{batch_id:010d}-{task_file}"
+
+
+def attempt_file_name(task_file: str, token: int | None) -> str:
+    """``p3-000000001200-t0000000042.parquet``: a task's file named by the lease token of the
+    attempt writing it (object stores), so that an attempt rolls back only its predecessors'
+    files (smaller tokens) and never a successor's (fencing tokens only grow)."""
+    if token is None:
+        return task_file
+    return task_file.removesuffix(".parquet") + f"-t{token:010d}.parquet"
+
+
+def token_of_file(name: str) -> int | None:
+    """The lease token of the attempt that wrote a file of :func:`attempt_file_name`."""
+    match = _ATTEMPT_TOKEN.search(name)
+    return int(match.group(1)) if match else None
 
 
 def version_dir_of(relative: str) -> str | None:

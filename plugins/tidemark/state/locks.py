@@ -261,10 +261,10 @@ class TableLock:
             pid_namespace=pid_namespace(),
             started=process_start(os.getpid()),
         )
-        if not self._log.create(next_seq, asdict(me)):
-            raise BatchConflictError(
-                f"{self.table}: another job took the {self.name} lock at the same moment; this attempt did "
-                "nothing and can be retried"
+        if not self._log.create(next_seq, asdict(me)):  # a lost race is a held lock: waited for alike
+            raise _Held(
+                f"{self.table}: another job holds the {self.name} lock (it took it at the same moment)",
+                advice="this attempt did nothing and can be retried",
             )
         replace_atomically(self._hint, {"seq": next_seq})
         return Lease(self, next_seq, me, duration)
