@@ -32,18 +32,27 @@ def run_dag(config_dir: Path, dag_id: str, when: datetime) -> Any:
     return dag.test(logical_date=when, run_after=when)
 
 
-def test_ingest_dag_seals_and_announces_each_hour_once(
-    dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    config, settings = fresh_table(dag_env, tmp_path, retries=2, retry_delay="0s")
+def table_with_two_hours(
+    base: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, retries: int
+) -> tuple[Any, Settings, list[tuple[int, int, Any]]]:
+    """A fresh table whose DAGs read its own conf dir, and records of hours 10 and 11 on both
+    MQ partitions (hour 10 is complete once they are read)."""
+    config, settings = fresh_table(base, tmp_path, retries=retries, retry_delay="0s")
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
-    dag_id = f"tidemark_ingest_{config.table}"
     create_topic(broker, config.source.topic, 2)
     sent = produce(
         broker,
         config.source.topic,
         records([(p, at(10, m)) for p in (0, 1) for m in (5, 25, 45)] + [(0, at(11, 50)), (1, at(11, 40))]),
     )
+    return config, settings, sent
+
+
+def test_ingest_dag_seals_and_announces_each_hour_once(
+    dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, settings, sent = table_with_two_hours(dag_env, broker, tmp_path, monkeypatch, retries=2)
+    dag_id = f"tidemark_ingest_{config.table}"
     # Run 1: hour 10 is sealed, but the announce task fails (injected) before emitting.
     before, after = ANNOUNCE_POINTS
     monkeypatch.setenv("TIDEMARK_FAIL_AT", before)
@@ -105,15 +114,8 @@ def test_ingest_dag_on_an_s3_warehouse_and_s3_state(
     on_s3 = replace(dag_env, warehouse=f"{lake}/warehouse", state_uri=f"{lake}/state")
     monkeypatch.setenv("TIDEMARK_WAREHOUSE", on_s3.warehouse)
     monkeypatch.setenv("TIDEMARK_STATE_DIR", f"{lake}/state")
-    config, settings = fresh_table(on_s3, tmp_path, retries=1, retry_delay="0s")
-    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
+    config, settings, sent = table_with_two_hours(on_s3, broker, tmp_path, monkeypatch, retries=1)
     dag_id = f"tidemark_ingest_{config.table}"
-    create_topic(broker, config.source.topic, 2)
-    sent = produce(
-        broker,
-        config.source.topic,
-        records([(p, at(10, m)) for p in (0, 1) for m in (5, 25, 45)] + [(0, at(11, 50)), (1, at(11, 40))]),
-    )
     run = run_dag(settings.conf_dir, dag_id, at(12))
     assert {ti.task_id: ti.state for ti in run.get_task_instances()} == dict.fromkeys(
         ("dump", "seal", "announce", "metrics", "check_deadlines"), "success"

@@ -1,14 +1,7 @@
 """Pure transforms of the dump: raw MQ records -> typed rows or dirty records.
 
-Parsing happens in Arrow, inside the data source's tasks: ``pyarrow.json`` reads a block of
-messages against the table schema in C++, which costs a fifth of the CPU of Spark's
-``from_json`` + casts (docs/benchmarks.md). A block the reader rejects is re-read in pieces
-down to the records at fault, so one bad record costs a few small re-reads, never the block.
-
-Typing is strict, as the JSON reader is: a JSON string is not a number, a number is not a
-string, a decimal with more places than its scale is not rounded. Timestamps are ISO 8601
-strings (``2026-11-22T10:00:00Z``, ``2026-11-22 10:00:00+01:00``; no offset means UTC);
-dates are ``YYYY-MM-DD`` strings; decimals are numbers or numeric strings.
+Decoding is the source format's (``ingest/decoders``: JSON today), inside the data source's
+tasks, into Arrow; every check after it is this module's and the same for every format.
 
 Each record is classified once, with the first reason that applies, in this order:
 
@@ -17,9 +10,9 @@ Each record is classified once, with the first reason that applies, in this orde
 | ``oversized`` | the message is larger than ``source.max_message_bytes`` |
 | ``tombstone`` | the message has no value (a compaction tombstone): kept in the dirty files for \
 the offsets' sake but counted apart, never toward ``max_dirty_ratio`` |
-| ``invalid_json`` | the value is not exactly one JSON object: empty, several objects, trailing \
-data, not an object, invalid UTF-8, ``NaN``/``Infinity`` literals, a key given twice, nesting \
-deeper than the parser allows |
+| ``invalid_json`` | (JSON) the value is not exactly one JSON object: empty, several objects, \
+trailing data, not an object, invalid UTF-8, ``NaN``/``Infinity`` literals, a key given twice, \
+nesting deeper than the parser allows (``decoders/json.py``) |
 | ``null_event_time`` | the event-time field is missing or null |
 | ``missing_field`` | a ``not null`` column is missing or null |
 | ``type_mismatch`` | a value cannot be converted to its column's type (numbers out of range too) |
@@ -38,28 +31,17 @@ is already sealed: they are *late* (``_late``) and go to the late files, never t
 
 from __future__ import annotations
 
-import json
-import math
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from tidemark.ingest.columns import PARTITION_VALUE_PATTERN, REASONS, TOMBSTONE, dirty_schema
-from tidemark.ingest.jsonlines import (
-    JsonLinesReader,
-    message_line,
-    parse_schema,
-    plain_block,
-    strict_json,
-    to_date,
-)
+from tidemark.ingest.decoders import Decoded, Verdict, decoder_for
 from tidemark.ingest.spec import Classified, ClassifySpec, RawRecords, good_schema
-from tidemark.schema import Column
 from tidemark.time.hours import hour_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-INTEGER_BITS = {"tinyint": 7, "smallint": 15, "int": 31, "bigint": 63}
 # Event times before this are dirty (``event_time_out_of_range``): Spark and Hive read older
 # timestamps differently by calendar (the Julian/Gregorian rebase of INT96 and legacy files),
 # and an hour of year 1 is not representable in every zone.
@@ -67,17 +49,12 @@ EARLIEST_EVENT_TIME = datetime(1900, 1, 1, tzinfo=UTC)
 
 
 class Classifier:
-    """Classifies blocks of raw records by a spec; one per task (it keeps the JSON readers)."""
+    """Classifies blocks of raw records by a spec; one per task (it keeps the format's decoder)."""
 
     def __init__(self, spec: ClassifySpec) -> None:
-        import pyarrow as pa
-
         self.spec = spec
         self.columns = spec.schema_columns
-        self.reader = JsonLinesReader(parse_schema(self.columns))
-        self.column_readers = {
-            c.name: JsonLinesReader(pa.schema([self.reader.schema.field(c.name)])) for c in self.columns
-        }
+        self.decoder = decoder_for(spec.source_format, self.columns, spec.event_time_field)
         self.good_schema = good_schema(spec)
         self.dirty_schema = dirty_schema()
         self.future_limit = datetime.fromisoformat(spec.future_limit)
@@ -85,120 +62,51 @@ class Classifier:
         self._hours: dict[int, tuple[str, str]] = {}
 
     def classify(self, raw: RawRecords) -> Classified:
-        import pyarrow as pa
-
-        dirty: dict[int, tuple[str, str | None]] = {}  # record index -> (reason, detail)
-        lines, line_of = self._lines(raw, dirty)
-        pieces, rejected = self.reader.read(lines)
-        for line, error in rejected.items():
-            dirty[line_of[line]] = self._rejected_reason(lines[line], error)
-        accepted = [line_of[i] for index, _ in pieces for i in index]
-        typed = pa.concat_tables([t for _, t in pieces]) if pieces else self.reader.schema.empty_table()
-        good, checked_dirty = self._check(typed, accepted, raw)
+        dirty: dict[int, Verdict] = {}  # record index -> (reason, detail)
+        values, index = self._admissible(raw, dirty)
+        decoded = self.decoder.decode(values, index)
+        dirty.update(decoded.rejected)
+        good, checked_dirty = self._check(decoded, raw)
         dirty.update(checked_dirty)
         return Classified(good=good, dirty=self._dirty_table(raw, dirty))
 
-    def _lines(
-        self, raw: RawRecords, dirty: dict[int, tuple[str, str | None]]
-    ) -> tuple[list[bytes], list[int]]:
-        """The messages the JSON reader gets, one per line, and the record of each line; the
-        others get their reason in ``dirty``."""
+    def _admissible(self, raw: RawRecords, dirty: dict[int, Verdict]) -> tuple[list[bytes], list[int]]:
+        """The messages any format may decode, and their record indices; a tombstone or an
+        oversized message gets its reason in ``dirty``."""
         values = raw.values
         n = len(values)
         if n and None not in values:
             present = cast("list[bytes]", values)
-            if max(map(len, present)) <= self.spec.max_message_bytes and plain_block(b"\n".join(present), n):
-                return present, list(range(n))  # the common case, checked at C speed
-        lines: list[bytes] = []
-        line_of: list[int] = []
+            if max(map(len, present)) <= self.spec.max_message_bytes:
+                return present, list(range(n))  # the common case
+        admitted: list[bytes] = []
+        index: list[int] = []
         for i, value in enumerate(values):
             if value is not None and len(value) > self.spec.max_message_bytes:
                 dirty[i] = ("oversized", f"bytes={len(value)}")
             elif value is None:
                 dirty[i] = (TOMBSTONE, None)
             else:
-                line = message_line(value)
-                if isinstance(line, str):
-                    dirty[i] = ("invalid_json", line)
-                else:
-                    lines.append(line)
-                    line_of.append(i)
-        return lines, line_of
+                admitted.append(value)
+                index.append(i)
+        return admitted, index
 
-    def _rejected_reason(self, line: bytes, error: str) -> tuple[str, str | None]:
-        """Reason and detail of a message the JSON reader rejected on its own."""
-        try:
-            obj = strict_json(line)
-        except ValueError as exc:
-            return "invalid_json", f"invalid JSON: {exc}"
-        if not isinstance(obj, dict):
-            return "invalid_json", f"not a JSON object but {type(obj).__name__}"
-        if obj.get(self.spec.event_time_field) is None:
-            return "null_event_time", None
-        missing = [c.name for c in self.columns if not c.nullable and obj.get(c.name) is None]
-        if missing:
-            return "missing_field", "fields=" + ",".join(missing)
-        mismatched = [
-            c.name
-            for c in self.columns
-            if obj.get(c.name) is not None and not self._convertible(c, obj[c.name])
-        ]
-        if mismatched:
-            return "type_mismatch", "fields=" + ",".join(mismatched)
-        return "invalid_json", error  # e.g. a key given twice
-
-    def _convertible(self, column: Column, value: Any) -> bool:
-        """Whether the JSON reader converts ``value`` alone into the column's type (so the
-        fields a detail names are exactly the ones the reader refuses): JSON kinds decide the
-        simple types, the reader itself the others."""
-        kind = column.type.name
-        if kind == "string":
-            return isinstance(value, str)
-        if kind == "boolean":
-            return isinstance(value, bool)
-        if kind in INTEGER_BITS:
-            bits = INTEGER_BITS[kind]
-            return isinstance(value, int) and not isinstance(value, bool) and -(2**bits) <= value < 2**bits
-        if kind in {"float", "double"}:
-            return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        line = json.dumps({column.name: value}, separators=(",", ":")).encode()
-        _, rejected = self.column_readers[column.name].read([line])
-        if rejected:
-            return False
-        if column.type.name == "date":
-            return to_date([value]).null_count == 0
-        return True
-
-    def _check(
-        self, typed: pa.Table, accepted: list[int], raw: RawRecords
-    ) -> tuple[pa.Table, dict[int, tuple[str, str | None]]]:
-        """Null, future-time and partition-value checks of the rows the reader accepted;
+    def _check(self, decoded: Decoded, raw: RawRecords) -> tuple[pa.Table, dict[int, Verdict]]:
+        """Null, future-time and partition-value checks of the rows the decoder accepted;
         the good rows get hour labels, ``_late`` and lineage."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        n = typed.num_rows
-        columns = {}
-        bad_dates: dict[str, pa.Array] = {}
-        for c in self.columns:
-            col = (
-                typed.column(c.name).combine_chunks()
-                if n
-                else pa.array([], type=self.reader.schema.field(c.name).type)
-            )
-            if c.type.name == "date":
-                converted = to_date(col)
-                bad_dates[c.name] = pc.and_(pc.is_valid(col), pc.is_null(converted))
-                col = converted
-            columns[c.name] = col
+        columns, accepted = decoded.columns, decoded.accepted
+        n = len(accepted)
         ts = columns[self.spec.event_time_field]
         masks: list[tuple[str, str, pa.Array]] = []  # (reason, field, bad mask), in reason order
         masks.append(("null_event_time", "", pc.is_null(ts)))
         masks += [
             ("missing_field", c.name, pc.is_null(columns[c.name])) for c in self.columns if not c.nullable
         ]
-        masks += [("type_mismatch", name, mask) for name, mask in bad_dates.items()]
+        masks += [("type_mismatch", name, mask) for name, mask in decoded.mismatched.items()]
         ts_utc = ts.cast(pa.timestamp("us", tz="UTC")) if n else pa.array([], pa.timestamp("us", tz="UTC"))
         floor = pa.scalar(EARLIEST_EVENT_TIME, type=pa.timestamp("us", tz="UTC"))
         masks.append(("event_time_out_of_range", "", pc.fill_null(pc.less(ts_utc, floor), False)))
@@ -222,7 +130,7 @@ class Classifier:
         any_bad = np.zeros(n, dtype=bool)
         for _, _, mask in masks:
             any_bad |= mask.to_numpy(zero_copy_only=False)
-        dirty: dict[int, tuple[str, str | None]] = {}
+        dirty: dict[int, Verdict] = {}
         bad_rows = np.flatnonzero(any_bad)
         if len(bad_rows):
             flags = {(reason, name): mask.to_numpy(zero_copy_only=False) for reason, name, mask in masks}
@@ -255,7 +163,7 @@ class Classifier:
             out["_raw_value"] = pa.array(raw.values, type=pa.binary()).take(rows)
         return pa.Table.from_pydict(out, schema=self.good_schema), dirty
 
-    def _reason_of(self, row: int, flags: dict[tuple[str, str], Any]) -> tuple[str, str | None]:
+    def _reason_of(self, row: int, flags: dict[tuple[str, str], Any]) -> Verdict:
         """The first reason of a row that failed a check, and the fields it names."""
         for reason in REASONS:
             fields = [name for (r, name), mask in flags.items() if r == reason and mask[row]]
@@ -296,7 +204,7 @@ class Classifier:
             label = self._hours[minute] = (hour.dt, hour.hr)
         return label
 
-    def _dirty_table(self, raw: RawRecords, dirty: dict[int, tuple[str, str | None]]) -> pa.Table:
+    def _dirty_table(self, raw: RawRecords, dirty: dict[int, Verdict]) -> pa.Table:
         import pyarrow as pa
 
         rows = sorted(dirty)

@@ -36,6 +36,7 @@ class ClassifySpec:
     oldest_limit: str | None  # ISO instant: event times before it are too old
     too_old: str  # dirty | late
     partition_columns: tuple[str, ...]
+    source_format: str = "json"  # the decoder of the messages (``ingest/decoders``)
 
     @classmethod
     def of(
@@ -65,6 +66,7 @@ class ClassifySpec:
             else None,
             too_old=config.watermark.too_old,
             partition_columns=tuple(config.partitioning.columns),
+            source_format=config.source.format,
         )
 
     @classmethod

@@ -1,0 +1,65 @@
+"""Source formats: one decoder module per format, behind one interface.
+
+A decoder turns a block of message values (each already checked by the classifier: not a
+tombstone, not oversized) into the table's typed columns, one row per record it accepts, and a
+reason for each record it rejects. Everything after that (null and event-time checks, partition
+values, late rows, hour labels, lineage) is the classifier's and the same for every format, so
+each format keeps the guarantees of the others: one message is one row or one dirty record,
+rebuilds and replays classify as the first run did, the stream decodes as the batch does.
+
+Where to add a format: a module here with a class that satisfies :class:`Decoder`, its name in
+``DECODERS``, the value in ``source.format`` (``config.py``), and its reason codes in
+``ingest/columns.REASONS`` and docs/configuration.md (docs/how-tidemark-is-built.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tidemark.schema import Column
+
+Verdict = tuple[str, str | None]  # (reason, detail) of a rejected record
+
+
+@dataclass
+class Decoded:
+    """A decoded block: ``columns`` holds every schema column in its table Arrow type, one row
+    per accepted record (``accepted[i]``: the record index of row ``i``); ``mismatched`` marks
+    rows whose value of a column could not be converted (dirty ``type_mismatch``); ``rejected``
+    gives the records the format refused whole, by record index."""
+
+    columns: dict[str, pa.Array]
+    accepted: list[int]
+    mismatched: dict[str, pa.Array] = field(default_factory=dict)
+    rejected: dict[int, Verdict] = field(default_factory=dict)
+
+
+class Decoder(Protocol):
+    def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
+        """Decode ``values`` (the messages of records ``index``, in order)."""
+        ...
+
+
+def decoder_for(source_format: str, columns: list[Column], event_time_field: str) -> Decoder:
+    """The decoder of a table's ``source.format``."""
+    try:
+        make = DECODERS[source_format]
+    except KeyError:
+        raise ValueError(
+            f"no decoder for source format {source_format!r} (known: {sorted(DECODERS)})"
+        ) from None
+    return make(columns, event_time_field)
+
+
+def _json(columns: list[Column], event_time_field: str) -> Decoder:
+    from tidemark.ingest.decoders.json import JsonDecoder
+
+    return JsonDecoder(columns, event_time_field)
+
+
+DECODERS: dict[str, Callable[[list[Column], str], Decoder]] = {"json": _json}
