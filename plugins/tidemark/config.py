@@ -28,6 +28,7 @@ from pydantic import (
 
 from tidemark.durations import parse_duration, parse_size
 from tidemark.errors import ConfigError
+from tidemark.ingest.conversions import Conversion, conversion_problems
 from tidemark.schema import TIMESTAMP_TYPES, Column, parse_column
 from tidemark.settings import Settings
 
@@ -53,6 +54,8 @@ class SourceConfig(_Strict):
     # librdkafka properties (security.protocol, sasl.*, ssl.*); values like "${ENV_VAR}" are
     # read from the environment at run time so secrets never sit in the YAML.
     kafka_properties: dict[str, str] = Field(default_factory=dict)
+    # columns carried in another shape (epoch numbers, formatted times, numbers as strings)
+    conversions: dict[str, Conversion] = Field(default_factory=dict)
 
 
 class EventTimeConfig(_Strict):
@@ -205,6 +208,7 @@ class TableConfig(_Strict):
             problems.append(
                 f"event_time.field: column {ts.name!r} has type {ts.type.ddl()}; expected timestamp"
             )
+        problems += conversion_problems(self.columns, self.source.conversions)
         for key in self.primary_key:
             if key not in self.columns:
                 problems.append(f"primary_key: {key!r} is not a column of the schema")

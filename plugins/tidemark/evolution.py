@@ -51,6 +51,8 @@ class SchemaVersion:
     partition_columns: tuple[str, ...]
     run_id: str = ""
     changes: tuple[str, ...] = ()
+    # (column, Conversion.describe()) of source.conversions: how the version's batches decode
+    conversions: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, config: TableConfig, version: int = 0, run_id: str = "") -> SchemaVersion:
@@ -61,6 +63,7 @@ class SchemaVersion:
             time_zone=config.event_time.time_zone,
             partition_columns=tuple(config.partitioning.columns),
             run_id=run_id,
+            conversions=tuple(sorted((k, v.describe()) for k, v in config.source.conversions.items())),
         )
 
     def same_schema(self, other: SchemaVersion) -> bool:
@@ -69,6 +72,7 @@ class SchemaVersion:
             and self.event_time_field == other.event_time_field
             and self.time_zone == other.time_zone
             and self.partition_columns == other.partition_columns
+            and self.conversions == other.conversions
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +84,7 @@ class SchemaVersion:
             "partition_columns": list(self.partition_columns),
             "run_id": self.run_id,
             "changes": list(self.changes),
+            "conversions": dict(self.conversions),
         }
 
     @classmethod
@@ -92,6 +97,7 @@ class SchemaVersion:
             partition_columns=tuple(data["partition_columns"]),
             run_id=data.get("run_id", ""),
             changes=tuple(data.get("changes", ())),
+            conversions=tuple(sorted(dict(data.get("conversions", {})).items())),
         )
 
     def column_objects(self) -> list[Column]:
@@ -162,6 +168,12 @@ def evolution(old: SchemaVersion, new: SchemaVersion) -> tuple[list[str], list[s
             )
         elif new_nullable and not old_nullable:
             allowed.append(f"column {name!r}: 'not null' dropped")
+    before, after = dict(old.conversions), dict(new.conversions)
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):  # decodes new batches; old ones keep theirs
+            allowed.append(
+                f"column {name!r}: conversion {before.get(name, 'none')} -> {after.get(name, 'none')}"
+            )
     for name in added:
         new_type, nullable = new_columns[name]
         if not nullable:
@@ -239,5 +251,9 @@ class SchemaHistory:
         version = self.version(number) if number else None
         if version is None or version.same_schema(SchemaVersion.of(config)):
             return config
+        from tidemark.ingest.conversions import Conversion
+
         columns = {c.name: c for c in version.column_objects()}
-        return config.model_copy(update={"columns": columns})
+        conversions = {name: Conversion.parse(described) for name, described in version.conversions}
+        source = config.source.model_copy(update={"conversions": conversions})
+        return config.model_copy(update={"columns": columns, "source": source})

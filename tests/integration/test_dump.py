@@ -4,6 +4,7 @@ the broker-facing ones against both brokers (tansu and noida-db)."""
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,6 @@ def test_a_cleared_or_queued_run_judges_future_times_by_the_clock_of_its_plan(
 ) -> None:
     """The run of interval [11:00, 12:00) runs two hours late (cleared, queued, backfilled):
     records of 13:50 are current, not future; the plan records the wall clock it was made at."""
-    from datetime import timedelta
 
     config, settings = fresh_table(settings, tmp_path)
     create_topic(broker, config.source.topic, 2)
@@ -294,3 +294,46 @@ def test_tombstones_are_counted_apart_and_the_status_adds_up(
     assert sent[f"tidemark.{config.table}.tombstones"] == 2
     assert sent[f"tidemark.{config.table}.batch.tombstones"] == 2
     assert "tombstones 2" in render_report(report_data(config, settings))
+
+
+def test_json_with_epoch_millis_event_times_lands_by_event_time(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """The most common Kafka JSON event time, epoch milliseconds, through the real broker and
+    the dump with ``source.conversions``: every row at its own offset with its own instant and
+    hour; an ISO string on that topic is a type mismatch naming the field."""
+    import pyarrow.parquet as pq
+
+    from tests.helpers.classify import event
+    from tidemark.state.layout import Layout
+    from tidemark_dev.generator import Message
+
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        dirty__max_dirty_ratio=1.0,
+        source__conversions={"event_time": {"from": "epoch_millis"}},
+    )
+    create_topic(broker, config.source.topic, 1)
+    instants = [START + timedelta(minutes=m, milliseconds=m) for m in (5, 59, 61)]
+    values = [event(event_id=f"e{i}", event_time=int(t.timestamp() * 1000)) for i, t in enumerate(instants)]
+    values.append(event(event_id="iso", event_time=START.isoformat()))
+    delivered = produce(broker, config.source.topic, [Message(0, v, None, None) for v in values])
+    result = run_dump(spark, config, settings, "epoch-1", PROCESSING)
+    assert (result.read, result.rows, result.dirty) == (4, 3, 1)
+    layout = Layout(settings, config.table)
+    rows = {}
+    for path in layout.open_dir.rglob("*.parquet"):
+        hour = str(path.parent.relative_to(layout.open_dir))
+        for row in pq.read_table(path, columns=["_mq_offset", "event_id", "event_time"]).to_pylist():
+            rows[row["_mq_offset"]] = (row["event_id"], row["event_time"], hour)
+    offsets = [o for _, o, _ in delivered]
+    assert rows == {
+        offsets[i]: (f"e{i}", instants[i], f"dt=2026-11-22/hr={10 if i < 2 else 11}") for i in range(3)
+    }
+    (dirty,) = [
+        r
+        for p in layout.dirty_dir.rglob("*.parquet")
+        for r in pq.read_table(p, columns=["mq_offset", "reason", "detail"]).to_pylist()
+    ]
+    assert dirty == {"mq_offset": offsets[3], "reason": "type_mismatch", "detail": "fields=event_time"}

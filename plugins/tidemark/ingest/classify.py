@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from tidemark.ingest.columns import PARTITION_VALUE_PATTERN, REASONS, TOMBSTONE, dirty_schema
+from tidemark.ingest.conversions import Conversion
 from tidemark.ingest.decoders import Decoded, Verdict, decoder_for
 from tidemark.ingest.spec import Classified, ClassifySpec, RawRecords, good_schema
 from tidemark.time.hours import hour_of
@@ -54,7 +55,8 @@ class Classifier:
     def __init__(self, spec: ClassifySpec) -> None:
         self.spec = spec
         self.columns = spec.schema_columns
-        self.decoder = decoder_for(spec.source_format, self.columns, spec.event_time_field)
+        conversions = {name: Conversion.parse(described) for name, described in spec.conversions}
+        self.decoder = decoder_for(spec.source_format, self.columns, spec.event_time_field, conversions)
         self.good_schema = good_schema(spec)
         self.dirty_schema = dirty_schema()
         self.future_limit = datetime.fromisoformat(spec.future_limit)
@@ -102,10 +104,16 @@ class Classifier:
         n = len(accepted)
         ts = columns[self.spec.event_time_field]
         masks: list[tuple[str, str, pa.Array]] = []  # (reason, field, bad mask), in reason order
-        masks.append(("null_event_time", "", pc.is_null(ts)))
-        masks += [
-            ("missing_field", c.name, pc.is_null(columns[c.name])) for c in self.columns if not c.nullable
-        ]
+
+        def absent(name: str) -> pa.Array:
+            """Null and not sent: a value sent but not convertible is a type mismatch instead."""
+            null = pc.is_null(columns[name])
+            if name in decoded.mismatched:
+                return pc.and_(null, pc.invert(pc.fill_null(decoded.mismatched[name], False)))
+            return null
+
+        masks.append(("null_event_time", "", absent(self.spec.event_time_field)))
+        masks += [("missing_field", c.name, absent(c.name)) for c in self.columns if not c.nullable]
         masks += [("type_mismatch", name, mask) for name, mask in decoded.mismatched.items()]
         ts_utc = ts.cast(pa.timestamp("us", tz="UTC")) if n else pa.array([], pa.timestamp("us", tz="UTC"))
         floor = pa.scalar(EARLIEST_EVENT_TIME, type=pa.timestamp("us", tz="UTC"))

@@ -37,6 +37,7 @@ class ClassifySpec:
     too_old: str  # dirty | late
     partition_columns: tuple[str, ...]
     source_format: str = "json"  # the decoder of the messages (``ingest/decoders``)
+    conversions: tuple[tuple[str, str], ...] = ()  # (column, Conversion.describe())
 
     @classmethod
     def of(
@@ -67,6 +68,7 @@ class ClassifySpec:
             too_old=config.watermark.too_old,
             partition_columns=tuple(config.partitioning.columns),
             source_format=config.source.format,
+            conversions=tuple(sorted((k, v.describe()) for k, v in config.source.conversions.items())),
         )
 
     @classmethod
@@ -110,6 +112,7 @@ class ClassifySpec:
         data = json.loads(text)
         data["columns"] = tuple(tuple(c) for c in data["columns"])
         data["partition_columns"] = tuple(data["partition_columns"])
+        data["conversions"] = tuple(tuple(c) for c in data.get("conversions", ()))
         return cls(**data)
 
     @property

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from tidemark.ingest.conversions import Conversion
     from tidemark.schema import Column
 
 Verdict = tuple[str, str | None]  # (reason, detail) of a rejected record
@@ -45,21 +46,23 @@ class Decoder(Protocol):
         ...
 
 
-def decoder_for(source_format: str, columns: list[Column], event_time_field: str) -> Decoder:
-    """The decoder of a table's ``source.format``."""
+def decoder_for(
+    source_format: str, columns: list[Column], event_time_field: str, conversions: dict[str, Conversion]
+) -> Decoder:
+    """The decoder of a table's ``source.format``, applying its declared ``conversions``."""
     try:
         make = DECODERS[source_format]
     except KeyError:
         raise ValueError(
             f"no decoder for source format {source_format!r} (known: {sorted(DECODERS)})"
         ) from None
-    return make(columns, event_time_field)
+    return make(columns, event_time_field, conversions)
 
 
-def _json(columns: list[Column], event_time_field: str) -> Decoder:
+def _json(columns: list[Column], event_time_field: str, conversions: dict[str, Conversion]) -> Decoder:
     from tidemark.ingest.decoders.json import JsonDecoder
 
-    return JsonDecoder(columns, event_time_field)
+    return JsonDecoder(columns, event_time_field, conversions)
 
 
-DECODERS: dict[str, Callable[[list[Column], str], Decoder]] = {"json": _json}
+DECODERS: dict[str, Callable[[list[Column], str, dict[str, Conversion]], Decoder]] = {"json": _json}

@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tidemark.ingest.conversions import Conversion, convert, source_type
 from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.ingest.jsonlines import (
     JsonLinesReader,
@@ -45,12 +46,18 @@ class JsonDecoder:
     """One per task: it keeps the JSON readers (the block's, and one per column to name the
     fields of a rejected record)."""
 
-    def __init__(self, columns: list[Column], event_time_field: str) -> None:
+    def __init__(
+        self, columns: list[Column], event_time_field: str, conversions: dict[str, Conversion]
+    ) -> None:
         import pyarrow as pa
 
         self.columns = columns
         self.event_time_field = event_time_field
-        self.reader = JsonLinesReader(parse_schema(columns))
+        self.conversions = conversions
+        schema = parse_schema(columns)
+        for name, conversion in conversions.items():  # read as sent, converted after
+            schema = schema.set(schema.get_field_index(name), pa.field(name, source_type(conversion)))
+        self.reader = JsonLinesReader(schema)
         self.column_readers = {
             c.name: JsonLinesReader(pa.schema([self.reader.schema.field(c.name)])) for c in columns
         }
@@ -73,7 +80,9 @@ class JsonDecoder:
                 if typed.num_rows
                 else pa.array([], type=self.reader.schema.field(c.name).type)
             )
-            if c.type.name == "date":  # read as strings: the reader takes dates from day numbers only
+            if c.name in self.conversions:  # declared: epoch numbers, formatted times, numeric strings
+                col, mismatched[c.name] = convert(col, self.conversions[c.name], c)
+            elif c.type.name == "date":  # read as strings: the reader takes dates from day numbers only
                 import pyarrow.compute as pc
 
                 converted = to_date(col)
@@ -126,6 +135,11 @@ class JsonDecoder:
         """Whether the JSON reader converts ``value`` alone into the column's type (so the
         fields a detail names are exactly the ones the reader refuses): JSON kinds decide the
         simple types, the reader itself the others."""
+        conversion = self.conversions.get(column.name)
+        if conversion is not None:  # the JSON kind it is sent as; its conversion is checked after
+            if conversion.source == "text":
+                return isinstance(value, str)
+            return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         kind = column.type.name
         if kind == "string":
             return isinstance(value, str)
