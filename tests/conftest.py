@@ -143,3 +143,16 @@ def s3(settings: Settings) -> Iterator[str]:
         yield "s3://lake"
     finally:
         service.stop()
+
+
+@pytest.fixture
+def schema_registry() -> Iterator[str]:
+    """The Schema Registry STAND-IN (tidemark_dev/schema_registry.py: no real registry installs
+    here), serving Confluent's REST subset on 127.0.0.1 from a thread; yields its URL."""
+    from tidemark_dev.schema_registry import SchemaRegistryStandIn
+
+    registry = SchemaRegistryStandIn().start()
+    try:
+        yield registry.url
+    finally:
+        registry.stop()

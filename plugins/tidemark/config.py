@@ -26,36 +26,18 @@ from pydantic import (
     model_validator,
 )
 
-from tidemark.durations import parse_duration, parse_size
+from tidemark.durations import parse_duration
 from tidemark.errors import ConfigError
-from tidemark.ingest.conversions import Conversion, conversion_problems
 from tidemark.schema import TIMESTAMP_TYPES, Column, parse_column
 from tidemark.settings import Settings
+from tidemark.source_config import Size, SourceConfig, read_schema_files, source_problems
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
-Size = Annotated[int, BeforeValidator(parse_size)]
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SourceConfig(_Strict):
-    """Where the table's records come from: a Kafka-protocol topic of JSON messages."""
-
-    topic: str = Field(min_length=1)
-    format: Literal["json"] = "json"
-    consumer_group: str = ""
-    starting_offsets: Literal["earliest", "latest"] | dict[int, int] = "earliest"
-    max_records_per_partition: int = Field(default=1_000_000, gt=0)
-    max_message_bytes: Size = 1024 * 1024
-    on_data_loss: Literal["fail", "record_and_continue"] = "fail"
-    # librdkafka properties (security.protocol, sasl.*, ssl.*); values like "${ENV_VAR}" are
-    # read from the environment at run time so secrets never sit in the YAML.
-    kafka_properties: dict[str, str] = Field(default_factory=dict)
-    # columns carried in another shape (epoch numbers, formatted times, numbers as strings)
-    conversions: dict[str, Conversion] = Field(default_factory=dict)
 
 
 class EventTimeConfig(_Strict):
@@ -187,10 +169,6 @@ class TableConfig(_Strict):
                 columns[str(name)] = parse_column(str(name), spec)
             except ValueError as exc:
                 problems.append(f"column {name!r}: {exc}")
-                continue
-            problem = columns[str(name)].type.json_problem()
-            if problem:
-                problems.append(f"column {name!r}: {problem}")
         if problems:
             raise ValueError("; ".join(problems))
         return columns
@@ -208,7 +186,7 @@ class TableConfig(_Strict):
             problems.append(
                 f"event_time.field: column {ts.name!r} has type {ts.type.ddl()}; expected timestamp"
             )
-        problems += conversion_problems(self.columns, self.source.conversions)
+        problems += source_problems(self.source, self.columns)
         for key in self.primary_key:
             if key not in self.columns:
                 problems.append(f"primary_key: {key!r} is not a column of the schema")
@@ -332,7 +310,7 @@ def load_table_file(path: Path) -> TableConfig:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), [f"(top level): not valid YAML: {exc}"]) from None
-    config = parse_table(data, str(path))
+    config = parse_table(read_schema_files(data, str(path), path.parent), str(path))
     if config.table != path.stem:
         raise ConfigError(str(path), [f"table: {config.table!r} must match the file name {path.stem!r}"])
     return config
@@ -398,5 +376,7 @@ def effective_config(config: TableConfig) -> dict[str, Any]:
 
     data = readable(config.model_dump(mode="python", by_alias=True, exclude={"columns"}))
     data["source"]["kafka_properties"] = masked(config.source.kafka_properties)
+    if config.source.schema_registry is not None:
+        data["source"]["schema_registry"] = masked(config.source.schema_registry.client_properties())
     columns = {c.name: c.type.ddl() + ("" if c.nullable else " not null") for c in config.schema_columns}
     return {"table": data.pop("table"), "description": data.pop("description"), "schema": columns, **data}

@@ -220,3 +220,17 @@ class StaleConfigError(SchemaEvolutionError):
 class VersionConflictError(TidemarkError):
     """A version directory of a partition is being written by another live step (a rebuild and
     an amend naming the same next version): this step wrote nothing there; retry it."""
+
+
+class SchemaRegistryUnavailableError(TidemarkError):
+    """The Schema Registry of a table did not answer (or refused the client): no record was
+    judged by it. The batch fails before its commit, and its retry reads the same offsets."""
+
+    def __init__(self, table: str, url: str, detail: str) -> None:
+        self.table = table
+        self.url = url
+        super().__init__(
+            f"{table}: the Schema Registry at {url} cannot be reached ({detail}); nothing was "
+            "committed, and a retry of this run re-reads the same batch. Check the registry "
+            "(curl <url>/subjects) and source.schema_registry in the table YAML"
+        )

@@ -18,6 +18,7 @@ SECRET_KEYS = (
     "private",
     "oauthbearer.config",
     "credential",
+    "user.info",  # the Schema Registry client's basic.auth.user.info
 )
 _PATTERNS = (
     re.compile(r"(://[^/:@\s]+:)[^@\s]+(@)"),  # user:password@host in a URL

@@ -1,6 +1,6 @@
 """Pure transforms of the dump: raw MQ records -> typed rows or dirty records.
 
-Decoding is the source format's (``ingest/decoders``: JSON today), inside the data source's
+Decoding is the source format's (``ingest/decoders``: JSON, Avro), inside the data source's
 tasks, into Arrow; every check after it is this module's and the same for every format.
 
 Each record is classified once, with the first reason that applies, in this order:
@@ -13,6 +13,13 @@ the offsets' sake but counted apart, never toward ``max_dirty_ratio`` |
 | ``invalid_json`` | (JSON) the value is not exactly one JSON object: empty, several objects, \
 trailing data, not an object, invalid UTF-8, ``NaN``/``Infinity`` literals, a key given twice, \
 nesting deeper than the parser allows (``decoders/json.py``) |
+| ``bad_framing`` | (Avro with a registry) not the Confluent wire format: no magic byte 0, or \
+shorter than its 5-byte header (``decoders/avro.py``) |
+| ``unknown_schema_id`` | (Avro) the registry has no schema of the message's id |
+| ``schema_unresolvable`` | (Avro) the message's writer schema cannot be read into the table schema \
+(a type Avro does not promote, a missing ``not null`` column, a union of several types) |
+| ``undecodable`` | (Avro) the payload is not a record of its writer schema (corrupt, truncated, \
+trailing bytes) |
 | ``null_event_time`` | the event-time field is missing or null |
 | ``missing_field`` | a ``not null`` column is missing or null |
 | ``type_mismatch`` | a value cannot be converted to its column's type (numbers out of range too) |
@@ -56,7 +63,7 @@ class Classifier:
         self.spec = spec
         self.columns = spec.schema_columns
         conversions = {name: Conversion.parse(described) for name, described in spec.conversions}
-        self.decoder = decoder_for(spec.source_format, self.columns, spec.event_time_field, conversions)
+        self.decoder = decoder_for(spec, self.columns, conversions)
         self.good_schema = good_schema(spec)
         self.dirty_schema = dirty_schema()
         self.future_limit = datetime.fromisoformat(spec.future_limit)

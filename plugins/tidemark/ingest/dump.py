@@ -38,6 +38,7 @@ from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_
 from tidemark.ingest.kafka import client_properties, commit_group_offsets
 from tidemark.ingest.planner import plan_batch
 from tidemark.ingest.publish import Publisher
+from tidemark.ingest.registry import registry_failures
 from tidemark.ingest.replay import ReplayRequest, plan_replay, replay_and_stage
 from tidemark.ingest.resolve import AuditLog
 from tidemark.masking import masked
@@ -263,21 +264,23 @@ def run_dump(
         if plan.replay:
             if spark is None:
                 raise ValueError("a Spark session is required to replay dirty records")
-            staged = replay_and_stage(
-                spark, config=config, plan=plan, publisher=publisher, state=state, stopwatch=watch
-            )
+            with registry_failures(config.table):
+                staged = replay_and_stage(
+                    spark, config=config, plan=plan, publisher=publisher, state=state, stopwatch=watch
+                )
         elif plan.records_planned:
             if spark is None:
                 raise ValueError("a Spark session is required to read a non-empty batch")
-            staged = read_and_stage(
-                spark,
-                config=config,
-                plan=plan,
-                publisher=publisher,
-                kafka_conf=kafka_conf,
-                state=state,
-                stopwatch=watch,
-            )
+            with registry_failures(config.table):
+                staged = read_and_stage(
+                    spark,
+                    config=config,
+                    plan=plan,
+                    publisher=publisher,
+                    kafka_conf=kafka_conf,
+                    state=state,
+                    stopwatch=watch,
+                )
         else:
             staged = Staged(
                 [MqPartitionStats(r.mq_partition, 0, 0, 0) for r in plan.ranges], FoldedCounts(), {}

@@ -24,20 +24,28 @@ TIMEOUT_S = 15.0
 def client_properties(bootstrap: str, properties: Mapping[str, str], **extra: Any) -> dict[str, Any]:
     """librdkafka config: bootstrap + table properties (``${VAR}`` resolved) + ``extra``."""
     resolved: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 3}
+    resolved.update(resolve_env(properties, "source.kafka_properties"))
+    resolved.update(extra)
+    return resolved
+
+
+def resolve_env(properties: Mapping[str, str], where: str) -> dict[str, str]:
+    """``properties`` with every ``${VAR}`` read from the environment; a missing variable is a
+    ConfigError naming the key (``where.key``) and the variable, never a value."""
+    resolved: dict[str, str] = {}
     missing = []
     for key, value in properties.items():
 
         def lookup(match: re.Match[str], key: str = key) -> str:
             name = match.group(1)
             if name not in os.environ:
-                missing.append(f"source.kafka_properties.{key}: environment variable {name} is not set")
+                missing.append(f"{where}.{key}: environment variable {name} is not set")
                 return ""
             return os.environ[name]
 
         resolved[key] = _ENV_REF.sub(lookup, str(value))
     if missing:
         raise ConfigError("environment", missing)
-    resolved.update(extra)
     return resolved
 
 

@@ -38,6 +38,11 @@ class ClassifySpec:
     partition_columns: tuple[str, ...]
     source_format: str = "json"  # the decoder of the messages (``ingest/decoders``)
     conversions: tuple[tuple[str, str], ...] = ()  # (column, Conversion.describe())
+    table: str = ""
+    # framed formats: the registry client's properties (``${VAR}`` unresolved: resolved in the
+    # task, so no secret travels in the spec), or the one writer schema of an unframed topic
+    schema_registry: tuple[tuple[str, str], ...] = ()
+    writer_schema: str = ""
 
     @classmethod
     def of(
@@ -50,6 +55,7 @@ class ClassifySpec:
         clock: datetime,
         sealed_through: datetime | None,
     ) -> ClassifySpec:
+        registry = config.source.schema_registry
         return cls(
             topic=topic,
             batch_id=batch_id,
@@ -69,6 +75,9 @@ class ClassifySpec:
             partition_columns=tuple(config.partitioning.columns),
             source_format=config.source.format,
             conversions=tuple(sorted((k, v.describe()) for k, v in config.source.conversions.items())),
+            table=config.table,
+            schema_registry=tuple(sorted(registry.client_properties().items())) if registry else (),
+            writer_schema=config.source.writer_schema,
         )
 
     @classmethod
@@ -113,6 +122,7 @@ class ClassifySpec:
         data["columns"] = tuple(tuple(c) for c in data["columns"])
         data["partition_columns"] = tuple(data["partition_columns"])
         data["conversions"] = tuple(tuple(c) for c in data.get("conversions", ()))
+        data["schema_registry"] = tuple(tuple(c) for c in data.get("schema_registry", ()))
         return cls(**data)
 
     @property

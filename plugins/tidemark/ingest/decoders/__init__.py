@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tidemark.ingest.conversions import Conversion
+    from tidemark.ingest.spec import ClassifySpec
     from tidemark.schema import Column
 
 Verdict = tuple[str, str | None]  # (reason, detail) of a rejected record
@@ -46,23 +47,33 @@ class Decoder(Protocol):
         ...
 
 
-def decoder_for(
-    source_format: str, columns: list[Column], event_time_field: str, conversions: dict[str, Conversion]
-) -> Decoder:
-    """The decoder of a table's ``source.format``, applying its declared ``conversions``."""
+def decoder_for(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:
+    """The decoder of a spec's ``source_format``, applying its declared ``conversions``."""
     try:
-        make = DECODERS[source_format]
+        make = DECODERS[spec.source_format]
     except KeyError:
         raise ValueError(
-            f"no decoder for source format {source_format!r} (known: {sorted(DECODERS)})"
+            f"no decoder for source format {spec.source_format!r} (known: {sorted(DECODERS)})"
         ) from None
-    return make(columns, event_time_field, conversions)
+    return make(spec, columns, conversions)
 
 
-def _json(columns: list[Column], event_time_field: str, conversions: dict[str, Conversion]) -> Decoder:
+def _json(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:
     from tidemark.ingest.decoders.json import JsonDecoder
 
-    return JsonDecoder(columns, event_time_field, conversions)
+    return JsonDecoder(columns, spec.event_time_field, conversions)
 
 
-DECODERS: dict[str, Callable[[list[Column], str, dict[str, Conversion]], Decoder]] = {"json": _json}
+def _avro(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:
+    from tidemark.ingest.decoders.avro import AvroDecoder
+    from tidemark.ingest.registry import writer_schemas
+
+    registry = dict(spec.schema_registry)
+    schemas = writer_schemas(spec.table or spec.topic, registry, spec.writer_schema)
+    return AvroDecoder(columns, conversions, schemas, framed=bool(registry))
+
+
+DECODERS: dict[str, Callable[[ClassifySpec, list[Column], dict[str, Conversion]], Decoder]] = {
+    "json": _json,
+    "avro": _avro,
+}

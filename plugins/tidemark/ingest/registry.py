@@ -1,0 +1,162 @@
+"""Writer schemas of framed topics: the Schema Registry (Confluent's REST API, through
+confluent-kafka's own client), or one schema file for topics without framing.
+
+A schema id the registry does not know is the record's fault (dirty ``unknown_schema_id``);
+a registry that does not answer is nobody's record's fault: it raises
+:class:`~tidemark.errors.SchemaRegistryUnavailableError` and the batch fails before its commit,
+so its retry reads the same offsets. Schemas are immutable per id, so each task caches them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tidemark.errors import SchemaRegistryUnavailableError
+from tidemark.ingest.kafka import resolve_env
+from tidemark.masking import mask_text
+
+log = logging.getLogger(__name__)
+
+
+class UnknownSchemaIdError(LookupError):
+    """The registry answered that it has no schema of this id."""
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    schema_id: int
+    schema_type: str  # AVRO | PROTOBUF | JSON
+    text: str
+    subject: str = ""
+    version: int = 0
+
+
+class WriterSchemas(Protocol):
+    def schema(self, schema_id: int | None) -> RegisteredSchema:
+        """The writer schema of ``schema_id`` (None: the topic is not framed)."""
+        ...
+
+
+class SchemaFile:
+    """The one writer schema of a topic without framing (``source.writer_schema``)."""
+
+    def __init__(self, text: str, schema_type: str = "AVRO") -> None:
+        self._schema = RegisteredSchema(-1, schema_type, text)
+
+    def schema(self, schema_id: int | None) -> RegisteredSchema:
+        return self._schema
+
+
+class SchemaRegistry:
+    """A table's registry: ``properties`` are the client's (``url``, ``basic.auth.user.info``,
+    ``ssl.ca.location``, ...), ``${VAR}`` resolved from the environment where it is used."""
+
+    def __init__(self, table: str, properties: Mapping[str, str]) -> None:
+        self.table = table
+        self.properties = resolve_env(properties, "source.schema_registry")
+        self.url = mask_text(self.properties.get("url", ""))
+        self._client: Any = None
+        self._cache: dict[int, RegisteredSchema] = {}
+
+    def _registry(self) -> Any:
+        if self._client is None:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            conf: dict[str, Any] = {k: _typed(v) for k, v in self.properties.items()}
+            if "basic.auth.user.info" in conf:
+                conf.setdefault("basic.auth.credentials.source", "USER_INFO")
+            self._client = SchemaRegistryClient(conf)
+        return self._client
+
+    def schema(self, schema_id: int | None) -> RegisteredSchema:
+        if schema_id is None:
+            raise UnknownSchemaIdError("a framed topic's record carries a schema id")
+        cached = self._cache.get(schema_id)
+        if cached is None:
+            with self._answers(f"schema id {schema_id}"):
+                found = self._registry().get_schema(schema_id)
+            cached = self._cache[schema_id] = RegisteredSchema(
+                schema_id, found.schema_type or "AVRO", found.schema_str
+            )
+            log.info("%s: writer schema %s (%s) from %s", self.table, schema_id, cached.schema_type, self.url)
+        return cached
+
+    def latest(self, subject: str) -> RegisteredSchema:
+        """The subject's latest version (``tidemark tables validate`` / ``init``)."""
+        with self._answers(f"subject {subject}"):
+            found = self._registry().get_latest_version(subject)
+        return RegisteredSchema(
+            found.schema_id,
+            found.schema.schema_type or "AVRO",
+            found.schema.schema_str,
+            subject,
+            found.version,
+        )
+
+    @contextlib.contextmanager
+    def _answers(self, what: str) -> Iterator[None]:
+        """404s are the record's or the user's (unknown id or subject); every other failure
+        is the registry's and fails the job."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            yield
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise UnknownSchemaIdError(f"{what}: {exc.error_message}") from None
+            raise SchemaRegistryUnavailableError(
+                self.table, self.url, mask_text(f"{what}: HTTP {exc.http_status_code} {exc.error_message}")
+            ) from None
+        except (OSError, ValueError, RuntimeError) as exc:  # connection refused, timeouts, TLS
+            raise SchemaRegistryUnavailableError(
+                self.table, self.url, mask_text(f"{what}: {type(exc).__name__}: {exc}")
+            ) from None
+        except Exception as exc:  # httpx's transport errors are not OSErrors
+            if type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "ssl"}:
+                raise SchemaRegistryUnavailableError(
+                    self.table, self.url, mask_text(f"{what}: {type(exc).__name__}: {exc}")
+                ) from None
+            raise
+
+
+def _typed(value: str) -> Any:
+    """YAML carries strings; the client wants numbers for its timeouts and retries."""
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def writer_schemas(table: str, registry: Mapping[str, str], writer_schema: str) -> WriterSchemas:
+    """The source of a framed table's writer schemas: its registry, or its schema file."""
+    if registry:
+        return SchemaRegistry(table, registry)
+    return SchemaFile(writer_schema)
+
+
+MARKER = "SchemaRegistryUnavailableError: "
+
+
+@contextlib.contextmanager
+def registry_failures(table: str) -> Iterator[None]:
+    """A registry failure inside a Spark task reaches the driver as Spark's exception around
+    the task's text: raise it as the named error again, so the job fails with it."""
+    try:
+        yield
+    except SchemaRegistryUnavailableError:
+        raise
+    except Exception as exc:
+        text = str(exc)
+        at = text.find(MARKER)
+        if at < 0:
+            raise
+        line = text[at + len(MARKER) :].splitlines()[0]
+        error = SchemaRegistryUnavailableError(table, "", "")
+        error.args = (line,)
+        raise error from exc

@@ -1,0 +1,109 @@
+"""Avro topics through the real broker and Spark: the Confluent wire format (framed by the
+real AvroSerializer, schemas from the registry stand-in and the real SchemaRegistryClient),
+mixed writer versions, bad binary input, and a registry that goes away mid-run."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.avro import EVENT_V1, EVENT_V2, avro_events
+from tests.helpers.tables import PROCESSING, START, fresh_table, landed
+from tidemark.errors import SchemaRegistryUnavailableError
+from tidemark.ingest.dump import run_dump
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark_dev.generator import Message, create_topic, produce
+from tidemark_dev.schema_registry import SchemaRegistryStandIn
+
+pytestmark = pytest.mark.integration
+
+
+def rows_by_offset(settings: Settings, table: str) -> dict[tuple[int, int], tuple[Any, ...]]:
+    from tests.helpers.tables import read_columns
+    from tidemark.state.layout import Layout
+
+    layout = Layout(settings, table)
+    out = {}
+    for relative in layout.store.all_files(layout.relative(layout.table_dir)):
+        if relative.endswith(".parquet"):
+            t = read_columns(
+                layout.store, relative, ["_mq_partition", "_mq_offset", "event_id", "user_id", "event_time"]
+            )
+            for r in t.to_pylist():
+                out[(r["_mq_partition"], r["_mq_offset"])] = (r["event_id"], r["user_id"], r["event_time"])
+    return out
+
+
+def test_an_avro_topic_lands_exactly_and_survives_its_registry_going_away(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    registry = SchemaRegistryStandIn().start()
+    port = int(registry.url.rsplit(":", 1)[1])
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        dirty__max_dirty_ratio=1.0,
+        source__format="avro",
+        source__schema_registry={"url": registry.url, "properties": {"max.retries": "1"}},
+    )
+    topic = config.source.topic
+    create_topic(broker, topic, 2)
+    t = [START + timedelta(minutes=m) for m in range(0, 120, 7)]
+    v1 = avro_events(
+        registry.url,
+        [{"event_id": f"a{i}", "user_id": i, "event_time": t[i]} for i in range(6)],
+        EVENT_V1,
+        topic,
+    )
+    v2 = avro_events(
+        registry.url,
+        [{"event_id": f"b{i}", "user_id": 2**40 + i, "event_time": t[i]} for i in range(6)],
+        EVENT_V2,
+        topic,
+    )
+    bad = [b'{"event_id": "json"}', b"\x00\x00\x00\x03\xe7" + v1[0][5:], v1[1][:-2]]
+    values = [v for pair in zip(v1, v2, strict=True) for v in pair] + bad
+    delivered = produce(broker, topic, [Message(i % 2, v, None, None) for i, v in enumerate(values)])
+    first = run_dump(spark, config, settings, "avro-1", PROCESSING)
+    assert (first.read, first.rows, first.dirty) == (15, 12, 3)
+    rows, dirty, reasons = landed(settings, config.table)
+    by_offset = rows_by_offset(settings, config.table)
+    expected = {}
+    for p, o, message in delivered:  # content against the offset each value was produced at
+        i = values.index(message.value or b"")
+        if i < 12:
+            k = i // 2
+            expected[(p, o)] = (f"a{k}", k, t[k]) if i % 2 == 0 else (f"b{k}", 2**40 + k, t[k])
+    assert by_offset == expected and set(rows.values()) == {1}
+    assert sorted(reasons.values()) == ["bad_framing", "undecodable", "unknown_schema_id"]
+    assert {(p, o) for p, o, m in delivered if values.index(m.value or b"") >= 12} == set(dirty)
+
+    # the registry goes away: the next batch fails before its commit, naming it and the table
+    more = avro_events(
+        registry.url, [{"event_id": f"c{i}", "event_time": t[i]} for i in range(4)], EVENT_V2, topic
+    )
+    later = produce(broker, topic, [Message(i % 2, v, None, None) for i, v in enumerate(more)])
+    registry.stop()
+    with pytest.raises(SchemaRegistryUnavailableError, match=rf"{config.table}: .*127\.0\.0\.1:{port}"):
+        run_dump(spark, config, settings, "avro-2", PROCESSING + timedelta(minutes=10))
+    commit_log = CommitLog(settings.state_location, config.table)
+    assert commit_log.batch_of_run("avro-2") == 1 and commit_log.commit(1) is None
+
+    # back (a fresh registry serving the same ids): the retry reads the same batch, exactly
+    back = SchemaRegistryStandIn(port=port).start()
+    try:
+        assert back.register(f"{topic}-value", json.dumps(EVENT_V1)) == 1
+        assert back.register(f"{topic}-value", json.dumps(EVENT_V2)) == 2
+        retry = run_dump(spark, config, settings, "avro-2", PROCESSING + timedelta(minutes=10))
+    finally:
+        back.stop()
+    assert (retry.batch_id, retry.read, retry.rows, retry.dirty) == (1, 4, 4, 0)
+    rows, dirty, _ = landed(settings, config.table)
+    assert set(rows.values()) == {1} and len(rows) == 16 and len(dirty) == 3
+    by_offset = rows_by_offset(settings, config.table)
+    assert {by_offset[(p, o)][0] for p, o, _ in later} == {f"c{i}" for i in range(4)}
