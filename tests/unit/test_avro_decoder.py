@@ -5,10 +5,10 @@ into the table schema, and one verdict per message for every class of bad binary
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
