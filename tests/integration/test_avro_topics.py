@@ -107,3 +107,102 @@ def test_an_avro_topic_lands_exactly_and_survives_its_registry_going_away(
     assert set(rows.values()) == {1} and len(rows) == 16 and len(dirty) == 3
     by_offset = rows_by_offset(settings, config.table)
     assert {by_offset[(p, o)][0] for p, o, _ in later} == {f"c{i}" for i in range(4)}
+
+
+def avro_messages(
+    registry_url: str, topic: str, items: list[tuple[int, Any]], prefix: str = "e"
+) -> list[Message]:
+    """(partition, event time) -> framed v2 events with ids ``<prefix><i>``."""
+    values = avro_events(
+        registry_url,
+        [{"event_id": f"{prefix}{i}", "user_id": i, "event_time": t} for i, (_, t) in enumerate(items)],
+        EVENT_V2,
+        topic,
+    )
+    return [Message(p, v, None, None) for (p, _), v in zip(items, values, strict=True)]
+
+
+def test_an_avro_table_seals_amends_rebuilds_and_replays_as_its_first_read(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, schema_registry: str
+) -> None:
+    """The whole path on an Avro topic: the hour seals, late rows amend it, a rebuild re-reads
+    the broker through the registry into the same rows, and a message whose schema id was
+    unknown at its dump lands by replay once the producer's schema is registered."""
+    from tests.helpers.tables import at, registered
+    from tidemark.ingest.replay import ReplayRequest, replay_dirty
+    from tidemark.seal.rebuild import run_rebuild
+    from tidemark.seal.sealing import run_seal
+    from tidemark_dev.schema_registry import SchemaRegistryStandIn
+
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        late_policy="amend",
+        dirty__max_dirty_ratio=1.0,
+        source__format="avro",
+        source__schema_registry={"url": schema_registry},
+    )
+    topic, table = config.source.topic, config.table
+    create_topic(broker, topic, 2)
+    avro_events(schema_registry, [{}], EVENT_V1, topic)  # the producer's v1, registered earlier: id 1
+    on_time = [(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 10)]
+    delivered = produce(broker, topic, avro_messages(schema_registry, topic, on_time))
+    # a producer that framed with a schema id the registry does not have yet (id 3, its next)
+    future = {
+        **EVENT_V2,
+        "fields": [*EVENT_V2["fields"], {"name": "extra", "type": ["null", "int"], "default": None}],
+    }
+    early = SchemaRegistryStandIn()  # frames with id 3: two schemas before it, as in the real registry
+    early.register("x", json.dumps(EVENT_V1))
+    early.register("x", json.dumps(EVENT_V2))
+    early.start()
+    try:
+        unknown = avro_events(early.url, [{"event_id": "u0", "event_time": at(10, 30)}], future, "x")[0]
+    finally:
+        early.stop()
+    assert unknown[1:5] == (3).to_bytes(4, "big")
+    delivered += produce(broker, topic, [Message(0, unknown, None, None)])
+    first = run_dump(spark, config, settings, "run-1", at(11))
+    assert (first.rows, first.dirty) == (12, 1)
+    produce(broker, topic, avro_messages(schema_registry, topic, [(0, at(11, 40)), (1, at(11, 30))], "b"))
+    run_dump(spark, config, settings, "run-2", at(12))
+    assert "2026-11-22T10" in run_seal(spark, config, settings, "run-2").sealed
+    produce(broker, topic, avro_messages(schema_registry, topic, [(0, at(10, 15)), (1, at(10, 45))], "late"))
+    run_dump(spark, config, settings, "run-3", at(12, 10))
+    run_seal(spark, config, settings, "run-3")  # amends hour 10 with the two late rows
+    assert "dt=2026-11-22/hr=10" in registered(spark, table)
+
+    def hour_rows() -> list[tuple[Any, ...]]:
+        spark.catalog.refreshTable(table)
+        frame = spark.sql(f"SELECT * FROM `{table}` WHERE dt = '2026-11-22' AND hr = '10'")
+        return sorted(tuple(r) for r in frame.collect())
+
+    before = hour_rows()
+    assert len(before) == 14
+    (done,) = run_rebuild(spark, config, settings, "rebuild-1", ["2026-11-22T10"]).hours
+    assert (done["status"], done["rows"], done["late"]) == ("rebuilt", 14, 2)
+    assert hour_rows() == before  # byte for byte the same classification through the registry
+
+    # the producer's schema is registered (id 3): the replay lands the record that was dirty
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{schema_registry}/subjects/{topic}-value/versions",
+        data=json.dumps({"schema": json.dumps(future)}).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+    )
+    with urllib.request.urlopen(request) as answer:
+        assert json.load(answer) == {"id": 3}
+    replayed = replay_dirty(
+        spark,
+        config,
+        settings,
+        "replay-1",
+        ReplayRequest(None, by="ops", reason="schema registered late", at=at(12, 30)),
+    )
+    assert (replayed.rows, replayed.dirty, replayed.late) == (0, 0, 1), replayed  # hour 10 is sealed
+    run_seal(spark, config, settings, "run-4")  # the amend takes it in
+    after = hour_rows()
+    assert len(after) == 15 and sorted(set(after) - set(before))[0][0] == "u0"
+    _, dirty, _ = landed(settings, table)
+    assert not dirty
