@@ -21,6 +21,9 @@ hour, late and dirty counts and ``produced == rows + dirty + late``.
 The terminal gets the story, one line per step (``console.Console``); everything Airflow,
 Spark and the JVM print goes to a log file per step under ``<demo home>/logs``.
 
+Then ``events_avro`` (``demo_avro.py``): the same clickstream in Avro behind a Schema
+Registry (a stand-in), one ingest run, reconciled like the JSON table.
+
 Then the orders path (full + periodic increment): order changes of 06:00-08:00 go to the
 ``orders`` topic and into the source (PostgreSQL through JDBC when the server is installed,
 Parquet files otherwise); ``tidemark_bootstrap_orders`` reads the source at 08:00, aligned to
@@ -46,7 +49,9 @@ from tidemark.settings import Settings
 from tidemark.time.hours import hour_path
 from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, airflow_environment, metastore_pool
 from tidemark_dev.console import Console
+from tidemark_dev.demo_avro import AVRO_TABLE, run_avro, write_avro_config
 from tidemark_dev.generator import Message, create_topic, events, produce, records
+from tidemark_dev.schema_registry import SchemaRegistryStandIn
 from tidemark_dev.services import BrokerService
 
 log = logging.getLogger(__name__)
@@ -127,6 +132,13 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
     Spark log in ``<demo home>/logs``; 0 when both reconciliations hold."""
     base = settings or Settings.from_env()
     demo = _demo_settings(base)
+    registry = SchemaRegistryStandIn().start()
+    write_avro_config(
+        demo.conf_dir,
+        base.conf_dir / f"{TABLE}.yaml",
+        f"tidemark-demo-{AVRO_TABLE}-{uuid.uuid4().hex[:8]}",
+        registry.url,
+    )
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its goodbye at exit is not the story's
     console = Console(demo.home / "logs")
     say = console.say
@@ -141,13 +153,14 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
         produced = _run_events(console, demo, dag, scale)
         produced += _run_stream(console, demo, dag, scale)
         orders, final_state = _run_orders(console, demo, base, scale)
+        avro_ok = run_avro(console, demo, _dag(f"tidemark_ingest_{AVRO_TABLE}"), at(8), scale)
         # In-process Spark last: its JVM keeps the embedded Derby metastore booted until exit,
         # and a spark-submit job started after it could not open the metastore.
         events_ok = _check_events(console, demo, produced)
         with console.step("orders-check", "checking the merged snapshot against the source (Spark SQL)"):
             orders_ok = _check_snapshot(orders, demo, final_state)
         say(orders_ok[1])
-        ok = events_ok and orders_ok[0]
+        ok = events_ok and orders_ok[0] and avro_ok
         say("")
         say("where to look next:")
         say(f"  TIDEMARK_HOME={demo.home} tidemark status --table {TABLE} --hour 2026-11-22T08")
@@ -162,6 +175,7 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
         return 1
     finally:
         try:
+            registry.stop()
             if started_here:
                 broker.stop()
         finally:
