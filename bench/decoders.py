@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         json_values = [m.value or b"" for m in clicks]
         n = len(json_values)
         json_spec = spec_of(events_config())
-        avro_spec = spec_of(events_config(source__format="avro", source__schema_registry={"url": registry.url}))
+        avro_spec = spec_of(
+            events_config(source__format="avro", source__schema_registry={"url": registry.url})
+        )
 
         def classify(spec: Any, values: list[bytes]) -> None:
             classifier = Classifier(spec)
