@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from tidemark import __version__
 from tidemark.errors import TidemarkError
@@ -30,6 +31,8 @@ examples:
   tidemark services status all       which local services run and answer
   tidemark tables validate           check every table YAML, listing all problems
   tidemark tables show events        the effective configuration, defaults included
+  tidemark tables init --from-registry clicks-value --registry-url http://registry:8081 --write
+                                     a table YAML from an Avro subject's latest schema
   tidemark dump --table events --run-id manual__1
                                      one exactly-once micro-batch (retry-safe)
   tidemark status --table events     batches, offsets, lag per MQ partition, dirty counts
@@ -78,11 +81,14 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     import yaml
 
     from tidemark.config import effective_config, load_table, load_table_file, table_files
-    from tidemark.errors import ConfigError, SchemaEvolutionError
+    from tidemark.errors import ConfigError, SchemaEvolutionError, SchemaRegistryUnavailableError
     from tidemark.evolution import SchemaHistory
+    from tidemark.ingest.registry_tables import subject_versions
     from tidemark.settings import Settings
 
     settings = Settings.from_env()
+    if args.action == "init":
+        return _init_from_registry(args, settings)
     if args.action == "show" and args.table:
         config = load_table(args.table, settings)
         effective = effective_config(config)
@@ -105,31 +111,90 @@ def _cmd_tables(args: argparse.Namespace) -> int:
             continue
         try:  # the YAML is valid on its own: is it a compatible change of the recorded schema?
             SchemaHistory(settings.state_location, config.table).check(config)
-        except SchemaEvolutionError as exc:
+            # and does the producers' latest schema read into it?
+            refused = [v for v in subject_versions(config, latest_only=True) if v.problem]
+        except (SchemaEvolutionError, SchemaRegistryUnavailableError) as exc:
             failures += 1
             print(exc, file=sys.stderr)
+            continue
+        if refused:
+            failures += 1
+            print(f"{path}: the registry's latest schema does not read into the table:", file=sys.stderr)
+            for version in refused:
+                print(f"  - {version.line()}", file=sys.stderr)
             continue
         print(f"{config.table:16} topic={config.source.topic:16} {path}  ok")
     return 1 if failures else 0
 
 
+def _init_from_registry(args: argparse.Namespace, settings: Any) -> int:
+    """``tables init --from-registry SUBJECT``: a table YAML from the subject's latest schema."""
+    from tidemark.ingest.registry import SchemaRegistry, UnknownSchemaIdError
+    from tidemark.ingest.registry_tables import table_yaml
+
+    if not args.from_registry or not args.registry_url:
+        print("tidemark: tables init needs --from-registry SUBJECT and --registry-url URL", file=sys.stderr)
+        return 2
+    subject = args.from_registry
+    topic = args.topic or subject.removesuffix("-value")
+    table = args.table or topic.replace("-", "_").replace(".", "_").lower()
+    try:
+        latest = SchemaRegistry(table, {"url": args.registry_url}).latest(subject)
+    except UnknownSchemaIdError:
+        print(f"tidemark: {args.registry_url} has no subject {subject!r}", file=sys.stderr)
+        return 2
+    try:
+        text = table_yaml(
+            latest, table=table, topic=topic, registry_url=args.registry_url, event_time=args.event_time
+        )
+    except ValueError as exc:
+        print(f"tidemark: {exc}", file=sys.stderr)
+        return 2
+    if not args.write:
+        print(text, end="")
+        return 0
+    path = settings.conf_dir / f"{table}.yaml"
+    if path.exists():
+        print(f"tidemark: {path} exists; not overwritten", file=sys.stderr)
+        return 2
+    path.write_text(text)
+    print(f"wrote {path} from {subject} v{latest.version}; check it with: tidemark tables validate")
+    return 0
+
+
 def _cmd_schema(args: argparse.Namespace) -> int:
     from tidemark.config import load_table
     from tidemark.evolution import SchemaHistory, SchemaVersion, evolution
+    from tidemark.ingest.registry_tables import subject_versions
     from tidemark.settings import Settings
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
     versions = SchemaHistory(settings.state_location, config.table).versions()
     allowed, refused = evolution(versions[-1], SchemaVersion.of(config)) if versions else ([], [])
+    registry = subject_versions(config)
+    registry_refused = [v for v in registry if v.problem]
     if args.json:
         info = {
             "table": config.table,
             "versions": [v.to_json() for v in versions],
             "yaml": {"allowed": allowed, "refused": refused},
+            "registry": [
+                {
+                    "subject": v.schema.subject,
+                    "version": v.schema.version,
+                    "id": v.schema.schema_id,
+                    "problem": v.problem,
+                }
+                for v in registry
+            ],
         }
         print(json.dumps(info, indent=2))
-        return 2 if refused else 0
+        return 2 if refused or registry_refused else 0
+    if registry:
+        print(f"the registry's versions of {config.source.subject} against the YAML:")
+        for version in registry:
+            print(f"  {version.line()}")
     for v in versions:
         columns = ", ".join(f"{n} {t}{'' if nullable else ' not null'}" for n, t, nullable in v.columns)
         print(f"v{v.version} (run {v.run_id or '-'}): {columns}")
@@ -148,7 +213,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
             print(f"  - {line}")
     else:
         print(f"the YAML's schema is v{versions[-1].version}")
-    return 0
+    return 2 if registry_refused else 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -565,11 +630,24 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=_cmd_schema)
 
     tables = sub.add_parser("tables", help="list, validate or show table configs")
-    tables.add_argument("action", choices=["list", "validate", "show"])
+    tables.add_argument("action", choices=["list", "validate", "show", "init"])
     tables.add_argument(
-        "table", nargs="?", help="show: one table's effective configuration, defaults included"
+        "table",
+        nargs="?",
+        help="show: one table's effective configuration, defaults included; init: its name",
     )
     tables.add_argument("--json", action="store_true", help="show: as JSON")
+    tables.add_argument(
+        "--from-registry", metavar="SUBJECT", help="init: the subject whose latest schema it reads"
+    )
+    tables.add_argument("--registry-url", metavar="URL", help="init: the Schema Registry")
+    tables.add_argument("--topic", help="init: the topic (default: the subject without -value)")
+    tables.add_argument(
+        "--event-time", metavar="FIELD", help="init: the event-time field (default: the first timestamp)"
+    )
+    tables.add_argument(
+        "--write", action="store_true", help="init: write conf/tables/<table>.yaml instead of printing it"
+    )
     tables.set_defaults(func=_cmd_tables)
     return parser
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.avro import EVENT_V1, EVENT_V2, avro_events, hostile_avro, plain_avro
+from tests.helpers.avro import EVENT_V1, EVENT_V2, GOOD_EVENT, avro_events, hostile_avro, plain_avro
 from tests.helpers.classify import block, events_config, spec_of
 from tidemark.config import TableConfig
 from tidemark.errors import ConfigError, SchemaRegistryUnavailableError
@@ -160,3 +160,56 @@ def test_avro_configs_are_refused_when_they_cannot_hold() -> None:
         source__format="avro", source__writer_schema=EVENT_V1, schema__attrs="map<string,bigint>"
     )
     assert config.columns["attrs"].type.name == "map"
+
+
+def test_a_table_from_the_registry_then_validated_against_its_versions(
+    schema_registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tables init --from-registry`` writes a YAML from the subject's latest schema (the
+    first thing a new user does); ``tables validate`` and ``schema`` check the registry's
+    versions against it and name the field of one that cannot be read."""
+    from tests.helpers.avro import EVENT_TIME_AS_TEXT, serializer
+    from tidemark.cli import main
+    from tidemark.config import load_table_file
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("TIDEMARK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(conf))
+    monkeypatch.setenv("TIDEMARK_STATE_DIR", str(tmp_path / "state"))
+    serializer(schema_registry, EVENT_V1, "shop.clicks")({**GOOD_EVENT})  # the producer registers v1
+    assert main(["tables", "init", "--from-registry", "nope-value", "--registry-url", schema_registry]) == 2
+    assert "no subject 'nope-value'" in capsys.readouterr().err
+    args = ["tables", "init", "--from-registry", "shop.clicks-value", "--registry-url", schema_registry]
+    assert main([*args, "--write"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    config = load_table_file(conf / "shop_clicks.yaml")
+    assert (config.source.topic, config.source.format, config.event_time.field) == (
+        "shop.clicks",
+        "avro",
+        "event_time",
+    )
+    assert {c.name: (c.type.ddl(), c.nullable) for c in config.schema_columns} == {
+        "event_id": ("string", False),
+        "user_id": ("int", True),
+        "app": ("string", True),
+        "event_type": ("string", False),
+        "amount": ("decimal(10,2)", True),
+        "event_time": ("timestamp", False),
+    }
+    assert main([*args, "--write"]) == 2  # never overwritten
+    capsys.readouterr()
+    assert main(["tables", "validate"]) == 0
+    assert "shop_clicks" in capsys.readouterr().out
+
+    # the producer moves to a schema the table cannot read: found at validation, by field
+    serializer(schema_registry, EVENT_TIME_AS_TEXT, "shop.clicks")({**GOOD_EVENT, "event_time": "10:15"})
+    assert main(["tables", "validate"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "shop.clicks-value v2" in err and "field event_time: Avro string cannot be read as timestamp" in err
+    )
+    assert main(["schema", "--table", "shop_clicks"]) == 2
+    out = capsys.readouterr().out
+    assert "shop.clicks-value v1 (schema id 1): reads into the table" in out
+    assert "shop.clicks-value v2 (schema id 2): REFUSED: field event_time" in out

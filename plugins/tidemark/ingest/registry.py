@@ -87,8 +87,11 @@ class SchemaRegistry:
 
     def latest(self, subject: str) -> RegisteredSchema:
         """The subject's latest version (``tidemark tables validate`` / ``init``)."""
-        with self._answers(f"subject {subject}"):
-            found = self._registry().get_latest_version(subject)
+        return self.version(subject, "latest")
+
+    def version(self, subject: str, version: int | str) -> RegisteredSchema:
+        with self._answers(f"subject {subject} version {version}"):
+            found = self._registry().get_version(subject, version)
         return RegisteredSchema(
             found.schema_id,
             found.schema.schema_type or "AVRO",
@@ -96,6 +99,12 @@ class SchemaRegistry:
             subject,
             found.version,
         )
+
+    def versions(self, subject: str) -> list[RegisteredSchema]:
+        """Every version of the subject, oldest first (``tidemark schema``)."""
+        with self._answers(f"subject {subject}"):
+            numbers = self._registry().get_versions(subject)
+        return [self.version(subject, n) for n in numbers]
 
     @contextlib.contextmanager
     def _answers(self, what: str) -> Iterator[None]:

@@ -1,0 +1,153 @@
+"""Tables and the Schema Registry: a table YAML written from a subject's latest schema (the
+first thing a new user does), and a table checked against its subject's versions, so a
+mapping that cannot hold is found when the config is validated, naming the field, not record
+by record.
+
+The schema a YAML gets is Avro's own types in Spark SQL's (docs/configuration.md, "Source
+types", read backwards): a field that is not a nullable union is ``not null``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from tidemark.ingest.decoders.avro_schema import Unresolvable, read_plan
+from tidemark.ingest.registry import RegisteredSchema, SchemaRegistry
+
+if TYPE_CHECKING:
+    from tidemark.config import TableConfig
+
+_SIMPLE = {
+    "boolean": "boolean",
+    "int": "int",
+    "long": "bigint",
+    "float": "float",
+    "double": "double",
+    "string": "string",
+    "bytes": "binary",
+    "enum": "string",
+    "fixed": "binary",
+}
+_LOGICAL = {
+    "timestamp-millis": "timestamp",
+    "timestamp-micros": "timestamp",
+    "timestamp-nanos": "timestamp",
+    "local-timestamp-millis": "timestamp_ntz",
+    "local-timestamp-micros": "timestamp_ntz",
+    "local-timestamp-nanos": "timestamp_ntz",
+    "date": "date",
+    "uuid": "string",
+}
+
+
+@dataclass(frozen=True)
+class SubjectVersion:
+    """One registry version of a table's subject, and whether it reads into the table."""
+
+    schema: RegisteredSchema
+    problem: str | None
+
+    def line(self) -> str:
+        verdict = "reads into the table" if self.problem is None else f"REFUSED: {self.problem}"
+        return f"{self.schema.subject} v{self.schema.version} (schema id {self.schema.schema_id}): {verdict}"
+
+
+def subject_versions(config: TableConfig, *, latest_only: bool = False) -> list[SubjectVersion]:
+    """The table's subject's versions (or its latest), each checked against the table's
+    schema by Avro's resolution rules; a table without a registry has none."""
+    registry_config = config.source.schema_registry
+    if config.source.format != "avro" or registry_config is None:
+        return []
+    registry = SchemaRegistry(config.table, registry_config.client_properties())
+    subject = config.source.subject
+    found = [registry.latest(subject)] if latest_only else registry.versions(subject)
+    return [SubjectVersion(s, _problem(s, config)) for s in found]
+
+
+def _problem(schema: RegisteredSchema, config: TableConfig) -> str | None:
+    if schema.schema_type != "AVRO":
+        return f"a {schema.schema_type} schema on an Avro table"
+    try:
+        read_plan(schema.text, config.schema_columns, config.source.conversions)
+    except Unresolvable as exc:
+        return str(exc)
+    return None
+
+
+def table_yaml(
+    schema: RegisteredSchema,
+    *,
+    table: str,
+    topic: str,
+    registry_url: str,
+    event_time: str | None = None,
+) -> str:
+    """A table YAML for the subject's schema: its fields as the table's columns, the first
+    timestamp field as the event time (unless named), everything else the defaults."""
+    if schema.schema_type != "AVRO":
+        raise ValueError(f"{schema.subject}: a {schema.schema_type} schema; only Avro subjects are read")
+    record = json.loads(schema.text)
+    if not isinstance(record, dict) or record.get("type") != "record":
+        raise ValueError(f"{schema.subject}: the schema is not a record")
+    names: dict[str, Any] = {}
+    columns = {f["name"]: _column(f["type"], names) for f in record["fields"]}
+    times = [n for n, t in columns.items() if t.split()[0] in {"timestamp", "timestamp_ntz"}]
+    field = event_time or (times[0] if times else None)
+    if field is None or field not in columns:
+        raise ValueError(
+            f"{schema.subject}: no timestamp field to route records by; name one with --event-time "
+            f"(fields: {', '.join(columns)}), and declare its conversion in source.conversions if needed"
+        )
+    data = {
+        "table": table,
+        "description": f"From {schema.subject} v{schema.version} (schema id {schema.schema_id}).",
+        "source": {
+            "topic": topic,
+            "format": "avro",
+            "schema_registry": {"url": registry_url, "subject": schema.subject},
+        },
+        "schema": columns,
+        "event_time": {"field": field},
+    }
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _column(schema: Any, names: dict[str, Any]) -> str:
+    """The Spark SQL type (and ``not null``) of an Avro field's type."""
+    nullable = False
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) != 1:
+            raise ValueError(f"a union of {len(branches)} types has no column type; read it as one type")
+        nullable, schema = len(branches) < len(schema), branches[0]
+    return _type(schema, names) + ("" if nullable else " not null")
+
+
+def _type(schema: Any, names: dict[str, Any]) -> str:
+    if isinstance(schema, list):
+        return _column(schema, names).removesuffix(" not null")
+    if isinstance(schema, str):
+        if schema in _SIMPLE:
+            return _SIMPLE[schema]
+        if schema in names:
+            return _type(names[schema], names)
+        raise ValueError(f"unknown named type {schema!r}")
+    kind, logical = schema.get("type"), schema.get("logicalType")
+    if "name" in schema:
+        names[schema["name"]] = schema
+    if logical in _LOGICAL:
+        return _LOGICAL[logical]
+    if logical == "decimal":
+        return f"decimal({schema['precision']},{schema.get('scale', 0)})"
+    if kind == "record":
+        fields = ",".join(f"{f['name']}:{_type(f['type'], names)}" for f in schema["fields"])
+        return f"struct<{fields}>"
+    if kind == "array":
+        return f"array<{_type(schema['items'], names)}>"
+    if kind == "map":
+        return f"map<string,{_type(schema['values'], names)}>"
+    return _type(kind, names)
