@@ -206,3 +206,55 @@ def test_an_avro_table_seals_amends_rebuilds_and_replays_as_its_first_read(
     assert len(after) == 15 and sorted(set(after) - set(before))[0][0] == "u0"
     _, dirty, _ = landed(settings, table)
     assert not dirty
+
+
+def test_the_stream_reads_an_avro_topic_as_the_batch_does(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, schema_registry: str
+) -> None:
+    """The continuous writer decodes with the same decoder: mixed writer versions and a JSON
+    message on the Avro topic, every offset exactly once, each row with its own content."""
+    from collections import Counter
+
+    from tidemark.state.mode import TableWriter
+    from tidemark.stream.runner import run_stream
+
+    config, own = fresh_table(
+        settings,
+        tmp_path,
+        dirty__max_dirty_ratio=1.0,
+        source__format="avro",
+        source__schema_registry={"url": schema_registry},
+    )
+    table = config.source.topic
+    create_topic(broker, table, 1)
+    values = [
+        *avro_events(
+            schema_registry,
+            [{"event_id": f"a{i}", "event_time": START + timedelta(minutes=i)} for i in range(5)],
+            EVENT_V1,
+            table,
+        ),
+        *avro_events(
+            schema_registry,
+            [{"event_id": f"b{i}", "event_time": START + timedelta(minutes=i)} for i in range(5)],
+            EVENT_V2,
+            table,
+        ),
+        b'{"event_id": "json"}',
+    ]
+    delivered = produce(broker, table, [Message(0, v, None, None) for v in values])
+    TableWriter(own.state_dir, config.table).switch(
+        "stream", by="test", reason="test", at=PROCESSING.isoformat()
+    )
+    result = run_stream(
+        spark, config, own, "stream-1", clock=lambda: PROCESSING, until_caught_up=True, trigger_interval_s=0.5
+    )
+    assert "caught up" in result["reason"]
+    rows, dirty, reasons = landed(own, config.table)
+    assert rows + dirty == Counter((p, o) for p, o, _ in delivered)
+    assert list(reasons.values()) == ["bad_framing"]
+    by_offset = rows_by_offset(own, config.table)
+    for p, o, message in delivered[:10]:
+        assert by_offset[(p, o)][0] == ("a" if values.index(message.value or b"") < 5 else "b") + str(
+            values.index(message.value or b"") % 5
+        )
