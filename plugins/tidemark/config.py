@@ -99,6 +99,9 @@ class CdcConfig(_Strict):
     op_field: str = "op"
     version_field: str = "version"
     delete_ops: list[str] = Field(default_factory=lambda: ["d"])
+    # how the capture tool wraps each change (ingest/envelopes.py): the flat record, or
+    # Debezium's, Maxwell's or Canal's envelope, read into the columns, op and version
+    envelope: Literal["flat", "debezium", "maxwell", "canal"] = "flat"
     snapshot_every: Literal["day", "hour"] = "day"
     snapshot_format: Literal["parquet", "delta"] = "parquet"
     # delta: the table's delta.targetFileSize. A MERGE rewrites only the files holding changed
@@ -217,6 +220,8 @@ class TableConfig(_Strict):
                     problems.append(f"cdc: {key!r} is not a column of the schema")
             if not self.primary_key:
                 problems.append("primary_key: a cdc table needs the key its changes are merged by")
+            if self.cdc.envelope != "flat" and self.source.format != "json":
+                problems.append(f"cdc.envelope: {self.cdc.envelope} envelopes are read from JSON messages")
             if self.late_policy != "amend":
                 problems.append(
                     "late_policy: a cdc table needs 'amend': a late change must reach the sealed hour "

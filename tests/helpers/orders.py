@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from tidemark.config import TableConfig
 from tidemark.settings import Settings
 from tidemark.snapshot.delta import is_delta, read_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
-from tidemark_dev.generator import change_messages, produce
+from tidemark_dev.generator import Message, change_messages, produce
 
 Row = tuple[Any, ...]
 Delivered = list[tuple[int, int, dict[str, Any]]]
@@ -51,10 +52,40 @@ def send(
     duplicates: float = 0,
     reorder: float = 0,
 ) -> Delivered:
+    """Produce the changes as the table's ``cdc.envelope`` sends them (Debezium: the row in
+    ``after``, or ``before`` for a delete, the version as ``source.lsn``, a tombstone after each
+    delete); return (partition, offset, flat change) of every change message."""
     messages = change_messages(changes, partitions=2, duplicates=duplicates, reorder=reorder)
-    return [
-        (p, o, json.loads(m.value or b"null")) for p, o, m in produce(broker, config.source.topic, messages)
-    ]
+    envelope = config.cdc.envelope if config.cdc else "flat"
+    if envelope == "debezium":
+        messages = [m for message in messages for m in debezium(message)]
+    elif envelope != "flat":
+        raise ValueError(f"no test producer for the {envelope} envelope")
+    delivered = produce(broker, config.source.topic, messages)
+    return [(p, o, flat(m.value)) for p, o, m in delivered if m.value is not None]
+
+
+def debezium(message: Message) -> list[Message]:
+    change = json.loads(message.value or b"null")
+    row = {k: v for k, v in change.items() if k not in {"op", "version"}}
+    envelope = {
+        "before": row if change["op"] == "d" else None,
+        "after": None if change["op"] == "d" else row,
+        "op": change["op"],
+        "source": {"connector": "postgresql", "lsn": change["version"], "db": "shop", "table": "orders"},
+        "ts_ms": int(datetime.fromisoformat(change["updated_at"]).timestamp() * 1000),
+    }
+    wrapped = replace(message, value=json.dumps(envelope).encode())
+    return [wrapped, replace(message, value=None)] if change["op"] == "d" else [wrapped]
+
+
+def flat(value: bytes) -> dict[str, Any]:
+    """The flat change of a produced message (a Debezium envelope read back)."""
+    message = json.loads(value)
+    if "source" not in message:
+        return message  # type: ignore[no-any-return]
+    row = message["before"] if message["op"] == "d" else message["after"]
+    return {**row, "op": message["op"], "version": message["source"]["lsn"]}
 
 
 def write_parquet_source(path: Path, state: dict[int, dict[str, Any]]) -> Path:

@@ -20,6 +20,9 @@ shorter than its 5-byte header (``decoders/avro.py``) |
 (a type Avro does not promote, a missing ``not null`` column, a union of several types) |
 | ``undecodable`` | (Avro) the payload is not a record of its writer schema (corrupt, truncated, \
 trailing bytes) |
+| ``invalid_envelope`` | (CDC tables with ``cdc.envelope``) not the envelope's shape: no or an \
+unknown op, a schema change or truncate event, several rows in one message, no row \
+(``envelopes.py``) |
 | ``null_event_time`` | the event-time field is missing or null |
 | ``missing_field`` | a ``not null`` column is missing or null |
 | ``type_mismatch`` | a value cannot be converted to its column's type (numbers out of range too) |

@@ -24,6 +24,7 @@ REASONS = (
     "unknown_schema_id",
     "schema_unresolvable",
     "undecodable",
+    "invalid_envelope",
     "null_event_time",
     "missing_field",
     "type_mismatch",

@@ -43,6 +43,8 @@ class ClassifySpec:
     # task, so no secret travels in the spec), or the one writer schema of an unframed topic
     schema_registry: tuple[tuple[str, str], ...] = ()
     writer_schema: str = ""
+    envelope: str = "flat"  # a CDC table's envelope (``ingest/envelopes.py``)
+    cdc_fields: tuple[str, str] = ("op", "version")  # (op field, version field) of a CDC table
 
     @classmethod
     def of(
@@ -78,6 +80,8 @@ class ClassifySpec:
             table=config.table,
             schema_registry=tuple(sorted(registry.client_properties().items())) if registry else (),
             writer_schema=config.source.writer_schema,
+            envelope=config.cdc.envelope if config.cdc else "flat",
+            cdc_fields=(config.cdc.op_field, config.cdc.version_field) if config.cdc else ("op", "version"),
         )
 
     @classmethod
@@ -123,6 +127,7 @@ class ClassifySpec:
         data["partition_columns"] = tuple(data["partition_columns"])
         data["conversions"] = tuple(tuple(c) for c in data.get("conversions", ()))
         data["schema_registry"] = tuple(tuple(c) for c in data.get("schema_registry", ()))
+        data["cdc_fields"] = tuple(data.get("cdc_fields", ("op", "version")))
         return cls(**data)
 
     @property

@@ -55,7 +55,12 @@ def decoder_for(spec: ClassifySpec, columns: list[Column], conversions: dict[str
         raise ValueError(
             f"no decoder for source format {spec.source_format!r} (known: {sorted(DECODERS)})"
         ) from None
-    return make(spec, columns, conversions)
+    decoder = make(spec, columns, conversions)
+    if spec.envelope != "flat":  # CDC records inside a capture tool's envelope
+        from tidemark.ingest.decoders.envelope import EnvelopeDecoder
+
+        decoder = EnvelopeDecoder(decoder, spec.envelope, *spec.cdc_fields)
+    return decoder
 
 
 def _json(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:

@@ -1,0 +1,155 @@
+"""CDC envelopes (Debezium, Maxwell, Canal) read into the flat records of a CDC table: the
+row, op and version where the envelope carries them; one verdict per message for every shape
+that is not a row change."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.helpers.classify import ROOT, block, spec_of
+from tidemark.config import TableConfig, parse_table
+from tidemark.errors import ConfigError
+from tidemark.ingest.classify import Classifier
+
+pytestmark = pytest.mark.unit
+
+ROW = {
+    "order_id": 7,
+    "customer_id": 3,
+    "status": "paid",
+    "amount": 12.5,
+    "updated_at": "2026-11-22T10:15:00Z",
+}
+
+
+def orders(envelope: str, **changes: Any) -> TableConfig:
+    import yaml
+
+    data = yaml.safe_load((ROOT / "conf" / "tables" / "orders.yaml").read_text())
+    data["cdc"]["envelope"] = envelope
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        target = data
+        for key in parents:
+            target = target.setdefault(key, {})
+        target[last] = value
+    return parse_table(data, "orders.yaml")
+
+
+def classify(config: TableConfig, messages: list[Any]) -> tuple[dict[int, Any], dict[int, Any]]:
+    values = [m if m is None or isinstance(m, bytes) else json.dumps(m).encode() for m in messages]
+    classified = Classifier(spec_of(config)).classify(block(values))
+    good = {r["_mq_offset"]: r for r in classified.good.to_pylist()}
+    dirty = {r["mq_offset"]: (r["reason"], r["detail"]) for r in classified.dirty.to_pylist()}
+    return good, dirty
+
+
+def debezium(op: str, before: Any = None, after: Any = None, lsn: int | None = 5) -> dict[str, Any]:
+    return {
+        "before": before,
+        "after": after,
+        "op": op,
+        "source": {"lsn": lsn, "db": "shop"},
+        "ts_ms": 1732270500000,
+    }
+
+
+def test_debezium_changes_are_rows_with_op_and_version() -> None:
+    update = {**ROW, "status": "shipped"}
+    messages = [
+        debezium("r", after=ROW, lsn=1),  # the snapshot read: an insert
+        debezium("c", after=ROW, lsn=2),
+        {"schema": {"type": "struct"}, "payload": debezium("u", before=ROW, after=update, lsn=3)},
+        debezium("d", before=update, lsn=4),
+        None,  # the tombstone after a delete
+        debezium("u", before=ROW, after={**ROW, "version": 99}, lsn=5),  # the row's own version wins
+        debezium("c", after=ROW, lsn=None),  # no LSN (e.g. MySQL): ts_ms
+    ]
+    good, dirty = classify(orders("debezium"), messages)
+    assert {o: (r["op"], r["version"], r["status"], r["order_id"]) for o, r in good.items()} == {
+        100: ("c", 1, "paid", 7),
+        101: ("c", 2, "paid", 7),
+        102: ("u", 3, "shipped", 7),
+        103: ("d", 4, "shipped", 7),
+        105: ("u", 99, "paid", 7),
+        106: ("c", 1732270500000, "paid", 7),
+    }
+    assert good[100]["updated_at"] == datetime(2026, 11, 22, 10, 15, tzinfo=UTC)
+    assert dirty == {104: ("tombstone", None)}
+
+
+def test_every_message_that_is_not_a_row_change_is_one_dirty_record() -> None:
+    messages: list[Any] = [
+        debezium("x", after=ROW),
+        debezium("t"),  # truncate: a table-level event
+        {"after": ROW, "source": {}},  # no op
+        debezium("c", after=None),  # no row
+        debezium("d", before="7"),
+        [debezium("c", after=ROW)],
+        b'{"op": "c", "after": {"order_id": 1}, "op": "u"}',  # a key given twice
+        b'{"op": "c", "after": {"amount": 12345678901234567.891}}',  # more digits than a double
+        b"not json",
+        {"payload": "x", "schema": {}},
+        debezium("c", after={**ROW, "order_id": "seven"}),  # the row itself is checked as ever
+    ]
+    good, dirty = classify(orders("debezium"), messages)
+    assert not good
+    reasons = [dirty[100 + i][0] for i in range(len(messages))]
+    assert reasons == [
+        *["invalid_envelope"] * 6,
+        "invalid_json",
+        "invalid_json",
+        "invalid_json",
+        "invalid_envelope",
+        "type_mismatch",
+    ]
+    assert "op 'x' is not a row change" in dirty[100][1] and "after is missing" in dirty[103][1]
+
+
+def test_maxwell_and_canal_envelopes() -> None:
+    maxwell = [
+        {
+            "database": "shop",
+            "table": "orders",
+            "type": "insert",
+            "ts": 1732270500,
+            "xoffset": 2,
+            "data": ROW,
+        },
+        {"database": "shop", "table": "orders", "type": "delete", "ts": 1732270501, "data": ROW},
+        {"database": "shop", "table": "orders", "type": "bootstrap-start", "ts": 1732270502, "data": {}},
+    ]
+    good, dirty = classify(orders("maxwell"), maxwell)
+    assert [(r["op"], r["version"]) for r in good.values()] == [
+        ("c", 1732270500000002),
+        ("d", 1732270501000000),
+    ]
+    assert dirty[102][0] == "invalid_envelope"
+    text = {k: str(v) for k, v in ROW.items()}  # canal-json sends every value as a string
+    canal = [
+        {"data": [text], "old": None, "type": "INSERT", "es": 1732270500000, "isDdl": False},
+        {"data": [text, text], "type": "UPDATE", "es": 1732270500001, "isDdl": False},
+        {"data": None, "type": "ALTER", "es": 1732270500002, "isDdl": True, "sql": "alter table"},
+    ]
+    config = orders(
+        "canal",
+        source__conversions={n: {"from": "text"} for n in ("order_id", "customer_id", "amount")},
+    )
+    good, dirty = classify(config, canal)
+    assert [(r["op"], r["version"], r["order_id"], str(r["amount"])) for r in good.values()] == [
+        ("c", 1732270500000, 7, "12.50")
+    ]
+    assert "data holds 2 rows" in dirty[101][1] and "isDdl" in dirty[102][1]
+
+
+def test_an_envelope_needs_a_json_cdc_table() -> None:
+    with pytest.raises(ConfigError, match="envelopes are read from JSON messages"):
+        orders(
+            "debezium",
+            source__format="avro",
+            source__writer_schema={"type": "record", "name": "x", "fields": []},
+        )
