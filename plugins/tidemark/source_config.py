@@ -15,7 +15,7 @@ from tidemark.ingest.conversions import Conversion, conversion_problems
 from tidemark.schema import Column
 
 Size = Annotated[int, BeforeValidator(parse_size)]
-SOURCE_FORMATS = ("json", "avro")
+SOURCE_FORMATS = ("json", "avro", "protobuf")
 
 
 class _Strict(BaseModel):
@@ -42,7 +42,7 @@ class SourceConfig(_Strict):
     """Where the table's records come from: a Kafka-protocol topic, and its message format."""
 
     topic: str = Field(min_length=1)
-    format: Literal["json", "avro"] = "json"
+    format: Literal["json", "avro", "protobuf"] = "json"
     consumer_group: str = ""
     starting_offsets: Literal["earliest", "latest"] | dict[int, int] = "earliest"
     max_records_per_partition: int = Field(default=1_000_000, gt=0)
@@ -100,7 +100,15 @@ def source_problems(source: SourceConfig, columns: dict[str, Column]) -> list[st
             if (problem := column.type.json_problem()) is not None:
                 problems.append(f"schema: column {column.name!r}: {problem}")
         if source.schema_registry is not None or source.writer_schema:
-            problems.append("source: schema_registry and writer_schema are for format avro, not json")
+            problems.append(
+                "source: schema_registry and writer_schema are for formats avro and protobuf, not json"
+            )
+        return problems
+    if source.format == "protobuf":
+        if source.schema_registry is None or source.writer_schema:
+            problems.append(
+                "source: format protobuf needs schema_registry (the Confluent wire format), no writer_schema"
+            )
         return problems
     if (source.schema_registry is None) == (not source.writer_schema):
         problems.append(

@@ -145,7 +145,9 @@ def test_a_registry_that_does_not_answer_fails_the_block_not_a_record(schema_reg
 def test_avro_configs_are_refused_when_they_cannot_hold() -> None:
     with pytest.raises(ConfigError, match="format avro needs exactly one of schema_registry"):
         events_config(source__format="avro")
-    with pytest.raises(ConfigError, match="schema_registry and writer_schema are for format avro"):
+    with pytest.raises(
+        ConfigError, match="schema_registry and writer_schema are for formats avro and protobuf"
+    ):
         events_config(source__schema_registry={"url": "http://r"})
     unreadable = {**EVENT_V1, "fields": [{"name": "event_id", "type": "long"}, *EVENT_V1["fields"][1:]]}
     with pytest.raises(ConfigError, match=r"field event_id: Avro long cannot be read as string"):

@@ -1,6 +1,6 @@
 """Pure transforms of the dump: raw MQ records -> typed rows or dirty records.
 
-Decoding is the source format's (``ingest/decoders``: JSON, Avro), inside the data source's
+Decoding is the source format's (``ingest/decoders``: JSON, Avro, Protobuf), inside the data source's
 tasks, into Arrow; every check after it is this module's and the same for every format.
 
 Each record is classified once, with the first reason that applies, in this order:
@@ -13,7 +13,7 @@ the offsets' sake but counted apart, never toward ``max_dirty_ratio`` |
 | ``invalid_json`` | (JSON) the value is not exactly one JSON object: empty, several objects, \
 trailing data, not an object, invalid UTF-8, ``NaN``/``Infinity`` literals, a key given twice, \
 nesting deeper than the parser allows (``decoders/json.py``) |
-| ``bad_framing`` | (Avro with a registry) not the Confluent wire format: no magic byte 0, or \
+| ``bad_framing`` | (Avro with a registry, Protobuf) not the Confluent wire format: no magic byte 0, or \
 shorter than its 5-byte header (``decoders/avro.py``) |
 | ``unknown_schema_id`` | (Avro) the registry has no schema of the message's id |
 | ``schema_unresolvable`` | (Avro) the message's writer schema cannot be read into the table schema \

@@ -41,7 +41,9 @@ class _NotEnvelope(ValueError):
 def flat_message(envelope: str, value: bytes, op_field: str, version_field: str) -> bytes | Verdict:
     """The flat JSON record of one enveloped change, or the verdict of a message that is not."""
     try:
-        message = json.loads(value, parse_constant=_refuse, parse_float=_exact_float, object_pairs_hook=_unique)
+        message = json.loads(
+            value, parse_constant=_refuse, parse_float=_exact_float, object_pairs_hook=_unique
+        )
     except (_Refused, ValueError, RecursionError) as exc:
         return "invalid_json", f"invalid JSON: {exc}"[:300]
     try:

@@ -55,8 +55,11 @@ class SchemaRegistry:
     """A table's registry: ``properties`` are the client's (``url``, ``basic.auth.user.info``,
     ``ssl.ca.location``, ...), ``${VAR}`` resolved from the environment where it is used."""
 
-    def __init__(self, table: str, properties: Mapping[str, str]) -> None:
+    def __init__(self, table: str, properties: Mapping[str, str], *, serialized: bool = False) -> None:
         self.table = table
+        # Protobuf: ask for the serialized FileDescriptorProto (a registry that stores .proto
+        # text converts it), which the runtime loads without a .proto parser
+        self.fmt = "serialized" if serialized else None
         self.properties = resolve_env(properties, "source.schema_registry")
         self.url = mask_text(self.properties.get("url", ""))
         self._client: Any = None
@@ -78,7 +81,7 @@ class SchemaRegistry:
         cached = self._cache.get(schema_id)
         if cached is None:
             with self._answers(f"schema id {schema_id}"):
-                found = self._registry().get_schema(schema_id)
+                found = self._registry().get_schema(schema_id, fmt=self.fmt)
             cached = self._cache[schema_id] = RegisteredSchema(
                 schema_id, found.schema_type or "AVRO", found.schema_str
             )
@@ -91,7 +94,7 @@ class SchemaRegistry:
 
     def version(self, subject: str, version: int | str) -> RegisteredSchema:
         with self._answers(f"subject {subject} version {version}"):
-            found = self._registry().get_version(subject, version)
+            found = self._registry().get_version(subject, version, fmt=self.fmt)
         return RegisteredSchema(
             found.schema_id,
             found.schema.schema_type or "AVRO",
@@ -142,10 +145,12 @@ def _typed(value: str) -> Any:
     return value
 
 
-def writer_schemas(table: str, registry: Mapping[str, str], writer_schema: str) -> WriterSchemas:
+def writer_schemas(
+    table: str, registry: Mapping[str, str], writer_schema: str, *, serialized: bool = False
+) -> WriterSchemas:
     """The source of a framed table's writer schemas: its registry, or its schema file."""
     if registry:
-        return SchemaRegistry(table, registry)
+        return SchemaRegistry(table, registry, serialized=serialized)
     return SchemaFile(writer_schema)
 
 

@@ -60,19 +60,26 @@ def subject_versions(config: TableConfig, *, latest_only: bool = False) -> list[
     """The table's subject's versions (or its latest), each checked against the table's
     schema by Avro's resolution rules; a table without a registry has none."""
     registry_config = config.source.schema_registry
-    if config.source.format != "avro" or registry_config is None:
+    if config.source.format not in {"avro", "protobuf"} or registry_config is None:
         return []
-    registry = SchemaRegistry(config.table, registry_config.client_properties())
+    serialized = config.source.format == "protobuf"
+    registry = SchemaRegistry(config.table, registry_config.client_properties(), serialized=serialized)
     subject = config.source.subject
     found = [registry.latest(subject)] if latest_only else registry.versions(subject)
     return [SubjectVersion(s, _problem(s, config)) for s in found]
 
 
 def _problem(schema: RegisteredSchema, config: TableConfig) -> str | None:
-    if schema.schema_type != "AVRO":
-        return f"a {schema.schema_type} schema on an Avro table"
+    """Why the schema's (first) message does not read into the table, or None."""
+    from tidemark.ingest.decoders.protobuf_schema import message_descriptor, proto_plan
+
+    if schema.schema_type != config.source.format.upper():
+        return f"a {schema.schema_type} schema on a {config.source.format} table"
     try:
-        read_plan(schema.text, config.schema_columns, config.source.conversions)
+        if schema.schema_type == "PROTOBUF":
+            proto_plan(message_descriptor(schema.text, [0]), config.schema_columns, config.source.conversions)
+        else:
+            read_plan(schema.text, config.schema_columns, config.source.conversions)
     except Unresolvable as exc:
         return str(exc)
     return None

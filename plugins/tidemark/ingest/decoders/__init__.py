@@ -78,7 +78,16 @@ def _avro(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conv
     return AvroDecoder(columns, conversions, schemas, framed=bool(registry))
 
 
+def _protobuf(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:
+    from tidemark.ingest.decoders.protobuf import ProtobufDecoder
+    from tidemark.ingest.registry import writer_schemas
+
+    schemas = writer_schemas(spec.table or spec.topic, dict(spec.schema_registry), "", serialized=True)
+    return ProtobufDecoder(columns, conversions, schemas)
+
+
 DECODERS: dict[str, Callable[[ClassifySpec, list[Column], dict[str, Conversion]], Decoder]] = {
     "json": _json,
     "avro": _avro,
+    "protobuf": _protobuf,
 }

@@ -24,17 +24,15 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from tidemark.ingest.conversions import Conversion, convert
+from tidemark.ingest.conversions import Conversion
 from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.ingest.decoders.avro_schema import ReadPlan, Unresolvable, read_plan
+from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_column
 from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas
 from tidemark.schema import Column
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
-MAGIC = 0
-HEADER_BYTES = 5
+    pass
 
 
 class AvroDecoder:
@@ -55,9 +53,6 @@ class AvroDecoder:
         self._plans: dict[int | None, ReadPlan | Verdict] = {}
 
     def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
-        import numpy as np
-        import pyarrow as pa
-
         rejected: dict[int, Verdict] = {}
         framed: dict[int | None, tuple[list[int], list[bytes]]] = {}
         for i, value in zip(index, values, strict=True):
@@ -72,34 +67,19 @@ class AvroDecoder:
             rows, bodies = framed.setdefault(schema_id, ([], []))
             rows.append(i)
             bodies.append(body)
-        groups: dict[int | None, tuple[list[int], list[dict[str, Any]]]] = {}
+        groups: list[Group] = []
         for schema_id, (rows, bodies) in framed.items():
             plan = self._plans[schema_id]
             assert not isinstance(plan, tuple)
-            groups[schema_id] = self._records(schema_id, plan, rows, bodies, rejected)
-        accepted: list[int] = []
-        parts: dict[str, list[pa.Array]] = {c.name: [] for c in self.columns}
-        bad: dict[str, list[pa.Array]] = {c.name: [] for c in self.columns}
-        for schema_id, (rows, records) in groups.items():
-            plan = self._plans[schema_id]
-            assert not isinstance(plan, tuple)
-            accepted += rows
-            for column in self.columns:
-                col, unfit = self._column(records, column, plan.sources[column.name])
-                parts[column.name].append(col)
-                bad[column.name].append(unfit)
-        order = pa.array(np.argsort(np.asarray(accepted, dtype=np.int64), kind="stable"))
-        columns: dict[str, pa.Array] = {}
-        mismatched: dict[str, pa.Array] = {}
-        for column in self.columns:
-            target = column.type.to_arrow()
-            columns[column.name] = (
-                pa.concat_arrays(parts[column.name]).take(order) if accepted else pa.array([], target)
-            )
-            mismatched[column.name] = (
-                pa.concat_arrays(bad[column.name]).take(order) if accepted else pa.array([], pa.bool_())
-            )
-        return Decoded(columns, sorted(accepted), mismatched, rejected)
+            good, records = self._records(schema_id, plan, rows, bodies, rejected)
+            typed = {
+                c.name: typed_column(
+                    [r.get(c.name) for r in records], plan.sources[c.name], c, self.conversions.get(c.name)
+                )
+                for c in self.columns
+            }
+            groups.append((good, typed))
+        return assemble(self.columns, groups, rejected)
 
     def _records(
         self,
@@ -146,19 +126,19 @@ class AvroDecoder:
         try:
             record = schemaless_reader(stream, plan.schema, None)
         except Exception as exc:
-            return "undecodable", f"{_of(schema_id)}{type(exc).__name__}: {exc}"[:300]
+            return "undecodable", f"{of(schema_id)}{type(exc).__name__}: {exc}"[:300]
         if stream.tell() != len(body):
-            return "undecodable", f"{_of(schema_id)}{len(body) - stream.tell()} bytes after the record"
+            return "undecodable", f"{of(schema_id)}{len(body) - stream.tell()} bytes after the record"
         return cast("dict[str, Any]", record)
 
     def _frame(self, value: bytes) -> tuple[int | None, bytes | Verdict]:
         """The schema id and the record's bytes, or the verdict of a message not framed."""
         if not self.framed:
             return None, value
-        if len(value) < HEADER_BYTES or value[0] != MAGIC:
-            why = "no magic byte 0" if value[:1] != bytes([MAGIC]) else f"{len(value)} bytes, header is 5"
-            return None, ("bad_framing", f"{why} (first bytes {value[:8].hex()})")
-        return int.from_bytes(value[1:HEADER_BYTES], "big"), value[HEADER_BYTES:]
+        header = confluent_header(value)
+        if isinstance(header[0], str):  # a verdict
+            return None, (header[0], str(header[1]))
+        return header[0], bytes(header[1])
 
     def _plan(self, schema_id: int | None) -> ReadPlan | Verdict:
         plan = self._plans.get(schema_id)
@@ -171,49 +151,6 @@ class AvroDecoder:
             except UnknownSchemaIdError:
                 plan = ("unknown_schema_id", f"schema_id={schema_id}")
             except Unresolvable as exc:
-                plan = ("schema_unresolvable", f"{_of(schema_id)}{exc}")
+                plan = ("schema_unresolvable", f"{of(schema_id)}{exc}")
             self._plans[schema_id] = plan
         return plan
-
-    def _column(
-        self, records: list[dict[str, Any]], column: Column, source: pa.DataType | None
-    ) -> tuple[pa.Array, pa.Array]:
-        """One column of one writer schema's records in the table's type, and the mask of
-        values that could not be converted."""
-        import pyarrow as pa
-
-        target = column.type.to_arrow()
-        n = len(records)
-        if source is None:  # not in this writer schema: null
-            return pa.nulls(n, target), pa.array([False] * n, pa.bool_())
-        values = pa.array([r.get(column.name) for r in records], type=source)
-        if column.name in self.conversions:
-            return convert(values, self.conversions[column.name], column)
-        return cast_each(values, target)
-
-
-def cast_each(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, pa.Array]:
-    """``values`` cast to ``target`` (one cast), and the mask of values that do not fit
-    (an int into a tinyint, a nanosecond timestamp out of range): value by value only then."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    try:
-        # nanoseconds lose their last digits (Spark keeps microseconds); nothing else is cut
-        truncating = pa.types.is_timestamp(values.type) and values.type.unit == "ns"
-        out = values.cast(target, safe=not truncating)
-        return out, pa.array([False] * len(values), pa.bool_())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    cast = []
-    for i in range(len(values)):
-        try:
-            cast.append(values.slice(i, 1).cast(target)[0].as_py())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            cast.append(None)
-    out = pa.array(cast, type=target)
-    return out, pc.and_(pc.is_valid(values), pc.is_null(out))
-
-
-def _of(schema_id: int | None) -> str:
-    return f"schema_id={schema_id}: " if schema_id is not None else ""

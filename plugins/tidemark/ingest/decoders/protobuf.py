@@ -1,0 +1,135 @@
+"""Protobuf messages in the Confluent wire format: magic byte 0, a 4-byte schema id, the
+message indexes (zigzag varints: a count, then the path to the message type in the schema's
+file; a single 0 for the first message), then the message.
+
+Each message is parsed by the protobuf runtime (C, upb) with its writer's own message type,
+then the table's columns are read from it (``protobuf_schema.py``). A message whose bytes
+parse but leave unknown fields is not its writer schema's message (corrupt, or framed with the
+wrong id): ``undecodable``. The reasons are the Avro ones: ``bad_framing`` (no magic byte, or
+message indexes that do not parse), ``unknown_schema_id``, ``schema_unresolvable`` (a type
+the table cannot read, a message index with no message), ``undecodable``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tidemark.ingest.conversions import Conversion
+from tidemark.ingest.decoders import Decoded, Verdict
+from tidemark.ingest.decoders.avro_schema import Unresolvable
+from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_column
+from tidemark.ingest.decoders.protobuf_schema import ProtoPlan, message_descriptor, proto_plan
+from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas
+from tidemark.schema import Column
+
+PlanKey = tuple[int, tuple[int, ...]]  # (schema id, message indexes)
+
+
+class ProtobufDecoder:
+    """One per task: it caches the plan of every (schema id, message type) it met."""
+
+    def __init__(
+        self, columns: list[Column], conversions: dict[str, Conversion], schemas: WriterSchemas
+    ) -> None:
+        self.columns = columns
+        self.conversions = conversions
+        self.schemas = schemas
+        self._plans: dict[PlanKey, ProtoPlan | Verdict] = {}
+
+    def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
+        from google.protobuf.message import DecodeError
+        from google.protobuf.unknown_fields import UnknownFieldSet
+
+        rejected: dict[int, Verdict] = {}
+        found: dict[PlanKey, tuple[list[int], list[Any]]] = {}
+        for i, value in zip(index, values, strict=True):
+            header = confluent_header(value)
+            if isinstance(header[0], str):
+                rejected[i] = (header[0], str(header[1]))
+                continue
+            schema_id, rest = header[0], bytes(header[1])
+            indexes = message_indexes(rest)
+            if indexes is None:
+                rejected[i] = ("bad_framing", f"schema_id={schema_id}: message indexes that do not parse")
+                continue
+            path, body = indexes
+            key = (schema_id, path)
+            plan = self._plan(key)
+            if isinstance(plan, tuple):
+                rejected[i] = plan
+                continue
+            message = plan.message_class()
+            try:
+                message.ParseFromString(body)
+            except (DecodeError, RuntimeError, ValueError) as exc:
+                rejected[i] = ("undecodable", f"{of(schema_id)}{type(exc).__name__}: {exc}"[:300])
+                continue
+            if len(UnknownFieldSet(message)):
+                rejected[i] = ("undecodable", f"{of(schema_id)}fields the writer schema does not have")
+                continue
+            rows, messages = found.setdefault(key, ([], []))
+            rows.append(i)
+            messages.append(message)
+        groups: list[Group] = []
+        for key, (rows, messages) in found.items():
+            plan = self._plans[key]
+            assert not isinstance(plan, tuple)
+            typed = {}
+            for c in self.columns:
+                getter = plan.getters[c.name]
+                values_of = [getter[0](m) for m in messages] if getter else [None] * len(messages)
+                typed[c.name] = typed_column(
+                    values_of, getter[1] if getter else None, c, self.conversions.get(c.name)
+                )
+            groups.append((rows, typed))
+        return assemble(self.columns, groups, rejected)
+
+    def _plan(self, key: PlanKey) -> ProtoPlan | Verdict:
+        plan = self._plans.get(key)
+        if plan is None:
+            schema_id, path = key
+            try:
+                written = self.schemas.schema(schema_id)
+                if written.schema_type != "PROTOBUF":
+                    raise Unresolvable(f"a {written.schema_type} schema on a Protobuf topic")
+                plan = proto_plan(
+                    message_descriptor(written.text, list(path)), self.columns, self.conversions
+                )
+            except UnknownSchemaIdError:
+                plan = ("unknown_schema_id", f"schema_id={schema_id}")
+            except Unresolvable as exc:
+                plan = ("schema_unresolvable", f"{of(schema_id)}{exc}")
+            self._plans[key] = plan
+        return plan
+
+
+def message_indexes(data: bytes) -> tuple[tuple[int, ...], bytes] | None:
+    """The message indexes at the start of ``data`` and the message after them, or None when
+    they do not parse (a count or an index out of range, or the data ends inside them)."""
+    count, at = _zigzag_varint(data, 0)
+    if count is None:
+        return None
+    if count == 0:
+        return (0,), data[at:]
+    if count < 0 or count > 100:
+        return None
+    path = []
+    for _ in range(count):
+        value, at = _zigzag_varint(data, at)
+        if value is None or value < 0:
+            return None
+        path.append(value)
+    return tuple(path), data[at:]
+
+
+def _zigzag_varint(data: bytes, at: int) -> tuple[int | None, int]:
+    shift = result = 0
+    while at < len(data) and shift < 64:
+        byte = data[at]
+        at += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), at
+        shift += 7
+    return None, at

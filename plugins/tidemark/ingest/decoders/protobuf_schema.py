@@ -1,0 +1,254 @@
+"""How a Protobuf writer schema's fields are read into the table's columns, decided once per
+writer schema and message type (docs/configuration.md, "Source types").
+
+A column is read from the message's field of the same name: scalars into the Spark types that
+hold them (``int32`` into int or wider, ``int64``/``uint32`` into bigint, ``uint64`` into bigint
+range-checked, ``float``/``double``, ``bool``, ``string``, ``bytes`` into binary), enums as their
+symbol's name, ``google.protobuf.Timestamp`` into ``timestamp``, the wrappers
+(``Int64Value``...) into their scalar with null when unset, messages into structs by field
+name, ``repeated`` into arrays, ``map`` into maps. A proto3 scalar without ``optional`` is never
+null (its default when unset); ``optional`` fields, oneof members and messages are null when
+unset. Anything else cannot be resolved (``schema_unresolvable``, naming the field).
+
+The schema is the registry's serialized ``FileDescriptorProto`` (what the Confluent
+serializers register; a registry converting it to text serves it back with
+``format=serialized``). Imports other than Google's well-known types are not read yet.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tidemark.ingest.decoders.avro_schema import Unresolvable
+from tidemark.schema import Column, SqlType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tidemark.ingest.conversions import Conversion
+
+Getter = Callable[[Any], Any]  # the Python value of a field of a parsed message (or None)
+
+_INTS = {"tinyint", "smallint", "int", "bigint", "float", "double"}
+_WRAPPERS = {
+    "google.protobuf.DoubleValue": "double",
+    "google.protobuf.FloatValue": "float",
+    "google.protobuf.Int64Value": "int64",
+    "google.protobuf.UInt64Value": "uint64",
+    "google.protobuf.Int32Value": "int32",
+    "google.protobuf.UInt32Value": "uint32",
+    "google.protobuf.BoolValue": "bool",
+    "google.protobuf.StringValue": "string",
+    "google.protobuf.BytesValue": "bytes",
+}
+_KINDS: dict[str, tuple[str, set[str]]] = {  # scalar kind -> (arrow type name, table types)
+    "int32": ("int32", _INTS),
+    "int64": ("int64", {"bigint", "float", "double"}),
+    "uint32": ("int64", {"bigint", "float", "double"}),
+    "uint64": ("uint64", {"bigint", "double"}),
+    "float": ("float32", {"float", "double"}),
+    "double": ("float64", {"double"}),
+    "bool": ("bool_", {"boolean"}),
+    "string": ("string", {"string"}),
+    "bytes": ("binary", {"binary"}),
+    "enum": ("string", {"string"}),
+}
+
+
+@dataclass(frozen=True)
+class ProtoPlan:
+    """How messages of one type are read: the message class, and per column its getter and the
+    Arrow type of what the getter returns (None: not in the message)."""
+
+    message_class: Any
+    getters: dict[str, tuple[Getter, pa.DataType] | None]
+
+
+def message_descriptor(schema_text: str, indexes: list[int]) -> Any:
+    """The message descriptor at ``indexes`` (the wire format's message indexes) of a
+    serialized file descriptor, in a pool of its own with the well-known types."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    try:
+        proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(schema_text, validate=True))
+    except Exception as exc:
+        raise Unresolvable(
+            f"not a serialized FileDescriptorProto ({type(exc).__name__}); read with format=serialized"
+        ) from None
+    pool = descriptor_pool.DescriptorPool()
+    for dependency in proto.dependency:
+        if not dependency.startswith("google/protobuf/"):
+            raise Unresolvable(f"imports {dependency}: only Google's well-known types are read")
+        _add_well_known(pool, dependency)
+    try:
+        file = pool.Add(proto)
+    except Exception as exc:
+        raise Unresolvable(f"a file descriptor the runtime refuses: {exc}") from None
+    types = list(file.message_types_by_name.values())
+    descriptor = None
+    for depth, position in enumerate(indexes):
+        if not 0 <= position < len(types):
+            raise Unresolvable(f"message index {indexes} has no message at level {depth}")
+        descriptor = types[position]
+        types = list(descriptor.nested_types)
+    if descriptor is None:
+        raise Unresolvable("no message index")
+    return descriptor
+
+
+def _add_well_known(pool: Any, name: str) -> None:
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    proto = descriptor_pb2.FileDescriptorProto()
+    try:
+        descriptor_pool.Default().FindFileByName(name).CopyToProto(proto)
+    except KeyError:
+        _import_well_known()
+        descriptor_pool.Default().FindFileByName(name).CopyToProto(proto)
+    for dependency in proto.dependency:
+        _add_well_known(pool, dependency)
+    with contextlib.suppress(TypeError):  # already there
+        pool.Add(proto)
+
+
+def _import_well_known() -> None:
+    from google.protobuf import (  # noqa: F401 - registers them in the default pool
+        any_pb2,
+        duration_pb2,
+        empty_pb2,
+        struct_pb2,
+        timestamp_pb2,
+        wrappers_pb2,
+    )
+
+
+def proto_plan(descriptor: Any, columns: list[Column], conversions: dict[str, Conversion]) -> ProtoPlan:
+    """The plan of a message type, or :class:`Unresolvable` naming the field at fault."""
+    from google.protobuf.message_factory import GetMessageClass
+
+    getters: dict[str, tuple[Getter, pa.DataType] | None] = {}
+    for column in columns:
+        field = descriptor.fields_by_name.get(column.name)
+        if field is None:
+            if not column.nullable:
+                raise Unresolvable(
+                    f"field {column.name}: not in message {descriptor.full_name}, and the column is not null"
+                )
+            getters[column.name] = None
+            continue
+        conversion = conversions.get(column.name)
+        target = SqlType("string") if conversion and conversion.source == "text" else column.type
+        if conversion is not None and conversion.source != "text":
+            target = SqlType("double")
+        getter, arrow = _field(field, target, column.name)
+        getters[column.name] = (getter, arrow)
+    return ProtoPlan(GetMessageClass(descriptor), getters)
+
+
+def _field(field: Any, sql: SqlType, path: str) -> tuple[Getter, pa.DataType]:
+    """Getter and Arrow type of a field of a message (presence, repetition, maps)."""
+    import pyarrow as pa
+
+    name = field.name
+    if _is_map(field):
+        if sql.name != "map" or sql.children[0].name != "string":
+            raise Unresolvable(f"field {path}: a Protobuf map cannot be read as {sql.ddl()}")
+        key_field, value_field = (
+            field.message_type.fields_by_name["key"],
+            field.message_type.fields_by_name["value"],
+        )
+        if _kind(key_field) != "string":
+            raise Unresolvable(
+                f"field {path}: map keys of {_kind(key_field)} are not read (string keys only)"
+            )
+        value, value_type = _value(value_field, sql.children[1], f"{path}{{}}")
+        return (lambda m: [(k, value(v)) for k, v in getattr(m, name).items()]), pa.map_(
+            pa.string(), value_type
+        )
+    if field.is_repeated:
+        if sql.name != "array":
+            raise Unresolvable(f"field {path}: a repeated field cannot be read as {sql.ddl()}")
+        value, value_type = _value(field, sql.children[0], f"{path}[]")
+        return (lambda m: [value(v) for v in getattr(m, name)]), pa.list_(value_type)
+    value, value_type = _value(field, sql, path)
+    if field.has_presence:  # messages, optional scalars, oneof members: null when unset
+        return (lambda m: value(getattr(m, name)) if m.HasField(name) else None), value_type
+    return (lambda m: value(getattr(m, name))), value_type
+
+
+def _value(field: Any, sql: SqlType, path: str) -> tuple[Getter, pa.DataType]:
+    """Converter and Arrow type of one value of a field (an element, for repeated ones)."""
+    import pyarrow as pa
+
+    kind = _kind(field)
+    if kind == "message":
+        full = field.message_type.full_name
+        if full == "google.protobuf.Timestamp":
+            if sql.name != "timestamp":
+                raise Unresolvable(f"field {path}: a Timestamp cannot be read as {sql.ddl()}")
+            return (lambda t: t.seconds * 1_000_000 + t.nanos // 1000), pa.timestamp("us", tz="UTC")
+        if full in _WRAPPERS:
+            arrow_name, allowed = _KINDS[_WRAPPERS[full]]
+            if sql.name not in allowed:
+                raise Unresolvable(f"field {path}: a {full.rsplit('.', 1)[1]} cannot be read as {sql.ddl()}")
+            return (lambda w: w.value), getattr(pa, arrow_name)()
+        if sql.name != "struct":
+            raise Unresolvable(f"field {path}: message {full} cannot be read as {sql.ddl()}")
+        children: list[tuple[str, Getter]] = []
+        arrow_fields = []
+        for child_name, child_sql in sql.fields:
+            child = field.message_type.fields_by_name.get(child_name)
+            if child is None:
+                arrow_fields.append(pa.field(child_name, child_sql.to_arrow()))
+                continue
+            getter, arrow = _field(child, child_sql, f"{path}.{child_name}")
+            children.append((child_name, getter))
+            arrow_fields.append(pa.field(child_name, arrow))
+        return (lambda m: {n: g(m) for n, g in children}), pa.struct(arrow_fields)
+    arrow_name, allowed = _KINDS[kind]
+    if sql.name not in allowed:
+        raise Unresolvable(f"field {path}: Protobuf {kind} cannot be read as {sql.ddl()}")
+    if kind == "enum":
+        names = {v.number: v.name for v in field.enum_type.values}
+        return (lambda n: names.get(n, str(n))), pa.string()
+    return (lambda v: v), getattr(pa, arrow_name)()
+
+
+def _is_map(field: Any) -> bool:
+    return bool(
+        field.is_repeated
+        and field.message_type is not None
+        and field.message_type.GetOptions().map_entry
+    )
+
+
+def _kind(field: Any) -> str:
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    kinds = {
+        F.TYPE_INT32: "int32",
+        F.TYPE_SINT32: "int32",
+        F.TYPE_SFIXED32: "int32",
+        F.TYPE_INT64: "int64",
+        F.TYPE_SINT64: "int64",
+        F.TYPE_SFIXED64: "int64",
+        F.TYPE_UINT32: "uint32",
+        F.TYPE_FIXED32: "uint32",
+        F.TYPE_UINT64: "uint64",
+        F.TYPE_FIXED64: "uint64",
+        F.TYPE_FLOAT: "float",
+        F.TYPE_DOUBLE: "double",
+        F.TYPE_BOOL: "bool",
+        F.TYPE_STRING: "string",
+        F.TYPE_BYTES: "bytes",
+        F.TYPE_ENUM: "enum",
+        F.TYPE_MESSAGE: "message",
+    }
+    kind = kinds.get(field.type)
+    if kind is None:
+        raise Unresolvable(f"field {field.name}: Protobuf type {field.type} (groups) is not read")
+    return kind

@@ -1,0 +1,137 @@
+"""Protobuf events for the binary-format tests: message types built as a producer's generated
+code would describe them (FileDescriptorProto, no protoc here), framed by confluent-kafka's
+real ``ProtobufSerializer`` against the registry stand-in."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+WELL_KNOWN = ["google/protobuf/timestamp.proto", "google/protobuf/wrappers.proto"]
+
+
+def event_class(version: int = 1, *, event_time_as_text: bool = False) -> Any:
+    """The producer's ``shop.Event``: v1 (first message of its file), or v2 (second message of
+    a file whose first is ``Header``: index [1]) with user_id widened and a session field."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2, wrappers_pb2
+    from google.protobuf.message_factory import GetMessageClass
+
+    field = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(
+        name=f"shop/event_v{version}{'_text' if event_time_as_text else ''}.proto",
+        package="shop",
+        syntax="proto3",
+        dependency=WELL_KNOWN,
+    )
+    if version == 2:
+        file.message_type.add(name="Header").field.add(
+            name="id", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL
+        )
+    kind = file.enum_type.add(name="Kind")
+    for number, name in enumerate(["CLICK", "VIEW", "BUY"]):
+        kind.value.add(name=name, number=number)
+    event = file.message_type.add(name="Event")
+    add = event.field.add
+    add(name="event_id", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    if version == 1:
+        add(
+            name="user_id",
+            number=2,
+            type=field.TYPE_MESSAGE,
+            type_name=".google.protobuf.Int32Value",
+            label=field.LABEL_OPTIONAL,
+        )
+    else:
+        add(
+            name="user_id",
+            number=2,
+            type=field.TYPE_MESSAGE,
+            type_name=".google.protobuf.Int64Value",
+            label=field.LABEL_OPTIONAL,
+        )
+        add(name="session", number=9, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    add(
+        name="app",
+        number=3,
+        type=field.TYPE_STRING,
+        label=field.LABEL_OPTIONAL,
+        proto3_optional=True,
+        oneof_index=0,
+    )
+    event.oneof_decl.add(name="_app")
+    add(name="event_type", number=4, type=field.TYPE_ENUM, type_name=".shop.Kind", label=field.LABEL_OPTIONAL)
+    add(name="amount", number=5, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    if event_time_as_text:
+        add(name="event_time", number=6, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    else:
+        add(
+            name="event_time",
+            number=6,
+            type=field.TYPE_MESSAGE,
+            type_name=".google.protobuf.Timestamp",
+            label=field.LABEL_OPTIONAL,
+        )
+    add(name="tags", number=7, type=field.TYPE_STRING, label=field.LABEL_REPEATED)
+    entry = event.nested_type.add(name="AttrsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=field.TYPE_INT64, label=field.LABEL_OPTIONAL)
+    add(
+        name="attrs",
+        number=8,
+        type=field.TYPE_MESSAGE,
+        type_name=".shop.Event.AttrsEntry",
+        label=field.LABEL_REPEATED,
+    )
+    pool = descriptor_pool.DescriptorPool()
+    for dependency in (timestamp_pb2, wrappers_pb2):
+        proto = descriptor_pb2.FileDescriptorProto()
+        dependency.DESCRIPTOR.CopyToProto(proto)
+        pool.Add(proto)
+    pool.Add(file)
+    return GetMessageClass(pool.FindMessageTypeByName("shop.Event"))
+
+
+def proto_events(
+    registry_url: str,
+    records: Sequence[dict[str, Any]],
+    version: int = 1,
+    topic: str = "events",
+    **kinds: Any,
+) -> list[bytes]:
+    """Framed events: each record's fields set on a fresh message (event_time a datetime)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    cls = event_class(version, **kinds)
+    serialize = ProtobufSerializer(
+        cls, SchemaRegistryClient({"url": registry_url}), {"use.deprecated.format": False}
+    )
+    context = SerializationContext(topic, MessageField.VALUE)
+    out = []
+    for record in records:
+        message = cls(
+            event_id=record.get("event_id", "e1"),
+            event_type=record.get("event_type", 0),
+            amount=record.get("amount", "12.50"),
+        )
+        if record.get("user_id") is not None:
+            message.user_id.value = record["user_id"]
+        if "app" in record:
+            if record["app"] is not None:
+                message.app = record["app"]
+        else:
+            message.app = "web"
+        when = record.get("event_time")
+        if isinstance(when, datetime):
+            message.event_time.FromDatetime(when)
+        elif when is not None:
+            message.event_time = when
+        message.tags.extend(record.get("tags", []))
+        message.attrs.update(record.get("attrs", {}))
+        if version == 2 and "session" in record:
+            message.session = record["session"]
+        out.append(serialize(message, context))
+    return out
