@@ -25,16 +25,21 @@ GOOD = {
 
 
 def events_config(tmp_path: Path | None = None, **changes: Any) -> TableConfig:
+    return example_config("events", **changes)
+
+
+def example_config(template: str, **changes: Any) -> TableConfig:
+    """A conf/tables example with ``changes`` (``section__key=value``) applied."""
     import yaml
 
-    data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
+    data = yaml.safe_load((ROOT / "conf" / "tables" / f"{template}.yaml").read_text())
     for dotted, value in changes.items():
         target = data
         *parents, last = dotted.split("__")
         for key in parents:
-            target = target[key]
+            target = target.setdefault(key, {})
         target[last] = value
-    return parse_table(data, "events.yaml")
+    return parse_table(data, f"{template}.yaml")
 
 
 def spec_of(config: TableConfig, sealed_through: datetime | None = None) -> ClassifySpec:

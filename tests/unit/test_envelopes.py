@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.classify import ROOT, block, spec_of
-from tidemark.config import TableConfig, parse_table
+from tests.helpers.classify import block, example_config, spec_of
+from tidemark.config import TableConfig
 from tidemark.errors import ConfigError
 from tidemark.ingest.classify import Classifier
 
@@ -27,17 +27,7 @@ ROW = {
 
 
 def orders(envelope: str, **changes: Any) -> TableConfig:
-    import yaml
-
-    data = yaml.safe_load((ROOT / "conf" / "tables" / "orders.yaml").read_text())
-    data["cdc"]["envelope"] = envelope
-    for dotted, value in changes.items():
-        *parents, last = dotted.split("__")
-        target = data
-        for key in parents:
-            target = target.setdefault(key, {})
-        target[last] = value
-    return parse_table(data, "orders.yaml")
+    return example_config("orders", cdc__envelope=envelope, **changes)
 
 
 def classify(config: TableConfig, messages: list[Any]) -> tuple[dict[int, Any], dict[int, Any]]:
