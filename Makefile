@@ -65,7 +65,7 @@ lock:  ## re-resolve requirements.in into the pinned requirements.txt
 	@test -x $(BIN)/uv || scripts/ensure_venv.sh
 	$(BIN)/uv pip compile --python 3.11 --quiet requirements.in -o requirements.txt --custom-compile-command "make lock"
 
-bench: venv  ## run the benchmarks in bench/ (prints figures; not part of the test suite)
+bench: venv s3a-jars spark-classes  ## run the benchmarks in bench/ (prints figures; not part of the test suite; s3a jars for bench/object_store.py)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:  ## remove the venv and the local state (.tidemark/)
