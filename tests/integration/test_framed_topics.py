@@ -302,7 +302,11 @@ def test_a_protobuf_table_lands_seals_and_rebuilds_exactly(
         ],
     )
     run_dump(spark, config, settings, "run-1", at(12))
-    assert "2026-11-22T10" in run_seal(spark, config, settings, "run-1").sealed
+    sealed = run_seal(spark, config, settings, "run-1")
+    assert "2026-11-22T10" in sealed.sealed
+    # where the seal's time went, per hour and per run (its log line and result)
+    assert set(sealed.hour_timings["2026-11-22T10"]) == {"compact", "quality", "register", "journal"}
+    assert {"compact", "quality", "register", "journal", "late"} <= set(sealed.timings)
     by_offset = rows_by_offset(settings, table)
     for p, o, message in delivered:
         i = values.index(message.value or b"")

@@ -22,9 +22,7 @@ A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry fin
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -48,6 +46,7 @@ from tidemark.state.layout import Layout
 from tidemark.state.locks import TableLock
 from tidemark.state.mode import BATCH, TableWriter
 from tidemark.state.storage import replace_atomically
+from tidemark.stopwatch import Stopwatch
 from tidemark.time.watermarks import BatchObservation, MqWatermark, ReadyTime, advance, ready_time
 
 if TYPE_CHECKING:
@@ -74,24 +73,6 @@ class DumpResult:
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__.copy()
-
-
-class Stopwatch:
-    """Seconds spent per named phase: logged with the commit and printed by the benchmark."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
-
-    def rounded(self) -> dict[str, float]:
-        return {k: round(v, 3) for k, v in self.seconds.items()}
 
 
 @dataclass(frozen=True)

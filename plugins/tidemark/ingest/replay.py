@@ -44,9 +44,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from tidemark.ingest.dump import Staged, Stopwatch
+    from tidemark.ingest.dump import Staged
     from tidemark.ingest.publish import Publisher
     from tidemark.state.commitlog import LogState
+    from tidemark.stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
 

@@ -48,6 +48,7 @@ from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, Journal
 from tidemark.state.layout import compaction_marker, sealed_file_prefix
 from tidemark.state.locks import Lease, TableLock
 from tidemark.state.storage import exchange_directories, read_json, replace_atomically
+from tidemark.stopwatch import Stopwatch
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
 from tidemark.time.instants import parse_instant
 
@@ -70,6 +71,11 @@ class SealResult:
     late_registered: list[str] = field(default_factory=list)
     versions_deleted: list[str] = field(default_factory=list)  # object stores: replaced, past retention
     message: str = ""
+    # seconds per phase, the whole run's and each sealed hour's: compact (read, write and the
+    # count), quality (the gate), register (the metastore), journal; late (amend or side
+    # table), collect (object stores' version garbage)
+    timings: dict[str, float] = field(default_factory=dict)
+    hour_timings: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +132,7 @@ class Sealer:
         self.journal = HourJournal(settings.state_location, config.table)
         self.zone = config.event_time.time_zone
         self.late = LateRows(self.files, run_id, fence=self._fence, lease=lease)
+        self.watch = Stopwatch()
 
     def entry(self, hour: Hour, state: LogState, journal: JournalState, **step: Any) -> JournalEntry:
         version = step.pop("schema_version", None) or self.files.schema_version(self.run_id)
@@ -161,16 +168,21 @@ class Sealer:
             result.status = "no_ready_time"
             result.message = "no global ready time yet (see tidemark status --hour)"
         for hour in hours:
-            entry = self._seal_hour(hour, state, partitions)
+            hour_watch = Stopwatch()
+            entry = self._seal_hour(hour, state, partitions, hour_watch)
+            self.watch.add(hour_watch)
+            result.hour_timings[hour.key] = hour_watch.rounded()
+            log.info("%s: hour %s: phases (s) %s", self.config.table, hour.key, hour_watch.rounded())
             partitions.apply(entry)
             (result.quarantined if entry.quarantined else result.sealed).append(hour.key)
             result.status = "sealed"
-        if self.config.late_policy == "side_table":
-            result.late_registered = self.late.register(state, self.journal)
-        else:
-            for entry in self.late.amend(state, partitions, self.journal):
-                partitions.apply(entry)
-                result.amended.append(entry.hour)
+        with self.watch.phase("late"):
+            if self.config.late_policy == "side_table":
+                result.late_registered = self.late.register(state, self.journal)
+            else:
+                for entry in self.late.amend(state, partitions, self.journal):
+                    partitions.apply(entry)
+                    result.amended.append(entry.hour)
         result.sealed_through = partitions.sealed_through
         if self.layout.object_store:
             collector = VersionCollector(self.config, self.layout, self.journal)
@@ -180,13 +192,15 @@ class Sealer:
                 *metastore.partition_locations(self.config.late_table),
             ]
             self._fence()  # a zombie's collection would judge by a journal another holder moved on
-            result.versions_deleted = collector.collect(
-                state, partitions, self.late.locations(self.journal), registered
-            )
+            with self.watch.phase("collect"):
+                result.versions_deleted = collector.collect(
+                    state, partitions, self.late.locations(self.journal), registered
+                )
+        result.timings = self.watch.rounded()
         self._fail_on_quarantine(partitions)
         log.info(
             "%s: seal run %s: ready time %s, sealed %s, amended %s, late partitions registered %s; "
-            "sealed through %s",
+            "sealed through %s; phases (s) %s",
             self.config.table,
             self.run_id,
             result.ready_time,
@@ -194,6 +208,7 @@ class Sealer:
             result.amended or "nothing",
             result.late_registered or "none",
             result.sealed_through,
+            result.timings,
         )
         return result
 
@@ -213,23 +228,27 @@ class Sealer:
             self.lease.check()
 
     # -- one hour -------------------------------------------------------------------------
-    def _seal_hour(self, hour: Hour, state: LogState, partitions: JournalState) -> JournalEntry:
+    def _seal_hour(
+        self, hour: Hour, state: LogState, partitions: JournalState, watch: Stopwatch
+    ) -> JournalEntry:
         expected = state.rows_per_hour.get(hour.path, 0)
         target = self.layout.table_dir / hour.path
         log.info(
             "%s: sealing hour %s (%s rows expected from the commit log)", self.config.table, hour, expected
         )
-        if self.layout.object_store:
-            files, rows, home = self._compact_in_place(hour, state, expected)
-            target = home
-        else:
-            files, rows, home = self._compact(hour, target, expected)
+        with watch.phase("compact"):
+            if self.layout.object_store:
+                files, rows, home = self._compact_in_place(hour, state, expected)
+                target = home
+            else:
+                files, rows, home = self._compact(hour, target, expected)
         if rows != expected:
             raise ReconciliationError(
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
                 f"committed for {hour.path} by batches <= {state.last_committed}: a batch file of the hour is missing or foreign; not sealed (docs/operations.md)"
             )
-        quality = self.files.quality_of(hour, home, rows)
+        with watch.phase("quality"):
+            quality = self.files.quality_of(hour, home, rows)
         if quality.blocks:
             log.error(
                 "%s: hour %s quarantined (%s rows, files kept in %s, hidden and not registered): %s",
@@ -241,8 +260,9 @@ class Sealer:
             )
         else:
             self._fence()
-            self._reveal(home, target)
-            self.files.publish(hour, target, rows, version=1)
+            with watch.phase("register"):
+                self._reveal(home, target)
+                self.files.publish(hour, target, rows, version=1)
         kind, version = (EntryKind.QUARANTINE, 0) if quality.blocks else (EntryKind.SEAL, 1)
         entry = self.entry(
             hour,
@@ -255,9 +275,10 @@ class Sealer:
             quality=quality.to_json(),
         )
         self._fence()
-        self.journal.append(entry)
-        crash_point("after_journal_entry")
-        self._drop_batch_files(hour)
+        with watch.phase("journal"):
+            self.journal.append(entry)
+            crash_point("after_journal_entry")
+            self._drop_batch_files(hour)
         return entry
 
     def _drop_batch_files(self, hour: Hour) -> None:

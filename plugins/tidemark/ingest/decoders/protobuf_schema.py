@@ -220,9 +220,7 @@ def _value(field: Any, sql: SqlType, path: str) -> tuple[Getter, pa.DataType]:
 
 def _is_map(field: Any) -> bool:
     return bool(
-        field.is_repeated
-        and field.message_type is not None
-        and field.message_type.GetOptions().map_entry
+        field.is_repeated and field.message_type is not None and field.message_type.GetOptions().map_entry
     )
 
 
