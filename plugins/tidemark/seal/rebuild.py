@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, RebuildError, ReconciliationError
 from tidemark.faults import crash_point
+from tidemark.ingest.registry import registry_failures
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
 from tidemark.seal.versions import entry_directory, write_version_once
@@ -208,13 +209,14 @@ class Rebuilder:
             home = self.layout.warehouse / directory
             receipts = self._staging(hour) / "receipts"
             frame = self._rows(hour, plan, receipts, kafka_conf, hour_config)
-            written = self.files.write_version(
-                frame,
-                home,
-                sealed_file_prefix(1),
-                self._file_count(hour),
-                sort_by=("_mq_partition", "_mq_offset"),
-            )
+            with registry_failures(self.config.table):  # a registry down fails the rebuild, named
+                written = self.files.write_version(
+                    frame,
+                    home,
+                    sealed_file_prefix(1),
+                    self._file_count(hour),
+                    sort_by=("_mq_partition", "_mq_offset"),
+                )
             crash_point("mid_rebuild")
             self._reconcile(hour, plan, receipts, sum(n for _, n in written))
             return written
@@ -257,7 +259,8 @@ class Rebuilder:
             ordered = frame.repartition(self._file_count(hour)).sortWithinPartitions(
                 "_mq_partition", "_mq_offset"
             )
-            ordered.write.partitionBy(*self.config.partitioning.columns).parquet(str(written))
+            with registry_failures(self.config.table):  # a registry down fails the rebuild, named
+                ordered.write.partitionBy(*self.config.partitioning.columns).parquet(str(written))
             crash_point("mid_rebuild")
             rows = self.spark.read.parquet(str(written)).count()
             self._reconcile(hour, plan, staging / "receipts", rows)
