@@ -189,7 +189,11 @@ class TableConfig(_Strict):
             problems.append(
                 f"event_time.field: column {ts.name!r} has type {ts.type.ddl()}; expected timestamp"
             )
-        problems += source_problems(self.source, self.columns)
+        cdc = self.cdc
+        debezium = (
+            (cdc.op_field, cdc.version_field) if cdc is not None and cdc.envelope == "debezium" else None
+        )
+        problems += source_problems(self.source, self.columns, debezium)
         for key in self.primary_key:
             if key not in self.columns:
                 problems.append(f"primary_key: {key!r} is not a column of the schema")
@@ -220,8 +224,10 @@ class TableConfig(_Strict):
                     problems.append(f"cdc: {key!r} is not a column of the schema")
             if not self.primary_key:
                 problems.append("primary_key: a cdc table needs the key its changes are merged by")
-            if self.cdc.envelope != "flat" and self.source.format != "json":
+            if self.cdc.envelope not in {"flat", "debezium"} and self.source.format != "json":
                 problems.append(f"cdc.envelope: {self.cdc.envelope} envelopes are read from JSON messages")
+            elif self.cdc.envelope == "debezium" and self.source.format == "protobuf":
+                problems.append("cdc.envelope: Debezium envelopes are read from JSON or Avro messages")
             if self.late_policy != "amend":
                 problems.append(
                     "late_policy: a cdc table needs 'amend': a late change must reach the sealed hour "

@@ -91,7 +91,9 @@ def read_schema_files(data: Any, yaml_path: str, directory: Path) -> Any:
     return {**data, "source": {**source, "writer_schema": schema}}
 
 
-def source_problems(source: SourceConfig, columns: dict[str, Column]) -> list[str]:
+def source_problems(
+    source: SourceConfig, columns: dict[str, Column], debezium: tuple[str, str] | None = None
+) -> list[str]:
     """Cross-checks of the source against the schema: conversions, and for Avro where the
     writer schemas come from and, for a schema file, that it resolves into the columns."""
     problems = conversion_problems(columns, source.conversions)
@@ -119,7 +121,7 @@ def source_problems(source: SourceConfig, columns: dict[str, Column]) -> list[st
         from tidemark.ingest.decoders.avro_schema import Unresolvable, read_plan
 
         try:
-            read_plan(source.writer_schema, list(columns.values()), source.conversions)
+            read_plan(source.writer_schema, list(columns.values()), source.conversions, debezium=debezium)
         except Unresolvable as exc:
             problems.append(f"source.writer_schema: {exc}")
     return problems

@@ -136,10 +136,101 @@ def test_maxwell_and_canal_envelopes() -> None:
     assert "data holds 2 rows" in dirty[101][1] and "isDdl" in dirty[102][1]
 
 
-def test_an_envelope_needs_a_json_cdc_table() -> None:
-    with pytest.raises(ConfigError, match="envelopes are read from JSON messages"):
+DEBEZIUM_AVRO: dict[str, Any] = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "shop.public.orders",
+    "fields": [
+        {
+            "name": "before",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Value",
+                    "fields": [
+                        {"name": "order_id", "type": "long"},
+                        {"name": "customer_id", "type": ["null", "long"], "default": None},
+                        {"name": "status", "type": ["null", "string"], "default": None},
+                        {
+                            "name": "amount",
+                            "type": [
+                                "null",
+                                {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
+                            ],
+                            "default": None,
+                        },
+                        {"name": "updated_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {
+            "name": "source",
+            "type": {
+                "type": "record",
+                "name": "Source",
+                "namespace": "io.debezium.connector.postgresql",
+                "fields": [
+                    {"name": "db", "type": "string"},
+                    {"name": "lsn", "type": ["null", "long"], "default": None},
+                ],
+            },
+        },
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+
+
+def test_envelopes_are_refused_where_they_cannot_be_read() -> None:
+    with pytest.raises(ConfigError, match="maxwell envelopes are read from JSON messages"):
+        orders("maxwell", source__format="avro", source__writer_schema=DEBEZIUM_AVRO)
+    with pytest.raises(
+        ConfigError, match=r"source\.writer_schema: not a Debezium envelope: no after or op field"
+    ):
         orders(
             "debezium",
             source__format="avro",
             source__writer_schema={"type": "record", "name": "x", "fields": []},
         )
+    with pytest.raises(ConfigError, match="Debezium envelopes are read from JSON or Avro"):
+        orders("debezium", source__format="protobuf", source__schema_registry={"url": "http://r"})
+    plain = orders("debezium", source__format="avro", source__writer_schema=DEBEZIUM_AVRO)
+    assert plain.cdc is not None and plain.cdc.envelope == "debezium"
+
+
+def test_debezium_envelopes_in_avro_through_the_registry(schema_registry: str) -> None:
+    """Debezium's Avro converter: the envelope is the writer schema, the row its after/before."""
+    from decimal import Decimal
+
+    from tests.helpers.avro import serializer
+
+    write = serializer(schema_registry, DEBEZIUM_AVRO, "t")
+    row = {
+        "order_id": 7,
+        "customer_id": 3,
+        "status": "paid",
+        "amount": Decimal("12.50"),
+        "updated_at": datetime(2026, 11, 22, 10, 15, tzinfo=UTC),
+    }
+    source = {"db": "shop", "lsn": 40}
+    messages = [
+        write({"before": None, "after": row, "source": {**source, "lsn": 10}, "op": "r", "ts_ms": 1}),
+        write(
+            {"before": row, "after": {**row, "status": "shipped"}, "source": source, "op": "u", "ts_ms": 2}
+        ),
+        write({"before": row, "after": None, "source": {"db": "shop", "lsn": None}, "op": "d", "ts_ms": 3}),
+        None,
+        write({"before": None, "after": None, "source": source, "op": "t", "ts_ms": 4}),  # truncate
+    ]
+    config = orders("debezium", source__format="avro", source__schema_registry={"url": schema_registry})
+    good, dirty = classify(config, messages)
+    assert {o: (r["op"], r["version"], r["status"], r["amount"]) for o, r in good.items()} == {
+        100: ("c", 10, "paid", Decimal("12.50")),
+        101: ("u", 40, "shipped", Decimal("12.50")),
+        102: ("d", 3, "paid", Decimal("12.50")),  # no LSN: ts_ms
+    }
+    assert dirty[103] == ("tombstone", None) and dirty[104][0] == "invalid_envelope"

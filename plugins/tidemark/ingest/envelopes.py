@@ -46,9 +46,20 @@ def flat_message(envelope: str, value: bytes, op_field: str, version_field: str)
         )
     except (_Refused, ValueError, RecursionError) as exc:
         return "invalid_json", f"invalid JSON: {exc}"[:300]
+    if not isinstance(message, dict):
+        return "invalid_envelope", f"{envelope}: not a JSON object but {type(message).__name__}"
+    flat = flat_record(envelope, message, op_field, version_field)
+    if isinstance(flat, tuple):
+        return flat
+    return json.dumps(flat, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def flat_record(
+    envelope: str, message: dict[str, Any], op_field: str, version_field: str
+) -> dict[str, Any] | Verdict:
+    """The flat record of one decoded envelope (a JSON object, or an Avro record), or the
+    verdict of one that is not a row change."""
     try:
-        if not isinstance(message, dict):
-            raise _NotEnvelope(f"not a JSON object but {type(message).__name__}")
         row, op, version, stamp = _READERS[envelope](message)
     except _NotEnvelope as exc:
         return "invalid_envelope", f"{envelope}: {exc}"[:300]
@@ -57,7 +68,7 @@ def flat_message(envelope: str, value: bytes, op_field: str, version_field: str)
         flat[version_field] = version
     name, when = stamp
     flat.setdefault(name, when)
-    return json.dumps(flat, separators=(",", ":"), ensure_ascii=False).encode()
+    return flat
 
 
 Read = tuple[dict[str, Any], str, Any, tuple[str, Any]]

@@ -79,7 +79,11 @@ def _problem(schema: RegisteredSchema, config: TableConfig) -> str | None:
         if schema.schema_type == "PROTOBUF":
             proto_plan(message_descriptor(schema.text, [0]), config.schema_columns, config.source.conversions)
         else:
-            read_plan(schema.text, config.schema_columns, config.source.conversions)
+            cdc = config.cdc
+            debezium = (
+                (cdc.op_field, cdc.version_field) if cdc is not None and cdc.envelope == "debezium" else None
+            )
+            read_plan(schema.text, config.schema_columns, config.source.conversions, debezium=debezium)
     except Unresolvable as exc:
         return str(exc)
     return None

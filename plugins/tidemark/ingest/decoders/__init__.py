@@ -56,7 +56,7 @@ def decoder_for(spec: ClassifySpec, columns: list[Column], conversions: dict[str
             f"no decoder for source format {spec.source_format!r} (known: {sorted(DECODERS)})"
         ) from None
     decoder = make(spec, columns, conversions)
-    if spec.envelope != "flat":  # CDC records inside a capture tool's envelope
+    if spec.envelope != "flat" and spec.source_format == "json":  # CDC records in an envelope
         from tidemark.ingest.decoders.envelope import EnvelopeDecoder
 
         decoder = EnvelopeDecoder(decoder, spec.envelope, *spec.cdc_fields)
@@ -75,7 +75,8 @@ def _avro(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conv
 
     registry = dict(spec.schema_registry)
     schemas = writer_schemas(spec.table or spec.topic, registry, spec.writer_schema)
-    return AvroDecoder(columns, conversions, schemas, framed=bool(registry))
+    debezium = spec.cdc_fields if spec.envelope == "debezium" else None  # the envelope is Avro too
+    return AvroDecoder(columns, conversions, schemas, framed=bool(registry), debezium=debezium)
 
 
 def _protobuf(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:

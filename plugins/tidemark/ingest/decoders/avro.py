@@ -28,6 +28,7 @@ from tidemark.ingest.conversions import Conversion
 from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.ingest.decoders.avro_schema import ReadPlan, Unresolvable, read_plan
 from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_column
+from tidemark.ingest.envelopes import flat_record
 from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas
 from tidemark.schema import Column
 
@@ -45,11 +46,13 @@ class AvroDecoder:
         schemas: WriterSchemas,
         *,
         framed: bool,
+        debezium: tuple[str, str] | None = None,
     ) -> None:
         self.columns = columns
         self.conversions = conversions
         self.schemas = schemas
         self.framed = framed
+        self.debezium = debezium  # (op field, version field): records are Debezium envelopes
         self._plans: dict[int | None, ReadPlan | Verdict] = {}
 
     def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
@@ -72,6 +75,8 @@ class AvroDecoder:
             plan = self._plans[schema_id]
             assert not isinstance(plan, tuple)
             good, records = self._records(schema_id, plan, rows, bodies, rejected)
+            if self.debezium is not None:
+                good, records = self._flatten(good, records, rejected)
             typed = {
                 c.name: typed_column(
                     [r.get(c.name) for r in records], plan.sources[c.name], c, self.conversions.get(c.name)
@@ -80,6 +85,22 @@ class AvroDecoder:
             }
             groups.append((good, typed))
         return assemble(self.columns, groups, rejected)
+
+    def _flatten(
+        self, rows: list[int], envelopes: list[dict[str, Any]], rejected: dict[int, Verdict]
+    ) -> tuple[list[int], list[dict[str, Any]]]:
+        """Debezium envelopes as the flat records of their row changes; the others refused."""
+        assert self.debezium is not None
+        kept_rows: list[int] = []
+        records: list[dict[str, Any]] = []
+        for i, envelope in zip(rows, envelopes, strict=True):
+            flat = flat_record("debezium", envelope, *self.debezium)
+            if isinstance(flat, tuple):
+                rejected[i] = flat
+            else:
+                kept_rows.append(i)
+                records.append(flat)
+        return kept_rows, records
 
     def _records(
         self,
@@ -147,7 +168,7 @@ class AvroDecoder:
                 written = self.schemas.schema(schema_id)
                 if written.schema_type != "AVRO":
                     raise Unresolvable(f"a {written.schema_type} schema on an Avro topic")
-                plan = read_plan(written.text, self.columns, self.conversions)
+                plan = read_plan(written.text, self.columns, self.conversions, debezium=self.debezium)
             except UnknownSchemaIdError:
                 plan = ("unknown_schema_id", f"schema_id={schema_id}")
             except Unresolvable as exc:

@@ -70,8 +70,17 @@ class ReadPlan:
     sources: dict[str, pa.DataType | None]
 
 
-def read_plan(writer_text: str, columns: list[Column], conversions: dict[str, Conversion]) -> ReadPlan:
-    """The plan of a writer schema, or :class:`Unresolvable` naming the field at fault."""
+def read_plan(
+    writer_text: str,
+    columns: list[Column],
+    conversions: dict[str, Conversion],
+    *,
+    debezium: tuple[str, str] | None = None,
+) -> ReadPlan:
+    """The plan of a writer schema, or :class:`Unresolvable` naming the field at fault. With
+    ``debezium`` (the table's op and version fields) the writer schema is a Debezium envelope:
+    the columns are read from its ``after``/``before`` record, op and version from the envelope
+    (``ingest/envelopes.py``)."""
     import fastavro
 
     try:
@@ -83,6 +92,8 @@ def read_plan(writer_text: str, columns: list[Column], conversions: dict[str, Co
     if not isinstance(top, dict) or top.get("type") != "record":
         raise Unresolvable("the writer schema is not a record")
     fields = {f["name"]: f["type"] for f in top.get("fields", [])}
+    if debezium is not None:
+        fields = _envelope_fields(fields, names, *debezium)
     sources: dict[str, pa.DataType | None] = {}
     for column in columns:
         if column.name not in fields:
@@ -102,6 +113,22 @@ def read_plan(writer_text: str, columns: list[Column], conversions: dict[str, Co
     except Exception as exc:  # fastavro's SchemaParseException and friends
         raise Unresolvable(f"not a valid Avro schema: {exc}") from None
     return ReadPlan(parsed, sources)
+
+
+def _envelope_fields(
+    envelope: dict[str, Any], names: dict[str, Any], op_field: str, version_field: str
+) -> dict[str, Any]:
+    """The fields a flat record of a Debezium envelope has: the row's, op, version, ts_ms."""
+    if "after" not in envelope or "op" not in envelope:
+        raise Unresolvable("not a Debezium envelope: no after or op field")
+    row = _unwrap(envelope["after"], names, "after")
+    if not isinstance(row, dict) or row.get("type") != "record":
+        raise Unresolvable("field after: not a record")
+    fields = {f["name"]: f["type"] for f in row.get("fields", [])}
+    fields[op_field] = "string"
+    fields.setdefault(version_field, "long")  # source.lsn or ts_ms, unless the row has its own
+    fields.setdefault("ts_ms", ["null", "long"])
+    return fields
 
 
 def _named(schema: Any, names: dict[str, Any], namespace: str) -> Any:
