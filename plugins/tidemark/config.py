@@ -354,9 +354,17 @@ def load_tables(settings: Settings | None = None) -> list[TableConfig]:
     """All table configs, sorted by name; a table named like another's side table
     (``__late``, ``__dirty``, ``_snapshot``) is refused."""
     tables = [load_table_file(p) for p in table_files(settings)]
+    problems = [problem for _, problem in collisions(tables)]
+    if problems:
+        raise ConfigError("conf/tables", problems)
+    return tables
+
+
+def collisions(tables: list[TableConfig]) -> list[tuple[str, str]]:
+    """(table, problem) of each table named like another's side table."""
     names = {t.table for t in tables}
-    problems = [
-        f"{other.table}: table {name!r} collides with {kind} of table {other.table!r}"
+    return [
+        (name, f"{other.table}: table {name!r} collides with {kind} of table {other.table!r}")
         for other in tables
         for kind, name in (
             ("the late table", other.late_table),
@@ -365,9 +373,6 @@ def load_tables(settings: Settings | None = None) -> list[TableConfig]:
         )
         if name in names
     ]
-    if problems:
-        raise ConfigError("conf/tables", problems)
-    return tables
 
 
 def effective_config(config: TableConfig) -> dict[str, Any]:

@@ -22,6 +22,20 @@ class ConfigError(TidemarkError):
         super().__init__(f"{source}: invalid configuration:\n{lines}")
 
 
+class TableFilesError(ConfigError):
+    """Table files that cannot run (invalid YAML, a refused schema change, a name collision):
+    their tables have no DAGs, every other table's DAGs stay. ``problems`` maps each file to
+    its problem."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+        super().__init__(
+            f"{len(files)} table file(s) cannot run; their tables have no DAGs until fixed "
+            "(tidemark tables validate), every other table's DAGs are loaded",
+            [f"{path}: {problem}" for path, problem in sorted(files.items())],
+        )
+
+
 class ServiceError(TidemarkError):
     """A local service (broker, Airflow) failed to start, answer or stop."""
 

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 pytestmark = pytest.mark.integration
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
+ERRORS_FILE = "tidemark_config_errors.py"
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +45,35 @@ def dagbag() -> Any:
 
 def test_every_dag_file_imports(dagbag: Any) -> None:
     assert dagbag.import_errors == {}
-    files = {p.name for p in DAGS.glob("*.py")}
+    files = {p.name for p in DAGS.glob("*.py")} - {ERRORS_FILE}  # it holds no DAG when all is well
     loaded = {Path(d.fileloc).name for d in dagbag.dags.values()}
     assert files and files == loaded, f"files without a DAG: {files - loaded}"
+
+
+def test_one_bad_table_among_fifty_disappears_alone_with_one_import_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """49 good table YAMLs and one with a typo in a type: the 49 tables keep every DAG, and
+    Airflow shows one import error naming the bad file and its problem."""
+    import yaml
+    from airflow.dag_processing.dagbag import DagBag
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    template = yaml.safe_load((DAGS.parent / "conf" / "tables" / "events.yaml").read_text())
+    for i in range(50):
+        data = {**template, "table": f"t{i:02d}", "source": {**template["source"], "topic": f"t{i:02d}"}}
+        if i == 17:
+            data["schema"] = {**template["schema"], "user_id": "bigintt"}
+        (conf / f"t{i:02d}.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(conf))
+    monkeypatch.setenv("TIDEMARK_STATE_DIR", str(tmp_path / "state"))
+    bag = DagBag(dag_folder=str(DAGS))
+    assert {f"tidemark_ingest_t{i:02d}" for i in range(50) if i != 17} <= set(bag.dag_ids)
+    assert not [d for d in bag.dag_ids if d.endswith("t17")]
+    (path, error), *others = bag.import_errors.items()
+    assert not others and Path(path).name == ERRORS_FILE
+    assert "t17.yaml" in error and "bigintt" in error and "t16.yaml" not in error
 
 
 def test_no_db_or_connection_access_at_parse_time(dagbag: Any) -> None:
