@@ -31,6 +31,7 @@ from tidemark.errors import ConfigError
 from tidemark.schema import TIMESTAMP_TYPES, Column, parse_column
 from tidemark.settings import Settings
 from tidemark.source_config import Size, SourceConfig, read_schema_files, source_problems
+from tidemark.tableformat import COMPRESSIONS
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -84,6 +85,9 @@ class DirtyConfig(_Strict):
 
 class OutputConfig(_Strict):
     target_file_size: Size = 128 * 1024 * 1024
+    # the sealed hours' file format and compression (tableformat.py); Hive DDL STORED AS it
+    format: Literal["parquet", "orc"] = "parquet"
+    compression: Literal["snappy", "zstd", "lz4", "gzip", "zlib", "none"] = "snappy"
     # Object stores: a replaced version of a partition stays readable this long (in the
     # pipeline's processing time) for queries that listed it, then the seal deletes it.
     version_retention: Duration = timedelta(hours=24)
@@ -205,6 +209,11 @@ class TableConfig(_Strict):
                 problems.append(
                     f"partitioning.columns: {col!r} must be a string column, not {spec.type.ddl()}"
                 )
+        if self.output.compression not in COMPRESSIONS[self.output.format]:
+            problems.append(
+                f"output.compression: {self.output.compression} is not a {self.output.format} compression "
+                f"({', '.join(COMPRESSIONS[self.output.format])})"
+            )
         wm = self.watermark
         if wm.idle_timeout <= timedelta(0):
             problems.append("watermark.idle_timeout: must be longer than 0")

@@ -53,6 +53,7 @@ class SchemaVersion:
     changes: tuple[str, ...] = ()
     # (column, Conversion.describe()) of source.conversions: how the version's batches decode
     conversions: tuple[tuple[str, str], ...] = ()
+    output_format: str = "parquet"  # of the sealed hours: the metastore table is STORED AS it
 
     @classmethod
     def of(cls, config: TableConfig, version: int = 0, run_id: str = "") -> SchemaVersion:
@@ -64,6 +65,7 @@ class SchemaVersion:
             partition_columns=tuple(config.partitioning.columns),
             run_id=run_id,
             conversions=tuple(sorted((k, v.describe()) for k, v in config.source.conversions.items())),
+            output_format=config.output.format,
         )
 
     def same_schema(self, other: SchemaVersion) -> bool:
@@ -73,6 +75,7 @@ class SchemaVersion:
             and self.time_zone == other.time_zone
             and self.partition_columns == other.partition_columns
             and self.conversions == other.conversions
+            and self.output_format == other.output_format
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +88,7 @@ class SchemaVersion:
             "run_id": self.run_id,
             "changes": list(self.changes),
             "conversions": dict(self.conversions),
+            "output_format": self.output_format,
         }
 
     @classmethod
@@ -98,6 +102,7 @@ class SchemaVersion:
             run_id=data.get("run_id", ""),
             changes=tuple(data.get("changes", ())),
             conversions=tuple(sorted(dict(data.get("conversions", {})).items())),
+            output_format=data.get("output_format", "parquet"),
         )
 
     def column_objects(self) -> list[Column]:
@@ -138,6 +143,11 @@ def evolution(old: SchemaVersion, new: SchemaVersion) -> tuple[list[str], list[s
         refused.append(
             f"partitioning.columns: {list(old.partition_columns)} -> {list(new.partition_columns)}; "
             "rule: the partitioning never changes (old hours are laid out by it)"
+        )
+    if new.output_format != old.output_format:
+        refused.append(
+            f"output.format: {old.output_format} -> {new.output_format}; rule: the format of the hours "
+            "never changes (the metastore table is stored as it): land the topic in a new table"
         )
     old_columns = {name: (parse_column(name, ddl).type, nullable) for name, ddl, nullable in old.columns}
     new_columns = {name: (parse_column(name, ddl).type, nullable) for name, ddl, nullable in new.columns}

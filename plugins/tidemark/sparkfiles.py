@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from tidemark.tableformat import PARQUET, TableFormat
 from tidemark.tablefs import Store, filesystem, s3_from_environment
 
 if TYPE_CHECKING:
@@ -69,18 +70,17 @@ class ArrowFilesReader(DataSourceReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import to_arrow_schema
+
+        from tidemark.tableformat import arrow_batches, format_of
 
         assert isinstance(partition, FilesPartition)
         target = to_arrow_schema(self.schema)
         for uri in partition.files:
             fs, path = filesystem(uri, self.s3)
             with fs.open_input_file(path) as handle:
-                parquet = pq.ParquetFile(handle)
-                present = [n for n in self.names if n in parquet.schema_arrow.names]
                 values = path_values(uri)
-                for batch in parquet.iter_batches(batch_size=65_536, columns=present):
+                for batch in arrow_batches(handle, format_of(path).suffix, self.names):
                     yield conform(batch, target, values)
 
 
@@ -136,8 +136,10 @@ def write_files(
     *,
     sort_by: Sequence[str] = (),
     partition_by: Sequence[str] = (),
+    fmt: TableFormat = PARQUET,
 ) -> list[tuple[str, int]]:
-    """Write ``frame`` as about ``n_files`` Parquet files ``<prefix>-NNNNN.parquet`` in a
+    """Write ``frame`` as about ``n_files`` files ``<prefix>-NNNNN.<fmt>`` (Parquet, or the
+    table's format) in a
     warehouse directory, each Spark task writing its own file through pyarrow (no Hadoop
     filesystem, no rename: on an object store every file is one upload under its final name;
     a retried task rewrites the same name). The directory is a new one nobody reads yet (a
@@ -147,11 +149,12 @@ def write_files(
     spread = frame.repartition(max(1, n_files))
     if sort_by:
         spread = spread.sortWithinPartitions(*sort_by)
-    return write_partitioned(spread, store, directory, functools.partial(_numbered, prefix), partition_by)
+    name = functools.partial(_numbered, prefix, fmt.suffix)
+    return write_partitioned(spread, store, directory, name, partition_by, fmt=fmt)
 
 
-def _numbered(prefix: str, task: int) -> str:
-    return f"{prefix}-{task:05d}.parquet"
+def _numbered(prefix: str, suffix: str, task: int) -> str:
+    return f"{prefix}-{task:05d}{suffix}"
 
 
 def write_partitioned(
@@ -160,6 +163,8 @@ def write_partitioned(
     directory: str,
     file_name: Callable[[int], str],
     partition_by: Sequence[str] = (),
+    *,
+    fmt: TableFormat = PARQUET,
 ) -> list[tuple[str, int]]:
     """Each Spark task of ``frame`` writes its rows through pyarrow under ``directory``, one
     file per value of ``partition_by`` in Hive's ``col=value/`` subdirectories (the columns
@@ -173,7 +178,6 @@ def write_partitioned(
 
     def write_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -202,7 +206,7 @@ def write_partitioned(
                         if not store.object_store:
                             store.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                         out = store.fs.open_output_stream(target)
-                        open_files[values] = (out, pq.ParquetWriter(out, data.schema), relative)
+                        open_files[values] = (out, fmt.arrow_writer(out, data.schema), relative)
                     _, writer, relative = open_files[values]
                     writer.write_batch(data)
                     rows[relative] = rows.get(relative, 0) + data.num_rows

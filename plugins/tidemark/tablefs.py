@@ -26,6 +26,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from tidemark.tableformat import DATA_SUFFIXES
+
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -86,7 +88,7 @@ def filesystem(uri: str, s3: dict[str, str] | None = None) -> tuple[pafs.FileSys
 
 
 def parquet_files(uri: str) -> list[str]:
-    """The visible Parquet files under ``uri`` (recursively; ``_``/``.`` parts are hidden, as
+    """The visible data files (Parquet, ORC) under ``uri`` (recursively; ``_``/``.`` parts are hidden, as
     for Hive and Spark), as URIs of the same scheme, sorted."""
     store = Store.of(uri)
     return [store.uri(f) for f in store.files("")]
@@ -142,9 +144,9 @@ class Store:
         )
         return sorted(i.path[len(base) :].lstrip("/") for i in infos if i.type == pafs.FileType.File)
 
-    def files(self, relative: str, suffix: str = ".parquet") -> list[str]:
+    def files(self, relative: str, suffix: str | tuple[str, ...] = DATA_SUFFIXES) -> list[str]:
         """Files under a directory (recursively; hidden ``_``/``.`` names below it skipped), as
-        sorted warehouse-relative paths."""
+        sorted warehouse-relative paths; data files (Parquet, ORC) unless ``suffix`` says."""
         import pyarrow.fs as pafs
 
         base = self.path("")

@@ -71,7 +71,12 @@ def reference_merge(
 
 
 def orders_table(
-    settings: Settings, tmp_path: Path, broker: str, snapshot_format: str = "parquet", envelope: str = "flat"
+    settings: Settings,
+    tmp_path: Path,
+    broker: str,
+    snapshot_format: str = "parquet",
+    envelope: str = "flat",
+    output_format: str = "parquet",
 ) -> tuple[TableConfig, Settings]:
     config, settings = fresh_table(
         settings,
@@ -80,6 +85,7 @@ def orders_table(
         cdc__snapshot_every="hour",
         cdc__snapshot_format=snapshot_format,
         cdc__envelope=envelope,
+        output__format=output_format,
     )
     create_topic(broker, config.source.topic, 2)
     return config, settings
@@ -110,13 +116,22 @@ def bootstrapped(
     return config, settings, source_state, boot
 
 
-@pytest.mark.parametrize("envelope", ["flat", "debezium"])
+@pytest.mark.parametrize(
+    ("envelope", "output_format"), [("flat", "parquet"), ("debezium", "parquet"), ("flat", "orc")]
+)
 def test_files_bootstrap_then_hourly_merges_match_the_source_and_a_reference(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str, envelope: str
+    spark: Any,
+    broker: str,
+    settings: Settings,
+    tmp_path: Path,
+    snapshot_format: str,
+    envelope: str,
+    output_format: str,
 ) -> None:
     """Also with the changes in Debezium envelopes (the row in after/before, the version as
-    source.lsn, tombstones after deletes): the same snapshots."""
-    config, settings = orders_table(settings, tmp_path, broker, snapshot_format, envelope)
+    source.lsn, tombstones after deletes), and with the increments stored as ORC: the same
+    snapshots."""
+    config, settings = orders_table(settings, tmp_path, broker, snapshot_format, envelope, output_format)
     before, source_state = history()
     send(broker, config, before)
     source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))

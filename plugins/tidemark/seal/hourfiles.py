@@ -22,12 +22,20 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.layout import SUCCESS, Layout, batch_of_file, data_docs_dir, write_success
+from tidemark.tableformat import format_of, is_data_file, table_format
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+
+
+def data_files(directory: Path) -> list[Path]:
+    """The data files (Parquet, ORC) under a local directory, sorted; none if it is missing."""
+    if not directory.exists():
+        return []
+    return sorted(p for p in directory.rglob("*") if is_data_file(p.name) and p.is_file())
 
 
 class HourFiles:
@@ -39,6 +47,7 @@ class HourFiles:
         self.layout = Layout(settings, config.table)
         self.metastore = Metastore(spark, config)
         self.extra_columns = list(config.partitioning.columns)
+        self.format = table_format(config)  # of the sealed hours; batch files are Parquet
         self.history = SchemaHistory(settings.state_location, config.table)
         self.commit_log = CommitLog(settings.state_location, config.table)
         self._commits: dict[int, frozenset[str]] = {}  # batch -> its commit record's files
@@ -79,7 +88,19 @@ class HourFiles:
             )
             return read_files(self.spark, [store.uri(f) for f in relative], schema)
         paths = [str(f) for f in files] if files is not None else [str(hour_dir)]
-        return self.spark.read.schema(schema).option("basePath", str(hour_dir)).parquet(*paths)
+        # a directory never mixes formats: sealed hours are the table's, batch files Parquet
+        sample = paths[0] if files is not None else next((str(p) for p in data_files(hour_dir)), "")
+        reader = self.spark.read.schema(schema).option("basePath", str(hour_dir))
+        return format_of(sample).spark_read(reader, *paths)
+
+    def write_staged(self, frame: DataFrame, staging: Path) -> None:
+        """Local disk: an hour's rows written by Spark into ``staging`` in the table's format
+        (extra partition columns as subdirectories)."""
+        self.format.spark_write(frame.write.partitionBy(*self.extra_columns), str(staging))
+
+    def staged_rows(self, staging: Path) -> int:
+        """The rows ``write_staged`` wrote, read back."""
+        return int(self.format.spark_read(self.spark.read, str(staging)).count())
 
     def write_version(
         self, frame: DataFrame, home: Path, prefix: str, n_files: int, *, sort_by: tuple[str, ...] = ()
@@ -97,6 +118,7 @@ class HourFiles:
             n_files,
             sort_by=sort_by,
             partition_by=self.extra_columns,
+            fmt=self.format,
         )
 
     def batch_files(self, directory: Path, *, through: int, after: int = -1) -> list[Path]:
@@ -106,7 +128,7 @@ class HourFiles:
             store = self.layout.store
             found = [self.layout.warehouse / f for f in store.files(self.layout.relative(directory))]
         else:
-            found = sorted(directory.rglob("*.parquet"))
+            found = data_files(directory)
         chosen = [
             p for p in found if (batch := batch_of_file(p.name)) is not None and after < batch <= through
         ]
@@ -125,11 +147,11 @@ class HourFiles:
         return self._commits[batch_id]
 
     def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
-        """Rename staged Parquet files into ``target`` as ``<prefix>-NNNNN.parquet`` (keeping
+        """Rename staged data files into ``target`` as ``<prefix>-NNNNN.<format>`` (keeping
         extra partition subdirectories); returns their warehouse-relative paths."""
         moved = []
-        for i, staged in enumerate(sorted(staging.rglob("*.parquet"))):
-            final = target / staged.parent.relative_to(staging) / f"{prefix}-{i:05d}.parquet"
+        for i, staged in enumerate(data_files(staging)):
+            final = target / staged.parent.relative_to(staging) / f"{prefix}-{i:05d}{staged.suffix}"
             final.parent.mkdir(parents=True, exist_ok=True)
             staged.replace(final)
             moved.append(self.layout.relative(final))

@@ -168,8 +168,8 @@ class LateRows:
                 staging = self.layout.step_staging("amend", hour.key, f"v{version}")
                 shutil.rmtree(staging, ignore_errors=True)
                 frame = self.files.read_hour(late_dir, new_files)
-                frame.coalesce(1).write.partitionBy(*self.files.extra_columns).parquet(str(staging))
-                added = self.files.spark.read.parquet(str(staging)).count()
+                self.files.write_staged(frame.coalesce(1), staging)  # the table's format
+                added = self.files.staged_rows(staging)
                 # One rename per file: readers see the old version or the new one, never half.
                 self.fence()
                 files = [

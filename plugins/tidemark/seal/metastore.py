@@ -16,6 +16,7 @@ from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields, partition_columns
 from tidemark.schema import parse_column
+from tidemark.tableformat import table_format
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,20 +42,27 @@ def qualified(table: str) -> str:
 
 
 def external_parquet_sql(
-    table: str, columns: Sequence[tuple[str, str]], partitions: Sequence[str], location: Path | str
+    table: str,
+    columns: Sequence[tuple[str, str]],
+    partitions: Sequence[str],
+    location: Path | str,
+    stored_as: str = "PARQUET",
 ) -> str:
-    """CREATE EXTERNAL TABLE IF NOT EXISTS over Parquet files, string partition columns."""
+    """CREATE EXTERNAL TABLE IF NOT EXISTS over Parquet (or ``stored_as``) files, string
+    partition columns."""
     data = ", ".join(f"{quote_identifier(n)} {t}" for n, t in columns)
     partitioned = ", ".join(f"{quote_identifier(p)} string" for p in partitions)
     return (
         f"CREATE EXTERNAL TABLE IF NOT EXISTS {qualified(table)} ({data}) "
-        f"PARTITIONED BY ({partitioned}) STORED AS PARQUET LOCATION {quote_value(str(location))}"
+        f"PARTITIONED BY ({partitioned}) STORED AS {stored_as} LOCATION {quote_value(str(location))}"
     )
 
 
 def create_table_sql(config: TableConfig, table: str, location: Path | str) -> str:
-    """External Parquet table with the config's columns, MQ lineage and partition columns."""
-    return external_parquet_sql(table, data_fields(config), partition_columns(config), location)
+    """External table with the config's columns, MQ lineage and partition columns: the table
+    itself in its ``output.format``, its late side table in Parquet (``tableformat.py``)."""
+    stored_as = table_format(config).stored_as if table == config.table else "PARQUET"
+    return external_parquet_sql(table, data_fields(config), partition_columns(config), location, stored_as)
 
 
 def add_columns_sql(table: str, columns: Sequence[tuple[str, str]]) -> str:

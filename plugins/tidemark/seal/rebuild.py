@@ -38,7 +38,7 @@ from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, RebuildError, ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.ingest.registry import registry_failures
-from tidemark.seal.hourfiles import HourFiles, step_entry
+from tidemark.seal.hourfiles import HourFiles, data_files, step_entry
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
 from tidemark.seal.versions import entry_directory, write_version_once
 from tidemark.settings import Settings
@@ -260,15 +260,15 @@ class Rebuilder:
                 "_mq_partition", "_mq_offset"
             )
             with registry_failures(self.config.table):  # a registry down fails the rebuild, named
-                ordered.write.partitionBy(*self.config.partitioning.columns).parquet(str(written))
+                self.files.write_staged(ordered, written)
             crash_point("mid_rebuild")
-            rows = self.spark.read.parquet(str(written)).count()
+            rows = self.files.staged_rows(written)
             self._reconcile(hour, plan, staging / "receipts", rows)
             self.files.move_staged(written, new_dir, sealed_file_prefix(1))
         target = self.layout.table_dir / hour.path
         files = [
             str((target / p.relative_to(new_dir)).relative_to(self.layout.warehouse))
-            for p in sorted(new_dir.rglob("*.parquet"))
+            for p in data_files(new_dir)
         ]
         replace_atomically(compaction_marker(new_dir), {"files": files, "rows": rows})
         return new_dir, files, rows
@@ -282,7 +282,7 @@ class Rebuilder:
             current = entry_directory(self.layout, hour.path, entry)
             return [self.layout.warehouse / f for f in self.layout.store.files(current)]
         target = self.layout.table_dir / hour.path
-        return sorted(target.rglob("*.parquet")) if target.exists() else []
+        return data_files(target)
 
     def _rows(
         self,

@@ -433,9 +433,9 @@ class Sealer:
             frame = self.files.read_hour(source)
             staging = self.layout.step_staging("seal", hour.key, self.run_id)
             shutil.rmtree(staging, ignore_errors=True)
-            frame.repartition(n_files).write.partitionBy(*self.files.extra_columns).parquet(str(staging))
+            self.files.write_staged(frame.repartition(n_files), staging)
             crash_point("mid_compaction")
-            rows = self.spark.read.parquet(str(staging)).count()
+            rows = self.files.staged_rows(staging)
             moved = self.files.move_staged(staging, directory, sealed_file_prefix(1))
             files = [
                 self.layout.relative(target / (self.layout.warehouse / m).relative_to(directory))

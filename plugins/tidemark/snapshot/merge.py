@@ -527,7 +527,7 @@ class Merger:
         table_dir = self.hours.layout.table_dir
         dirs = [str(table_dir / parse_key(k, zone).path) for k in hour_keys]
         self.spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-        frame = self.spark.read.option("basePath", str(table_dir)).parquet(*dirs)
+        frame = self.hours.format.spark_read(self.spark.read.option("basePath", str(table_dir)), *dirs)
         return frame.select(*wanted)
 
     def _result(

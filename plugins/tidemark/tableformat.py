@@ -1,0 +1,117 @@
+"""The file format of a table's sealed hours (``output.format``): Parquet or ORC, with its
+compression. One seam: Spark's writers and readers, pyarrow's (object stores), the Hive DDL.
+
+Only the files readers see take the table's format: sealed hours and their versions (the
+seal's compaction, amends, rebuilds). tidemark's own intermediate files (a batch's open files,
+staging, the late side table and the dirty table) are Parquet whatever the table's format, so
+one compaction turns them into the table's format; a directory never mixes formats, and a
+file's format is its suffix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, DataFrameReader, DataFrameWriter
+
+    from tidemark.config import TableConfig
+
+DATA_SUFFIXES = (".parquet", ".orc")
+COMPRESSIONS = {
+    "parquet": ("snappy", "zstd", "lz4", "gzip", "none"),
+    "orc": ("snappy", "zstd", "lz4", "zlib", "none"),
+}
+
+
+@dataclass(frozen=True)
+class TableFormat:
+    name: str  # parquet | orc
+    compression: str = "snappy"
+
+    @property
+    def suffix(self) -> str:
+        return f".{self.name}"
+
+    @property
+    def stored_as(self) -> str:
+        """The Hive DDL's ``STORED AS`` of the format."""
+        return self.name.upper()
+
+    def spark_write(self, writer: DataFrameWriter, path: str) -> None:
+        writer.format(self.name).option("compression", self.compression).save(path)
+
+    def spark_read(self, reader: DataFrameReader, *paths: str) -> DataFrame:
+        return reader.format(self.name).load(list(paths) if len(paths) > 1 else paths[0])
+
+    def arrow_writer(self, out: Any, schema: pa.Schema) -> Any:
+        """A writer of record batches (``write_batch``, ``close``) onto an output stream."""
+        if self.name == "orc":
+            return _OrcBatches(out, self.compression)
+        import pyarrow.parquet as pq
+
+        return pq.ParquetWriter(out, schema, compression=self.compression)
+
+
+PARQUET = TableFormat("parquet")
+
+
+def table_format(config: TableConfig) -> TableFormat:
+    """The format of the table's sealed hours."""
+    return TableFormat(config.output.format, config.output.compression)
+
+
+def format_of(path: str) -> TableFormat:
+    """The format of a data file (or of a directory's files), by its suffix."""
+    return TableFormat("orc") if path.endswith(".orc") else PARQUET
+
+
+def is_data_file(name: str) -> bool:
+    return name.endswith(DATA_SUFFIXES)
+
+
+def arrow_batches(handle: Any, suffix: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """The record batches of one data file (an input file), the ``columns`` it has."""
+    if suffix == ".orc":
+        from pyarrow import orc
+
+        file = orc.ORCFile(handle)
+        present = [n for n in columns if n in file.schema.names]
+        table = file.read(columns=present)
+        yield from _micros(table).to_batches(max_chunksize=65_536)
+        return
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(handle)
+    present = [n for n in columns if n in parquet.schema_arrow.names]
+    yield from parquet.iter_batches(batch_size=65_536, columns=present)
+
+
+def _micros(table: pa.Table) -> pa.Table:
+    """ORC reads timestamps as nanoseconds: microseconds, as they were written."""
+    import pyarrow as pa
+
+    fields = [
+        pa.field(f.name, pa.timestamp("us", tz=f.type.tz)) if pa.types.is_timestamp(f.type) else f for f in table.schema
+    ]
+    return table.cast(pa.schema(fields))
+
+
+class _OrcBatches:
+    """pyarrow's ORC writer behind the Parquet writer's ``write_batch``."""
+
+    def __init__(self, out: Any, compression: str) -> None:
+        from pyarrow import orc
+
+        self._writer = orc.ORCWriter(out, compression="uncompressed" if compression == "none" else compression)
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        import pyarrow as pa
+
+        self._writer.write(pa.Table.from_batches([batch]))
+
+    def close(self) -> None:
+        self._writer.close()
