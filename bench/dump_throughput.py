@@ -1,6 +1,6 @@
 """Dump throughput against plain single-process baselines, in one sitting.
 
-    .venv/bin/python bench/dump_throughput.py [--messages 2000000] [--partitions 4]
+    .venv/bin/python bench/dump_throughput.py [--messages 2000000] [--partitions 4] [--format json|avro|protobuf]
 
 Produces M JSON events of ~200 B to a fresh topic of the local broker (started if needed),
 then runs, each in its own process and over exactly the same offset ranges:
@@ -13,6 +13,12 @@ then runs, each in its own process and over exactly the same offset ranges:
 
 Prints records/s, MB/s (message values) and peak RSS (whole process tree) of each, and the
 ratios a/b and a/c on processing throughput. Not a test: the figures are for docs/benchmarks.md.
+
+With ``--format avro`` or ``protobuf`` the same events are produced twice, as JSON and in the
+Confluent wire format (the real serializers against the Schema Registry stand-in): (a) dumps the
+binary topic, (b) decodes it with the same library as tidemark (fastavro, the protobuf runtime)
+and writes Parquet, (c) consumes it, and (j) dumps the JSON topic; the last line is
+``<format>/json = X.XX``, the binary dump's records/s against the JSON dump's.
 """
 
 from __future__ import annotations
@@ -141,6 +147,38 @@ def worker_consume(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[str
     return {"records": records, "value_bytes": value_bytes, "processing_s": time.perf_counter() - started}
 
 
+def worker_binary(
+    bootstrap: str, topic: str, ends: dict[int, int], out_dir: str, *, fmt: str, registry: str
+) -> dict[str, Any]:
+    """The binary baseline: consume + the format's library decode + one Parquet write per chunk."""
+    import pyarrow.parquet as pq
+    from _formats import baseline_decoder
+
+    decode = baseline_decoder(fmt, registry)
+    pending: list[bytes] = []
+    writer: Any = None
+
+    def flush() -> None:
+        nonlocal writer
+        if pending:
+            table = decode(pending)
+            writer = writer or pq.ParquetWriter(str(Path(out_dir) / "part-0.parquet"), table.schema)
+            writer.write_table(table)
+            pending.clear()
+
+    def on_batch(values: list[bytes]) -> None:
+        pending.extend(values)
+        if len(pending) >= CHUNK:
+            flush()
+
+    started = time.perf_counter()
+    records, value_bytes = _consume(bootstrap, topic, ends, on_batch)
+    flush()
+    if writer is not None:
+        writer.close()
+    return {"records": records, "value_bytes": value_bytes, "processing_s": time.perf_counter() - started}
+
+
 def worker_pyarrow(bootstrap: str, topic: str, ends: dict[int, int], out_dir: str) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.json as pa_json
@@ -178,22 +216,27 @@ def worker_pyarrow(bootstrap: str, topic: str, ends: dict[int, int], out_dir: st
 
 
 # -- the sitting -------------------------------------------------------------------------------
-def produce_input(bootstrap: str, topic: str, messages: int, partitions: int) -> tuple[dict[int, int], int]:
+def produce_input(
+    bootstrap: str, topic: str, messages: int, partitions: int, encode: Any = None
+) -> tuple[dict[int, int], int]:
     """Produce the events batched, then one lone message per partition, so that tansu's high
-    watermark (base offset of the last batch + 1, see STACK.md) covers every event."""
+    watermark (base offset of the last batch + 1, see STACK.md) covers every event; ``encode``
+    turns each JSON value into another format's."""
     from tidemark_dev.generator import Message, create_topic, events, produce, records
 
     def padded() -> Iterator[Message]:  # + a page field (not in the schema): ~200 B per event
         for i, m in enumerate(events(messages, start=START, partitions=partitions)):
             page = b', "page": "/catalog/item/%07d?utm_source=newsletter&utm_campaign=w"}' % i
-            yield replace(m, value=m.value[:-1] + page)
+            value = m.value[:-1] + page
+            yield replace(m, value=encode(value) if encode else value)
 
     create_topic(bootstrap, topic, partitions)
     # Large producer batches, as a production producer sends them: tansu's fetch cost grows with
     # the number of record batches it holds (consume-only ran at 28k rec/s on 2M one-ms batches).
     big_batches = {"linger.ms": 200, "batch.size": 4 * 1024 * 1024, "batch.num.messages": 100_000}
     delivered = produce(bootstrap, topic, padded(), one_per_request=False, producer_conf=big_batches)
-    tail = produce(bootstrap, topic, records([(p, START + timedelta(minutes=59)) for p in range(partitions)]))
+    lone = records([(p, START + timedelta(minutes=59)) for p in range(partitions)])
+    tail = produce(bootstrap, topic, [replace(m, value=encode(m.value)) for m in lone] if encode else lone)
     ends: dict[int, int] = {}
     value_bytes = 0
     for p, o, m in delivered + tail:
@@ -215,13 +258,13 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def dump_command(processing: datetime) -> list[str]:
-    """The dump job of the bench table, as spark-submit runs it, for run id bench-1."""
+def dump_command(processing: datetime, table: str = "bench") -> list[str]:
+    """The dump job of a bench table, as spark-submit runs it, for run id bench-1."""
     return [
         sys.executable,
         str(ROOT / "spark_jobs" / "dump.py"),
         "--table",
-        "bench",
+        table,
         "--run-id",
         "bench-1",
         "--processing-time",
@@ -229,13 +272,16 @@ def dump_command(processing: datetime) -> list[str]:
     ]
 
 
-def bench_table(conf_dir: Path, topic: str, per_partition: int) -> None:
+def bench_table(
+    conf_dir: Path, topic: str, per_partition: int, table: str = "bench", source: dict[str, Any] | None = None
+) -> None:
     data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
-    data["table"] = "bench"
+    data["table"] = table
     data["source"]["topic"] = topic
     data["source"]["max_records_per_partition"] = per_partition
+    data["source"].update(source or {})
     conf_dir.mkdir(parents=True, exist_ok=True)
-    (conf_dir / "bench.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (conf_dir / f"{table}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reuse-topic", metavar="TOPIC", help="skip producing: read this earlier bench topic"
     )
-    parser.add_argument("--worker", choices=["consume", "pyarrow"], help=argparse.SUPPRESS)
+    parser.add_argument("--format", choices=["json", "avro", "protobuf"], default="json")
+    parser.add_argument("--worker", choices=["consume", "pyarrow", "binary"], help=argparse.SUPPRESS)
+    parser.add_argument("--registry", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--ends", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -259,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         ends = {int(k): v for k, v in json.loads(args.ends).items()}
         if args.worker == "consume":
             result = worker_consume(settings.kafka_bootstrap, args.topic, ends)
+        elif args.worker == "binary":
+            result = worker_binary(
+                settings.kafka_bootstrap, args.topic, ends, args.out, fmt=args.format, registry=args.registry
+            )
         else:
             result = worker_pyarrow(settings.kafka_bootstrap, args.topic, ends, args.out)
         print(json.dumps(result))
@@ -269,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     broker.start()
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     try:
+        if args.format != "json":
+            return binary_sitting(args, settings, home)
         t0 = time.perf_counter()
         if args.reuse_topic:
             topic = args.reuse_topic
@@ -337,6 +391,84 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(home, ignore_errors=True)
         if started_here:
             broker.stop()
+
+
+def binary_sitting(args: argparse.Namespace, settings: Any, home: Path) -> int:
+    """``--format avro|protobuf``: the same events as JSON and in the binary format, in one
+    sitting; the binary dump against its library baseline, its consume, and the JSON dump."""
+    from _formats import encoder, table_changes
+
+    from tidemark_dev.schema_registry import SchemaRegistryStandIn
+
+    registry = SchemaRegistryStandIn().start()
+    try:
+        fmt, bootstrap = args.format, settings.kafka_bootstrap
+        suffix = uuid.uuid4().hex[:8]
+        json_topic, binary_topic = f"bench_json_{suffix}", f"bench_{fmt}_{suffix}"
+        t0 = time.perf_counter()
+        json_ends, json_bytes = produce_input(bootstrap, json_topic, args.messages, args.partitions)
+        ends, value_bytes = produce_input(
+            bootstrap, binary_topic, args.messages, args.partitions, encoder(fmt, registry.url, binary_topic)
+        )
+        total = sum(ends.values())
+        print(
+            f"produced {total:,} events as JSON and as {fmt} in {time.perf_counter() - t0:.1f} s", flush=True
+        )
+        bench_table(
+            home / "conf", binary_topic, max(ends.values()), "bench", table_changes(fmt, registry.url)
+        )
+        bench_table(home / "conf", json_topic, max(json_ends.values()), "bench_json")
+        env = {
+            **os.environ,
+            "TIDEMARK_HOME": str(home),
+            "TIDEMARK_CONF_DIR": str(home / "conf"),
+            "TIDEMARK_KAFKA_BOOTSTRAP": bootstrap,
+        }
+        worker = [
+            sys.executable,
+            __file__,
+            "--topic",
+            binary_topic,
+            "--ends",
+            json.dumps(ends),
+            "--format",
+            fmt,
+        ]
+        out, wall, rss = run_measured([*worker, "--worker", "consume"], env)
+        consume = Measured(
+            "c consume", out["records"], out["value_bytes"], wall, out["processing_s"], rss, {}
+        )
+        print(f"average {fmt} message value {out['value_bytes'] / total:.0f} B", flush=True)
+        print(consume.line(), flush=True)
+        (home / "baseline").mkdir()
+        baseline_args = ["--worker", "binary", "--out", str(home / "baseline"), "--registry", registry.url]
+        out, wall, rss = run_measured([*worker, *baseline_args], env)
+        baseline = Measured(
+            f"b {fmt} lib", out["records"], out["value_bytes"], wall, out["processing_s"], rss, {}
+        )
+        print(baseline.line(), flush=True)
+        measured = {}
+        for name, table, size in (
+            (f"a dump {fmt}", "bench", value_bytes),
+            ("j dump json", "bench_json", json_bytes),
+        ):
+            out, wall, rss = run_measured(dump_command(PROCESSING, table), env)
+            t = out["timings"]
+            processing = sum(t[k] for k in ("read_stage", "reconcile", "publish", "commit"))
+            measured[name] = Measured(name, out["read"], size, wall, processing, rss, t)
+            print(measured[name].line(), flush=True)
+        rate = {m.name: m.records / m.processing_s for m in (*measured.values(), baseline, consume)}
+        dump = rate[f"a dump {fmt}"]
+        print(
+            f"processing throughput ratios: a/b = {dump / rate[baseline.name]:.2f}, a/c = {dump / rate['c consume']:.2f}"
+        )
+        print(
+            f"machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}, {datetime.now(UTC):%Y-%m-%d}"
+        )
+        print(f"{fmt}/json = {dump / rate['j dump json']:.2f}")
+        return 0
+    finally:
+        registry.stop()
 
 
 if __name__ == "__main__":
