@@ -95,7 +95,8 @@ def _micros(table: pa.Table) -> pa.Table:
     import pyarrow as pa
 
     fields = [
-        pa.field(f.name, pa.timestamp("us", tz=f.type.tz)) if pa.types.is_timestamp(f.type) else f for f in table.schema
+        pa.field(f.name, pa.timestamp("us", tz=f.type.tz)) if pa.types.is_timestamp(f.type) else f
+        for f in table.schema
     ]
     return table.cast(pa.schema(fields))
 
@@ -106,7 +107,9 @@ class _OrcBatches:
     def __init__(self, out: Any, compression: str) -> None:
         from pyarrow import orc
 
-        self._writer = orc.ORCWriter(out, compression="uncompressed" if compression == "none" else compression)
+        self._writer = orc.ORCWriter(
+            out, compression="uncompressed" if compression == "none" else compression
+        )
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
         import pyarrow as pa
