@@ -3,6 +3,8 @@ file or key, the partition and offsets involved. Messages never include secrets.
 
 from __future__ import annotations
 
+import re
+
 
 class TidemarkError(Exception):
     """Base of every error tidemark raises on purpose."""
@@ -248,3 +250,11 @@ class SchemaRegistryUnavailableError(TidemarkError):
             "committed, and a retry of this run re-reads the same batch. Check the registry "
             "(curl <url>/subjects) and source.schema_registry in the table YAML"
         )
+
+    @classmethod
+    def relayed(cls, table: str, message: str) -> SchemaRegistryUnavailableError:
+        """The error again from its message (as a Spark task's failure carries it to the driver)."""
+        found = re.search(r"the Schema Registry at (\S+) cannot be reached", message)
+        error = cls(table, found.group(1) if found else "", "")
+        error.args = (message,)
+        return error

@@ -34,10 +34,9 @@ def all_dags(settings: Settings | None = None) -> dict[str, Any]:
     """Every DAG of every table that can run, keyed by dag id. A table whose YAML is invalid,
     or whose schema is not a compatible change of its recorded one, has no DAGs: it
     disappears alone, and ``dags/tidemark_config_errors.py`` shows why as an import error."""
-    configs, _ = tables_apart(settings or Settings.from_env())
-    dags = [
-        build(config, settings or Settings.from_env()) for config in configs for build in builders_for(config)
-    ]
+    settings = settings or Settings.from_env()
+    configs, _ = tables_apart(settings)
+    dags = [build(config, settings) for config in configs for build in builders_for(config)]
     return {dag.dag_id: dag for dag in dags}
 
 

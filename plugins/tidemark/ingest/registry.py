@@ -171,6 +171,4 @@ def registry_failures(table: str) -> Iterator[None]:
         if at < 0:
             raise
         line = text[at + len(MARKER) :].splitlines()[0]
-        error = SchemaRegistryUnavailableError(table, "", "")
-        error.args = (line,)
-        raise error from exc
+        raise SchemaRegistryUnavailableError.relayed(table, line) from exc
