@@ -139,13 +139,24 @@ def _init_from_registry(args: argparse.Namespace, settings: Any) -> int:
     topic = args.topic or subject.removesuffix("-value")
     table = args.table or topic.replace("-", "_").replace(".", "_").lower()
     try:
-        latest = SchemaRegistry(table, {"url": args.registry_url}).latest(subject)
+        registry = SchemaRegistry(table, {"url": args.registry_url})
+        latest = registry.latest(subject)
+        if latest.schema_type == "PROTOBUF":  # as the decoder reads it: a serialized descriptor
+            registry = SchemaRegistry(table, {"url": args.registry_url}, serialized=True)
+            latest = registry.latest(subject)
+        imports = registry.imports(latest)
     except UnknownSchemaIdError:
         print(f"tidemark: {args.registry_url} has no subject {subject!r}", file=sys.stderr)
         return 2
     try:
         text = table_yaml(
-            latest, table=table, topic=topic, registry_url=args.registry_url, event_time=args.event_time
+            latest,
+            table=table,
+            topic=topic,
+            registry_url=args.registry_url,
+            event_time=args.event_time,
+            imports=imports,
+            message=args.message,
         )
     except ValueError as exc:
         print(f"tidemark: {exc}", file=sys.stderr)
@@ -642,6 +653,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tables.add_argument("--registry-url", metavar="URL", help="init: the Schema Registry")
     tables.add_argument("--topic", help="init: the topic (default: the subject without -value)")
+    tables.add_argument(
+        "--message", metavar="NAME", help="init, Protobuf: the topic's message type (full name)"
+    )
     tables.add_argument(
         "--event-time", metavar="FIELD", help="init: the event-time field (default: the first timestamp)"
     )

@@ -32,6 +32,10 @@ class SchemaRegistryConfig(_Strict):
     properties: dict[str, str] = Field(default_factory=dict)
     # the subject whose latest version `tidemark tables validate` checks (default <topic>-value)
     subject: str = ""
+    # protobuf: the full name of the topic's message type that `tables validate` checks
+    # (default: any top-level message of the file that reads into the table); records name
+    # their own type by their message indexes
+    message: str = ""
 
     def client_properties(self) -> dict[str, str]:
         """The client's configuration, ``${VAR}`` references unresolved (safe to carry and show)."""

@@ -4,12 +4,14 @@ No real registry installs from the package registries here (Confluent's and Apic
 Java services, Karapace is not on PyPI), so this serves the documented subset of Confluent's
 REST API that producers' serializers and tidemark's reader use, in memory:
 
-- ``POST /subjects/{subject}/versions``: register a schema (the same text again keeps its id);
+- ``POST /subjects/{subject}/versions``: register a schema (the same text again keeps its id),
+  with its ``references`` (other subjects' versions, as Protobuf imports are registered);
+- ``POST /subjects/{subject}``: look a schema up under a subject (its id and version);
 - ``GET /schemas/ids/{id}``: a schema by id (404, error code 40403, when unknown);
 - ``GET /subjects``, ``GET /subjects/{subject}/versions``,
   ``GET /subjects/{subject}/versions/{version|latest}``.
 
-Compatibility checks, contexts, modes and schema references are not served. Producers use
+Compatibility checks, contexts and modes are not served. Producers use
 confluent-kafka's real ``AvroSerializer`` against it, so the bytes on the wire are what real
 producers send; tidemark reads with confluent-kafka's real ``SchemaRegistryClient``.
 """
@@ -55,9 +57,15 @@ class SchemaRegistryStandIn:
         self._server.shutdown()
         self._server.server_close()
 
-    def register(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
+    def register(
+        self,
+        subject: str,
+        schema: str,
+        schema_type: str = "AVRO",
+        references: list[dict[str, Any]] | None = None,
+    ) -> int:
         with self._lock:
-            entry = {"schema": schema, "schemaType": schema_type}
+            entry = {"schema": schema, "schemaType": schema_type, "references": references or []}
             if entry in self.schemas:
                 schema_id = self.schemas.index(entry) + 1
             else:
@@ -72,8 +80,12 @@ class SchemaRegistryStandIn:
         parts = [unquote(p) for p in urlsplit(path).path.strip("/").split("/")]
         if method == "POST" and len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
             request = json.loads(body or b"{}")
-            schema_id = self.register(parts[1], request["schema"], request.get("schemaType", "AVRO"))
+            schema_id = self.register(
+                parts[1], request["schema"], request.get("schemaType", "AVRO"), request.get("references")
+            )
             return 200, {"id": schema_id}
+        if method == "POST" and len(parts) == 2 and parts[0] == "subjects":
+            return self._lookup(parts[1], json.loads(body or b"{}"))
         if method != "GET":
             return 405, {"error_code": 405, "message": f"{method} is not served by the stand-in"}
         if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
@@ -97,11 +109,29 @@ class SchemaRegistryStandIn:
             return 200, {"subject": parts[1], "version": wanted, "id": schema_id, **shown}
         return 404, {"error_code": 404, "message": f"{path} is not served by the stand-in"}
 
+    def _lookup(self, subject: str, request: dict[str, Any]) -> tuple[int, Any]:
+        entry = {
+            "schema": request.get("schema"),
+            "schemaType": request.get("schemaType", "AVRO"),
+            "references": request.get("references") or [],
+        }
+        versions = self.subjects.get(subject)
+        if versions is None:
+            return 404, {"error_code": 40401, "message": f"Subject '{subject}' not found."}
+        if entry not in self.schemas or self.schemas.index(entry) + 1 not in versions:
+            return 404, {"error_code": 40403, "message": "Schema not found"}
+        schema_id = self.schemas.index(entry) + 1
+        shown = self._shown(entry)
+        return 200, {"subject": subject, "version": versions.index(schema_id) + 1, "id": schema_id, **shown}
+
     @staticmethod
     def _shown(entry: dict[str, Any]) -> dict[str, Any]:
-        if entry["schemaType"] == "AVRO":  # the registry omits the default type
-            return {"schema": entry["schema"]}
-        return dict(entry)
+        shown = {"schema": entry["schema"]}
+        if entry["schemaType"] != "AVRO":  # the registry omits the default type
+            shown["schemaType"] = entry["schemaType"]
+        if entry["references"]:
+            shown["references"] = entry["references"]
+        return shown
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         standin = self

@@ -11,9 +11,22 @@ from typing import Any
 WELL_KNOWN = ["google/protobuf/timestamp.proto", "google/protobuf/wrappers.proto"]
 
 
+def common_file() -> Any:
+    """``shop/common.proto``: a file of the producer's own that v3 imports (``shop.Device``)."""
+    from google.protobuf import descriptor_pb2
+
+    field = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="shop/common.proto", package="shop", syntax="proto3")
+    device = file.message_type.add(name="Device")
+    device.field.add(name="os", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    device.field.add(name="version", number=2, type=field.TYPE_INT32, label=field.LABEL_OPTIONAL)
+    return file
+
+
 def event_class(version: int = 1, *, event_time_as_text: bool = False) -> Any:
-    """The producer's ``shop.Event``: v1 (first message of its file), or v2 (second message of
-    a file whose first is ``Header``: index [1]) with user_id widened and a session field."""
+    """The producer's ``shop.Event``: v1 (first message of its file), v2 (second message of
+    a file whose first is ``Header``: index [1]) with user_id widened and a session field, or
+    v3: v2 and a ``device`` of the imported ``shop/common.proto`` (a schema reference)."""
     from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2, wrappers_pb2
     from google.protobuf.message_factory import GetMessageClass
 
@@ -22,9 +35,9 @@ def event_class(version: int = 1, *, event_time_as_text: bool = False) -> Any:
         name=f"shop/event_v{version}{'_text' if event_time_as_text else ''}.proto",
         package="shop",
         syntax="proto3",
-        dependency=WELL_KNOWN,
+        dependency=WELL_KNOWN + (["shop/common.proto"] if version == 3 else []),
     )
-    if version == 2:
+    if version >= 2:
         file.message_type.add(name="Header").field.add(
             name="id", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL
         )
@@ -51,6 +64,14 @@ def event_class(version: int = 1, *, event_time_as_text: bool = False) -> Any:
             label=field.LABEL_OPTIONAL,
         )
         add(name="session", number=9, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    if version == 3:
+        add(
+            name="device",
+            number=10,
+            type=field.TYPE_MESSAGE,
+            type_name=".shop.Device",
+            label=field.LABEL_OPTIONAL,
+        )
     add(
         name="app",
         number=3,
@@ -89,6 +110,8 @@ def event_class(version: int = 1, *, event_time_as_text: bool = False) -> Any:
         proto = descriptor_pb2.FileDescriptorProto()
         dependency.DESCRIPTOR.CopyToProto(proto)
         pool.Add(proto)
+    if version == 3:
+        pool.Add(common_file())
     pool.Add(file)
     return GetMessageClass(pool.FindMessageTypeByName("shop.Event"))
 
@@ -131,7 +154,9 @@ def proto_events(
             message.event_time = when
         message.tags.extend(record.get("tags", []))
         message.attrs.update(record.get("attrs", {}))
-        if version == 2 and "session" in record:
+        if version >= 2 and "session" in record:
             message.session = record["session"]
+        if version == 3 and record.get("device"):
+            message.device.os, message.device.version = record["device"]
         out.append(serialize(message, context))
     return out

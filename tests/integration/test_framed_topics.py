@@ -208,11 +208,29 @@ def test_an_avro_table_seals_amends_rebuilds_and_replays_as_its_first_read(
     assert not dirty
 
 
-def test_the_stream_reads_an_avro_topic_as_the_batch_does(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path, schema_registry: str
+def framed(
+    fmt: str, registry_url: str, records: list[dict[str, Any]], version: int, topic: str
+) -> list[bytes]:
+    """Records framed by the real serializer of ``fmt`` in the producer's schema ``version``."""
+    from tests.helpers.protobuf import proto_events
+
+    if fmt == "avro":
+        return avro_events(registry_url, records, EVENT_V1 if version == 1 else EVENT_V2, topic)
+    return proto_events(registry_url, records, version, topic)
+
+
+FRAMED_TABLES: dict[str, dict[str, Any]] = {
+    "avro": {"source__format": "avro"},
+    "protobuf": {"source__format": "protobuf", "source__conversions": {"amount": {"from": "text"}}},
+}
+
+
+@pytest.mark.parametrize("fmt", ["avro", "protobuf"])
+def test_the_stream_reads_a_framed_topic_as_the_batch_does(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, schema_registry: str, fmt: str
 ) -> None:
     """The continuous writer decodes with the same decoder: mixed writer versions and a JSON
-    message on the Avro topic, every offset exactly once, each row with its own content."""
+    message on the framed topic, every offset exactly once, each row with its own content."""
     from collections import Counter
 
     from tidemark.state.mode import TableWriter
@@ -222,22 +240,24 @@ def test_the_stream_reads_an_avro_topic_as_the_batch_does(
         settings,
         tmp_path,
         dirty__max_dirty_ratio=1.0,
-        source__format="avro",
         source__schema_registry={"url": schema_registry},
+        **FRAMED_TABLES[fmt],
     )
     table = config.source.topic
     create_topic(broker, table, 1)
     values = [
-        *avro_events(
+        *framed(
+            fmt,
             schema_registry,
             [{"event_id": f"a{i}", "event_time": START + timedelta(minutes=i)} for i in range(5)],
-            EVENT_V1,
+            1,
             table,
         ),
-        *avro_events(
+        *framed(
+            fmt,
             schema_registry,
             [{"event_id": f"b{i}", "event_time": START + timedelta(minutes=i)} for i in range(5)],
-            EVENT_V2,
+            2,
             table,
         ),
         b'{"event_id": "json"}',
@@ -260,13 +280,16 @@ def test_the_stream_reads_an_avro_topic_as_the_batch_does(
         )
 
 
-def test_a_protobuf_table_lands_seals_and_rebuilds_exactly(
+def test_a_protobuf_table_lands_seals_rebuilds_amends_and_replays_exactly(
     spark: Any, broker: str, settings: Settings, tmp_path: Path, schema_registry: str
 ) -> None:
     """A Protobuf topic (two writer versions, v2 at message index [1]) through the dump, the
-    seal and a rebuild through the registry: each row at its own offset, the same rows again."""
+    seal and a rebuild through the registry (each row at its own offset, the same rows again);
+    then v3, which imports a file of its own (a schema reference): late rows amend the hour,
+    and a message framed with v3's id before the registry had it lands by replay."""
     from tests.helpers.protobuf import proto_events
     from tests.helpers.tables import at
+    from tidemark.ingest.replay import ReplayRequest, replay_dirty
     from tidemark.seal.rebuild import run_rebuild
     from tidemark.seal.sealing import run_seal
 
@@ -277,6 +300,8 @@ def test_a_protobuf_table_lands_seals_and_rebuilds_exactly(
         source__format="protobuf",
         source__schema_registry={"url": schema_registry},
         source__conversions={"amount": {"from": "text"}},
+        late_policy="amend",
+        schema__device="struct<os:string,version:int>",
     )
     topic, table = config.source.topic, config.table
     create_topic(broker, topic, 2)
@@ -285,6 +310,19 @@ def test_a_protobuf_table_lands_seals_and_rebuilds_exactly(
         schema_registry, records[5:], 2, topic
     )
     values.append(b'{"event_id": "json"}')
+    # a producer already on v3 (ids 3 for its import, 4 for v3 once registered here too)
+    early = SchemaRegistryStandIn().start()
+    try:
+        proto_events(early.url, [{}], 1, "x")
+        proto_events(early.url, [{}], 2, "x")
+        device = ("android", 14)
+        (unknown,) = proto_events(
+            early.url, [{"event_id": "u0", "event_time": at(10, 33), "device": device}], 3, topic
+        )
+    finally:
+        early.stop()
+    assert unknown[1:5] == (4).to_bytes(4, "big")
+    values.append(unknown)
     delivered = produce(broker, topic, [Message(i % 2, v, None, None) for i, v in enumerate(values)])
     produce(
         broker,
@@ -314,11 +352,37 @@ def test_a_protobuf_table_lands_seals_and_rebuilds_exactly(
             assert by_offset[(p, o)][:2] == (f"p{i}", i)
     rows, _, reasons = landed(settings, table)
     assert set(rows.values()) == {1}
-    assert list(reasons.values()) == ["bad_framing"]
-    spark.catalog.refreshTable(table)
-    before = sorted(tuple(r) for r in spark.sql(f"SELECT * FROM `{table}` WHERE hr = '10'").collect())
+    assert sorted(reasons.values()) == ["bad_framing", "unknown_schema_id"]
+
+    def hour_rows() -> list[tuple[Any, ...]]:
+        spark.catalog.refreshTable(table)
+        return sorted(tuple(r) for r in spark.sql(f"SELECT * FROM `{table}` WHERE hr = '10'").collect())
+
+    before = hour_rows()
     assert len(before) == 10
     (done,) = run_rebuild(spark, config, settings, "rebuild-1", ["2026-11-22T10"]).hours
     assert done["status"] == "rebuilt"
-    spark.catalog.refreshTable(table)
-    assert sorted(tuple(r) for r in spark.sql(f"SELECT * FROM `{table}` WHERE hr = '10'").collect()) == before
+    assert hour_rows() == before
+
+    # v3 reaches the registry with its import: a late row amends the sealed hour ...
+    (late,) = proto_events(
+        schema_registry, [{"event_id": "late0", "event_time": at(10, 20), "device": ("ios", 17)}], 3, topic
+    )
+    produce(broker, topic, [Message(1, late, None, None)])
+    run_dump(spark, config, settings, "run-2", at(12, 10))
+    run_seal(spark, config, settings, "run-2")
+    # ... and the replay lands the message framed with v3's id before the registry had it
+    replayed = replay_dirty(
+        spark,
+        config,
+        settings,
+        "replay-1",
+        ReplayRequest(None, by="ops", reason="v3 registered", at=at(12, 30)),
+    )
+    assert (replayed.rows, replayed.dirty, replayed.late) == (0, 1, 1), replayed
+    run_seal(spark, config, settings, "run-3")
+    after = {r.event_id: r.device for r in spark.sql(f"SELECT * FROM `{table}` WHERE hr = '10'").collect()}
+    assert len(after) == 12 and after["late0"] == ("ios", 17) and after["u0"] == device
+    assert after["p1"] is None
+    rows, _, reasons = landed(settings, table)
+    assert set(rows.values()) == {1} and list(reasons.values()) == ["bad_framing"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,3 +129,94 @@ def test_a_registry_that_does_not_answer_fails_the_block(schema_registry: str) -
 def test_protobuf_needs_a_registry() -> None:
     with pytest.raises(ConfigError, match="format protobuf needs schema_registry"):
         events_config(source__format="protobuf")
+
+
+def test_a_schema_with_imports_is_read_through_its_references(schema_registry: str) -> None:
+    """v3 imports ``shop/common.proto``: the serializer registers it as a reference (its own
+    subject); the decoder reads the referenced file from the registry and the imported
+    message into a struct. A schema whose import no reference names is unresolvable."""
+    import base64
+    import json
+    import urllib.request
+
+    from tests.helpers.protobuf import event_class
+
+    v3 = proto_events(
+        schema_registry,
+        [{"event_id": "c", "user_id": 9, "event_time": T, "device": ("ios", 17)}, {"event_time": T}],
+        version=3,
+        topic="t",
+    )
+    # the same file registered under another subject without its reference
+    from google.protobuf import descriptor_pb2
+
+    file = descriptor_pb2.FileDescriptorProto()
+    event_class(3).DESCRIPTOR.file.CopyToProto(file)
+    request = urllib.request.Request(
+        f"{schema_registry}/subjects/unreferenced/versions",
+        data=json.dumps(
+            {"schema": base64.b64encode(file.SerializeToString()).decode(), "schemaType": "PROTOBUF"}
+        ).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+    )
+    with urllib.request.urlopen(request) as answer:
+        orphan_id = json.load(answer)["id"]
+    orphan = b"\x00" + orphan_id.to_bytes(4, "big") + v3[0][5:]
+    config = proto_config(schema_registry, schema__device="struct<os:string,version:int>")
+    good, dirty = verdicts(config, [*v3, orphan])
+    assert {o: (r["event_id"], r["user_id"], r["device"]) for o, r in good.items()} == {
+        100: ("c", 9, {"os": "ios", "version": 17}),
+        101: ("e1", None, None),
+    }
+    assert dirty[102][0] == "schema_unresolvable"
+    assert "imports shop/common.proto, which none of the schema's references names" in dirty[102][1]
+
+
+def test_a_protobuf_table_from_the_registry_then_validated(
+    schema_registry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tables init --from-registry`` on a Protobuf subject: the message named when the file
+    has several, its fields (imports included) as columns; ``tables validate`` then names the
+    field of a later version that the table cannot read."""
+    from tidemark.cli import main
+    from tidemark.config import load_table_file
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("TIDEMARK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(conf))
+    monkeypatch.setenv("TIDEMARK_STATE_DIR", str(tmp_path / "state"))
+    proto_events(schema_registry, [{"event_time": T}], version=3, topic="shop.orders")
+    args = ["tables", "init", "--from-registry", "shop.orders-value", "--registry-url", schema_registry]
+    assert main(args) == 2
+    assert "2 top-level messages; name the topic's with --message (messages: shop.Header, shop.Event)" in (
+        capsys.readouterr().err
+    )
+    assert main([*args, "--message", "shop.Event", "--write"]) == 0
+    capsys.readouterr()
+    config = load_table_file(conf / "shop_orders.yaml")
+    assert (config.source.format, config.event_time.field) == ("protobuf", "event_time")
+    assert config.source.schema_registry is not None and config.source.schema_registry.message == "shop.Event"
+    assert {c.name: (c.type.ddl(), c.nullable) for c in config.schema_columns} == {
+        "event_id": ("string", False),
+        "user_id": ("bigint", True),
+        "app": ("string", True),
+        "event_type": ("string", False),
+        "amount": ("string", False),
+        "event_time": ("timestamp", True),
+        "tags": ("array<string>", False),
+        "attrs": ("map<string,bigint>", False),
+        "session": ("string", False),
+        "device": ("struct<os:string,version:int>", True),
+    }
+    assert main(["tables", "validate"]) == 0
+    capsys.readouterr()
+    proto_events(
+        schema_registry, [{"event_time": "10:15"}], version=3, topic="shop.orders", event_time_as_text=True
+    )
+    assert main(["tables", "validate"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "shop.orders-value v2" in err
+        and "field event_time: Protobuf string cannot be read as timestamp" in err
+    )

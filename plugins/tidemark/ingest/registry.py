@@ -27,17 +27,32 @@ class UnknownSchemaIdError(LookupError):
 
 
 @dataclass(frozen=True)
+class SchemaReference:
+    """A schema's reference to another subject's version: for Protobuf, an imported file
+    (``name`` is the import's path, as the serializers register it)."""
+
+    name: str
+    subject: str
+    version: int
+
+
+@dataclass(frozen=True)
 class RegisteredSchema:
     schema_id: int
     schema_type: str  # AVRO | PROTOBUF | JSON
     text: str
     subject: str = ""
     version: int = 0
+    references: tuple[SchemaReference, ...] = ()
 
 
 class WriterSchemas(Protocol):
     def schema(self, schema_id: int | None) -> RegisteredSchema:
         """The writer schema of ``schema_id`` (None: the topic is not framed)."""
+        ...
+
+    def imports(self, schema: RegisteredSchema) -> dict[str, str]:
+        """Every schema ``schema`` references, directly or not: import name -> text."""
         ...
 
 
@@ -49,6 +64,9 @@ class SchemaFile:
 
     def schema(self, schema_id: int | None) -> RegisteredSchema:
         return self._schema
+
+    def imports(self, schema: RegisteredSchema) -> dict[str, str]:
+        return {}
 
 
 class SchemaRegistry:
@@ -64,6 +82,7 @@ class SchemaRegistry:
         self.url = mask_text(self.properties.get("url", ""))
         self._client: Any = None
         self._cache: dict[int, RegisteredSchema] = {}
+        self._versions: dict[tuple[str, int], RegisteredSchema] = {}
 
     def _registry(self) -> Any:
         if self._client is None:
@@ -83,7 +102,7 @@ class SchemaRegistry:
             with self._answers(f"schema id {schema_id}"):
                 found = self._registry().get_schema(schema_id, fmt=self.fmt)
             cached = self._cache[schema_id] = RegisteredSchema(
-                schema_id, found.schema_type or "AVRO", found.schema_str
+                schema_id, found.schema_type or "AVRO", found.schema_str, references=_references(found)
             )
             log.info("%s: writer schema %s (%s) from %s", self.table, schema_id, cached.schema_type, self.url)
         return cached
@@ -101,7 +120,24 @@ class SchemaRegistry:
             found.schema.schema_str,
             subject,
             found.version,
+            _references(found.schema),
         )
+
+    def imports(self, schema: RegisteredSchema) -> dict[str, str]:
+        """The referenced versions, depth first (versions are immutable: cached per task)."""
+        found: dict[str, str] = {}
+        pending = list(schema.references)
+        while pending:
+            reference = pending.pop()
+            if reference.name in found:
+                continue
+            key = (reference.subject, reference.version)
+            referenced = self._versions.get(key)
+            if referenced is None:
+                referenced = self._versions[key] = self.version(reference.subject, reference.version)
+            found[reference.name] = referenced.text
+            pending.extend(referenced.references)
+        return found
 
     def versions(self, subject: str) -> list[RegisteredSchema]:
         """Every version of the subject, oldest first (``tidemark schema``)."""
@@ -133,6 +169,13 @@ class SchemaRegistry:
                     self.table, self.url, mask_text(f"{what}: {type(exc).__name__}: {exc}")
                 ) from None
             raise
+
+
+def _references(schema: Any) -> tuple[SchemaReference, ...]:
+    return tuple(
+        SchemaReference(r.name, r.subject, int(r.version))
+        for r in (getattr(schema, "references", None) or [])
+    )
 
 
 def _typed(value: str) -> Any:

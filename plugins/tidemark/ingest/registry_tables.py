@@ -66,18 +66,16 @@ def subject_versions(config: TableConfig, *, latest_only: bool = False) -> list[
     registry = SchemaRegistry(config.table, registry_config.client_properties(), serialized=serialized)
     subject = config.source.subject
     found = [registry.latest(subject)] if latest_only else registry.versions(subject)
-    return [SubjectVersion(s, _problem(s, config)) for s in found]
+    return [SubjectVersion(s, _problem(s, config, registry)) for s in found]
 
 
-def _problem(schema: RegisteredSchema, config: TableConfig) -> str | None:
-    """Why the schema's (first) message does not read into the table, or None."""
-    from tidemark.ingest.decoders.protobuf_schema import message_descriptor, proto_plan
-
+def _problem(schema: RegisteredSchema, config: TableConfig, registry: SchemaRegistry) -> str | None:
+    """Why the schema does not read into the table, or None."""
     if schema.schema_type != config.source.format.upper():
         return f"a {schema.schema_type} schema on a {config.source.format} table"
     try:
         if schema.schema_type == "PROTOBUF":
-            proto_plan(message_descriptor(schema.text, [0]), config.schema_columns, config.source.conversions)
+            return _proto_problem(schema, config, registry)
         else:
             cdc = config.cdc
             debezium = (
@@ -89,6 +87,28 @@ def _problem(schema: RegisteredSchema, config: TableConfig) -> str | None:
     return None
 
 
+def _proto_problem(schema: RegisteredSchema, config: TableConfig, registry: SchemaRegistry) -> str | None:
+    """The table's message (``schema_registry.message``), or else any top-level message of
+    the file, must read into the table."""
+    from tidemark.ingest.decoders.protobuf_schema import file_descriptor, proto_plan
+
+    assert config.source.schema_registry is not None
+    wanted = config.source.schema_registry.message
+    messages = list(file_descriptor(schema.text, registry.imports(schema)).message_types_by_name.values())
+    if wanted:
+        messages = [m for m in messages if m.full_name == wanted]
+        if not messages:
+            return f"no top-level message {wanted}"
+    problems = []
+    for message in messages:
+        try:
+            proto_plan(message, config.schema_columns, config.source.conversions)
+            return None
+        except Unresolvable as exc:
+            problems.append(f"{message.full_name}: {exc}")
+    return "; ".join(problems) or "the file has no message"
+
+
 def table_yaml(
     schema: RegisteredSchema,
     *,
@@ -96,16 +116,27 @@ def table_yaml(
     topic: str,
     registry_url: str,
     event_time: str | None = None,
+    imports: dict[str, str] | None = None,
+    message: str | None = None,
 ) -> str:
     """A table YAML for the subject's schema: its fields as the table's columns, the first
-    timestamp field as the event time (unless named), everything else the defaults."""
-    if schema.schema_type != "AVRO":
-        raise ValueError(f"{schema.subject}: a {schema.schema_type} schema; only Avro subjects are read")
-    record = json.loads(schema.text)
-    if not isinstance(record, dict) or record.get("type") != "record":
-        raise ValueError(f"{schema.subject}: the schema is not a record")
-    names: dict[str, Any] = {}
-    columns = {f["name"]: _column(f["type"], names) for f in record["fields"]}
+    timestamp field as the event time (unless named), everything else the defaults. For
+    Protobuf, the file's ``message`` (needed when it has more than one top-level message)."""
+    registry: dict[str, str] = {"url": registry_url, "subject": schema.subject}
+    if schema.schema_type == "AVRO":
+        record = json.loads(schema.text)
+        if not isinstance(record, dict) or record.get("type") != "record":
+            raise ValueError(f"{schema.subject}: the schema is not a record")
+        names: dict[str, Any] = {}
+        columns = {f["name"]: _column(f["type"], names) for f in record["fields"]}
+    elif schema.schema_type == "PROTOBUF":
+        descriptor = _top_message(schema, imports or {}, message)
+        columns = {f.name: _proto_column(f) for f in descriptor.fields}
+        registry["message"] = descriptor.full_name
+    else:
+        raise ValueError(
+            f"{schema.subject}: a {schema.schema_type} schema; Avro and Protobuf subjects are read"
+        )
     times = [n for n, t in columns.items() if t.split()[0] in {"timestamp", "timestamp_ntz"}]
     field = event_time or (times[0] if times else None)
     if field is None or field not in columns:
@@ -118,8 +149,8 @@ def table_yaml(
         "description": f"From {schema.subject} v{schema.version} (schema id {schema.schema_id}).",
         "source": {
             "topic": topic,
-            "format": "avro",
-            "schema_registry": {"url": registry_url, "subject": schema.subject},
+            "format": schema.schema_type.lower(),
+            "schema_registry": registry,
         },
         "schema": columns,
         "event_time": {"field": field},
@@ -162,3 +193,70 @@ def _type(schema: Any, names: dict[str, Any]) -> str:
     if kind == "map":
         return f"map<string,{_type(schema['values'], names)}>"
     return _type(kind, names)
+
+
+def _top_message(schema: RegisteredSchema, imports: dict[str, str], wanted: str | None) -> Any:
+    from tidemark.ingest.decoders.protobuf_schema import file_descriptor
+
+    try:
+        messages = list(file_descriptor(schema.text, imports).message_types_by_name.values())
+    except Unresolvable as exc:
+        raise ValueError(f"{schema.subject}: {exc}") from None
+    names = [m.full_name for m in messages]
+    if wanted:
+        if wanted not in names:
+            raise ValueError(
+                f"{schema.subject}: no top-level message {wanted} (messages: {', '.join(names)})"
+            )
+        return messages[names.index(wanted)]
+    if len(messages) != 1:
+        raise ValueError(
+            f"{schema.subject}: {len(messages)} top-level messages; name the topic's with --message "
+            f"(messages: {', '.join(names)})"
+        )
+    return messages[0]
+
+
+_PROTO_SCALARS = {
+    "int32": "int",
+    "int64": "bigint",
+    "uint32": "bigint",
+    "uint64": "bigint",
+    "float": "float",
+    "double": "double",
+    "bool": "boolean",
+    "string": "string",
+    "bytes": "binary",
+    "enum": "string",
+}
+
+
+def _proto_column(field: Any) -> str:
+    """A field's Spark SQL type: ``not null`` unless it has presence (messages, ``optional``
+    scalars, oneof members), since a proto3 scalar reads as its default when unset."""
+    nullable = field.has_presence and not field.is_repeated
+    return _proto_type(field) + ("" if nullable else " not null")
+
+
+def _proto_type(field: Any, element: bool = False, inside: tuple[str, ...] = ()) -> str:
+    from tidemark.ingest.decoders.protobuf_schema import WRAPPERS, field_kind, is_map
+
+    if not element and is_map(field):
+        value = field.message_type.fields_by_name["value"]
+        return f"map<string,{_proto_type(value, True, inside)}>"
+    if not element and field.is_repeated:
+        return f"array<{_proto_type(field, True, inside)}>"
+    kind = field_kind(field)
+    if kind != "message":
+        return _PROTO_SCALARS[kind]
+    full = field.message_type.full_name
+    if full == "google.protobuf.Timestamp":
+        return "timestamp"
+    if full in WRAPPERS:
+        return _PROTO_SCALARS[WRAPPERS[full]]
+    if full in inside:
+        raise ValueError(f"field {field.name}: the recursive message {full} has no column type")
+    children = ",".join(
+        f"{f.name}:{_proto_type(f, False, (*inside, full))}" for f in field.message_type.fields
+    )
+    return f"struct<{children}>"

@@ -93,9 +93,8 @@ class ProtobufDecoder:
                 written = self.schemas.schema(schema_id)
                 if written.schema_type != "PROTOBUF":
                     raise Unresolvable(f"a {written.schema_type} schema on a Protobuf topic")
-                plan = proto_plan(
-                    message_descriptor(written.text, list(path)), self.columns, self.conversions
-                )
+                descriptor = message_descriptor(written.text, list(path), self.schemas.imports(written))
+                plan = proto_plan(descriptor, self.columns, self.conversions)
             except UnknownSchemaIdError:
                 plan = ("unknown_schema_id", f"schema_id={schema_id}")
             except Unresolvable as exc:

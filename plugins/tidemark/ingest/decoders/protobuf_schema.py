@@ -12,14 +12,16 @@ unset. Anything else cannot be resolved (``schema_unresolvable``, naming the fie
 
 The schema is the registry's serialized ``FileDescriptorProto`` (what the Confluent
 serializers register; a registry converting it to text serves it back with
-``format=serialized``). Imports other than Google's well-known types are not read yet.
+``format=serialized``). Its imports are Google's well-known types, or files registered as the
+schema's references (as confluent-kafka's ``ProtobufSerializer`` registers them, each under
+its own subject), read from the registry with it.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 Getter = Callable[[Any], Any]  # the Python value of a field of a parsed message (or None)
 
 _INTS = {"tinyint", "smallint", "int", "bigint", "float", "double"}
-_WRAPPERS = {
+WRAPPERS = {
     "google.protobuf.DoubleValue": "double",
     "google.protobuf.FloatValue": "float",
     "google.protobuf.Int64Value": "int64",
@@ -68,27 +70,24 @@ class ProtoPlan:
     getters: dict[str, tuple[Getter, pa.DataType] | None]
 
 
-def message_descriptor(schema_text: str, indexes: list[int]) -> Any:
-    """The message descriptor at ``indexes`` (the wire format's message indexes) of a
-    serialized file descriptor, in a pool of its own with the well-known types."""
-    from google.protobuf import descriptor_pb2, descriptor_pool
+def file_descriptor(schema_text: str, imports: Mapping[str, str] | None = None) -> Any:
+    """A serialized file descriptor, in a pool of its own with the well-known types and the
+    files it imports (``imports``: import path -> serialized file, from the schema's references)."""
+    from google.protobuf import descriptor_pool
 
-    try:
-        proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(schema_text, validate=True))
-    except Exception as exc:
-        raise Unresolvable(
-            f"not a serialized FileDescriptorProto ({type(exc).__name__}); read with format=serialized"
-        ) from None
+    proto = _file_proto(schema_text, "the writer schema")
     pool = descriptor_pool.DescriptorPool()
-    for dependency in proto.dependency:
-        if not dependency.startswith("google/protobuf/"):
-            raise Unresolvable(f"imports {dependency}: only Google's well-known types are read")
-        _add_well_known(pool, dependency)
+    _add_dependencies(pool, proto, imports or {}, set())
     try:
-        file = pool.Add(proto)
+        return pool.Add(proto)
     except Exception as exc:
         raise Unresolvable(f"a file descriptor the runtime refuses: {exc}") from None
-    types = list(file.message_types_by_name.values())
+
+
+def message_descriptor(schema_text: str, indexes: list[int], imports: Mapping[str, str] | None = None) -> Any:
+    """The message descriptor at ``indexes`` (the wire format's message indexes) of a
+    serialized file descriptor (:func:`file_descriptor`)."""
+    types = list(file_descriptor(schema_text, imports).message_types_by_name.values())
     descriptor = None
     for depth, position in enumerate(indexes):
         if not 0 <= position < len(types):
@@ -98,6 +97,37 @@ def message_descriptor(schema_text: str, indexes: list[int]) -> Any:
     if descriptor is None:
         raise Unresolvable("no message index")
     return descriptor
+
+
+def _file_proto(text: str, what: str) -> Any:
+    from google.protobuf import descriptor_pb2
+
+    try:
+        return descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text, validate=True))
+    except Exception as exc:
+        raise Unresolvable(
+            f"{what} is not a serialized FileDescriptorProto ({type(exc).__name__}); read with format=serialized"
+        ) from None
+
+
+def _add_dependencies(pool: Any, proto: Any, imports: Mapping[str, str], added: set[str]) -> None:
+    """Add what ``proto`` imports, each file after its own imports."""
+    for dependency in proto.dependency:
+        if dependency in added:
+            continue
+        added.add(dependency)
+        if dependency.startswith("google/protobuf/"):
+            _add_well_known(pool, dependency)
+            continue
+        text = imports.get(dependency)
+        if text is None:
+            raise Unresolvable(f"imports {dependency}, which none of the schema's references names")
+        imported = _file_proto(text, f"import {dependency}")
+        _add_dependencies(pool, imported, imports, added)
+        try:
+            pool.Add(imported)
+        except Exception as exc:
+            raise Unresolvable(f"import {dependency}: a file descriptor the runtime refuses: {exc}") from None
 
 
 def _add_well_known(pool: Any, name: str) -> None:
@@ -154,16 +184,16 @@ def _field(field: Any, sql: SqlType, path: str) -> tuple[Getter, pa.DataType]:
     import pyarrow as pa
 
     name = field.name
-    if _is_map(field):
+    if is_map(field):
         if sql.name != "map" or sql.children[0].name != "string":
             raise Unresolvable(f"field {path}: a Protobuf map cannot be read as {sql.ddl()}")
         key_field, value_field = (
             field.message_type.fields_by_name["key"],
             field.message_type.fields_by_name["value"],
         )
-        if _kind(key_field) != "string":
+        if field_kind(key_field) != "string":
             raise Unresolvable(
-                f"field {path}: map keys of {_kind(key_field)} are not read (string keys only)"
+                f"field {path}: map keys of {field_kind(key_field)} are not read (string keys only)"
             )
         value, value_type = _value(value_field, sql.children[1], f"{path}{{}}")
         return (lambda m: [(k, value(v)) for k, v in getattr(m, name).items()]), pa.map_(
@@ -184,15 +214,15 @@ def _value(field: Any, sql: SqlType, path: str) -> tuple[Getter, pa.DataType]:
     """Converter and Arrow type of one value of a field (an element, for repeated ones)."""
     import pyarrow as pa
 
-    kind = _kind(field)
+    kind = field_kind(field)
     if kind == "message":
         full = field.message_type.full_name
         if full == "google.protobuf.Timestamp":
             if sql.name != "timestamp":
                 raise Unresolvable(f"field {path}: a Timestamp cannot be read as {sql.ddl()}")
             return (lambda t: t.seconds * 1_000_000 + t.nanos // 1000), pa.timestamp("us", tz="UTC")
-        if full in _WRAPPERS:
-            arrow_name, allowed = _KINDS[_WRAPPERS[full]]
+        if full in WRAPPERS:
+            arrow_name, allowed = _KINDS[WRAPPERS[full]]
             if sql.name not in allowed:
                 raise Unresolvable(f"field {path}: a {full.rsplit('.', 1)[1]} cannot be read as {sql.ddl()}")
             return (lambda w: w.value), getattr(pa, arrow_name)()
@@ -218,13 +248,13 @@ def _value(field: Any, sql: SqlType, path: str) -> tuple[Getter, pa.DataType]:
     return (lambda v: v), getattr(pa, arrow_name)()
 
 
-def _is_map(field: Any) -> bool:
+def is_map(field: Any) -> bool:
     return bool(
         field.is_repeated and field.message_type is not None and field.message_type.GetOptions().map_entry
     )
 
 
-def _kind(field: Any) -> str:
+def field_kind(field: Any) -> str:
     from google.protobuf.descriptor import FieldDescriptor as F
 
     kinds = {
