@@ -217,15 +217,21 @@ def worker_pyarrow(bootstrap: str, topic: str, ends: dict[int, int], out_dir: st
 
 # -- the sitting -------------------------------------------------------------------------------
 def produce_input(
-    bootstrap: str, topic: str, messages: int, partitions: int, encode: Any = None
+    bootstrap: str,
+    topic: str,
+    messages: int,
+    partitions: int,
+    encode: Any = None,
+    *,
+    span: timedelta = timedelta(hours=1),
 ) -> tuple[dict[int, int], int]:
-    """Produce the events batched, then one lone message per partition, so that tansu's high
-    watermark (base offset of the last batch + 1, see STACK.md) covers every event; ``encode``
-    turns each JSON value into another format's."""
+    """Produce the events (over ``span`` from START) batched, then one lone message per
+    partition, so that tansu's high watermark (base offset of the last batch + 1, see
+    STACK.md) covers every event; ``encode`` turns each JSON value into another format's."""
     from tidemark_dev.generator import Message, create_topic, events, produce, records
 
     def padded() -> Iterator[Message]:  # + a page field (not in the schema): ~200 B per event
-        for i, m in enumerate(events(messages, start=START, partitions=partitions)):
+        for i, m in enumerate(events(messages, start=START, partitions=partitions, span=span)):
             page = b', "page": "/catalog/item/%07d?utm_source=newsletter&utm_campaign=w"}' % i
             value = m.value[:-1] + page
             yield replace(m, value=encode(value) if encode else value)
@@ -235,7 +241,7 @@ def produce_input(
     # the number of record batches it holds (consume-only ran at 28k rec/s on 2M one-ms batches).
     big_batches = {"linger.ms": 200, "batch.size": 4 * 1024 * 1024, "batch.num.messages": 100_000}
     delivered = produce(bootstrap, topic, padded(), one_per_request=False, producer_conf=big_batches)
-    lone = records([(p, START + timedelta(minutes=59)) for p in range(partitions)])
+    lone = records([(p, START + span - timedelta(minutes=1)) for p in range(partitions)])
     tail = produce(bootstrap, topic, [replace(m, value=encode(m.value)) for m in lone] if encode else lone)
     ends: dict[int, int] = {}
     value_bytes = 0

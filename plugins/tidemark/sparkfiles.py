@@ -146,11 +146,18 @@ def write_files(
     version of an hour, registered after). Returns (warehouse-relative path, rows) per file,
     sorted; tasks without rows write nothing. ``sort_by`` orders the rows within each file;
     ``partition_by`` columns go to ``col=value/`` subdirectories (``write_partitioned``)."""
-    spread = frame.repartition(max(1, n_files))
+    spread = into_files(frame, n_files)
     if sort_by:
         spread = spread.sortWithinPartitions(*sort_by)
     name = functools.partial(_numbered, prefix, fmt.suffix)
     return write_partitioned(spread, store, directory, name, partition_by, fmt=fmt)
+
+
+def into_files(frame: DataFrame, n_files: int) -> DataFrame:
+    """``frame`` as ``n_files`` partitions, one per file to write: one file needs no shuffle
+    (``coalesce``: the read and the write in one task, at the size of a file), more are
+    spread evenly (``repartition``)."""
+    return frame.coalesce(1) if n_files <= 1 else frame.repartition(n_files)
 
 
 def _numbered(prefix: str, suffix: str, task: int) -> str:

@@ -73,6 +73,17 @@ def is_data_file(name: str) -> bool:
     return name.endswith(DATA_SUFFIXES)
 
 
+def file_rows(handle: Any, suffix: str) -> int:
+    """Rows in a data file, from its footer (no data is read)."""
+    if suffix == ".orc":
+        from pyarrow import orc
+
+        return int(orc.ORCFile(handle).nrows)
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(handle).metadata.num_rows)
+
+
 def arrow_batches(handle: Any, suffix: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
     """The record batches of one data file (an input file), the ``columns`` it has."""
     if suffix == ".orc":

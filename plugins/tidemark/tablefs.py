@@ -26,7 +26,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from tidemark.tableformat import DATA_SUFFIXES
+from tidemark.tableformat import DATA_SUFFIXES, file_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -195,11 +195,9 @@ class Store:
         return int(self.fs.get_file_info(self.path(relative)).size or 0)
 
     def rows(self, relative: str) -> int:
-        """Rows in a Parquet file, from its footer."""
-        import pyarrow.parquet as pq
-
+        """Rows in a data file (Parquet or ORC, by its suffix), from its footer."""
         with self.fs.open_input_file(self.path(relative)) as handle:
-            return int(pq.ParquetFile(handle).metadata.num_rows)
+            return file_rows(handle, "." + relative.rsplit(".", 1)[-1])
 
     def copy(self, source: str, target: str) -> None:
         """Copy a file (on S3 a server-side copy: the bytes do not pass through here)."""

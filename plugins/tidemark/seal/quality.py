@@ -1,5 +1,6 @@
-"""The quality gate run on an hour before it is registered: Great Expectations 1.x on the
-hour's rows in Spark.
+"""The quality gate run on an hour before it is registered: the default expectations in one
+Spark pass (``checks.py``), the table's own with Great Expectations 1.x on the hour's rows in
+Spark, and one GX Data Docs page per hour with both.
 
 Every table gets default expectations unless ``quality.default_expectations`` is false:
 
@@ -22,12 +23,12 @@ import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig, expectation_columns
 from tidemark.errors import ConfigError
+from tidemark.seal.checks import CheckResult, default_results
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -54,31 +55,9 @@ class QualityOutcome:
         return asdict(self)
 
 
-def expectation_specs(config: TableConfig, hour: Hour) -> list[tuple[str, dict[str, Any]]]:
-    """(GX expectation type, kwargs) for an hour: the defaults, then the table's own."""
+def custom_specs(config: TableConfig, hour: Hour) -> list[tuple[str, dict[str, Any]]]:
+    """(GX expectation type, kwargs) of the table's own expectations for an hour."""
     specs: list[tuple[str, dict[str, Any]]] = []
-    if config.quality.default_expectations:
-        for column in config.primary_key:
-            specs.append(("expect_column_values_to_not_be_null", {"column": column}))
-        if config.cdc is not None:
-            pass
-        elif len(config.primary_key) == 1:
-            specs.append(("expect_column_values_to_be_unique", {"column": config.primary_key[0]}))
-        elif config.primary_key:
-            specs.append(("expect_compound_columns_to_be_unique", {"column_list": list(config.primary_key)}))
-        specs.append(
-            (
-                "expect_column_values_to_be_between",
-                {
-                    "column": config.event_time.field,
-                    # Spark hands GX naive timestamps in the session zone, which is UTC
-                    "min_value": _naive_utc(hour.start),
-                    "max_value": _naive_utc(hour.end),
-                    "strict_max": True,
-                },
-            )
-        )
-        specs.append(("expect_table_row_count_to_be_between", {"min_value": 1}))
     for i, item in enumerate(config.quality.expectations):
         kind = item.get("type")
         if not isinstance(kind, str):
@@ -97,10 +76,6 @@ def expectation_specs(config: TableConfig, hour: Hour) -> list[tuple[str, dict[s
             continue
         specs.append((kind, kwargs))
     return specs
-
-
-def _naive_utc(instant: datetime) -> datetime:
-    return instant.astimezone(UTC).replace(tzinfo=None)
 
 
 def _describe(kind: str, kwargs: dict[str, Any], result: dict[str, Any]) -> str:
@@ -138,18 +113,42 @@ def quiet_gx_import_logs() -> None:
 def validate(
     config: TableConfig, hour: Hour, frame: DataFrame, docs_dir: Path | None = None
 ) -> tuple[bool, list[str], int, str | None]:
-    """Run the hour's expectations with GX on ``frame``: (success, failure lines, count, the
-    hour's Data Docs page relative to ``docs_dir`` if one was written)."""
+    """The hour's expectations on ``frame``: the defaults in one pass (``checks.py``), the
+    table's own with GX; (success, failure lines, count, the hour's Data Docs page, relative
+    to ``docs_dir``, if one was written). GX is not even imported for a table with only the
+    defaults and no docs to write."""
+    defaults = default_results(frame, config, hour)
+    customs = custom_specs(config, hour)
+    own = _run_gx(config, hour, frame, customs) if customs else []
+    failures = [_describe(r.kind, r.kwargs, r.result) for r in defaults if not r.success]
+    for r in own:
+        if not r.success:
+            expectation = r.expectation_config
+            kind, kwargs = (expectation.type, dict(expectation.kwargs)) if expectation else ("unknown", {})
+            failures.append(_describe(kind, kwargs, dict(r.result or {})))
+    page = _write_docs(config, hour, defaults, own, docs_dir) if docs_dir is not None else None
+    return not failures, failures, len(defaults) + len(customs), page
+
+
+def _gx() -> Any:
+    """Great Expectations, imported quietly (its import takes seconds: only when needed)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     quiet_gx_import_logs()
     import great_expectations as gx
 
     quiet_gx_import_logs()
+    return gx
+
+
+def _run_gx(
+    config: TableConfig, hour: Hour, frame: DataFrame, specs: list[tuple[str, dict[str, Any]]]
+) -> list[Any]:
+    """The table's own expectations, run by GX on the Spark frame: GX's results."""
+    gx = _gx()
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
-    specs = expectation_specs(config, hour)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     suite = context.suites.add(gx.ExpectationSuite(name=config.table))
@@ -167,35 +166,68 @@ def validate(
         .add_dataframe_asset(name=config.table)
         .add_batch_definition_whole_dataframe("hour")
     )
-    actions: list[Any] = []
-    # GX's site builder removes pages its (ephemeral) store does not know, so each validation
-    # renders into a scratch site whose pages are then copied into the table's docs dir.
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(name=f"{config.table}.{hour.key}", data=batch_definition, suite=suite)
+    )
+    checkpoint = context.checkpoints.add(
+        gx.Checkpoint(name=config.table, validation_definitions=[definition])
+    )
+    run = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=hour.key))
+    return list(next(iter(run.run_results.values())).results)
+
+
+def _write_docs(
+    config: TableConfig, hour: Hour, defaults: list[CheckResult], own: list[Any], docs_dir: Path
+) -> str | None:
+    """The hour's Data Docs page, rendered by GX from every result (the defaults' as GX
+    results), into a scratch site whose page is then copied into the table's docs dir (GX's
+    site builder removes pages its ephemeral store does not know)."""
+    gx = _gx()
+    from great_expectations.core import ExpectationSuiteValidationResult, ExpectationValidationResult
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    results = [
+        ExpectationValidationResult(
+            success=r.success,
+            expectation_config=ExpectationConfiguration(type=r.kind, kwargs=r.kwargs),
+            result=r.result,
+        )
+        for r in defaults
+    ] + own
+    passed = sum(1 for r in results if r.success)
+    run_id = RunIdentifier(run_name=hour.key, run_time=hour.start)
+    validation = ExpectationSuiteValidationResult(
+        success=passed == len(results),
+        results=results,
+        suite_name=config.table,
+        statistics={
+            "evaluated_expectations": len(results),
+            "successful_expectations": passed,
+            "unsuccessful_expectations": len(results) - passed,
+            "success_percent": 100.0 * passed / len(results) if results else 100.0,
+        },
+        meta={"run_id": run_id, "active_batch_definition": {"table": config.table, "hour": hour.key}},
+    )
     scratch = Path(tempfile.mkdtemp(prefix="tidemark-gx-docs-"))
-    if docs_dir is not None:
+    try:
+        context = gx.get_context(mode="ephemeral")
         site: Any = {
             "class_name": "SiteBuilder",
             "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(scratch)},
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         }
         context.add_data_docs_site(site_name=DOCS_SITE, site_config=site)
-        actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE]))
-    definition = context.validation_definitions.add(
-        gx.ValidationDefinition(name=f"{config.table}.{hour.key}", data=batch_definition, suite=suite)
-    )
-    checkpoint = context.checkpoints.add(
-        gx.Checkpoint(name=config.table, validation_definitions=[definition], actions=actions)
-    )
-    run = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=hour.key))
-    result = next(iter(run.run_results.values()))
-    failures = []
-    for r in result.results:
-        if not r.success:
-            expectation = r.expectation_config
-            kind, kwargs = (expectation.type, dict(expectation.kwargs)) if expectation else ("unknown", {})
-            failures.append(_describe(kind, kwargs, dict(r.result or {})))
-    page = _keep_pages(scratch, docs_dir, config.table, hour) if docs_dir is not None else None
-    shutil.rmtree(scratch, ignore_errors=True)
-    return bool(result.success), failures, len(specs), page
+        key = ValidationResultIdentifier(ExpectationSuiteIdentifier(config.table), run_id, "hour")
+        context.validation_results_store.set(key, validation)
+        context.build_data_docs(site_names=[DOCS_SITE])
+        return _keep_pages(scratch, docs_dir, config.table, hour)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _keep_pages(scratch: Path, docs_dir: Path, table: str, hour: Hour) -> str | None:

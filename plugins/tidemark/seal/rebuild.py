@@ -256,7 +256,9 @@ class Rebuilder:
         if plan.sources:
             frame = self._rows(hour, plan, staging / "receipts", kafka_conf, hour_config)
             written = staging / "write"
-            ordered = frame.repartition(self._file_count(hour)).sortWithinPartitions(
+            from tidemark.sparkfiles import into_files
+
+            ordered = into_files(frame, self._file_count(hour)).sortWithinPartitions(
                 "_mq_partition", "_mq_offset"
             )
             with registry_failures(self.config.table):  # a registry down fails the rebuild, named

@@ -433,7 +433,9 @@ class Sealer:
             frame = self.files.read_hour(source)
             staging = self.layout.step_staging("seal", hour.key, self.run_id)
             shutil.rmtree(staging, ignore_errors=True)
-            self.files.write_staged(frame.repartition(n_files), staging)
+            from tidemark.sparkfiles import into_files
+
+            self.files.write_staged(into_files(frame, n_files), staging)
             crash_point("mid_compaction")
             rows = self.files.staged_rows(staging)
             moved = self.files.move_staged(staging, directory, sealed_file_prefix(1))

@@ -1,0 +1,229 @@
+"""One hourly cycle of one table against its floor, in one sitting: the dump and the seal as
+the ingest DAG runs them, and the least any implementation must spend on the same records.
+
+    .venv/bin/python bench/pipeline.py [--messages 1000000] [--hours 1] [--partitions 4]
+
+Produces N JSON events (~200 B) spread over H event-time hours to a fresh topic of the local
+broker (started if needed), plus one record per partition past the last hour so every hour
+seals. Then runs the real jobs as spark-submit runs them (``spark_jobs/dump.py``, then
+``spark_jobs/seal.py``, local warehouse and state) and prints:
+
+- the dump's processing seconds (its phases), the seal's (wall less the Spark session start;
+  its phases from the seal's result), per hour where H > 1;
+- the end-to-end seconds with the JVM starts;
+- the floor: one pyarrow process consumes the same records, parses them, writes one file per
+  hour and batch, compacts each hour into one file and computes the default checks (key not
+  null, key unique, event time inside the hour).
+
+It prints ``seal/dump = X.XX`` and ``pipeline/floor = Y.YY`` last (processing seconds).
+Not a test: the figures are for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dump_throughput import (
+    CHUNK,
+    ROOT,
+    START,
+    _consume,
+    bench_table,
+    dump_command,
+    produce_input,
+    run_measured,
+)
+
+DUMP_PHASES = ("rollback", "read_stage", "reconcile", "publish", "commit")
+
+
+def run_cycle(env: dict[str, str], total: int, processing: Any) -> dict[str, Any]:
+    """The dump, then the seal, as the DAG's tasks run them."""
+    dumped, dump_wall, _ = run_measured(dump_command(processing), env)
+    if dumped["read"] != total:
+        raise SystemExit(f"dump read {dumped['read']} records, expected {total}")
+    seal_cmd = [
+        sys.executable,
+        str(ROOT / "spark_jobs" / "seal.py"),
+        "--table",
+        "bench",
+        "--run-id",
+        "seal-1",
+    ]
+    sealed, seal_wall, _ = run_measured(seal_cmd, env)
+    return {
+        "dump_s": sum(dumped["timings"][k] for k in DUMP_PHASES),
+        "dump_wall_s": dump_wall,
+        "dump_phases": {k: round(v, 2) for k, v in dumped["timings"].items()},
+        "seal_s": seal_wall - sealed["session_start_s"],
+        "seal_wall_s": seal_wall,
+        "seal_phases": sealed.get("timings", {}),
+        "sealed": sealed["sealed"],
+        "hour_timings": sealed.get("hour_timings", {}),
+    }
+
+
+def floor(bootstrap: str, topic: str, ends: dict[int, int], out_dir: Path) -> dict[str, float]:
+    """pyarrow alone: consume + parse + one file per hour and chunk, then per hour: read its
+    files, write one, and the default checks."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pa_json
+    import pyarrow.parquet as pq
+
+    schema = pa.schema(
+        [
+            ("event_id", pa.string()),
+            ("user_id", pa.int64()),
+            ("app", pa.string()),
+            ("event_type", pa.string()),
+            ("amount", pa.decimal128(12, 2)),
+            ("event_time", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    pending: list[bytes] = []
+    chunks = [0]
+
+    def flush() -> None:
+        if not pending:
+            return
+        table = pa_json.read_json(io.BytesIO(b"\n".join(pending)), parse_options=options)
+        pending.clear()
+        hours = pc.floor_temporal(table["event_time"], unit="hour")
+        for hour in pc.unique(hours).to_pylist():
+            part = table.filter(pc.equal(hours, pa.scalar(hour, hours.type)))
+            directory = out_dir / "open" / hour.strftime("%Y%m%dT%H")
+            directory.mkdir(parents=True, exist_ok=True)
+            pq.write_table(part, directory / f"chunk-{chunks[0]:05d}.parquet")
+        chunks[0] += 1
+
+    def on_batch(values: list[bytes]) -> None:
+        pending.extend(values)
+        if len(pending) >= CHUNK:
+            flush()
+
+    started = time.perf_counter()
+    _consume(bootstrap, topic, ends, on_batch)
+    flush()
+    dumped = time.perf_counter()
+    for directory in sorted((out_dir / "open").iterdir()):
+        table = pq.read_table(directory, schema=schema)
+        target = out_dir / "sealed" / directory.name
+        target.mkdir(parents=True)
+        pq.write_table(table, target / "part-0.parquet")
+        start = pc.min(pc.floor_temporal(table["event_time"], unit="hour")).as_py()
+        ids = table["event_id"]
+        checks = {
+            "nulls": ids.null_count,
+            "duplicates": table.num_rows - pc.count_distinct(ids).as_py(),
+            "outside": pc.sum(
+                pc.or_(
+                    pc.less(table["event_time"], pa.scalar(start, table["event_time"].type)),
+                    pc.greater_equal(
+                        table["event_time"], pa.scalar(start + timedelta(hours=1), table["event_time"].type)
+                    ),
+                )
+            ).as_py(),
+        }
+        assert checks["duplicates"] == 0 and checks["nulls"] == 0, checks
+    done = time.perf_counter()
+    return {"floor_dump_s": dumped - started, "floor_seal_s": done - dumped, "floor_s": done - started}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--hours", type=int, default=1)
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args(argv)
+
+    from tidemark.settings import Settings
+    from tidemark_dev.generator import produce, records
+    from tidemark_dev.services import BrokerService
+
+    settings = Settings.from_env()
+    broker = BrokerService(settings)
+    broker_started_here = not broker.status().running
+    broker.start()
+    home = Path(tempfile.mkdtemp(prefix="tidemark-bench-pipeline-"))
+    try:
+        span = timedelta(hours=args.hours)
+        topic = f"bench_{uuid.uuid4().hex[:8]}"
+        t0 = time.perf_counter()
+        ends, value_bytes = produce_input(
+            settings.kafka_bootstrap, topic, args.messages, args.partitions, span=span
+        )
+        # one record per partition well past the last hour: every watermark passes its end
+        tail = START + span + timedelta(minutes=80)
+        for p, o, _ in produce(
+            settings.kafka_bootstrap,
+            topic,
+            records([(p, tail) for p in range(args.partitions)], prefix="tail"),
+        ):
+            ends[p] = max(ends[p], o + 1)
+        total = sum(ends.values())
+        print(
+            f"produced {total:,} messages ({value_bytes / 1e6:.0f} MB) over {args.hours} h in "
+            f"{time.perf_counter() - t0:.1f} s; {platform.node()}, {platform.processor() or 'cpu'}"
+        )
+
+        bench_table(home / "conf", topic, max(ends.values()))
+        import os
+
+        env = {
+            **os.environ,
+            "TIDEMARK_HOME": str(home / "run"),
+            "TIDEMARK_CONF_DIR": str(home / "conf"),
+            "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        }
+        cycle = run_cycle(env, total, START + span + timedelta(hours=2))
+        base = floor(settings.kafka_bootstrap, topic, ends, home / "floor")
+
+        hours = [h for h in cycle["sealed"] if h.startswith("2026")]
+        print(
+            f"dump   processing {cycle['dump_s']:6.2f} s ({total / cycle['dump_s']:>9,.0f} rec/s; "
+            f"wall with the JVM start {cycle['dump_wall_s']:.1f} s) phases {cycle['dump_phases']}"
+        )
+        print(
+            f"seal   processing {cycle['seal_s']:6.2f} s ({total / cycle['seal_s']:>9,.0f} rec/s; "
+            f"wall with the JVM start {cycle['seal_wall_s']:.1f} s), {len(hours)} hours sealed"
+        )
+        print(f"       seal phases (s): {cycle['seal_phases']}")
+        big = [h for h in hours if sum(cycle["hour_timings"].get(h, {}).values()) > 0]
+        for hour in big[:3]:
+            print(f"       hour {hour}: {cycle['hour_timings'][hour]}")
+        if args.hours > 1:
+            per_hour = cycle["seal_s"] / len(hours)
+            print(f"       per sealed hour: {per_hour:.2f} s ({total / len(hours):,.0f} rows an hour)")
+        print(
+            f"floor  {base['floor_s']:6.2f} s (consume + parse + write {base['floor_dump_s']:.2f} s, "
+            f"compact + checks {base['floor_seal_s']:.2f} s)"
+        )
+        pipeline = cycle["dump_s"] + cycle["seal_s"]
+        print(
+            f"pipeline processing {pipeline:.2f} s; end to end with the JVM starts "
+            f"{cycle['dump_wall_s'] + cycle['seal_wall_s']:.1f} s"
+        )
+        print(f"seal/dump = {cycle['seal_s'] / cycle['dump_s']:.2f}")
+        print(f"pipeline/floor = {pipeline / base['floor_s']:.2f}")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        if broker_started_here:
+            broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

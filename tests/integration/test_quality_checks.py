@@ -1,0 +1,93 @@
+"""The default expectations computed in one Spark pass mean what Great Expectations means:
+on the same tiny frames, each check's verdict and unexpected count equal GX's own."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.helpers.classify import events_config
+from tidemark.seal.checks import default_results, default_specs
+from tidemark.seal.quality import _run_gx
+from tidemark.time.hours import parse_key
+
+pytestmark = pytest.mark.integration
+
+HOUR = parse_key("2026-11-22T10", "UTC")
+T = datetime(2026, 11, 22, 10, 30, tzinfo=UTC)
+
+
+def verdicts_both_ways(spark: Any, config: Any, rows: list[tuple[Any, ...]], schema: str) -> list[Any]:
+    frame = spark.createDataFrame(rows, schema)
+    ours = default_results(frame, config, HOUR)
+    theirs = _run_gx(config, HOUR, frame, default_specs(config, HOUR))
+
+    def domain(kind: str, kwargs: Any) -> tuple[str, str]:
+        return kind, str(kwargs.get("column") or kwargs.get("column_list"))
+
+    by_expectation = {domain(r.expectation_config.type, r.expectation_config.kwargs): r for r in theirs}
+    assert len(by_expectation) == len(ours)
+    for mine in ours:
+        gx = by_expectation[domain(mine.kind, mine.kwargs)]
+        assert mine.success == gx.success, (mine, gx.result)
+        for key in ("unexpected_count", "observed_value", "element_count", "missing_count"):
+            if key in gx.result:
+                assert mine.result[key] == gx.result[key], (mine.kind, key, mine.result, gx.result)
+        if "partial_unexpected_list" in gx.result:
+            assert sorted(map(str, mine.result["partial_unexpected_list"])) == sorted(
+                map(str, gx.result["partial_unexpected_list"])
+            ), mine.kind
+    return ours
+
+
+def test_a_single_key_with_duplicates_nulls_and_rows_outside_the_hour(spark: Any) -> None:
+    config = events_config()
+    rows = [
+        ("a", T),
+        ("dup", T),
+        ("dup", T + timedelta(minutes=1)),
+        ("dup", T),
+        (None, T),
+        (None, T),
+        ("early", HOUR.start - timedelta(microseconds=1)),
+        ("end", HOUR.end),  # the end is outside: [start, end)
+        ("last", HOUR.end - timedelta(microseconds=1)),
+    ]
+    ours = verdicts_both_ways(spark, config, rows, "event_id string, event_time timestamp")
+    got = {
+        r.kind: (r.success, r.result.get("unexpected_count", r.result.get("observed_value"))) for r in ours
+    }
+    assert got == {
+        "expect_column_values_to_not_be_null": (False, 2),
+        "expect_column_values_to_be_unique": (False, 3),
+        "expect_column_values_to_be_between": (False, 2),
+        "expect_table_row_count_to_be_between": (True, 9),
+    }
+
+
+def test_a_compound_key_judges_rows_whose_key_is_not_all_null(spark: Any) -> None:
+    config = events_config(primary_key=["event_id", "user_id"])
+    rows = [
+        ("a", 1, T),
+        ("a", 1, T),
+        ("a", None, T),
+        ("a", None, T),
+        (None, None, T),
+        (None, None, T),
+        ("b", 1, T),
+    ]
+    ours = verdicts_both_ways(spark, config, rows, "event_id string, user_id bigint, event_time timestamp")
+    assert [(r.success, r.result.get("unexpected_count")) for r in ours[:3]] == [
+        (False, 2),
+        (False, 4),
+        (False, 4),
+    ]
+
+
+def test_a_clean_hour_passes_every_default(spark: Any) -> None:
+    config = events_config()
+    rows = [(f"e{i}", HOUR.start + timedelta(minutes=i)) for i in range(60)]
+    ours = verdicts_both_ways(spark, config, rows, "event_id string, event_time timestamp")
+    assert all(r.success for r in ours) and ours[-1].result == {"observed_value": 60}
