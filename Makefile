@@ -37,10 +37,11 @@ executor-env: venv  ## the venv archive Spark executors of a cluster unpack (TID
 spark-classes: venv  ## the class-data-sharing archive that halves a Spark driver's start (after postgres: JDBC jars are on its class path)
 	@$(BIN)/python -m tidemark.jvm_classes
 
-lint: venv  ## ruff + mypy, and docker-compose.yaml against the Compose spec (offline)
+lint: venv  ## ruff + mypy + the import layers (lint-imports), and docker-compose.yaml against the Compose spec (offline)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yaml
 
 unit: venv  ## the fast tier only

@@ -15,7 +15,10 @@ seals. Then runs the real jobs as spark-submit runs them (``spark_jobs/dump.py``
   hour and batch, compacts each hour into one file and computes the default checks (key not
   null, key unique, event time inside the hour).
 
-It prints ``seal/dump = X.XX`` and ``pipeline/floor = Y.YY`` last (processing seconds).
+It prints ``seal/dump = X.XX`` and ``pipeline/floor = Y.YY`` last (processing seconds). To
+compare two versions of tidemark in one sitting, run it again with ``PYTHONPATH`` pointing
+at the other checkout's ``plugins`` (the jobs and their Python workers inherit it; the
+library used is printed).
 Not a test: the figures are for docs/benchmarks.md.
 """
 
@@ -149,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args(argv)
 
+    import tidemark
     from tidemark.settings import Settings
     from tidemark_dev.generator import produce, records
     from tidemark_dev.services import BrokerService
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(ends.values())
         print(
             f"produced {total:,} messages ({value_bytes / 1e6:.0f} MB) over {args.hours} h in "
-            f"{time.perf_counter() - t0:.1f} s; {platform.node()}, {platform.processor() or 'cpu'}"
+            f"{time.perf_counter() - t0:.1f} s; {platform.node()}; library {Path(tidemark.__file__).parent}"
         )
 
         bench_table(home / "conf", topic, max(ends.values()))

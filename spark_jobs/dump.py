@@ -41,7 +41,8 @@ def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> A
     processing_time = parse_instant(args.processing_time) or started
     result = run_dump(spark, config, settings, args.run_id, processing_time, planned_at=started)
     if args.replay_dirty:  # the trigger form's replay, after this run's own batch (once per run)
-        from tidemark.ingest.replay import ReplayRequest, replay_dirty
+        from tidemark.ingest.dump import replay_dirty
+        from tidemark.ingest.replay import ReplayRequest
 
         request = ReplayRequest(
             ReplayRequest.parse_batches(args.replay_dirty),

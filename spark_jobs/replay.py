@@ -15,7 +15,8 @@ from tidemark.time.instants import parse_instant
 
 
 def _replay(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.ingest.replay import ReplayRequest, replay_dirty
+    from tidemark.ingest.dump import replay_dirty
+    from tidemark.ingest.replay import ReplayRequest
 
     at = parse_instant(args.at)
     assert at is not None

@@ -334,8 +334,8 @@ def _cmd_unlock(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from tidemark.config import load_table
-    from tidemark.ingest.resolve import AuditLog
     from tidemark.settings import Settings
+    from tidemark.state.audit import AuditLog
     from tidemark.state.locks import TableLock
 
     settings = Settings.from_env()

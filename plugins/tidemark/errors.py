@@ -258,3 +258,7 @@ class SchemaRegistryUnavailableError(TidemarkError):
         error = cls(table, found.group(1) if found else "", "")
         error.args = (message,)
         return error
+
+
+class ResolveError(TidemarkError):
+    """A decision that does not apply to the table's state (nothing pending, no reason given)."""

@@ -261,7 +261,7 @@ class SchemaHistory:
         version = self.version(number) if number else None
         if version is None or version.same_schema(SchemaVersion.of(config)):
             return config
-        from tidemark.ingest.conversions import Conversion
+        from tidemark.conversions import Conversion
 
         columns = {c.name: c for c in version.column_objects()}
         conversions = {name: Conversion.parse(described) for name, described in version.conversions}

@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from tidemark.conversions import Conversion, conversion_problems
 from tidemark.durations import parse_size
 from tidemark.errors import ConfigError
-from tidemark.ingest.conversions import Conversion, conversion_problems
 from tidemark.schema import Column
 
 Size = Annotated[int, BeforeValidator(parse_size)]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.tables import START, fresh_table, landed
-from tidemark.ingest.resolve import AuditLog
 from tidemark.settings import Settings
+from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
 from tidemark_dev.generator import create_topic, events, produce
 

@@ -129,7 +129,8 @@ def test_an_avro_table_seals_amends_rebuilds_and_replays_as_its_first_read(
     the broker through the registry into the same rows, and a message whose schema id was
     unknown at its dump lands by replay once the producer's schema is registered."""
     from tests.helpers.tables import at, registered
-    from tidemark.ingest.replay import ReplayRequest, replay_dirty
+    from tidemark.ingest.dump import replay_dirty
+    from tidemark.ingest.replay import ReplayRequest
     from tidemark.seal.rebuild import run_rebuild
     from tidemark.seal.sealing import run_seal
     from tidemark_dev.schema_registry import SchemaRegistryStandIn
@@ -289,7 +290,8 @@ def test_a_protobuf_table_lands_seals_rebuilds_amends_and_replays_exactly(
     and a message framed with v3's id before the registry had it lands by replay."""
     from tests.helpers.protobuf import proto_events
     from tests.helpers.tables import at
-    from tidemark.ingest.replay import ReplayRequest, replay_dirty
+    from tidemark.ingest.dump import replay_dirty
+    from tidemark.ingest.replay import ReplayRequest
     from tidemark.seal.rebuild import run_rebuild
     from tidemark.seal.sealing import run_seal
 

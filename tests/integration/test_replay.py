@@ -19,13 +19,13 @@ import pytest
 from tests.helpers.tables import at, fresh_table, landed, registered
 from tidemark.config import load_table_file
 from tidemark.errors import InjectedFault
-from tidemark.ingest.dump import run_dump
-from tidemark.ingest.replay import ReplayError, ReplayRequest, replay_dirty
-from tidemark.ingest.resolve import AuditLog
+from tidemark.ingest.dump import replay_dirty, run_dump
+from tidemark.ingest.replay import ReplayError, ReplayRequest
 from tidemark.observe.status import table_status
 from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.layout import Layout
 from tidemark_dev.generator import Message, create_topic, produce, records

@@ -15,11 +15,12 @@ import pytest
 
 from tests.helpers.tables import PROCESSING, START, fresh_table, landed
 from tidemark.config import load_table_file
-from tidemark.errors import DirtyRatioExceededError
+from tidemark.errors import DirtyRatioExceededError, ResolveError
 from tidemark.ingest.dump import run_dump
-from tidemark.ingest.resolve import AuditLog, ResolveError, resolve
+from tidemark.ingest.resolve import resolve
 from tidemark.observe.status import render, table_status
 from tidemark.settings import Settings
+from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
 from tidemark_dev.generator import create_topic, events, produce
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.tables import PROCESSING, START, fresh_table, landed
-from tidemark.ingest.resolve import AuditLog, resolve
+from tidemark.ingest.resolve import resolve
 from tidemark.settings import Settings
+from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.mode import TableWriter
 from tidemark.stream.runner import StreamError, StreamStatus, run_stream

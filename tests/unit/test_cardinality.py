@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.ingest.cardinality import admit, merge
+from tidemark.ingest.cardinality import admit
+from tidemark.state.partition_values import merge
 
 pytestmark = pytest.mark.unit
 

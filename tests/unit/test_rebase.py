@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.classify import events_config
-from tidemark.errors import OffsetsWentBackError
+from tidemark.errors import OffsetsWentBackError, ResolveError
 from tidemark.ingest.planner import next_ranges
-from tidemark.ingest.resolve import AuditLog, ResolveError, resolve
+from tidemark.ingest.resolve import resolve
 from tidemark.settings import Settings
+from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import Commit, CommitLog, MqPartitionStats, MqRange, Plan
 
 pytestmark = pytest.mark.unit

@@ -15,13 +15,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tidemark.config import TableConfig
+from tidemark.state.partition_values import PartitionValues
 from tidemark.time.hours import hour_path, split_hour_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-# hour key ("dt=2026-11-22/hr=10") -> column -> admitted values, sorted
-PartitionValues = dict[str, dict[str, list[str]]]
 
 REASON = "partition_cardinality"
 
@@ -38,16 +36,6 @@ def admit(known: PartitionValues, candidates: PartitionValues, bound: int) -> Pa
             if new:
                 added.setdefault(hour, {})[column] = new
     return added
-
-
-def merge(known: PartitionValues, added: PartitionValues) -> PartitionValues:
-    """``known`` plus ``added`` (a new mapping; neither argument is changed)."""
-    merged = {hour: {c: list(v) for c, v in columns.items()} for hour, columns in known.items()}
-    for hour, columns in added.items():
-        for column, values in columns.items():
-            target = merged.setdefault(hour, {}).setdefault(column, [])
-            target[:] = sorted(set(target) | set(values))
-    return merged
 
 
 def candidate_values(classified: DataFrame, config: TableConfig, known: PartitionValues) -> PartitionValues:

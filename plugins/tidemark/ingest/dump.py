@@ -29,30 +29,28 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import DirtyRatioExceededError, LeaseLostError
-from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
-from tidemark.ingest import cardinality
-from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_stats, reconcile
+from tidemark.ingest.counts import FoldedCounts, check_files, fold_stats, reconcile
 from tidemark.ingest.kafka import client_properties, commit_group_offsets
 from tidemark.ingest.planner import plan_batch
 from tidemark.ingest.publish import Publisher
 from tidemark.ingest.registry import registry_failures
 from tidemark.ingest.replay import ReplayRequest, plan_replay, replay_and_stage
-from tidemark.ingest.resolve import AuditLog
+from tidemark.ingest.staged import Staged, stage_classified
 from tidemark.masking import masked
 from tidemark.settings import Settings
 from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, Plan
 from tidemark.state.layout import Layout
-from tidemark.state.locks import TableLock
-from tidemark.state.mode import BATCH, TableWriter
+from tidemark.state.mode import BATCH
+from tidemark.state.partition_values import PartitionValues
 from tidemark.state.storage import replace_atomically
 from tidemark.stopwatch import Stopwatch
+from tidemark.table_state import TableState
 from tidemark.time.watermarks import BatchObservation, MqWatermark, ReadyTime, advance, ready_time
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from tidemark.ingest.spec import ClassifySpec
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +71,6 @@ class DumpResult:
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__.copy()
-
-
-@dataclass(frozen=True)
-class Staged:
-    """What a batch's staged files hold, reconciled against the read receipts."""
-
-    stats: list[MqPartitionStats]
-    counts: FoldedCounts
-    partition_values: dict[str, dict[str, list[str]]]
-    extra: dict[str, Any] = field(default_factory=dict)  # recorded in the commit (a replay's)
 
 
 def read_and_stage(
@@ -109,7 +97,7 @@ def read_and_stage(
     targets = publisher.staging_targets()
     spec = ClassifySpec.of_plan(config, plan)
     ranges = [r.__dict__ for r in plan.ranges]
-    admitted: cardinality.PartitionValues = {}
+    admitted: PartitionValues = {}
     if config.partitioning.columns:
         receipts = Store(targets.store.uri(targets.receipts), targets.store.s3)
         counts, admitted = stage_classified(
@@ -138,37 +126,6 @@ def read_and_stage(
     return Staged(stats, folded, admitted)
 
 
-def stage_classified(
-    classified: Any,
-    spec: ClassifySpec,
-    *,
-    config: TableConfig,
-    publisher: Publisher,
-    state: LogState,
-    stopwatch: Stopwatch,
-) -> tuple[list[StagedCount], cardinality.PartitionValues]:
-    """Bound partition values over the whole batch, then stage rows, late rows and dirty
-    records of a classified frame in one pass of tasks (``staging.stage_frame``); return the
-    tasks' counts and the values this batch admitted (tables with partition columns, and
-    replays)."""
-    from pyspark import StorageLevel
-
-    from tidemark.ingest.staging import stage_frame
-
-    parsed = classified.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        with stopwatch.phase("read_stage"):  # the first action reads the broker
-            known = state.partition_values
-            candidates = cardinality.candidate_values(parsed, config, known)
-            admitted = cardinality.admit(known, candidates, config.partitioning.max_values_per_column)
-            bounded = cardinality.apply_bound(parsed, config, cardinality.merge(known, admitted))
-            counts = stage_frame(bounded, publisher.staging_targets(), spec)
-            crash_point("after_staging")
-        return counts, admitted
-    finally:
-        parsed.unpersist()
-
-
 def run_dump(
     spark: SparkSession | None,
     config: TableConfig,
@@ -191,19 +148,20 @@ def run_dump(
     An offset-reading batch runs only while ``writer`` (``batch`` or the ``stream``, whose
     micro-batch ends are ``until``) is the table's writer (``state/mode.py``). ``lock_wait``:
     seconds to wait for the batch lock (default ``TIDEMARK_LOCK_WAIT_S``)."""
-    commit_log = CommitLog(settings.state_location, config.table)
+    table_state = TableState(settings.state_location, config.table)
+    commit_log = table_state.commit_log
     layout = Layout(settings, config.table)
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
     log.info("%s: dump for run %s, broker %s", config.table, run_id, masked(kafka_conf))
     watch = Stopwatch()
-    with TableLock(settings.state_location, config.table).hold(run_id, wait=lock_wait) as lease:
+    with table_state.lock().hold(run_id, wait=lock_wait) as lease:
         with watch.phase("plan"):
             bound = commit_log.batch_of_run(run_id)
             done = commit_log.commit(bound) if bound is not None else None
             if done is None and replay is not None and bound is None:
-                plan = plan_replay(config, layout, commit_log, run_id, replay)
+                plan = plan_replay(config, layout, table_state, run_id, replay)
             elif done is None:
-                TableWriter(settings.state_location, config.table).require(writer)
+                table_state.writer.require(writer)
                 plan = plan_batch(
                     config,
                     commit_log,
@@ -227,7 +185,7 @@ def run_dump(
             _commit_group(config, settings, kafka_conf, done)
             return _result(done, "already_committed")
         # a plan made before a schema change is read and written by its own schema version
-        config = SchemaHistory(settings.state_location, config.table).config_at(config, plan.schema_version)
+        config = table_state.schema_history.config_at(config, plan.schema_version)
         lease.check()  # a job paused past its lease deletes and shows nothing
         if plan.batch_id > 0:  # a crash right after the previous commit record: finish it first
             previous = commit_log.commit(plan.batch_id - 1)
@@ -272,7 +230,7 @@ def run_dump(
         dirty = sum(s.dirty for s in stats)
         ratio = dirty / read if read else 0.0
         over = ratio > config.dirty.max_dirty_ratio and not plan.replay  # a replay's were dirty already
-        accepted = AuditLog(settings.state_location, config.table).accepted(plan.batch_id) if over else None
+        accepted = table_state.audit.accepted(plan.batch_id) if over else None
         if accepted is not None:
             log.warning(
                 "%s batch %s: %s of %s records dirty (%.1f%% > max_dirty_ratio), committed as decided: %s",
@@ -415,3 +373,11 @@ def _result(commit: Commit, status: str) -> DumpResult:
         late=commit.late,
         offsets={r.mq_partition: [r.start, r.end] for r in commit.ranges},
     )
+
+
+def replay_dirty(
+    spark: SparkSession, config: TableConfig, settings: Any, run_id: str, request: ReplayRequest
+) -> DumpResult:
+    """Replay dirty records as the batch of ``run_id`` (idempotent per run id): see
+    ``replay.py``'s module doc."""
+    return run_dump(spark, config, settings, run_id, request.at, planned_at=request.at, replay=request)

@@ -27,25 +27,23 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidemark.config import TableConfig
 from tidemark.errors import TidemarkError
-from tidemark.evolution import SchemaHistory
 from tidemark.ingest.columns import DIRTY_FIELDS, TOMBSTONE
 from tidemark.ingest.counts import check_files, fold_stats, reconcile_reads
-from tidemark.ingest.resolve import AuditLog
 from tidemark.ingest.spec import ClassifySpec
-from tidemark.state.commitlog import CommitLog, Plan
-from tidemark.state.journal import HourJournal
+from tidemark.state.commitlog import Plan
 from tidemark.state.layout import Layout
+from tidemark.table_state import TableState
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from tidemark.ingest.dump import Staged
     from tidemark.ingest.publish import Publisher
+    from tidemark.ingest.staged import Staged
     from tidemark.state.commitlog import LogState
     from tidemark.stopwatch import Stopwatch
 
@@ -81,10 +79,11 @@ class ReplayRequest:
 
 
 def plan_replay(
-    config: TableConfig, layout: Layout, commit_log: CommitLog, run_id: str, request: ReplayRequest
+    config: TableConfig, layout: Layout, table_state: TableState, run_id: str, request: ReplayRequest
 ) -> Plan:
     """Persist the replay's plan and its audit record (the caller holds the table lock)."""
     table = config.table
+    commit_log = table_state.commit_log
     if not request.reason.strip():
         raise ReplayError(f"{table}: say why (--reason): a replay is kept in the audit log")
     state = commit_log.state()
@@ -110,7 +109,7 @@ def plan_replay(
     if not batches:
         raise ReplayError(f"{table}: no dirty records to replay in {layout.dirty_dir}")
     batch_id = state.last_committed + 1
-    record = AuditLog(commit_log.state_dir, table).append(
+    record = table_state.audit.append(
         action="replay",
         reason=request.reason,
         by=request.by,
@@ -126,11 +125,11 @@ def plan_replay(
         topic=config.source.topic,
         processing_time=request.at.isoformat(),
         ranges=(),
-        sealed_through=HourJournal(commit_log.state_dir, table).state().sealed_through,
+        sealed_through=table_state.journal.state().sealed_through,
         planned_at=request.at.isoformat(),
         replay={"batches": list(batches), "audit_seq": record.seq},
         # today's schema: a replay classifies again by today's rules (a fixed schema)
-        schema_version=SchemaHistory(commit_log.state_dir, table).ensure(config, run_id).version,
+        schema_version=table_state.schema_history.ensure(config, run_id).version,
     )
     commit_log.write_plan(plan)
     commit_log.bind_run(run_id, batch_id)
@@ -200,7 +199,7 @@ def replay_and_stage(
     records like a dump does; reconcile against the records found in the dirty files."""
     from pyspark.sql import functions as F
 
-    from tidemark.ingest.dump import Staged, stage_classified
+    from tidemark.ingest.staged import Staged, stage_classified
     from tidemark.ingest.staging import staged_rows
 
     layout = publisher.layout
@@ -248,12 +247,3 @@ def replay_and_stage(
     return Staged(
         stats, folded, admitted, extra={"replay": {**(plan.replay or {}), "dirty_replaced": replaced}}
     )
-
-
-def replay_dirty(
-    spark: SparkSession, config: TableConfig, settings: Any, run_id: str, request: ReplayRequest
-) -> Any:
-    """Replay dirty records as the batch of ``run_id`` (idempotent per run id): see the module doc."""
-    from tidemark.ingest.dump import run_dump
-
-    return run_dump(spark, config, settings, run_id, request.at, planned_at=request.at, replay=request)

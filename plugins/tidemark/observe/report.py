@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.ingest.resolve import AuditLog
 from tidemark.observe.status import render_stream, stream_summary
 from tidemark.settings import Settings
+from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import DATA_DOCS, data_docs_dir

@@ -8,8 +8,8 @@ from typing import Any
 from tidemark.config import TableConfig
 from tidemark.errors import BrokerUnavailableError
 from tidemark.ingest.kafka import client_properties, partition_offsets
-from tidemark.ingest.resolve import AuditLog
 from tidemark.settings import Settings
+from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import EntryKind, HourJournal
 from tidemark.state.locks import TableLock

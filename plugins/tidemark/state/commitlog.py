@@ -28,8 +28,8 @@ from typing import Any
 from tidemark.compat import renamed
 from tidemark.errors import BatchConflictError
 from tidemark.faults import crash_point
-from tidemark.ingest.cardinality import merge
 from tidemark.state.layout import run_key
+from tidemark.state.partition_values import merge
 from tidemark.state.seqlog import SequentialLog
 from tidemark.state.storage import Location, create_only, read_json
 from tidemark.time.watermarks import MqWatermark, ReadyTime

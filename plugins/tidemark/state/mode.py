@@ -68,7 +68,7 @@ class TableWriter:
     def switch(self, to: str, *, by: str, reason: str, at: str) -> tuple[WriterMode, bool]:
         """Make ``to`` the table's writer, with an audit record; returns the mode and whether
         it changed (switching to the current writer is a no-op, not an error)."""
-        from tidemark.ingest.resolve import AuditLog
+        from tidemark.state.audit import AuditLog
         from tidemark.state.locks import TableLock
 
         if to not in WRITERS:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tidemark.ingest.conversions import Conversion
+    from tidemark.conversions import Conversion
     from tidemark.ingest.spec import ClassifySpec
     from tidemark.schema import Column
 

@@ -24,7 +24,7 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from tidemark.ingest.conversions import Conversion
+from tidemark.conversions import Conversion
 from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.ingest.decoders.avro_schema import ReadPlan, Unresolvable, read_plan
 from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_column

@@ -27,7 +27,7 @@ from tidemark.schema import Column, SqlType
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tidemark.ingest.conversions import Conversion
+    from tidemark.conversions import Conversion
 
 # logical types fastavro need not build objects for: the Arrow type reads their numbers
 AS_NUMBERS = {
@@ -255,7 +255,7 @@ def _source(schema: Any, sql: SqlType, names: dict[str, Any], path: str) -> pa.D
 
 def _converted_source(schema: Any, conversion: Conversion, names: dict[str, Any], path: str) -> pa.DataType:
     """A declared conversion reads epoch numbers from Avro numbers, text from strings."""
-    from tidemark.ingest.conversions import source_type
+    from tidemark.conversions import source_type
 
     kind, logical = _kind(_unwrap(schema, names, path))
     wanted = {"int", "long", "float", "double"} if conversion.source != "text" else {"string"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tidemark.ingest.conversions import Conversion, convert
+from tidemark.conversions import Conversion, convert
 from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.schema import Column
 

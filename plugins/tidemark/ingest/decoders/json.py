@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tidemark.ingest.conversions import Conversion, convert, source_type
+from tidemark.conversions import Conversion, convert, source_type
 from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.ingest.jsonlines import (
     JsonLinesReader,

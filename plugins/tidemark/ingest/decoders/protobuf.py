@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tidemark.ingest.conversions import Conversion
+from tidemark.conversions import Conversion
 from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.ingest.decoders.avro_schema import Unresolvable
 from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_column

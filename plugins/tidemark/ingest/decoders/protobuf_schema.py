@@ -31,7 +31,7 @@ from tidemark.schema import Column, SqlType
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tidemark.ingest.conversions import Conversion
+    from tidemark.conversions import Conversion
 
 Getter = Callable[[Any], Any]  # the Python value of a field of a parsed message (or None)
 
