@@ -43,11 +43,22 @@ def dagbag() -> Any:
     return bag
 
 
-def test_every_dag_file_imports(dagbag: Any) -> None:
+def test_every_dag_file_imports_and_each_table_lives_in_its_shard(dagbag: Any) -> None:
+    """No import error; the DAG files are the error file and one file per shard; every
+    table's DAGs come from the one shard file its name hashes to."""
+    from tidemark.airflow.common import table_of_dag
+    from tidemark.airflow.dags import SHARDS, shard_of
+    from tidemark.config import load_tables
+
     assert dagbag.import_errors == {}
-    files = {p.name for p in DAGS.glob("*.py")} - {ERRORS_FILE}  # it holds no DAG when all is well
-    loaded = {Path(d.fileloc).name for d in dagbag.dags.values()}
-    assert files and files == loaded, f"files without a DAG: {files - loaded}"
+    shards = {f"tidemark_tables_{i}.py" for i in range(SHARDS)}
+    assert {p.name for p in DAGS.glob("*.py")} == {ERRORS_FILE, *shards}
+    tables = {t.table for t in load_tables()}
+    by_table: dict[str, set[str]] = {}
+    for dag in dagbag.dags.values():
+        by_table.setdefault(table_of_dag(dag.dag_id) or "", set()).add(Path(dag.fileloc).name)
+    assert set(by_table) == tables
+    assert by_table == {t: {f"tidemark_tables_{shard_of(t)}.py"} for t in tables}
 
 
 def test_one_bad_table_among_fifty_disappears_alone_with_one_import_error(

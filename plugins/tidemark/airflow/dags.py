@@ -1,13 +1,23 @@
-"""Every DAG of every table, keyed by dag id: what ``dags/tidemark_ingest.py`` registers.
+"""Every DAG of every table, keyed by dag id: what the ``dags/tidemark_tables_<shard>.py``
+files register.
 
 Each kind has one builder module; a table gets the kinds that fit it (bootstrap and merge
 only for CDC tables). A new DAG kind is a builder here and a name in ``common.DAG_KINDS``.
+
+The tables are spread over ``SHARDS`` DAG files by a stable hash of their names, because
+Airflow gives each file its own parse (``dagbag_import_timeout``, 30 s by default, and its
+own process): building a table's four to six DAGs costs Airflow about 20 ms, so one file of
+1,000 tables would take longer than that, while each of eight files takes a few seconds.
+A table never moves between files unless ``SHARDS`` changes.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import zlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tidemark.airflow.ingest import ingest_dag
@@ -20,6 +30,21 @@ from tidemark.settings import Settings
 log = logging.getLogger(__name__)
 Builder = Callable[[TableConfig, Settings], Any]
 
+SHARDS = 8  # the dags/tidemark_tables_<0..7>.py files
+
+
+def shard_of(table: str) -> int:
+    """The DAG file of a table: a stable hash of its name (not Python's salted ``hash``)."""
+    return zlib.crc32(table.encode()) % SHARDS
+
+
+def shard_dags(dag_file: str, settings: Settings | None = None) -> dict[str, Any]:
+    """The DAGs of the tables of the shard a DAG file is named for (``..._<shard>.py``)."""
+    found = re.search(r"_(\d+)\.py$", Path(dag_file).name)
+    if found is None or int(found.group(1)) >= SHARDS:
+        raise ValueError(f"{dag_file}: a shard DAG file is named tidemark_tables_<0..{SHARDS - 1}>.py")
+    return all_dags(settings, shard=int(found.group(1)))
+
 
 def builders_for(config: TableConfig) -> list[Builder]:
     """The DAG kinds of one table: ingest, seal, rebuild and stream; bootstrap and merge for
@@ -30,19 +55,22 @@ def builders_for(config: TableConfig) -> list[Builder]:
     return kinds
 
 
-def all_dags(settings: Settings | None = None) -> dict[str, Any]:
-    """Every DAG of every table that can run, keyed by dag id. A table whose YAML is invalid,
-    or whose schema is not a compatible change of its recorded one, has no DAGs: it
-    disappears alone, and ``dags/tidemark_config_errors.py`` shows why as an import error."""
+def all_dags(settings: Settings | None = None, shard: int | None = None) -> dict[str, Any]:
+    """Every DAG of every table that can run (of one ``shard``, or all), keyed by dag id. A
+    table whose YAML is invalid, or whose schema is not a compatible change of its recorded
+    one, has no DAGs: it disappears alone, and ``dags/tidemark_config_errors.py`` shows why as
+    an import error."""
     settings = settings or Settings.from_env()
-    configs, _ = tables_apart(settings)
+    configs, _ = tables_apart(settings, shard)
     dags = [build(config, settings) for config in configs for build in builders_for(config)]
     return {dag.dag_id: dag for dag in dags}
 
 
-def tables_apart(settings: Settings) -> tuple[list[TableConfig], dict[str, str]]:
-    """The tables that can run, and for every table file that cannot, why (file -> problem):
-    one table's mistake never takes the others' DAGs with it."""
+def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[TableConfig], dict[str, str]]:
+    """The tables that can run (of one ``shard``, or all), and for every table file that
+    cannot, why (file -> problem): one table's mistake never takes the others' DAGs with it.
+    Every YAML is read (names collide across shards); the schema history only of the
+    shard's tables."""
     from tidemark.errors import ConfigError, SchemaEvolutionError
     from tidemark.evolution import SchemaHistory
 
@@ -51,7 +79,8 @@ def tables_apart(settings: Settings) -> tuple[list[TableConfig], dict[str, str]]
     for path in table_files(settings):
         try:
             config = load_table_file(path)
-            SchemaHistory(settings.state_location, config.table).check(config)
+            if shard is None or shard_of(config.table) == shard:
+                SchemaHistory(settings.state_location, config.table).check(config)
         except (ConfigError, SchemaEvolutionError) as exc:
             problems[str(path)] = str(exc)
             log.error("tidemark: %s has no DAGs: %s", path, exc)
@@ -61,7 +90,8 @@ def tables_apart(settings: Settings) -> tuple[list[TableConfig], dict[str, str]]
     for config in configs:
         if config.table in colliding:
             problems[str(settings.conf_dir / f"{config.table}.yaml")] = colliding[config.table]
-    return [c for c in configs if c.table not in colliding], problems
+    runnable = [c for c in configs if c.table not in colliding]
+    return [c for c in runnable if shard is None or shard_of(c.table) == shard], problems
 
 
 def raise_table_problems(settings: Settings | None = None) -> None:

@@ -1,0 +1,143 @@
+"""A fleet of tables: how long Airflow takes to parse tidemark's DAG files at 10, 100 and
+1,000 tables, with the state on the local disk and on S3, in one sitting.
+
+    .venv/bin/python bench/fleet.py [--tables 10,100,1000] [--no-s3]
+
+Writes N table YAMLs (the events example under other names), records each table's schema
+version in the state store (as its first dump would), then times what Airflow's DAG
+processor does with each file of dags/: ``shard_dags`` for each ``tidemark_tables_<i>.py``
+(the DAGs of its shard's tables) and ``raise_table_problems`` for ``tidemark_config_errors.py``
+(every table file checked). Airflow parses each file in its own process under its own
+``dagbag_import_timeout`` (30 s by default), so the figure that matters is the slowest file;
+the sum is the processor's work per parse loop. The import of Airflow and tidemark (about 2 s,
+paid by each parsing process) is printed apart. The state on S3 is a local SeaweedFS (started
+here). Prints ``parse at 1000 tables = Y.Y s`` (the slowest file, S3 state) last.
+
+Not built yet (issue 33): the grouped/per-table CPU comparison of shared jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DAGS = ROOT / "dags"
+
+
+def write_tables(conf: Path, n: int) -> list[str]:
+    template = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
+    names = [f"fleet_{i:04d}" for i in range(n)]
+    conf.mkdir(parents=True)
+    for name in names:
+        data = {**template, "table": name, "source": {**template["source"], "topic": name}}
+        (conf / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return names
+
+
+def parse_once(settings: object) -> dict[str, float]:
+    """Seconds per DAG file, as the DAG processor would spend them (after its imports)."""
+    from tidemark.airflow.dags import raise_table_problems, shard_dags
+
+    figures = {}
+    for path in sorted(DAGS.glob("tidemark_tables_*.py")):
+        started = time.perf_counter()
+        shard_dags(str(path), settings)  # type: ignore[arg-type]
+        figures[path.name] = time.perf_counter() - started
+    started = time.perf_counter()
+    raise_table_problems(settings)  # type: ignore[arg-type]
+    figures["tidemark_config_errors.py"] = time.perf_counter() - started
+    return figures
+
+
+def sitting(n: int, state: str, home: Path, base_env: dict[str, str]) -> dict[str, float]:
+    from tidemark.config import load_table_file
+    from tidemark.evolution import SchemaHistory
+    from tidemark.settings import Settings
+
+    conf = home / f"conf-{n}-{state.split(':', maxsplit=1)[0]}"
+    names = write_tables(conf, n)
+    os.environ.update({**base_env, "TIDEMARK_CONF_DIR": str(conf), "TIDEMARK_STATE_DIR": state})
+    settings = Settings.from_env()
+    for name in names:  # each table's first dump records its schema version
+        SchemaHistory(settings.state_location, name).ensure(load_table_file(conf / f"{name}.yaml"), "bench")
+    figures = parse_once(settings)
+    shutil.rmtree(conf)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tables", default="10,100,1000")
+    parser.add_argument("--no-s3", action="store_true")
+    args = parser.parse_args(argv)
+    counts = [int(x) for x in args.tables.split(",")]
+
+    import logging
+
+    home = Path(tempfile.mkdtemp(prefix="tidemark-bench-fleet-"))
+    os.environ["TIDEMARK_HOME"] = str(home / "home")
+    started = time.perf_counter()
+    import airflow.sdk  # noqa: F401 - what each DAG-processing process imports first
+
+    from tidemark.airflow import dags  # noqa: F401
+    from tidemark.settings import Settings
+
+    print(f"imports (Airflow, tidemark): {time.perf_counter() - started:.1f} s, paid by each parsing process")
+    logging.getLogger("tidemark").setLevel(logging.WARNING)  # one line per table recorded
+    states = {"local": str(home / "state")}
+    s3 = None
+    if not args.no_s3:
+        import boto3
+
+        from tidemark_dev.s3 import S3Service, s3_environment
+
+        s3_settings = replace(
+            Settings.from_env(), home=home / "s3", s3_port=int(os.environ.get("BENCH_S3_PORT", "18620"))
+        )
+        s3 = S3Service(s3_settings)
+        s3.start()
+        s3_env = s3_environment(s3_settings)
+        os.environ.update(s3_env)
+        boto3.client(
+            "s3",
+            endpoint_url=s3_env["AWS_ENDPOINT_URL"],
+            aws_access_key_id=s3_env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=s3_env["AWS_SECRET_ACCESS_KEY"],
+            region_name=s3_env["AWS_REGION"],
+        ).create_bucket(Bucket="fleet")
+        states["s3"] = "s3://fleet/state"
+    slowest = {}
+    try:
+        for n in counts:
+            for label, state in states.items():
+                figures = sitting(n, f"{state}-{n}" if label == "local" else f"{state}/{n}", home, {})
+                worst = max(figures, key=lambda k: figures[k])
+                shards = [v for k, v in figures.items() if k.startswith("tidemark_tables_")]
+                print(
+                    f"{n:>5} tables, state {label:<5}: slowest file {figures[worst]:5.2f} s ({worst}), "
+                    f"shard files {min(shards):.2f}-{max(shards):.2f} s, config-errors file "
+                    f"{figures['tidemark_config_errors.py']:.2f} s, all files {sum(figures.values()):.2f} s",
+                    flush=True,
+                )
+                slowest[(n, label)] = figures[worst]
+    finally:
+        if s3 is not None:
+            s3.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    top = max(counts)
+    label = "s3" if (top, "s3") in slowest else "local"
+    print(f"parse at {top} tables = {slowest[(top, label)]:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
