@@ -58,6 +58,25 @@ class HourFiles:
             data_docs_dir(state.local_path(), config.table) if state.scheme in ("", "file") else None
         )
 
+    def warm_up(self) -> None:
+        """Pay the fixed costs of the first hour while Spark compacts it: the Hive client's
+        start (Derby's boot or the metastore connection, ~3 s) and Great Expectations' import
+        (~4 s, when the gate needs it). Each runs in a daemon thread, and the compaction's
+        work is the JVM's, so they overlap; a failure there is left for the real call to
+        raise, with its own message (imports and the Hive client are safe to start from two
+        threads: the second waits for the first)."""
+        import threading
+
+        from tidemark.seal.quality import needs_gx, warm_gx
+
+        work = [self.metastore.connect]
+        if needs_gx(self.config, self.docs_dir):
+            work.append(warm_gx)
+        for task in work:
+            threading.Thread(
+                target=_quietly, args=(task,), name=f"warm-up-{task.__name__}", daemon=True
+            ).start()
+
     def hour_dir(self, hour: Hour) -> Path:
         return self.layout.table_dir / hour.path
 
@@ -209,6 +228,13 @@ class HourFiles:
             self.layout.store.write_json(f"{self.layout.relative(target)}/{SUCCESS}", record)
         else:
             write_success(target, hour.key, rows, version)
+
+
+def _quietly(task: Any) -> None:
+    try:
+        task()
+    except Exception:  # the real call raises it, named
+        log.debug("warm-up %s failed", task, exc_info=True)
 
 
 def step_entry(

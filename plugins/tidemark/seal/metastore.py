@@ -92,13 +92,23 @@ class Metastore:
     def __init__(self, spark: SparkSession, config: TableConfig) -> None:
         self.spark = spark
         self.config = config
+        self._ensured: set[tuple[str, str]] = set()  # (table, location) brought up to date by this job
+
+    def connect(self) -> None:
+        """Start the session's Hive client (embedded Derby boots, or the thrift connection
+        opens): the first DDL's fixed cost, paid here when called ahead of time."""
+        self.spark.catalog.databaseExists("default")
 
     def ensure_table(self, table: str, location: Path | str) -> None:
-        """Create the table if missing, else bring its columns to the config's schema."""
+        """Create the table if missing, else bring its columns to the config's schema: once per
+        job and table (a seal of ten hours registers ten times)."""
+        if (table, str(location)) in self._ensured:
+            return
         if isinstance(location, Path):
             location.mkdir(parents=True, exist_ok=True)
         self.spark.sql(create_table_sql(self.config, table, location))
         evolve_table(self.spark, table, data_fields(self.config), partition_columns(self.config))
+        self._ensured.add((table, str(location)))
 
     def add_partitions(self, table: str, partitions: Sequence[tuple[Mapping[str, str], Path | str]]) -> None:
         """Register partitions (those registered already keep their location: the local disk,

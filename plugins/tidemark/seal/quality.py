@@ -130,6 +130,17 @@ def validate(
     return not failures, failures, len(defaults) + len(customs), page
 
 
+def needs_gx(config: TableConfig, docs_dir: Path | None) -> bool:
+    """Whether the gate of ``config`` imports GX: for the table's own expectations, or to
+    render the Data Docs."""
+    return bool(config.quality.expectations) or docs_dir is not None
+
+
+def warm_gx() -> None:
+    """Import GX ahead of its first use (``HourFiles.warm_up``)."""
+    _gx()
+
+
 def _gx() -> Any:
     """Great Expectations, imported quietly (its import takes seconds: only when needed)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")

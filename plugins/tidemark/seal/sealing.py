@@ -167,6 +167,8 @@ class Sealer:
         if not hours and seal_limit(self.config, state) is None:
             result.status = "no_ready_time"
             result.message = "no global ready time yet (see tidemark status --hour)"
+        if any(state.rows_per_hour.get(h.path, 0) for h in hours):
+            self.files.warm_up()
         for hour in hours:
             hour_watch = Stopwatch()
             entry = self._seal_hour(hour, state, partitions, hour_watch)
