@@ -13,6 +13,13 @@ the sum is the processor's work per parse loop. The import of Airflow and tidema
 paid by each parsing process) is printed apart. The state on S3 is a local SeaweedFS (started
 here). Prints ``parse at 1000 tables = Y.Y s`` (the slowest file, S3 state) last.
 
+With ``--commits 100,10000,100000`` it also times, on synthetic commit logs of that many
+batches (local disk), what a table's age could slow: the state a dump plans from
+(``CommitLog.state``: the checkpoint and the commits after it) and the commits a rebuild of
+one hour reads (the checkpoint's hour index), against reading every commit record (what the
+rebuild planning did before the index). 1,000,000 works too, given the disk and the time to
+write a million small files.
+
 Not built yet (issue 33): the grouped/per-table CPU comparison of shared jobs.
 """
 
@@ -74,10 +81,59 @@ def sitting(n: int, state: str, home: Path, base_env: dict[str, str]) -> dict[st
     return figures
 
 
+def commit_log_ages(counts: list[int], home: Path) -> None:
+    """State and rebuild-planning reads at several commit-log lengths (a 10 s stream writes
+    about 3 million commits a year)."""
+    from dataclasses import replace as changed
+
+    from tidemark.state.commitlog import Commit, CommitLog, MqRange
+
+    for n in counts:
+        log = CommitLog(home / f"commits-{n}", "aged")
+        template = Commit(
+            table="aged",
+            batch_id=0,
+            run_id="r",
+            committed_by_run="r",
+            topic="aged",
+            processing_time="2026-11-22T12:00:00+00:00",
+            ranges=(MqRange(0, 0, 10),),
+            files=(),
+            rows_per_hour={},
+            mq_partitions=(),
+            rows=10,
+            dirty=0,
+        )
+        started = time.perf_counter()
+        for b in range(n):  # 360 batches an hour, as a 10 s trigger writes them
+            hour = f"dt=2026-11-22/hr={b // 360:06d}"
+            log.write_commit(changed(template, batch_id=b, run_id=f"r{b}", rows_per_hour={hour: 10}))
+        written = time.perf_counter() - started
+        started = time.perf_counter()
+        state = log.state()
+        state_s = time.perf_counter() - started
+        started = time.perf_counter()
+        batches = state.batches_of_hour("dt=2026-11-22/hr=000000") or []
+        read = [log.commit(b) for b in batches]
+        indexed_s = time.perf_counter() - started
+        started = time.perf_counter()
+        scanned = sum(1 for c in log.iter_commits() if "dt=2026-11-22/hr=000000" in c.rows_per_hour)
+        scan_s = time.perf_counter() - started
+        assert scanned == len(read) == min(n, 360)
+        print(
+            f"{n:>9,} commits (written in {written:.0f} s): state {state_s * 1000:7.1f} ms | rebuild "
+            f"planning of one hour: indexed {indexed_s * 1000:7.1f} ms ({len(read)} commits read), "
+            f"every commit {scan_s * 1000:9.1f} ms",
+            flush=True,
+        )
+        shutil.rmtree(home / f"commits-{n}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", default="10,100,1000")
     parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument("--commits", default="", help="e.g. 100,10000,100000: commit-log ages to time")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.tables.split(",")]
 
@@ -116,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         ).create_bucket(Bucket="fleet")
         states["s3"] = "s3://fleet/state"
     slowest = {}
+    if args.commits:
+        commit_log_ages([int(x) for x in args.commits.split(",")], home)
     try:
         for n in counts:
             for label, state in states.items():

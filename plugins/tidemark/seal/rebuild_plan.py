@@ -118,10 +118,16 @@ def plan_rebuild(
             f"tidemark status --table {config.table} --partition {hour.key} and release it first"
         )
     commit_log = CommitLog(settings.state_location, config.table)
+    state = commit_log.state()
+    # the checkpoint's hour index names the batches to read (an older one: every commit)
+    indexed = state.batches_of_hour(hour.path)
+    commits = (
+        (c for c in (commit_log.commit(b) for b in indexed) if c is not None)
+        if indexed is not None
+        else commit_log.iter_commits()
+    )
     sources = []
-    last = -1
-    for commit in commit_log.iter_commits():
-        last = commit.batch_id
+    for commit in commits:
         rows = commit.rows_per_hour.get(hour.path, 0)
         late = commit.late_per_hour.get(hour.path, 0)
         if not rows and not late:
@@ -148,7 +154,7 @@ def plan_rebuild(
         kind=current.kind,
         version=current.version,
         include_late=config.late_policy == "amend",
-        through_batch=last,
+        through_batch=state.last_committed,
         sources=tuple(sources),
     )
 

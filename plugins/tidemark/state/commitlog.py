@@ -225,6 +225,17 @@ class LogState:
     watermarks: dict[int, MqWatermark] = field(default_factory=dict)
     ready: ReadyTime | None = None
     partition_values: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # hour path -> [first, last] runs of consecutive batch ids that committed rows or late
+    # rows for it: a rebuild plans from these instead of reading every commit record
+    batches_per_hour: dict[str, list[list[int]]] = field(default_factory=dict)
+    hour_index_from: int = 0  # the index covers batches from here (> 0: an older checkpoint's)
+
+    def batches_of_hour(self, hour_path: str) -> list[int] | None:
+        """The batches that committed rows or late rows for an hour, in order; None when the
+        index does not cover every batch (a checkpoint of an older release)."""
+        if self.hour_index_from > 0:
+            return None
+        return [b for first, last in self.batches_per_hour.get(hour_path, ()) for b in range(first, last + 1)]
 
     def apply(self, commit: Commit) -> None:
         self.last_committed = commit.batch_id
@@ -238,6 +249,15 @@ class LogState:
             self.rows_per_hour[hour] = self.rows_per_hour.get(hour, 0) + n
         for hour, n in commit.late_per_hour.items():
             self.late_per_hour[hour] = self.late_per_hour.get(hour, 0) + n
+        touched = {h for h, n in commit.rows_per_hour.items() if n} | {
+            h for h, n in commit.late_per_hour.items() if n
+        }
+        for hour in touched:
+            runs = self.batches_per_hour.setdefault(hour, [])
+            if runs and runs[-1][1] == commit.batch_id - 1:
+                runs[-1][1] = commit.batch_id
+            else:
+                runs.append([commit.batch_id, commit.batch_id])
         if commit.watermarks:
             self.watermarks = {w.mq_partition: w for w in commit.watermarks}
         if commit.ready is not None:
@@ -260,6 +280,8 @@ class LogState:
         marks = (MqWatermark.from_json(w) for w in data.get("watermarks", []))
         data["watermarks"] = {w.mq_partition: w for w in marks}
         data["ready"] = ReadyTime.from_json(data["ready"]) if data.get("ready") else None
+        if "batches_per_hour" not in data:  # an older release's checkpoint: no hour index yet
+            data["hour_index_from"] = int(data["last_committed"]) + 1
         return cls(**data)
 
 
@@ -340,8 +362,15 @@ class CommitLog:
             self.write_checkpoint()
 
     def write_checkpoint(self) -> LogState:
-        """Compact the committed state into checkpoint.json (atomic replace)."""
+        """Compact the committed state into checkpoint.json (atomic replace). The first
+        checkpoint after an upgrade from a release without the hour index folds every commit
+        once, so the index covers them all."""
         state = self.state()
+        if state.hour_index_from > 0:
+            log.info("%s: indexing the hours of %s batches once", self.table, state.last_committed + 1)
+            state = LogState()
+            for commit in self.iter_commits():
+                state.apply(commit)
         self._commits.write_checkpoint(state.to_json())
         log.info("%s: commit log checkpoint at batch %s", self.table, state.last_committed)
         return state
