@@ -61,6 +61,12 @@ class Unresolvable(ValueError):
     """A writer schema cannot be read into the table schema; names the field."""
 
 
+def require_nullable(column: Column, where: str) -> None:
+    """A column the writer does not have reads as null: refused for a ``not null`` one."""
+    if not column.nullable:
+        raise Unresolvable(f"field {column.name}: not in {where}, and the column is not null")
+
+
 @dataclass(frozen=True)
 class ReadPlan:
     """How records of one writer schema are read: ``schema`` is what fastavro decodes with,
@@ -97,10 +103,7 @@ def read_plan(
     sources: dict[str, pa.DataType | None] = {}
     for column in columns:
         if column.name not in fields:
-            if not column.nullable:
-                raise Unresolvable(
-                    f"field {column.name}: not in the writer schema, and the column is not null"
-                )
+            require_nullable(column, "the writer schema")
             sources[column.name] = None
             continue
         conversion = conversions.get(column.name)

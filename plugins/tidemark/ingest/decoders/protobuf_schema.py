@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tidemark.ingest.decoders.avro_schema import Unresolvable
+from tidemark.ingest.decoders.avro_schema import Unresolvable, require_nullable
 from tidemark.schema import Column, SqlType
 
 if TYPE_CHECKING:
@@ -164,10 +164,7 @@ def proto_plan(descriptor: Any, columns: list[Column], conversions: dict[str, Co
     for column in columns:
         field = descriptor.fields_by_name.get(column.name)
         if field is None:
-            if not column.nullable:
-                raise Unresolvable(
-                    f"field {column.name}: not in message {descriptor.full_name}, and the column is not null"
-                )
+            require_nullable(column, f"message {descriptor.full_name}")
             getters[column.name] = None
             continue
         conversion = conversions.get(column.name)
