@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
-from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields
 from tidemark.seal.metastore import Metastore, quote_identifier
 from tidemark.seal.quality import QualityOutcome, gate
 from tidemark.settings import Settings
-from tidemark.state.commitlog import CommitLog, LogState
+from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.layout import SUCCESS, Layout, batch_of_file, data_docs_dir, write_success
+from tidemark.table_state import TableState
 from tidemark.tableformat import file_rows, format_of, is_data_file, table_format
 from tidemark.time.hours import Hour
 
@@ -48,8 +48,9 @@ class HourFiles:
         self.metastore = Metastore(spark, config)
         self.extra_columns = list(config.partitioning.columns)
         self.format = table_format(config)  # of the sealed hours; batch files are Parquet
-        self.history = SchemaHistory(settings.state_location, config.table)
-        self.commit_log = CommitLog(settings.state_location, config.table)
+        self.state = TableState(settings.state_location, config.table)
+        self.history = self.state.schema_history
+        self.commit_log = self.state.commit_log
         self._commits: dict[int, frozenset[str]] = {}  # batch -> its commit record's files
         self._schema_version: int | None = None
         # GX Data Docs need a local directory: kept beside the state when it is local

@@ -42,8 +42,7 @@ from tidemark.seal.hourfiles import HourFiles, data_files, step_entry
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
 from tidemark.seal.versions import entry_directory, write_version_once
 from tidemark.settings import Settings
-from tidemark.state.commitlog import CommitLog
-from tidemark.state.journal import EntryKind, HourJournal
+from tidemark.state.journal import EntryKind
 from tidemark.state.layout import (
     COMPACTED_MARKER,
     batch_dir_name,
@@ -51,7 +50,7 @@ from tidemark.state.layout import (
     sealed_file_prefix,
     write_success,
 )
-from tidemark.state.locks import Lease, TableLock
+from tidemark.state.locks import Lease
 from tidemark.state.storage import exchange_directories, replace_atomically
 from tidemark.tablefs import Store
 from tidemark.time.hours import Hour, parse_key
@@ -82,8 +81,9 @@ class Rebuilder:
         self.run_id = run_id
         self.files = HourFiles(spark, config, settings)
         self.layout = self.files.layout
-        self.journal = HourJournal(settings.state_location, config.table)
-        self.commit_log = CommitLog(settings.state_location, config.table)
+        self.state = self.files.state
+        self.journal = self.state.journal
+        self.commit_log = self.state.commit_log
         self.hour_lease: Lease | None = None
 
     def run(self, hour_keys: list[str]) -> RebuildResult:
@@ -98,9 +98,7 @@ class Rebuilder:
 
         table = self.config.table
         hour = parse_key(hour_key, self.config.event_time.time_zone)
-        with TableLock(self.settings.state_location, table, f"rebuild-{hour.key}").hold(
-            self.run_id
-        ) as hour_lease:
+        with self.state.lock(f"rebuild-{hour.key}").hold(self.run_id) as hour_lease:
             self.hour_lease = hour_lease  # owns the version directory it writes
             partitions = self.journal.state()
             current = partitions.hours.get(hour.key)
@@ -145,7 +143,7 @@ class Rebuilder:
                 self._drop_staging(hour)
                 raise QualityGateError(table, {hour.key: list(quality.failures)})
             crash_point("before_swap")
-            with TableLock(self.settings.state_location, table).hold(self.run_id) as lease:
+            with self.state.lock().hold(self.run_id) as lease:
                 hour_lease.check()  # paused past the hour's lease: another rebuild owns it now
                 entry, atomic = self._swap_and_record(
                     lease,

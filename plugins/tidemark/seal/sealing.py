@@ -43,12 +43,13 @@ from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.late import LateRows
 from tidemark.seal.versions import VersionCollector, entry_directory, write_version_once
 from tidemark.settings import Settings
-from tidemark.state.commitlog import CommitLog, LogState
-from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
+from tidemark.state.commitlog import LogState
+from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.layout import compaction_marker, sealed_file_prefix
-from tidemark.state.locks import Lease, TableLock
+from tidemark.state.locks import Lease
 from tidemark.state.storage import exchange_directories, read_json, replace_atomically
 from tidemark.stopwatch import Stopwatch
+from tidemark.table_state import TableState
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
 from tidemark.time.instants import parse_instant
 
@@ -128,8 +129,8 @@ class Sealer:
         self.run_id = run_id
         self.files = HourFiles(spark, config, settings)
         self.layout = self.files.layout
-        self.commit_log = CommitLog(settings.state_location, config.table)
-        self.journal = HourJournal(settings.state_location, config.table)
+        self.commit_log = self.files.state.commit_log
+        self.journal = self.files.state.journal
         self.zone = config.event_time.time_zone
         self.late = LateRows(self.files, run_id, fence=self._fence, lease=lease)
         self.watch = Stopwatch()
@@ -491,9 +492,10 @@ class Sealer:
 
 def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:
     """What a seal run would do now, changing nothing (the trigger form's dry run)."""
-    commit_log = CommitLog(settings.state_location, config.table)
+    table_state = TableState(settings.state_location, config.table)
+    commit_log = table_state.commit_log
     state = commit_log.state()
-    partitions = HourJournal(settings.state_location, config.table).state()
+    partitions = table_state.journal.state()
     pending = commit_log.pending_plan(state)
     hours = [] if pending is not None else [h.key for h in hours_to_seal(config, state, partitions)]
     quarantined = sorted(k for k, e in partitions.hours.items() if e.quarantined)
@@ -516,7 +518,7 @@ def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:
 
 def run_seal(spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> SealResult:
     """Seal every complete hour of ``config.table``; safe to run any number of times."""
-    with TableLock(settings.state_location, config.table).hold(run_id) as lease:
+    with TableState(settings.state_location, config.table).lock().hold(run_id) as lease:
         return Sealer(spark, config, settings, run_id, lease).run()
 
 
@@ -524,5 +526,5 @@ def run_release(
     spark: SparkSession, config: TableConfig, settings: Settings, hour_key: str, run_id: str
 ) -> JournalEntry:
     """Register a quarantined hour (``tidemark release``); refuses any other hour."""
-    with TableLock(settings.state_location, config.table).hold(run_id) as lease:
+    with TableState(settings.state_location, config.table).lock().hold(run_id) as lease:
         return Sealer(spark, config, settings, run_id, lease).release(hour_key)

@@ -42,9 +42,10 @@ from tidemark.errors import BatchConflictError, QualityGateError, TidemarkError,
 from tidemark.faults import crash_point
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
-from tidemark.state.locks import Lease, TableLock, lease_duration
-from tidemark.state.mode import STREAM, TableWriter
+from tidemark.state.locks import Lease, lease_duration
+from tidemark.state.mode import STREAM
 from tidemark.state.storage import Location, read_json, replace_atomically
+from tidemark.table_state import TableState
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -144,7 +145,8 @@ class EpochRunner:
         self.checkpoint = checkpoint
         self.clock = clock
         self.progress = progress
-        self.commit_log = CommitLog(settings.state_location, config.table)
+        self.state = TableState(settings.state_location, config.table)
+        self.commit_log = self.state.commit_log
         self.stop_reason = ""
         self._query_id = ""
         # late rows a seal killed with the last run may not have registered: seal once at start
@@ -234,15 +236,14 @@ class EpochRunner:
         """Seal (register, gate, amend or register late rows) when an hour is complete or late
         rows wait; a quarantined hour is reported, and the stream goes on."""
         from tidemark.seal.sealing import Sealer, hours_to_seal
-        from tidemark.state.journal import HourJournal
 
         state = self.commit_log.state()
-        journal = HourJournal(self.settings.state_location, self.config.table).state()
+        journal = self.state.journal.state()
         if not hours_to_seal(self.config, state, journal) and not self._late_unsealed:
             return
         seal_run = f"{run_id}-seal"
         try:
-            with TableLock(self.settings.state_location, self.config.table).hold(seal_run) as lease:
+            with self.state.lock().hold(seal_run) as lease:
                 result = Sealer(self.spark, self.config, self.settings, seal_run, lease).run()
         except BatchConflictError as exc:  # another job's long step: seal at a later micro-batch
             log.warning("%s: sealing put off to the next micro-batch: %s", self.config.table, exc)
@@ -268,22 +269,21 @@ def _state_store_env() -> dict[str, str]:
 def stream_health(table: str, settings: Settings, *, stale_after: timedelta, now: datetime) -> dict[str, Any]:
     """What the sensor decides on: the writer mode, the stream's status record and whether
     its heartbeat is fresh, and whether hours were published since the last announcement."""
-    from tidemark.state.journal import HourJournal
-
+    table_state = TableState(settings.state_location, table)
     status = StreamStatus(settings.state_location, table).read() or {}
     beat = status.get("heartbeat_at")
     age = (now - datetime.fromisoformat(beat)).total_seconds() if beat else None
-    journal = HourJournal(settings.state_location, table)
+    journal = table_state.journal
     unannounced = [e.hour for e in journal.entries(journal.announced_through() + 1) if e.published]
     return {
-        "mode": TableWriter(settings.state_location, table).current().mode,
+        "mode": table_state.writer.current().mode,
         "state": status.get("state", "never_started"),
         "heartbeat_age_s": round(age, 1) if age is not None else None,
         "alive": age is not None and age <= stale_after.total_seconds(),
         "message": status.get("message", ""),
         "unannounced": unannounced,
-        "writer": TableWriter(settings.state_location, table).current().describe(),
-        "lock": TableLock(settings.state_location, table, STREAM_LOCK).holder(now),
+        "writer": table_state.writer.current().describe(),
+        "lock": table_state.lock(STREAM_LOCK).holder(now),
         "status": status,
     }
 
@@ -344,17 +344,18 @@ def run_stream(
     from tidemark.stream.source import SOURCE_NAME, StreamOffsetsSource
 
     table = config.table
-    TableWriter(settings.state_location, table).require(STREAM)
+    table_state = TableState(settings.state_location, table)
+    table_state.writer.require(STREAM)
     interval = trigger_interval_s or config.stream.trigger_interval.total_seconds()
     status = StreamStatus(settings.state_location, table)
     progress = Progress(table, run_id, clock().isoformat(), until_caught_up, interval)
-    with TableLock(settings.state_location, table, STREAM_LOCK).hold(run_id) as lease:
+    with table_state.lock(STREAM_LOCK).hold(run_id) as lease:
         target: dict[int, tuple[int, int]] | None = None
         kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         if until_caught_up:
             target = partition_offsets(kafka_conf, config.source.topic)
         checkpoint = checkpoint_location(settings, table)
-        log.info("%s", checkpoint_agreement(checkpoint, CommitLog(settings.state_location, table), table))
+        log.info("%s", checkpoint_agreement(checkpoint, table_state.commit_log, table))
         runner = EpochRunner(
             spark,
             config,
@@ -432,8 +433,9 @@ def _watch(
     target: dict[int, tuple[int, int]] | None,
 ) -> str:
     """Heartbeat until a stop reason; a failed query raises ``StreamError`` with its cause."""
-    writer = TableWriter(settings.state_location, config.table)
-    commit_log = CommitLog(settings.state_location, config.table)
+    table_state = TableState(settings.state_location, config.table)
+    writer = table_state.writer
+    commit_log = table_state.commit_log
     last_beat = 0.0
     while True:
         try:
