@@ -91,3 +91,14 @@ def test_a_clean_hour_passes_every_default(spark: Any) -> None:
     rows = [(f"e{i}", HOUR.start + timedelta(minutes=i)) for i in range(60)]
     ours = verdicts_both_ways(spark, config, rows, "event_id string, event_time timestamp")
     assert all(r.success for r in ours) and ours[-1].result == {"observed_value": 60}
+
+
+def test_a_table_without_a_key_counts_each_row_once(spark: Any) -> None:
+    config = events_config(primary_key=[])
+    rows = [("a", T), ("a", T), ("late", HOUR.end + timedelta(minutes=5))]
+    ours = verdicts_both_ways(spark, config, rows, "event_id string, event_time timestamp")
+    assert [(r.kind, r.success) for r in ours] == [
+        ("expect_column_values_to_be_between", False),
+        ("expect_table_row_count_to_be_between", True),
+    ]
+    assert ours[0].result["unexpected_count"] == 1 and ours[1].result == {"observed_value": 3}

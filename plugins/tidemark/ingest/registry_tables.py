@@ -90,11 +90,11 @@ def _problem(schema: RegisteredSchema, config: TableConfig, registry: SchemaRegi
 def _proto_problem(schema: RegisteredSchema, config: TableConfig, registry: SchemaRegistry) -> str | None:
     """The table's message (``schema_registry.message``), or else any top-level message of
     the file, must read into the table."""
-    from tidemark.ingest.decoders.protobuf_schema import file_descriptor, proto_plan
+    from tidemark.ingest.decoders.protobuf_schema import proto_plan, top_messages
 
     assert config.source.schema_registry is not None
     wanted = config.source.schema_registry.message
-    messages = list(file_descriptor(schema.text, registry.imports(schema)).message_types_by_name.values())
+    messages = top_messages(schema.text, registry.imports(schema))
     if wanted:
         messages = [m for m in messages if m.full_name == wanted]
         if not messages:
@@ -196,10 +196,10 @@ def _type(schema: Any, names: dict[str, Any]) -> str:
 
 
 def _top_message(schema: RegisteredSchema, imports: dict[str, str], wanted: str | None) -> Any:
-    from tidemark.ingest.decoders.protobuf_schema import file_descriptor
+    from tidemark.ingest.decoders.protobuf_schema import top_messages
 
     try:
-        messages = list(file_descriptor(schema.text, imports).message_types_by_name.values())
+        messages = top_messages(schema.text, imports)
     except Unresolvable as exc:
         raise ValueError(f"{schema.subject}: {exc}") from None
     names = [m.full_name for m in messages]

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.seal.metastore import quote_identifier
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -81,34 +82,30 @@ def default_results(frame: DataFrame, config: TableConfig, hour: Hour) -> list[C
         return []
     key = list(config.primary_key)
     unique = any(kind in (UNIQUE, COMPOUND_UNIQUE) for kind, _ in specs)
-    at = frame[_quoted(config.event_time.field)]
+    at = frame[quote_identifier(config.event_time.field)]
     outside = (at < F.lit(hour.start)) | (at >= F.lit(hour.end))
-    if unique:  # one shuffle by the key: counts per key, then everything from those
-        keyed = frame.groupBy(*(frame[_quoted(c)] for c in key)).agg(
+    if unique:  # one shuffle by the key: rows per key, then everything from those
+        keyed = frame.groupBy(*(frame[quote_identifier(c)] for c in key)).agg(
             F.count(F.lit(1)).alias("_n"), F.sum(F.when(outside, 1).otherwise(0)).alias("_out")
         )
-        n = F.col("_n")
-        judged = _judged(key)
-        summary = keyed.agg(
-            F.sum(n).alias("rows"),
-            F.sum("_out").alias("outside"),
-            F.sum(F.when((n > 1) & judged, n).otherwise(0)).alias("duplicates"),
-            F.sum(F.when(judged, n).otherwise(0)).alias("judged"),
-            *(
-                F.sum(F.when(F.col(_quoted(c)).isNull(), n).otherwise(0)).alias(f"null{i}")
-                for i, c in enumerate(key)
-            ),
-        ).first()
-    else:
-        keyed = None
-        summary = frame.agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.sum(F.when(outside, 1).otherwise(0)).alias("outside"),
-            *(
-                F.sum(F.when(frame[_quoted(c)].isNull(), 1).otherwise(0)).alias(f"null{i}")
-                for i, c in enumerate(key)
-            ),
-        ).first()
+    else:  # no key to group by: each row counts once
+        keyed = frame.select(
+            *(frame[quote_identifier(c)] for c in key),
+            F.lit(1).alias("_n"),
+            F.when(outside, 1).otherwise(0).alias("_out"),
+        )
+    n = F.col("_n")
+    judged = _judged(key) if key else F.lit(True)
+    summary = keyed.agg(
+        F.sum(n).alias("rows"),
+        F.sum("_out").alias("outside"),
+        F.sum(F.when((n > 1) & judged, n).otherwise(0)).alias("duplicates"),
+        F.sum(F.when(judged, n).otherwise(0)).alias("judged"),
+        *(
+            F.sum(F.when(F.col(quote_identifier(c)).isNull(), n).otherwise(0)).alias(f"null{i}")
+            for i, c in enumerate(key)
+        ),
+    ).first()
     assert summary is not None
     rows = int(summary["rows"] or 0)
     results = []
@@ -121,7 +118,6 @@ def default_results(frame: DataFrame, config: TableConfig, hour: Hour) -> list[C
                 )
             )
         elif kind in (UNIQUE, COMPOUND_UNIQUE):
-            assert keyed is not None
             duplicates = int(summary["duplicates"] or 0)
             sample = _duplicate_sample(keyed, key, kind) if duplicates else []
             results.append(
@@ -143,16 +139,12 @@ def default_results(frame: DataFrame, config: TableConfig, hour: Hour) -> list[C
     return results
 
 
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _judged(key: list[str]) -> Column:
     """Rows whose key is judged for uniqueness: a single key not null, a compound key not
     all null (GX's defaults for these expectations)."""
     from pyspark.sql import functions as F
 
-    present = [F.col(_quoted(c)).isNotNull() for c in key]
+    present = [F.col(quote_identifier(c)).isNotNull() for c in key]
     judged = present[0]
     for condition in present[1:]:
         judged = judged | condition

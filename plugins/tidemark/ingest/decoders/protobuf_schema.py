@@ -84,10 +84,15 @@ def file_descriptor(schema_text: str, imports: Mapping[str, str] | None = None) 
         raise Unresolvable(f"a file descriptor the runtime refuses: {exc}") from None
 
 
+def top_messages(schema_text: str, imports: Mapping[str, str] | None = None) -> list[Any]:
+    """The top-level message descriptors of a serialized file descriptor, in file order."""
+    return list(file_descriptor(schema_text, imports).message_types_by_name.values())
+
+
 def message_descriptor(schema_text: str, indexes: list[int], imports: Mapping[str, str] | None = None) -> Any:
     """The message descriptor at ``indexes`` (the wire format's message indexes) of a
     serialized file descriptor (:func:`file_descriptor`)."""
-    types = list(file_descriptor(schema_text, imports).message_types_by_name.values())
+    types = top_messages(schema_text, imports)
     descriptor = None
     for depth, position in enumerate(indexes):
         if not 0 <= position < len(types):
