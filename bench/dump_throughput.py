@@ -179,12 +179,11 @@ def worker_binary(
     return {"records": records, "value_bytes": value_bytes, "processing_s": time.perf_counter() - started}
 
 
-def worker_pyarrow(bootstrap: str, topic: str, ends: dict[int, int], out_dir: str) -> dict[str, Any]:
+def event_schema() -> Any:
+    """The events table's schema in Arrow, as the baselines parse and write it."""
     import pyarrow as pa
-    import pyarrow.json as pa_json
-    import pyarrow.parquet as pq
 
-    schema = pa.schema(
+    return pa.schema(
         [
             ("event_id", pa.string()),
             ("user_id", pa.int64()),
@@ -194,6 +193,13 @@ def worker_pyarrow(bootstrap: str, topic: str, ends: dict[int, int], out_dir: st
             ("event_time", pa.timestamp("us", tz="UTC")),
         ]
     )
+
+
+def worker_pyarrow(bootstrap: str, topic: str, ends: dict[int, int], out_dir: str) -> dict[str, Any]:
+    import pyarrow.json as pa_json
+    import pyarrow.parquet as pq
+
+    schema = event_schema()
     options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     writer = pq.ParquetWriter(str(Path(out_dir) / "part-0.parquet"), schema)
     pending: list[bytes] = []
@@ -248,6 +254,20 @@ def produce_input(
     for p, o, m in delivered + tail:
         ends[p] = max(ends.get(p, 0), o + 1)
         value_bytes += len(m.value)
+    return ends, value_bytes
+
+
+def produce_sealable(
+    bootstrap: str, topic: str, messages: int, partitions: int, *, span: timedelta = timedelta(hours=1)
+) -> tuple[dict[int, int], int]:
+    """``produce_input``, then one record per partition 80 minutes past the last hour, so every
+    watermark passes the last hour's end and its commit delay: every hour of the events seals."""
+    from tidemark_dev.generator import produce, records
+
+    ends, value_bytes = produce_input(bootstrap, topic, messages, partitions, span=span)
+    tail = START + span + timedelta(minutes=80)
+    for p, o, _ in produce(bootstrap, topic, records([(p, tail) for p in range(partitions)], prefix="tail")):
+        ends[p] = max(ends[p], o + 1)
     return ends, value_bytes
 
 

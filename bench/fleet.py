@@ -31,10 +31,12 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _services import start_local_s3
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS = ROOT / "dags"
@@ -65,14 +67,14 @@ def parse_once(settings: object) -> dict[str, float]:
     return figures
 
 
-def sitting(n: int, state: str, home: Path, base_env: dict[str, str]) -> dict[str, float]:
+def sitting(n: int, state: str, home: Path) -> dict[str, float]:
     from tidemark.config import load_table_file
     from tidemark.evolution import SchemaHistory
     from tidemark.settings import Settings
 
     conf = home / f"conf-{n}-{state.split(':', maxsplit=1)[0]}"
     names = write_tables(conf, n)
-    os.environ.update({**base_env, "TIDEMARK_CONF_DIR": str(conf), "TIDEMARK_STATE_DIR": state})
+    os.environ.update({"TIDEMARK_CONF_DIR": str(conf), "TIDEMARK_STATE_DIR": state})
     settings = Settings.from_env()
     for name in names:  # each table's first dump records its schema version
         SchemaHistory(settings.state_location, name).ensure(load_table_file(conf / f"{name}.yaml"), "bench")
@@ -152,32 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     states = {"local": str(home / "state")}
     s3 = None
     if not args.no_s3:
-        import boto3
-
-        from tidemark_dev.s3 import S3Service, s3_environment
-
-        s3_settings = replace(
-            Settings.from_env(), home=home / "s3", s3_port=int(os.environ.get("BENCH_S3_PORT", "18620"))
-        )
-        s3 = S3Service(s3_settings)
-        s3.start()
-        s3_env = s3_environment(s3_settings)
+        port = int(os.environ.get("BENCH_S3_PORT", "18620"))
+        s3, s3_env = start_local_s3(Settings.from_env(), home / "s3", port, "fleet")
         os.environ.update(s3_env)
-        boto3.client(
-            "s3",
-            endpoint_url=s3_env["AWS_ENDPOINT_URL"],
-            aws_access_key_id=s3_env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=s3_env["AWS_SECRET_ACCESS_KEY"],
-            region_name=s3_env["AWS_REGION"],
-        ).create_bucket(Bucket="fleet")
         states["s3"] = "s3://fleet/state"
     slowest = {}
-    if args.commits:
-        commit_log_ages([int(x) for x in args.commits.split(",")], home)
     try:
+        if args.commits:
+            commit_log_ages([int(x) for x in args.commits.split(",")], home)
         for n in counts:
             for label, state in states.items():
-                figures = sitting(n, f"{state}-{n}" if label == "local" else f"{state}/{n}", home, {})
+                figures = sitting(n, f"{state}-{n}" if label == "local" else f"{state}/{n}", home)
                 worst = max(figures, key=lambda k: figures[k])
                 shards = [v for k, v in figures.items() if k.startswith("tidemark_tables_")]
                 print(

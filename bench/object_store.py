@@ -24,14 +24,14 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dump_throughput import PROCESSING, ROOT, START, bench_table, dump_command, produce_input, run_measured
+from _services import start_local_s3
+from dump_throughput import PROCESSING, ROOT, bench_table, dump_command, produce_sealable, run_measured
 
 
 def run_jobs(env: dict[str, str], total: int) -> dict[str, float]:
@@ -69,11 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args(argv)
 
-    import boto3
-
     from tidemark.settings import Settings
-    from tidemark_dev.generator import produce, records
-    from tidemark_dev.s3 import S3Service, s3_environment
     from tidemark_dev.services import BrokerService
 
     settings = Settings.from_env()
@@ -81,32 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     broker_started_here = not broker.status().running
     broker.start()
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-s3-"))
-    s3_settings = replace(
-        settings, home=home / "s3-service", s3_port=int(os.environ.get("BENCH_S3_PORT", "18600"))
-    )
-    s3 = S3Service(s3_settings)
-    s3.start()
+    port = int(os.environ.get("BENCH_S3_PORT", "18600"))
+    s3, s3_env = start_local_s3(settings, home / "s3-service", port, "bench")
     try:
-        s3_env = s3_environment(s3_settings)
-        boto3.client(
-            "s3",
-            endpoint_url=s3_env["AWS_ENDPOINT_URL"],
-            aws_access_key_id=s3_env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=s3_env["AWS_SECRET_ACCESS_KEY"],
-            region_name=s3_env["AWS_REGION"],
-        ).create_bucket(Bucket="bench")
         topic = f"bench_{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
-        ends, value_bytes = produce_input(settings.kafka_bootstrap, topic, args.messages, args.partitions)
-        # one record per partition at 12:20 moves every watermark past hour 10's end + commit delay
-        for p, o, _ in produce(
-            settings.kafka_bootstrap,
-            topic,
-            records(
-                [(p, START + timedelta(hours=2, minutes=20)) for p in range(args.partitions)], prefix="tail"
-            ),
-        ):
-            ends[p] = max(ends[p], o + 1)
+        ends, value_bytes = produce_sealable(settings.kafka_bootstrap, topic, args.messages, args.partitions)
         total = sum(ends.values())
         print(f"produced {total:,} messages ({value_bytes / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s")
         figures = {}

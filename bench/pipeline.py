@@ -44,7 +44,8 @@ from dump_throughput import (
     _consume,
     bench_table,
     dump_command,
-    produce_input,
+    event_schema,
+    produce_sealable,
     run_measured,
 )
 
@@ -85,16 +86,7 @@ def floor(bootstrap: str, topic: str, ends: dict[int, int], out_dir: Path) -> di
     import pyarrow.json as pa_json
     import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [
-            ("event_id", pa.string()),
-            ("user_id", pa.int64()),
-            ("app", pa.string()),
-            ("event_type", pa.string()),
-            ("amount", pa.decimal128(12, 2)),
-            ("event_time", pa.timestamp("us", tz="UTC")),
-        ]
-    )
+    schema = event_schema()
     options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     pending: list[bytes] = []
     chunks = [0]
@@ -154,7 +146,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import tidemark
     from tidemark.settings import Settings
-    from tidemark_dev.generator import produce, records
     from tidemark_dev.services import BrokerService
 
     settings = Settings.from_env()
@@ -166,17 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         span = timedelta(hours=args.hours)
         topic = f"bench_{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
-        ends, value_bytes = produce_input(
+        ends, value_bytes = produce_sealable(
             settings.kafka_bootstrap, topic, args.messages, args.partitions, span=span
         )
-        # one record per partition well past the last hour: every watermark passes its end
-        tail = START + span + timedelta(minutes=80)
-        for p, o, _ in produce(
-            settings.kafka_bootstrap,
-            topic,
-            records([(p, tail) for p in range(args.partitions)], prefix="tail"),
-        ):
-            ends[p] = max(ends[p], o + 1)
         total = sum(ends.values())
         print(
             f"produced {total:,} messages ({value_bytes / 1e6:.0f} MB) over {args.hours} h in "
