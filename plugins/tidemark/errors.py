@@ -172,6 +172,20 @@ class StorageError(TidemarkError):
     """A state location that cannot be served with create-only semantics."""
 
 
+class ConditionalWriteUnsupportedError(StorageError):
+    """An object store that does not honour a conditional PUT (``If-None-Match: *``): two
+    writers could both commit one version, so tidemark refuses to commit there."""
+
+    def __init__(self, table: str, uri: str, seen: str) -> None:
+        self.table, self.uri = table, uri
+        super().__init__(
+            f"{table}: the object store of {uri} does not refuse a second PUT of an existing "
+            f"key under If-None-Match: * ({seen}); Delta commits there would not be safe from a "
+            "concurrent or paused writer. Use a store with conditional writes (AWS S3, SeaweedFS, "
+            "MinIO, R2) or cdc.snapshot_format: parquet"
+        )
+
+
 class LeaseLostError(TidemarkError):
     """This job's lock lease expired and another job took the lock over (the job was paused
     past its lease): it stops before making anything visible."""

@@ -112,28 +112,37 @@ def write_parquet_source(path: Path, state: dict[int, dict[str, Any]]) -> Path:
 
 
 def snapshot(spark: Any, config: TableConfig, label: str, settings: Settings | None = None) -> list[Row]:
-    """The snapshot as its readers see it, failing on a duplicated key: a Parquet snapshot's
-    partition as the metastore serves it; a Delta snapshot's version as Spark reads its files
-    (without delta-spark), checked against delta-rs reading the same version."""
+    """The snapshot as its readers see it by name, failing on a duplicated key: a Parquet
+    snapshot's partition as the metastore serves it; a Delta snapshot's label through the
+    registered ``<table>_snapshot_labels`` view (and ``<table>_snapshot`` when the label is the
+    current version), checked against Spark reading the version's files and delta-rs."""
     if is_delta(config):
-        assert settings is not None
-        read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
-        relation = "tm_snapshot"
+        relation = f"`{config.snapshot_table}_labels` WHERE snapshot_dt = '{label}'"
     else:
         spark.catalog.refreshTable(config.snapshot_table)
         relation = f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'"
-    frame = spark.sql(
-        f"SELECT order_id, version, customer_id, status, CAST(amount AS STRING) amount, "
-        f"date_format(updated_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS') || 'Z' updated_at FROM {relation}"
-    )
-    rows = [normal({**r.asDict(), "updated_at": r["updated_at"].replace(" ", "T")}) for r in frame.collect()]
+    rows = _rows(spark, relation)
     keys = [r[0] for r in rows]
     assert len(keys) == len(set(keys)), f"{label}: duplicated keys"
     if is_delta(config):
         assert settings is not None
-        record = SnapshotLog(settings.state_location, config.table).live()[label]
+        read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
+        assert _rows(spark, "tm_snapshot") == rows
+        live = SnapshotLog(settings.state_location, config.table).live()
+        if max(live.values(), key=lambda r: r.delta_version).label == label:
+            assert _rows(spark, f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'") == rows
         delta = DeltaTable(
-            str(SnapshotStore(spark, config, settings).table_dir), version=record.delta_version
+            str(SnapshotStore(spark, config, settings).table_dir), version=live[label].delta_version
         )
-        assert sorted(normal(r) for r in delta.to_pyarrow_table().to_pylist()) == sorted(rows)
-    return sorted(rows)
+        assert sorted(normal(r) for r in delta.to_pyarrow_table().to_pylist()) == rows
+    return rows
+
+
+def _rows(spark: Any, relation: str) -> list[Row]:
+    frame = spark.sql(
+        f"SELECT order_id, version, customer_id, status, CAST(amount AS STRING) amount, "
+        f"date_format(updated_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS') || 'Z' updated_at FROM {relation}"
+    )
+    return sorted(
+        normal({**r.asDict(), "updated_at": r["updated_at"].replace(" ", "T")}) for r in frame.collect()
+    )

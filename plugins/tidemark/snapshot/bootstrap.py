@@ -315,17 +315,23 @@ def run_bootstrap(
         raise BootstrapError(f"{config.table}: not a cdc table (no cdc: section), nothing to bootstrap")
     snapshots = SnapshotLog(settings.state_location, config.table)
     label = check_label(config, label or default_label(as_of))
+    delta = DeltaSnapshot(spark, config, settings) if is_delta(config) else None
     for record in snapshots.records():
         if record.run_id == run_id and record.kind == "bootstrap":
             log.info("%s: run %s already bootstrapped %s; nothing to do", config.table, run_id, record.ref)
+            if delta is not None:  # its job may have died before the views
+                with TableLock(settings.state_location, config.table, snapshot_lock(config, label)).hold(
+                    run_id
+                ):
+                    delta.publish_views(snapshots)
             return _result(record, already_done=True)
     store = SnapshotStore(spark, config, settings)
-    delta = DeltaSnapshot(spark, config, settings) if is_delta(config) else None
     with TableLock(settings.state_location, config.table, snapshot_lock(config, label)).hold(run_id) as lease:
         if delta is not None:
             for record in delta.recover(snapshots):
                 if record.run_id == run_id:
                     store.drop_staging(label, run_id)
+                    delta.publish_views(snapshots)
                     return _result(record)
         margin = config.watermark.max_out_of_orderness
         plan = snapshots.save_plan(
@@ -372,14 +378,17 @@ def run_bootstrap(
         )
         lease.check()  # paused past the label's lease: another bootstrap owns it now
         if delta is not None:  # the Delta commit is the swap; the record follows it
-            committed = delta.overwrite([staged.directory / "data" / f for f in staged.files], pending)
+            committed = delta.overwrite(store.staged_uris(staged), replace(pending, location=""))
             crash_point("after_snapshot_swap")
             record = snapshots.append(committed)
+            store.drop_staging(label, run_id)
+            lease.check()
+            delta.publish_views(snapshots)
             atomic = True
         else:
             atomic = store.publish(staged)
             record = snapshots.append(pending)
-        store.discard(staged, record)
+            store.discard(staged, record)
     return replace(_result(record), atomic_swap=atomic)
 
 

@@ -38,11 +38,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import ConfigError, MergeError
+from tidemark.errors import MergeError
 from tidemark.ingest.columns import arrow_fields
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
 from tidemark.state.layout import Layout
+from tidemark.state.storage import require_conditional_create
+from tidemark.tablefs import filesystem, is_object_store, s3_from_environment
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,16 +86,8 @@ class DeltaSnapshot:
         self.config = config
         self.cdc = config.cdc
         self.layout = Layout(settings, config.snapshot_table)
-        if self.layout.object_store:
-            raise ConfigError(
-                config.table,
-                [
-                    f"cdc.snapshot_format: 'delta' needs the warehouse on a filesystem (local or "
-                    f"shared); {settings.warehouse} is an object store, which tidemark's Delta "
-                    "snapshots do not support yet: use 'parquet'"
-                ],
-            )
-        self.uri = str(self.layout.table_dir)
+        self.uri = self.layout.uri(self.layout.table_dir)
+        self.storage_options = storage_options(self.uri)
         self.store = SnapshotStore(spark, config, settings)
         self.columns = self.store.columns()
         self.names = [name for name, _ in self.columns]
@@ -108,12 +102,12 @@ class DeltaSnapshot:
     def exists(self) -> bool:
         from deltalake import DeltaTable
 
-        return bool(DeltaTable.is_deltatable(self.uri))
+        return bool(DeltaTable.is_deltatable(self.uri, self.storage_options))
 
     def table(self, version: int | None = None) -> DeltaTable:
         from deltalake import DeltaTable
 
-        return DeltaTable(self.uri, version=version)
+        return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
 
     def files(self, version: int) -> list[str]:
         return list(self.table(version).file_uris())
@@ -137,7 +131,12 @@ class DeltaSnapshot:
         files = list(table.file_uris())
         if not files:
             return self.spark.createDataFrame([], ddl)
-        frame = self.spark.read.schema(ddl).parquet(*files)
+        if self.layout.object_store:  # pyarrow reads them in Spark's tasks (no s3a needed)
+            from tidemark.sparkfiles import read_files
+
+            frame = read_files(self.spark, files, ddl)
+        else:
+            frame = self.spark.read.schema(ddl).parquet(*files)
         return frame.select(*(F.col(quote_identifier(n)) for n in self.names))
 
     # -- the log follows the Delta commits -------------------------------------------------
@@ -187,13 +186,27 @@ class DeltaSnapshot:
             f"(tidemark bootstrap --table {self.config.table}) to start a new state"
         )
 
+    def publish_views(self, snapshots: SnapshotLog) -> None:
+        """Register the SQL views of the current version and of every live label
+        (tidemark.snapshot.delta_views); call under the snapshot lock, after the record."""
+        from tidemark.snapshot.delta_views import publish_views
+
+        head = self.head(list(snapshots.records()))
+        if head is None:
+            return
+        live = [r for r in snapshots.live().values() if r.delta_version >= 0]
+        publish_views(
+            self.spark, self.config.snapshot_table, root=self.uri, columns=self.columns, head=head, live=live
+        )
+
     # -- writing ---------------------------------------------------------------------------
-    def overwrite(self, files: Sequence[Path], pending: SnapshotRecord) -> SnapshotRecord:
-        """A bootstrap: the staged Parquet files (the bootstrap sorts them by key) become
-        the whole state, in files of ``cdc.snapshot_file_size`` (one commit)."""
+    def overwrite(self, files: Sequence[str], pending: SnapshotRecord) -> SnapshotRecord:
+        """A bootstrap: the staged Parquet files (URIs or paths; the bootstrap sorts them by
+        key) become the whole state, in files of ``cdc.snapshot_file_size`` (one commit)."""
         import pyarrow as pa
         from deltalake import write_deltalake
 
+        self._require_safe_commits()
         schema = self.arrow_schema()
         reader = pa.RecordBatchReader.from_batches(schema, _batches(files, schema))
         version = self.table().version() + 1 if self.exists() else 0
@@ -205,6 +218,7 @@ class DeltaSnapshot:
             configuration={"delta.targetFileSize": str(int(self.cdc.snapshot_file_size))},
             target_file_size=int(self.cdc.snapshot_file_size),
             commit_properties=self._commit(pending, version),
+            storage_options=self.storage_options,
         )
         return self._finished(pending, self.table().version(), {})
 
@@ -246,6 +260,13 @@ class DeltaSnapshot:
         )
         return self._finished(pending, self.table().version(), metrics)
 
+    def _require_safe_commits(self) -> None:
+        """Two writers must never both commit one Delta version: on S3 every commit is a
+        conditional PUT, so refuse a store that does not honour one (a paused writer past its
+        lease is not fenced by tidemark's lock, only by the store)."""
+        if self.layout.object_store:
+            require_conditional_create(self.config.table, self.uri)
+
     def _commit(self, pending: SnapshotRecord, version: int) -> Any:
         from deltalake import CommitProperties, Transaction
 
@@ -281,14 +302,37 @@ MERGE_COUNTS = {
 }
 
 
-def _batches(files: Sequence[Path], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def storage_options(uri: str) -> dict[str, str]:
+    """delta-rs's settings for the table at ``uri``: on S3 the documented ``AWS_*``
+    environment (endpoint, region, keys), every commit a conditional PUT (``If-None-Match``,
+    never the unsafe rename), plain HTTP allowed only for an ``http://`` endpoint."""
+    if not is_object_store(uri):
+        return {}
+    names = {
+        "endpoint": "AWS_ENDPOINT_URL",
+        "region": "AWS_REGION",
+        "access_key": "AWS_ACCESS_KEY_ID",
+        "secret_key": "AWS_SECRET_ACCESS_KEY",
+        "session_token": "AWS_SESSION_TOKEN",
+    }
+    s3 = s3_from_environment()
+    options = {names[k]: v for k, v in s3.items()}
+    options.update(aws_conditional_put="etag", AWS_S3_ALLOW_UNSAFE_RENAME="false")
+    if s3.get("endpoint", "").startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return options
+
+
+def _batches(files: Sequence[str], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The staged files' rows in the Delta schema (Spark's timestamps may be INT96)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    for path in files:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536, columns=schema.names):
-            yield from pa.Table.from_batches([batch]).select(schema.names).cast(schema).to_batches()
+    for uri in files:
+        fs, path = filesystem(uri)
+        with fs.open_input_file(path) as handle:
+            for batch in pq.ParquetFile(handle).iter_batches(batch_size=65_536, columns=schema.names):
+                yield from pa.Table.from_batches([batch]).select(schema.names).cast(schema).to_batches()
 
 
 def read_snapshot(spark: SparkSession, config: TableConfig, settings: Settings, label: str) -> DataFrame:

@@ -342,7 +342,11 @@ class Merger:
             with TableLock(
                 self.settings.state_location, self.config.table, snapshot_lock(self.config, label)
             ).hold(self.run_id) as self.lease:
-                return self._merge_delta(period)
+                delta = DeltaSnapshot(self.spark, self.config, self.settings)
+                result = self._merge_delta(period, delta)
+                self._fence()
+                delta.publish_views(self.snapshots)  # also after a retry: its job may have died first
+                return result
         live = self.snapshots.live()
         current = live.get(period.label)
         if current is not None and current.run_id == self.run_id:
@@ -368,13 +372,12 @@ class Merger:
         ).hold(self.run_id) as self.lease:
             return self._merge(plan, remerged)
 
-    def _merge_delta(self, period: Period) -> MergeResult:
+    def _merge_delta(self, period: Period, delta: DeltaSnapshot) -> MergeResult:
         """A new version of the Delta snapshot (see tidemark.snapshot.delta): one MERGE of the
         period's newest change per key into the current version; or, when late changes made
         the current state stale, of the difference to the state recomputed from the newest
         snapshot still current."""
         table = self.config.table
-        delta = DeltaSnapshot(self.spark, self.config, self.settings)
         recovered = delta.recover(self.snapshots)
         records = list(self.snapshots.records())
         live = {r.label: r for r in records}

@@ -260,10 +260,23 @@ class SnapshotStore:
         return frame.select(*(F.col(quote_identifier(n)) for n, _ in self.columns()))
 
     def drop_staging(self, label: str, run_id: str) -> None:
-        """A run's local staging of ``label`` (its job died after the Delta commit, which a
-        retry then recovers instead of staging again)."""
+        """After a Delta commit (or its recovery): the rows it copied from. Local disk: the
+        run's staging of ``label``; object store: every staged version under the Delta table
+        (only the holder of its one snapshot lock stages there, and Delta reads none of them)."""
         if not self.layout.object_store:
             shutil.rmtree(self.staging_root / f"{label}-{run_key(run_id)}", ignore_errors=True)
+            return
+        store, root = self.layout.store, self.layout.relative(self.table_dir)
+        staged = {f.split("/")[0] for f in (path[len(root) + 1 :] for path in store.all_files(root))}
+        for name in sorted(d for d in staged if d.startswith(f"{PARTITION_COLUMN}=")):
+            log.info("%s: removing staged rows copied into the Delta table: %s", self.table, name)
+            store.delete_dir(f"{root}/{name}")
+
+    def staged_uris(self, staged: StagedSnapshot) -> list[str]:
+        """The staged version's files, as pyarrow opens them."""
+        if staged.location:
+            return [self.layout.store.uri(f"{staged.location}/{name}") for name in staged.files]
+        return [str(staged.directory / "data" / name) for name in staged.files]
 
     def stage(
         self, frame: DataFrame, label: str, run_id: str, content: str, lease: Lease | None = None

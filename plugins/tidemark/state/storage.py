@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from tidemark.errors import StorageError
+from tidemark.errors import ConditionalWriteUnsupportedError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +289,32 @@ class S3Storage(Storage):
 
 
 _LOCAL = LocalStorage()
+
+
+def require_conditional_create(owner: str, uri: str) -> None:
+    """Refuse (``ConditionalWriteUnsupportedError``) an S3 store where a second create-only
+    PUT of one key succeeds. Probed once per process and prefix, with a throwaway key beside
+    ``uri`` (a hidden ``_tidemark_probes`` folder) that is deleted again; other schemes have
+    their own atomic create."""
+    if Location(uri).scheme in S3_SCHEMES:
+        _probe_conditional_create(owner, uri.rstrip("/"))
+
+
+@functools.cache
+def _probe_conditional_create(owner: str, uri: str) -> None:
+    storage = _s3_storage()
+    parent, name = uri.rsplit("/", 1)
+    probe = Location(f"{parent}/_tidemark_probes/{name}-{uuid.uuid4().hex}")
+    try:
+        first = storage.create_only(probe, b"1")
+        second = storage.create_only(probe, b"2")
+    finally:
+        storage.delete(probe)
+    if not first or second:
+        raise ConditionalWriteUnsupportedError(
+            owner, uri, "the first create was refused" if not first else "the second create succeeded"
+        )
+    log.info("%s: %s honours conditional writes (probed)", owner, uri)
 
 
 def storage_for(location: Location) -> Storage:
