@@ -11,12 +11,8 @@ new directories the metastore is pointed at."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,10 +21,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers.jobs import JOBS, job_env
-from tests.helpers.metastore import metastore_service
-from tests.helpers.net import free_port_block
 from tests.helpers.orders import Row, late_update, normal, send, truth
+from tests.helpers.s3cluster import cluster, job, lake, outcome, s3_metastore, why
 from tests.helpers.tables import PROCESSING, START, at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.faults import EXIT_CODE
@@ -39,65 +33,12 @@ from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout, batch_of_file
 from tidemark.tablefs import Store
-from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
 from tidemark_dev.generator import APPS, create_topic, events, order_changes, produce, records, state_after
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, psql, replace_table
 from tidemark_dev.postgres import METASTORE_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def lake(s3: str) -> str:
-    """A fresh prefix of the test bucket."""
-    return f"{s3}/{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture(scope="module")
-def s3_metastore(
-    settings: Settings, postgres: str, lake: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Settings]:
-    """The metastore service for a warehouse on S3 (s3a on its class path, keys from the
-    environment); yields settings pointing at both."""
-    with metastore_service(
-        replace(settings, warehouse=f"{lake}/warehouse", state_uri=f"{lake}/state")
-    ) as own:
-        yield own
-
-
-@pytest.fixture(scope="module")
-def cluster(s3_metastore: Settings) -> Iterator[Settings]:
-    """A standalone master and two workers; settings whose jobs run on them and ship
-    ``make executor-env``'s archive."""
-    archive = Path(s3_metastore.python).parent.parent / "share" / "tidemark" / "executor-env.tar.gz"
-    assert archive.is_file(), "run `make executor-env` (make test does)"
-    own = replace(s3_metastore, spark_port=free_port_block(6))
-    nodes = [SparkMasterService(own), *(SparkWorkerService(own, i) for i in (1, 2))]
-    try:
-        for node in nodes:
-            node.start()
-        yield replace(own, spark_master=master_url(own), executor_env=str(archive))
-    finally:
-        for node in reversed(nodes):
-            node.stop()
-
-
-def job(
-    settings: Settings,
-    name: str,
-    table: str,
-    run_id: str,
-    *extra: str,
-    fail_at: str | None = None,
-    env_extra: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    env = {**job_env(settings, fail_at), **(env_extra or {})}
-    args = [sys.executable, str(JOBS / f"{name}.py"), "--table", table, "--run-id", run_id, *extra]
-    started = time.monotonic()
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=400, check=False)
-    print(f"{name} {run_id} {fail_at or ''}: {time.monotonic() - started:.1f} s")
-    (Path("/tmp") / f"job-{name}-{run_id}-{fail_at}.log").write_text(done.stderr)
-    return done
+__all__ = ["cluster", "lake", "s3_metastore"]  # module-scoped fixtures of this module's tests
 
 
 def s3_table(
@@ -118,18 +59,6 @@ def late_round(broker: str, topic: str, minute: int) -> list[Any]:
     late = [(0, START + timedelta(minutes=minute)), (1, START + timedelta(minutes=minute + 1))]
     later = [(p, START + timedelta(hours=2, minutes=20)) for p in (0, 1)]
     return produce(broker, topic, records(late + later, prefix="late"))
-
-
-def outcome(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """A successful job's result (its last line of output)."""
-    assert done.returncode == 0, why(done)
-    return dict(json.loads(done.stdout.splitlines()[-1]))
-
-
-def why(done: subprocess.CompletedProcess[str]) -> str:
-    """A failed job's error lines (not its stack frames) and the end of its log."""
-    errors = [x for x in done.stderr.splitlines() if ("Error" in x or "Exception" in x) and "\tat " not in x]
-    return "\n".join(errors[:15]) + "\n...\n" + done.stderr[-1500:]
 
 
 def registered(settings: Settings, table: str) -> dict[str, str]:

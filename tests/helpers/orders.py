@@ -111,12 +111,19 @@ def write_parquet_source(path: Path, state: dict[int, dict[str, Any]]) -> Path:
     return path
 
 
-def snapshot(spark: Any, config: TableConfig, label: str, settings: Settings | None = None) -> list[Row]:
+def snapshot(
+    spark: Any, config: TableConfig, label: str, settings: Settings | None = None, *, by_name: bool = True
+) -> list[Row]:
     """The snapshot as its readers see it by name, failing on a duplicated key: a Parquet
     snapshot's partition as the metastore serves it; a Delta snapshot's label through the
     registered ``<table>_snapshot_labels`` view (and ``<table>_snapshot`` when the label is the
-    current version), checked against Spark reading the version's files and delta-rs."""
-    if is_delta(config):
+    current version), checked against Spark reading the version's files and delta-rs
+    (``by_name=False``: the files only, for jobs that wrote to another metastore)."""
+    if is_delta(config) and not by_name:
+        assert settings is not None
+        read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
+        relation = "tm_snapshot"
+    elif is_delta(config):
         relation = f"`{config.snapshot_table}_labels` WHERE snapshot_dt = '{label}'"
     else:
         spark.catalog.refreshTable(config.snapshot_table)
@@ -129,7 +136,7 @@ def snapshot(spark: Any, config: TableConfig, label: str, settings: Settings | N
         read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
         assert _rows(spark, "tm_snapshot") == rows
         live = SnapshotLog(settings.state_location, config.table).live()
-        if max(live.values(), key=lambda r: r.delta_version).label == label:
+        if by_name and max(live.values(), key=lambda r: r.delta_version).label == label:
             assert _rows(spark, f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'") == rows
         delta = DeltaTable(
             str(SnapshotStore(spark, config, settings).table_dir), version=live[label].delta_version

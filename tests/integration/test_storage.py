@@ -210,3 +210,61 @@ def test_a_create_whose_response_was_lost_and_retried_by_boto3_is_reported_as_wr
     theirs = root / "locks" / "batch" / "0000000002.json"
     assert S3Storage(boto3.client("s3")).create_only(theirs, b'{"token": 2, "run": "theirs"}')
     assert not storage.create_only(theirs, b'{"token": 2, "run": "mine"}')  # a real lost race
+
+
+def test_delta_commits_on_s3_are_conditional_and_a_store_ignoring_the_condition_is_refused(s3: str) -> None:
+    """Six writers that loaded one Delta version race to commit the next on SeaweedFS with
+    tidemark's delta-rs settings: exactly one wins. The probe passes on this store, leaves no
+    object, and refuses the same store once its PUTs lose If-None-Match on the way (a store
+    that ignores the condition), naming the table and the location."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    from tidemark.errors import ConditionalWriteUnsupportedError
+    from tidemark.snapshot.delta import storage_options
+    from tidemark.state import storage
+    from tidemark.tablefs import Store
+
+    uri = f"{s3}/delta-{uuid.uuid4().hex[:8]}/orders_snapshot"
+    options = storage_options(uri)
+    assert options["aws_conditional_put"] == "etag" and options["AWS_S3_ALLOW_UNSAFE_RENAME"] == "false"
+    write_deltalake(uri, pa.table({"k": [0]}), storage_options=options)
+    loaded = [DeltaTable(uri, storage_options=options) for _ in range(6)]
+
+    def commit(i: int) -> bool:
+        try:
+            write_deltalake(
+                loaded[i],
+                pa.table({"k": [i + 1]}),
+                mode="append",
+                commit_properties=CommitProperties(max_commit_retries=0),
+            )
+        except CommitFailedError:  # the version is taken
+            return False
+        return True
+
+    with ThreadPoolExecutor(6) as pool:
+        won = list(pool.map(commit, range(6)))
+    assert sum(won) == 1
+    assert DeltaTable(uri, storage_options=options).version() == 1
+
+    storage.require_conditional_create("orders", uri)
+    bucket_root = s3.rstrip("/") + "/"
+    probes = Store.of(bucket_root.rstrip("/")).all_files(uri.removeprefix(bucket_root).rsplit("/", 1)[0])
+    assert not [f for f in probes if "_tidemark_probes" in f]
+
+    client = storage._s3_storage().client
+
+    def drop_condition(request: Any, **_: Any) -> None:
+        if "If-None-Match" in request.headers:
+            del request.headers["If-None-Match"]
+
+    client.meta.events.register("before-sign.s3.PutObject", drop_condition)
+    storage._probe_conditional_create.cache_clear()
+    try:
+        with pytest.raises(ConditionalWriteUnsupportedError, match="orders: the object store of s3://"):
+            storage.require_conditional_create("orders", uri)
+    finally:
+        client.meta.events.unregister("before-sign.s3.PutObject", drop_condition)
+        storage._probe_conditional_create.cache_clear()

@@ -15,7 +15,8 @@ Delta version's files), under the table's snapshot lock:
   from the plan, but resolving the view reads one footer per file of every live label.
 
 Each column is cast to the table's type, so a view has the YAML's schema whatever the writer
-chose. The views are derived state: a job that dies before refreshing them is made good by
+chose. Registering reads no file (``register_view``): Spark resolves the files when the view
+is read, so a reader needs what reading any table of the warehouse needs (s3a on S3). The views are derived state: a job that dies before refreshing them is made good by
 the next bootstrap or merge of the table (its recovery or its "already done" path refreshes
 them too). Engines that read Delta itself (delta-spark, Trino's Delta Lake connector, Hive's
 Delta connector) read the table's location directly: docs/snapshots.md lists what each reads.
@@ -25,9 +26,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tidemark.seal.metastore import qualified, quote_identifier, quote_value
+from tidemark.seal.metastore import DATABASE, qualified, quote_identifier, quote_value
 from tidemark.snapshot.snapshots import PARTITION_COLUMN, SnapshotRecord
 from tidemark.tablefs import hadoop_uri
 
@@ -44,8 +45,7 @@ def version_sql(root: str, columns: Sequence[tuple[str, str]], record: SnapshotR
     path per ``parquet.`...```), cast to the table's types, its label as ``snapshot_dt``."""
     label = f"{quote_value(record.label)} AS {quote_identifier(PARTITION_COLUMN)}"
     if not record.files:  # an empty version: no rows, the same columns
-        nulls = ", ".join(f"CAST(NULL AS {t}) AS {quote_identifier(n)}" for n, t in columns)
-        return f"SELECT {nulls}, {label} WHERE false"
+        return f"SELECT {_nulls(columns)}, {label} WHERE false"
     cast = ", ".join(f"CAST({quote_identifier(n)} AS {t}) AS {quote_identifier(n)}" for n, t in columns)
     return " UNION ALL ".join(
         f"SELECT {cast}, {label} FROM parquet.{quote_identifier(hadoop_uri(f'{root}/{name}'))}"
@@ -53,20 +53,91 @@ def version_sql(root: str, columns: Sequence[tuple[str, str]], record: SnapshotR
     )
 
 
+def empty_sql(columns: Sequence[tuple[str, str]]) -> str:
+    """A view's columns without rows or files: what fixes its schema (see ``register_view``)."""
+    return (
+        f"SELECT {_nulls(columns)}, CAST(NULL AS STRING) AS {quote_identifier(PARTITION_COLUMN)} WHERE false"
+    )
+
+
+def _nulls(columns: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"CAST(NULL AS {t}) AS {quote_identifier(n)}" for n, t in columns)
+
+
 def views_sql(
-    view: str,
-    root: str,
-    columns: Sequence[tuple[str, str]],
-    head: SnapshotRecord,
-    live: Sequence[SnapshotRecord],
-) -> list[str]:
-    """CREATE OR REPLACE VIEW statements of the current version and of every live label."""
+    root: str, columns: Sequence[tuple[str, str]], head: SnapshotRecord, live: Sequence[SnapshotRecord]
+) -> tuple[str, str]:
+    """The queries of the current version's view and of every live label's."""
     labels = sorted(live, key=lambda r: r.delta_version)
-    return [
-        f"CREATE OR REPLACE VIEW {qualified(view)} AS {version_sql(root, columns, head)}",
-        f"CREATE OR REPLACE VIEW {qualified(view + LABELS_SUFFIX)} AS "
-        + " UNION ALL ".join(version_sql(root, columns, r) for r in labels),
-    ]
+    return version_sql(root, columns, head), " UNION ALL ".join(version_sql(root, columns, r) for r in labels)
+
+
+def register_view(spark: SparkSession, view: str, columns: Sequence[tuple[str, str]], text: str) -> None:
+    """``CREATE OR REPLACE VIEW view AS text`` in one metastore call, without reading a file.
+
+    Spark resolves a view's query when it is created, which infers each ``parquet.`...```
+    file's schema with a Spark job: on a cluster whose executors have no s3a (tidemark reads
+    S3 with pyarrow in its tasks), that fails, and it reads every footer at every commit. So
+    the view's schema and Spark's view properties come from a view of the same columns
+    without files (a template, dropped again), and the definition with ``text`` is written
+    through Spark's session catalog: one create, or one alter that readers see whole. Spark
+    resolves ``text`` when the view is read. A Spark whose catalog classes differ falls back to
+    the plain statement."""
+    jvm: Any = spark._jvm
+    session: Any = spark._jsparkSession
+    template = f"{view}__tidemark_template"
+    spark.sql(f"CREATE OR REPLACE VIEW {qualified(template)} AS {empty_sql(columns)}")
+    try:
+        catalog = session.sessionState().catalog()
+        database = jvm.scala.Some.apply(DATABASE)
+        shape = catalog.getTableMetadata(
+            jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(template, database)
+        )
+        target = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(view, database)
+        definition = _with_text(jvm, shape, target, text)
+        if definition is None:
+            log.warning(
+                "%s: this Spark's CatalogTable is not the one tidemark knows: CREATE VIEW reads files", view
+            )
+            spark.sql(f"CREATE OR REPLACE VIEW {qualified(view)} AS {text}")
+        elif catalog.tableExists(target):
+            catalog.alterTable(definition)
+        else:
+            catalog.createTable(definition, False, False)
+    finally:
+        spark.sql(f"DROP VIEW IF EXISTS {qualified(template)}")
+
+
+def _with_text(jvm: Any, shape: Any, target: Any, text: str) -> Any:
+    """``shape`` (a CatalogTable) renamed to ``target`` with view text ``text``; None when the
+    case class is not Spark 4.1's (21 fields)."""
+    copies = [m for m in shape.getClass().getMethods() if m.getName() == "copy"]
+    if len(copies) != 1 or len(copies[0].getParameterTypes()) != 21:
+        return None
+    some = jvm.scala.Some.apply(text)
+    return shape.copy(
+        target,
+        shape.tableType(),
+        shape.storage(),
+        shape.schema(),
+        shape.provider(),
+        shape.partitionColumnNames(),
+        shape.bucketSpec(),
+        shape.owner(),
+        shape.createTime(),
+        shape.lastAccessTime(),
+        shape.createVersion(),
+        shape.properties(),
+        shape.stats(),
+        some,  # viewText
+        shape.comment(),
+        shape.collation(),
+        shape.unsupportedFeatures(),
+        shape.tracksPartitionsInCatalog(),
+        shape.schemaPreservesCase(),
+        shape.ignoredProperties(),
+        some,  # viewOriginalText
+    )
 
 
 def publish_views(
@@ -79,8 +150,9 @@ def publish_views(
     live: Sequence[SnapshotRecord],
 ) -> None:
     """Point ``view`` at ``head`` and ``view``_labels at every live label (see the module)."""
-    for statement in views_sql(view, root, columns, head, live):
-        spark.sql(statement)
+    current, labels = views_sql(root, columns, head, live)
+    register_view(spark, view, columns, current)
+    register_view(spark, view + LABELS_SUFFIX, columns, labels)
     log.info(
         "%s: views %s (Delta version %s, snapshot %s) and %s%s (%s label(s)) registered",
         head.table,
