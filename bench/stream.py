@@ -72,20 +72,24 @@ def job(table: str, name: str, run_id: str, *extra: str) -> list[str]:
     ]
 
 
-def environment(home: Path, bootstrap: str) -> dict[str, str]:
+def environment(home: Path, bootstrap: str, store: dict[str, str] | None = None) -> dict[str, str]:
+    """A run's settings; ``store``: where the warehouse and state are, if not under ``home``
+    (``TIDEMARK_WAREHOUSE``, ``TIDEMARK_STATE_DIR`` and the ``AWS_*`` of an S3 server)."""
     return {
         **os.environ,
         "TIDEMARK_HOME": str(home),
         "TIDEMARK_CONF_DIR": str(home / "conf"),
         "TIDEMARK_KAFKA_BOOTSTRAP": bootstrap,
+        **(store or {}),
     }
 
 
-def switch_to_stream(home: Path, bootstrap: str, table: str) -> None:
+def switch_to_stream(home: Path, bootstrap: str, table: str, store: dict[str, str] | None = None) -> None:
     from tidemark.settings import Settings
     from tidemark.state.mode import TableWriter
 
-    settings = Settings.from_env(environment(home, bootstrap))
+    os.environ.update({k: v for k, v in (store or {}).items() if k.startswith("AWS_")})  # boto3's
+    settings = Settings.from_env(environment(home, bootstrap, store))
     TableWriter(settings.state_location, table).switch("stream", by="bench", reason="bench", at="bench")
 
 

@@ -104,35 +104,52 @@ def latest_per_key(changes: Any) -> Any:
 
 
 # -- workers (each in its own process) -------------------------------------------------------
-def prepare(root: Path, snapshot_rows: int, increment_rows: int, hot: float) -> dict[str, Any]:
+def prepare(
+    root: Path, snapshot_rows: int, increment_rows: int, hot: float, snapshot: str = ""
+) -> dict[str, Any]:
+    """The snapshot (at ``snapshot``, a URI, else under ``root``) and the changes (in ``root``)."""
     import pyarrow.parquet as pq
     from deltalake import write_deltalake
 
+    from tidemark.snapshot.delta import storage_options
+
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    snapshot = _snapshot(snapshot_rows)
+    uri = snapshot or str(root / "snapshot")
+    frame = _snapshot(snapshot_rows)
     for i in range(0, snapshot_rows, FILE_ROWS):  # one commit per file: files of ~FILE_ROWS rows
-        write_deltalake(str(root / "snapshot"), snapshot.slice(i, FILE_ROWS), mode="append")
+        write_deltalake(uri, frame.slice(i, FILE_ROWS), mode="append", storage_options=storage_options(uri))
     pq.write_table(_changes(snapshot_rows, increment_rows, hot), root / "changes.parquet")
     return {"snapshot_rows": snapshot_rows, "increment_rows": increment_rows}
 
 
-def merge(root: Path) -> dict[str, Any]:
+def merge(root: Path, snapshot: str = "") -> dict[str, Any]:
+    """One MERGE of the changes into the snapshot, with tidemark's delta-rs settings for its
+    store (on S3: every commit a conditional PUT)."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
 
+    from tidemark.snapshot.delta import storage_options
+    from tidemark.tablefs import filesystem
+
+    uri = snapshot or str(root / "snapshot")
+    options = storage_options(uri)
     started = time.perf_counter()
-    table = DeltaTable(str(root / "snapshot"))
+    table = DeltaTable(uri, storage_options=options)
     files_before = set(table.file_uris())
     if (table.transaction_version(APP_ID) or 0) >= 1:
         return {"skipped": True}
     changes = latest_per_key(pq.read_table(root / "changes.parquet"))
     metrics = _execute(table, changes)
     seconds = time.perf_counter() - started
-    table = DeltaTable(str(root / "snapshot"))
+    table = DeltaTable(uri, storage_options=options)
     retried = (table.transaction_version(APP_ID) or 0) >= 1  # a retry of this merge would skip
     files_after = set(table.file_uris())
-    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files_after)
+    rows = 0
+    for uri_of_file in files_after:
+        fs, path = filesystem(uri_of_file)
+        with fs.open_input_file(path) as handle:
+            rows += pq.ParquetFile(handle).metadata.num_rows
     return {
         "seconds": seconds,
         "rows_out": rows,
@@ -199,11 +216,14 @@ def main() -> int:
     )
     parser.add_argument("--worker", choices=("prepare", "merge", "copy"), help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--snapshot-uri", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         workers = {
-            "prepare": lambda: prepare(args.root, args.snapshot_rows, args.increment_rows, args.hot),
-            "merge": lambda: merge(args.root),
+            "prepare": lambda: prepare(
+                args.root, args.snapshot_rows, args.increment_rows, args.hot, args.snapshot_uri
+            ),
+            "merge": lambda: merge(args.root, args.snapshot_uri),
             "copy": lambda: copy(args.root),
         }
         print(json.dumps(workers[args.worker]()))

@@ -22,7 +22,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.orders import Row, late_update, normal, send, truth
-from tests.helpers.s3cluster import cluster, job, lake, outcome, s3_metastore, why
+from tests.helpers.s3cluster import (
+    cluster,
+    job,
+    lake,
+    offsets,
+    outcome,
+    registered,
+    rows_at,
+    s3_metastore,
+    why,
+)
 from tests.helpers.tables import PROCESSING, START, at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.faults import EXIT_CODE
@@ -34,8 +44,8 @@ from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout, batch_of_file
 from tidemark.tablefs import Store
 from tidemark_dev.generator import APPS, create_topic, events, order_changes, produce, records, state_after
-from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, psql, replace_table
-from tidemark_dev.postgres import METASTORE_DATABASE, POSTGRES_PASSWORD, POSTGRES_USER
+from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, replace_table
+from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
 
 pytestmark = pytest.mark.e2e
 __all__ = ["cluster", "lake", "s3_metastore"]  # module-scoped fixtures of this module's tests
@@ -59,34 +69,6 @@ def late_round(broker: str, topic: str, minute: int) -> list[Any]:
     late = [(0, START + timedelta(minutes=minute)), (1, START + timedelta(minutes=minute + 1))]
     later = [(p, START + timedelta(hours=2, minutes=20)) for p in (0, 1)]
     return produce(broker, topic, records(late + later, prefix="late"))
-
-
-def registered(settings: Settings, table: str) -> dict[str, str]:
-    """Partition -> location, from the metastore service's own database."""
-    query = (
-        'SELECT p."PART_NAME", s."LOCATION" FROM "PARTITIONS" p JOIN "TBLS" t ON p."TBL_ID" = t."TBL_ID" '
-        f'JOIN "SDS" s ON p."SD_ID" = s."SD_ID" WHERE t."TBL_NAME" = \'{table}\''
-    )
-    out = psql(settings, query, database=METASTORE_DATABASE)
-    return dict(line.split("|", 1) for line in out.splitlines() if line)
-
-
-def rows_at(settings: Settings, locations: dict[str, str]) -> Counter[tuple[int, int]]:
-    """What a reader of the metastore finds: the rows of every file under every location."""
-    store = Store.of(settings.warehouse)
-    prefix = f"s3a://{settings.warehouse.removeprefix('s3://')}/"
-    assert all(loc.startswith(prefix) for loc in locations.values()), locations
-    files = [f for loc in locations.values() for f in store.files(loc.removeprefix(prefix))]
-    return offsets(store, files, ("_mq_partition", "_mq_offset"))
-
-
-def offsets(store: Store, files: list[str], columns: tuple[str, str]) -> Counter[tuple[int, int]]:
-    found: Counter[tuple[int, int]] = Counter()
-    for relative in files:
-        with store.fs.open_input_file(store.path(relative)) as handle:
-            t = pq.read_table(handle, columns=list(columns))
-        found.update(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
-    return found
 
 
 def test_dump_seal_and_replay_on_s3_on_a_cluster_are_exact_where_the_metastore_points(

@@ -21,6 +21,7 @@ import pytest
 
 from tests.helpers.dags import asset_events, run_dag
 from tests.helpers.jobs import job_process, run_job_process
+from tests.helpers.streams import KILLS, STREAM_ARGS, checkpoint_batches, restart_words, tiled
 from tests.helpers.tables import fresh_table, landed, late_landed
 from tidemark.errors import WriterModeError
 from tidemark.faults import EXIT_CODE
@@ -29,7 +30,7 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.mode import TableWriter
-from tidemark.stream.runner import StreamStatus, checkpoint_location, run_stream
+from tidemark.stream.runner import StreamStatus, run_stream
 from tidemark_dev.generator import create_topic, events, produce
 
 pytestmark = pytest.mark.e2e
@@ -37,17 +38,6 @@ pytestmark = pytest.mark.e2e
 # The stream's processing time is the wall clock: the test's events are recent hours.
 NOW = datetime.now(UTC)
 HOUR = NOW.replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
-# a micro-batch's kill points, in the order of a micro-batch (the seal's inside)
-KILLS = (
-    "stream_epoch_start",
-    "before_commit_record",
-    "after_commit_record",
-    "mid_compaction",
-    "stream_epoch_end",
-)
-
-
-STREAM_ARGS = ("--trigger-interval", "1s")
 SEED = int(os.environ.get("TIDEMARK_CHAOS_SEED", "20261124"))
 
 
@@ -70,32 +60,12 @@ def killed_at_random(settings: Settings, table: str, rng: random.Random) -> floa
     return delay
 
 
-def tiled(settings: Settings, table: str) -> dict[int, int]:
-    """Assert the committed batches' ranges follow each other exactly per MQ partition (no
-    offset read twice, none skipped); return the ends."""
-    ends: dict[int, int] = {}
-    for commit in CommitLog(settings.state_dir, table).iter_commits():
-        for r in commit.ranges:
-            assert r.start == ends.get(r.mq_partition, r.start), (commit.batch_id, commit.run_id, r)
-            ends[r.mq_partition] = r.end
-    return ends
-
-
 def assert_exact(settings: Settings, table: str, delivered: list[tuple[int, int, Any]]) -> None:
     rows, dirty, _ = landed(settings, table)
     assert rows + dirty + late_landed(settings, table) == Counter((p, o) for p, o, _ in delivered)
     assert tiled(settings, table) == {
         p: max(o for q, o, _ in delivered if q == p) + 1 for p in {q for q, _, _ in delivered}
     }
-
-
-def checkpoint_batches(settings: Settings, table: str) -> tuple[set[int], set[int]]:
-    """The micro-batches of the query's offset log and those Spark recorded as done."""
-    root = Path(checkpoint_location(settings, table))
-    return (
-        {int(p.name) for p in (root / "offsets").glob("[0-9]*")},
-        {int(p.name) for p in (root / "commits").glob("[0-9]*")},
-    )
 
 
 def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_back_to_batch(
@@ -129,11 +99,7 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
         code, _, err = stream(own, table, fail_at=point)
         assert code == EXIT_CODE, f"no crash at {point}: {err[-3000:]}"
         assert expected_at_restart in err, (point, expected_at_restart)  # the restart saw how they stand
-        expected_at_restart = (
-            "in the checkpoint, not in the commit log"
-            if point in ("stream_epoch_start", "before_commit_record")
-            else "but not recorded as done by Spark"
-        )
+        expected_at_restart = restart_words(point)
         offsets, done = checkpoint_batches(own, table)
         assert max(offsets) not in done, f"{point}: Spark recorded the killed micro-batch as done"
         commits = list(CommitLog(own.state_dir, table).iter_commits())

@@ -1,34 +1,48 @@
-"""Delta snapshots where the lake lives: the orders (CDC) path with ``cdc.snapshot_format:
-delta`` on S3 (a real SeaweedFS), the metastore service on PostgreSQL and the standalone
-cluster. The bootstrap and a merge are killed after their Delta commit and before its record
-and retried (the commit is recovered, not made twice); a late change makes the current
-version stale and the next merge recomputes it forward; each label and the current version
-are read by name through Spark SQL, in a process of its own, and equal the source's state."""
+"""The upgrade path where the lake lives: the warehouse and the state on S3 (a real
+SeaweedFS), the metastore service on PostgreSQL and the standalone cluster.
+
+- Delta snapshots: the orders (CDC) path with ``cdc.snapshot_format: delta``. The bootstrap
+  and a merge are killed after their Delta commit and before its record and retried (the
+  commit is recovered, not made twice); a late change makes the current version stale and
+  the next merge recomputes it forward; each label and the current version are read by name
+  through Spark SQL, in a process of its own, and equal the source's state.
+- The continuous writer, its Structured Streaming checkpoint on S3 too: killed at each point
+  of a micro-batch on the cluster and restarted, handed over from and back to the batch dump;
+  every record once where readers are pointed, the batches tiling the topic."""
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
-from tests.helpers.jobs import job_env
-from tests.helpers.orders import Row, late_update, normal, send, truth
-from tests.helpers.s3cluster import cluster, job, lake, outcome, s3_metastore, why
+from tests.e2e.test_chaos import JobClock, killed_at_random
+from tests.helpers.jobs import job_env, job_process
+from tests.helpers.orders import Row, late_update, normal, send, truth, write_parquet_source
+from tests.helpers.s3cluster import cluster, job, lake, offsets, outcome, registered, s3_metastore, why
+from tests.helpers.streams import KILLS, STREAM_ARGS, checkpoint_batches, restart_words, tiled
 from tests.helpers.tables import at, fresh_table
 from tidemark.faults import EXIT_CODE
 from tidemark.observe.status import render, table_status
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
 from tidemark.snapshot.delta import storage_options
-from tidemark.snapshot.snapshots import SnapshotLog
+from tidemark.snapshot.snapshots import SnapshotLog, period_of
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout
-from tidemark_dev.generator import create_topic, order_changes, state_after
+from tidemark.state.mode import TableWriter
+from tidemark.stream.runner import StreamStatus, checkpoint_location
+from tidemark_dev.generator import create_topic, events, order_changes, produce, state_after
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, replace_table
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
 
@@ -36,6 +50,7 @@ pytestmark = pytest.mark.e2e
 __all__ = ["cluster", "lake", "s3_metastore"]  # module-scoped fixtures of this module's tests
 
 ROOT = Path(__file__).resolve().parents[2]
+SEED = int(os.environ.get("TIDEMARK_CHAOS_SEED", "20261125"))
 
 
 def read_by_name(settings: Settings, relation: str) -> list[Row]:
@@ -147,3 +162,143 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
     store = Layout(settings, snapshots).store
     assert not [f for f in store.all_files(snapshots) if "snapshot_dt=" in f]  # staged rows dropped
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk
+
+
+# The stream's processing time is the wall clock: its events are of recent hours.
+NOW = datetime.now(UTC)
+HOUR = NOW.replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+
+
+def stream(settings: Settings, table: str, fail_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    return job(settings, "stream", table, "stream-s3", "--until-caught-up", *STREAM_ARGS, fail_at=fail_at)
+
+
+def readable(settings: Settings, table: str) -> Counter[tuple[int, int]]:
+    """Each (MQ partition, offset) where readers and the next seal find it: the files of the
+    journal's sealed hours (their sizes checked), the committed batch files still open, and
+    the dirty records."""
+    layout = Layout(settings, table)
+    store = layout.store
+    found: Counter[tuple[int, int]] = Counter()
+    for key, entry in HourJournal(settings.state_location, table).state().hours.items():
+        held = offsets(store, list(entry.files), ("_mq_partition", "_mq_offset"))
+        assert sum(held.values()) == entry.rows, (key, entry.rows, sum(held.values()))
+        found += held
+    committed = {f for c in CommitLog(settings.state_location, table).iter_commits() for f in c.files}
+    still_open = [f for f in store.files(layout.relative(layout.open_dir)) if f in committed]
+    dirty = store.files(layout.relative(layout.dirty_dir))
+    return (
+        found
+        + offsets(store, still_open, ("_mq_partition", "_mq_offset"))
+        + offsets(store, dirty, ("mq_partition", "mq_offset"))
+    )
+
+
+def test_the_stream_on_s3_and_the_cluster_killed_at_every_point_is_exact_and_hands_back(
+    broker: str, cluster: Settings, tmp_path: Path
+) -> None:
+    config, on_cluster = fresh_table(cluster, tmp_path, late_policy="amend", output__target_file_size="1KiB")
+    on_cluster = replace(on_cluster, home=tmp_path / "home")
+    settings = replace(on_cluster, spark_master="local[2]", executor_env="")
+    table = config.table
+    create_topic(broker, config.source.topic, 2)
+    assert checkpoint_location(settings, table).startswith("s3a://")
+    writer = TableWriter(settings.state_location, table)
+    processing = ["--processing-time", NOW.isoformat()]
+
+    # the batch dump: hour H; then handed to the stream, which the batch dump now refuses
+    delivered = produce(broker, table, events(60, start=HOUR, partitions=2))
+    assert outcome(job(settings, "dump", table, "scheduled__1", *processing))["status"] == "committed"
+    writer.switch("stream", by="test", reason="minutes-fresh data", at=NOW.isoformat())
+    refused = job(settings, "dump", table, "scheduled__2", *processing)
+    assert refused.returncode != 0 and "WriterModeError" in refused.stderr, why(refused)
+
+    # the stream on the cluster, killed at each point of a micro-batch over new records
+    expected_at_restart = "a new query"
+    for i, point in enumerate(KILLS):
+        delivered += produce(broker, table, events(20, start=HOUR + timedelta(hours=1), partitions=2, seed=i))
+        commits_before = CommitLog(settings.state_location, table).state().batches
+        killed = stream(on_cluster, table, fail_at=point)
+        assert killed.returncode == EXIT_CODE, f"no crash at {point}: {why(killed)}"
+        assert expected_at_restart in killed.stderr, (point, expected_at_restart)
+        expected_at_restart = restart_words(point)
+        started, done = checkpoint_batches(settings, table)  # the checkpoint, read on S3
+        assert max(started) not in done, f"{point}: Spark recorded the killed micro-batch as done"
+        commits = list(CommitLog(settings.state_location, table).iter_commits())
+        if point in ("stream_epoch_start", "before_commit_record"):  # the checkpoint has it, the log not
+            assert len(commits) == commits_before, point
+        else:  # the log has it, the checkpoint not
+            assert commits[-1].run_id.endswith(f"-{max(started)}"), (point, commits[-1].run_id)
+        assert max(readable(settings, table).values()) == 1, f"a record twice after a kill at {point}"
+        assert tiled(settings, table)
+    finished = stream(on_cluster, table)
+    result = outcome(finished)
+    assert result["status"] == "stopped" and "caught up" in result["reason"], result
+    assert "but not recorded as done by Spark" in finished.stderr
+    assert readable(settings, table) == Counter((p, o) for p, o, _ in delivered)
+    run_ids = [c.run_id for c in CommitLog(settings.state_location, table).iter_commits()]
+    assert len(run_ids) == len(set(run_ids))  # each micro-batch committed once
+    hour = HOUR.strftime("%Y-%m-%dT%H")
+    assert HourJournal(settings.state_location, table).state().hours[hour].published
+    assert registered(settings, table)  # the stream's seals registered the hour
+    status = StreamStatus(settings.state_location, table).read()
+    assert status is not None and status["state"] == "stopped"
+    assert "stream: stopped" in render(table_status(config, settings))
+
+    # handed back to the batch dump: the stream is refused, the dump goes on where it stopped
+    writer.switch("batch", by="test", reason="back to hourly", at=NOW.isoformat())
+    refused = stream(settings, table)
+    assert refused.returncode != 0 and "WriterModeError" in refused.stderr, why(refused)
+    delivered += produce(broker, table, events(20, start=HOUR + timedelta(hours=2), partitions=2, seed=99))
+    assert outcome(job(on_cluster, "dump", table, "scheduled__3", *processing))["status"] == "committed"
+    assert readable(settings, table) == Counter((p, o) for p, o, _ in delivered)
+    assert tiled(settings, table) == {p: max(o for q, o, _ in delivered if q == p) + 1 for p in (0, 1)}
+    assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk
+
+
+def test_random_kills_of_delta_merges_on_s3_lose_and_double_nothing(
+    broker: str, cluster: Settings, tmp_path: Path
+) -> None:
+    """tests/e2e/test_chaos.py's merge chaos with the Delta table, the state and the
+    metastore where production has them: a merge job SIGKILLed at a random moment, finished
+    by its retry or by a run under another id."""
+    rng = random.Random(SEED)
+    config, settings = fresh_table(
+        cluster, tmp_path, template="orders", cdc__snapshot_every="hour", cdc__snapshot_format="delta"
+    )
+    settings = replace(settings, home=tmp_path / "home", spark_master="local[2]", executor_env="")
+    table = config.table
+    create_topic(broker, config.source.topic, 2)
+    before = order_changes(120, start=at(9), seed=1)
+    source_state = state_after(before)
+    send(broker, config, before)
+    source = str(write_parquet_source(tmp_path / "src", source_state))
+    boot = ["--source-kind", "parquet", "--source", source, "--label", "base", "--as-of", at(10).isoformat()]
+    assert outcome(job(settings, "bootstrap", table, "boot-1", *boot))["rows"] == len(source_state)
+    after = order_changes(150, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=11)
+    send(broker, config, after, duplicates=0.1)
+    assert outcome(job(settings, "dump", table, "ingest-1", "--processing-time", at(12, 30).isoformat()))
+    assert outcome(job(settings, "seal", table, "ingest-1"))
+    clock = JobClock(first_guess=10.0)  # timed on the first merge: the killed one builds on it
+    clock.finish(settings, "merge", table, "merge-10", "--snapshot", "2026-11-22T10")
+    merging = job_process(settings, "merge", table, "merge-11", "--snapshot", "2026-11-22T11")
+    assert killed_at_random(merging, rng, clock.lifetime("merge")), "the merge ended before its kill"
+    retry = "merge-11" if rng.random() < 0.5 else "merge-11-retry"
+    clock.finish(settings, "merge", table, retry, "--snapshot", "2026-11-22T11")
+
+    records = list(SnapshotLog(settings.state_location, table).records())
+    assert [(r.label, r.version, r.delta_version) for r in records] == [
+        ("base", 1, 0),
+        ("2026-11-22T10", 1, 1),
+        ("2026-11-22T11", 1, 2),
+    ]
+    uri = Layout(settings, config.snapshot_table).uri(Layout(settings, config.snapshot_table).table_dir)
+    delta = DeltaTable(uri, storage_options=storage_options(uri))
+    assert delta.version() == 2 and delta.transaction_version(f"tidemark-snapshot-{table}") == 2
+    for label in ("2026-11-22T10", "2026-11-22T11"):
+        end = period_of(config, label).end
+        expected = truth(
+            state_after([c for c in after if datetime.fromisoformat(c["updated_at"]) < end], source_state)
+        )
+        relation = f"`{config.snapshot_table}_labels` WHERE snapshot_dt = '{label}'"
+        assert read_by_name(settings, relation) == expected, label

@@ -9,18 +9,23 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.jobs import JOBS, job_env
 from tests.helpers.metastore import metastore_service
 from tests.helpers.net import free_port_block
 from tidemark.settings import Settings
+from tidemark.tablefs import Store
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
+from tidemark_dev.pgsource import psql
+from tidemark_dev.postgres import METASTORE_DATABASE
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +91,31 @@ def why(done: subprocess.CompletedProcess[str]) -> str:
     """A failed job's error lines (not its stack frames) and the end of its log."""
     errors = [x for x in done.stderr.splitlines() if ("Error" in x or "Exception" in x) and "\tat " not in x]
     return "\n".join(errors[:15]) + "\n...\n" + done.stderr[-1500:]
+
+
+def registered(settings: Settings, table: str) -> dict[str, str]:
+    """Partition -> location, from the metastore service's own database."""
+    query = (
+        'SELECT p."PART_NAME", s."LOCATION" FROM "PARTITIONS" p JOIN "TBLS" t ON p."TBL_ID" = t."TBL_ID" '
+        f'JOIN "SDS" s ON p."SD_ID" = s."SD_ID" WHERE t."TBL_NAME" = \'{table}\''
+    )
+    out = psql(settings, query, database=METASTORE_DATABASE)
+    return dict(line.split("|", 1) for line in out.splitlines() if line)
+
+
+def rows_at(settings: Settings, locations: dict[str, str]) -> Counter[tuple[int, int]]:
+    """What a reader of the metastore finds: the rows of every file under every location."""
+    store = Store.of(settings.warehouse)
+    prefix = f"s3a://{settings.warehouse.removeprefix('s3://')}/"
+    assert all(loc.startswith(prefix) for loc in locations.values()), locations
+    files = [f for loc in locations.values() for f in store.files(loc.removeprefix(prefix))]
+    return offsets(store, files, ("_mq_partition", "_mq_offset"))
+
+
+def offsets(store: Store, files: list[str], columns: tuple[str, str]) -> Counter[tuple[int, int]]:
+    found: Counter[tuple[int, int]] = Counter()
+    for relative in files:
+        with store.fs.open_input_file(store.path(relative)) as handle:
+            t = pq.read_table(handle, columns=list(columns))
+        found.update(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+    return found

@@ -1,0 +1,46 @@
+"""What the stream tests share: the kill points of a micro-batch, and how the query's
+checkpoint and the commit log are read back (local disk or S3)."""
+
+from __future__ import annotations
+
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark.stream.runner import checkpoint_location
+from tidemark.tablefs import Store
+
+# a micro-batch's kill points, in the order of a micro-batch (the seal's inside)
+KILLS = (
+    "stream_epoch_start",
+    "before_commit_record",
+    "after_commit_record",
+    "mid_compaction",
+    "stream_epoch_end",
+)
+STREAM_ARGS = ("--trigger-interval", "1s")
+
+
+def restart_words(point: str) -> str:
+    """What a stream restarted after a kill at ``point`` logs about its checkpoint."""
+    if point in ("stream_epoch_start", "before_commit_record"):
+        return "in the checkpoint, not in the commit log"
+    return "but not recorded as done by Spark"
+
+
+def tiled(settings: Settings, table: str) -> dict[int, int]:
+    """Assert the committed batches' ranges follow each other exactly per MQ partition (no
+    offset read twice, none skipped); return the ends."""
+    ends: dict[int, int] = {}
+    for commit in CommitLog(settings.state_location, table).iter_commits():
+        for r in commit.ranges:
+            assert r.start == ends.get(r.mq_partition, r.start), (commit.batch_id, commit.run_id, r)
+            ends[r.mq_partition] = r.end
+    return ends
+
+
+def checkpoint_batches(settings: Settings, table: str) -> tuple[set[int], set[int]]:
+    """The micro-batches of the query's offset log and those Spark recorded as done."""
+    store = Store.of(checkpoint_location(settings, table))
+    return (
+        {int(f.rsplit("/", 1)[-1]) for f in store.all_files("offsets") if f.rsplit("/", 1)[-1].isdigit()},
+        {int(f.rsplit("/", 1)[-1]) for f in store.all_files("commits") if f.rsplit("/", 1)[-1].isdigit()},
+    )
