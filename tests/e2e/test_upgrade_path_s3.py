@@ -3,7 +3,8 @@ SeaweedFS), the metastore service on PostgreSQL and the standalone cluster.
 
 - Delta snapshots: the orders (CDC) path with ``cdc.snapshot_format: delta``. The bootstrap
   and a merge are killed after their Delta commit and before its record and retried (the
-  commit is recovered, not made twice); a late change makes the current version stale and
+  commit is recovered, not made twice), another merge at a random moment (finished by its
+  retry or a run of another id); a late change makes the current version stale and
   the next merge recomputes it forward; each label and the current version are read by name
   through Spark SQL, in a process of its own, and equal the source's state.
 - The continuous writer, its Structured Streaming checkpoint on S3 too: killed at each point
@@ -17,6 +18,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -25,18 +27,20 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tests.e2e.test_chaos import JobClock, killed_at_random
+from tests.e2e.test_chaos import killed_at_random
 from tests.helpers.jobs import job_env, job_process
-from tests.helpers.orders import Row, late_update, normal, send, truth, write_parquet_source
+from tests.helpers.orders import Row, late_update, normal, send, truth
 from tests.helpers.s3cluster import cluster, job, lake, offsets, outcome, registered, s3_metastore, why
 from tests.helpers.streams import KILLS, STREAM_ARGS, checkpoint_batches, restart_words, tiled
 from tests.helpers.tables import at, fresh_table
 from tidemark.faults import EXIT_CODE
+from tidemark.observe.lineage import job_lineage
+from tidemark.observe.report import render_report, report_data
 from tidemark.observe.status import render, table_status
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
 from tidemark.snapshot.delta import storage_options
-from tidemark.snapshot.snapshots import SnapshotLog, period_of
+from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout
@@ -79,6 +83,7 @@ def read_by_name(settings: Settings, relation: str) -> list[Row]:
 def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_name(
     broker: str, postgres: str, cluster: Settings, tmp_path: Path
 ) -> None:
+    rng = random.Random(SEED)
     config, on_cluster = fresh_table(
         cluster, tmp_path, template="orders", cdc__snapshot_every="hour", cdc__snapshot_format="delta"
     )
@@ -114,12 +119,22 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
         "2026-11-22T10",
         "2026-11-22T11",
     ]
+    started = time.monotonic()
     killed = job(
         settings, "merge", table, "merge-10", "--snapshot", "2026-11-22T10", fail_at="after_snapshot_swap"
     )
     assert killed.returncode == EXIT_CODE, why(killed)
+    a_merge = time.monotonic() - started  # a merge job up to its Delta commit, here
     assert outcome(job(on_cluster, "merge", table, "merge-10", "--snapshot", "2026-11-22T10"))["version"] == 1
-    assert outcome(job(settings, "merge", table, "merge-11", "--snapshot", "2026-11-22T11"))["version"] == 1
+    # the chaos of tests/e2e/test_chaos.py on S3: killed at a random moment, finished by its
+    # retry or by a run under another id
+    merging = job_process(settings, "merge", table, "merge-11", "--snapshot", "2026-11-22T11")
+    assert killed_at_random(merging, rng, a_merge), "the merge ended before its kill"
+    retry = "merge-11" if rng.random() < 0.5 else "merge-11-retry"
+    assert outcome(job(settings, "merge", table, retry, "--snapshot", "2026-11-22T11"))["version"] == 1
+    assert read_by_name(settings, f"`{snapshots}`") == truth(
+        state_after([c for c in after if datetime.fromisoformat(c["updated_at"]) < at(12)], source_state)
+    )
 
     # a change of 10:50 after hour 10 was sealed: amended into hour 10, so 11 is stale; the
     # next merge of 11 recomputes it from the bootstrap and merges the difference forward
@@ -159,6 +174,10 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
         ("base", 1),
     ]
     assert "; Delta version 3" in render(table_status(config, settings))
+    assert "Delta version 3" in render_report(report_data(config, settings))  # the health page
+    lineage = job_lineage("merge", config, settings, "remerge-11")
+    assert [d.name for d in lineage.outputs] == [f"default.{snapshots}"]
+    assert {d.name for d in lineage.inputs} == {f"default.{table}", f"default.{snapshots}"}
     store = Layout(settings, snapshots).store
     assert not [f for f in store.all_files(snapshots) if "snapshot_dt=" in f]  # staged rows dropped
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk
@@ -244,6 +263,7 @@ def test_the_stream_on_s3_and_the_cluster_killed_at_every_point_is_exact_and_han
     status = StreamStatus(settings.state_location, table).read()
     assert status is not None and status["state"] == "stopped"
     assert "stream: stopped" in render(table_status(config, settings))
+    assert "stream: stopped" in render_report(report_data(config, settings))  # the health page
 
     # handed back to the batch dump: the stream is refused, the dump goes on where it stopped
     writer.switch("batch", by="test", reason="back to hourly", at=NOW.isoformat())
@@ -254,51 +274,3 @@ def test_the_stream_on_s3_and_the_cluster_killed_at_every_point_is_exact_and_han
     assert readable(settings, table) == Counter((p, o) for p, o, _ in delivered)
     assert tiled(settings, table) == {p: max(o for q, o, _ in delivered if q == p) + 1 for p in (0, 1)}
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk
-
-
-def test_random_kills_of_delta_merges_on_s3_lose_and_double_nothing(
-    broker: str, cluster: Settings, tmp_path: Path
-) -> None:
-    """tests/e2e/test_chaos.py's merge chaos with the Delta table, the state and the
-    metastore where production has them: a merge job SIGKILLed at a random moment, finished
-    by its retry or by a run under another id."""
-    rng = random.Random(SEED)
-    config, settings = fresh_table(
-        cluster, tmp_path, template="orders", cdc__snapshot_every="hour", cdc__snapshot_format="delta"
-    )
-    settings = replace(settings, home=tmp_path / "home", spark_master="local[2]", executor_env="")
-    table = config.table
-    create_topic(broker, config.source.topic, 2)
-    before = order_changes(120, start=at(9), seed=1)
-    source_state = state_after(before)
-    send(broker, config, before)
-    source = str(write_parquet_source(tmp_path / "src", source_state))
-    boot = ["--source-kind", "parquet", "--source", source, "--label", "base", "--as-of", at(10).isoformat()]
-    assert outcome(job(settings, "bootstrap", table, "boot-1", *boot))["rows"] == len(source_state)
-    after = order_changes(150, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=11)
-    send(broker, config, after, duplicates=0.1)
-    assert outcome(job(settings, "dump", table, "ingest-1", "--processing-time", at(12, 30).isoformat()))
-    assert outcome(job(settings, "seal", table, "ingest-1"))
-    clock = JobClock(first_guess=10.0)  # timed on the first merge: the killed one builds on it
-    clock.finish(settings, "merge", table, "merge-10", "--snapshot", "2026-11-22T10")
-    merging = job_process(settings, "merge", table, "merge-11", "--snapshot", "2026-11-22T11")
-    assert killed_at_random(merging, rng, clock.lifetime("merge")), "the merge ended before its kill"
-    retry = "merge-11" if rng.random() < 0.5 else "merge-11-retry"
-    clock.finish(settings, "merge", table, retry, "--snapshot", "2026-11-22T11")
-
-    records = list(SnapshotLog(settings.state_location, table).records())
-    assert [(r.label, r.version, r.delta_version) for r in records] == [
-        ("base", 1, 0),
-        ("2026-11-22T10", 1, 1),
-        ("2026-11-22T11", 1, 2),
-    ]
-    uri = Layout(settings, config.snapshot_table).uri(Layout(settings, config.snapshot_table).table_dir)
-    delta = DeltaTable(uri, storage_options=storage_options(uri))
-    assert delta.version() == 2 and delta.transaction_version(f"tidemark-snapshot-{table}") == 2
-    for label in ("2026-11-22T10", "2026-11-22T11"):
-        end = period_of(config, label).end
-        expected = truth(
-            state_after([c for c in after if datetime.fromisoformat(c["updated_at"]) < end], source_state)
-        )
-        relation = f"`{config.snapshot_table}_labels` WHERE snapshot_dt = '{label}'"
-        assert read_by_name(settings, relation) == expected, label

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from tidemark.snapshot.snapshots import SnapshotRecord
 from tidemark.state.journal import EntryKind, JournalEntry
 
 
@@ -39,3 +41,23 @@ def journal_entry(
     }
     values.update(fields)
     return JournalEntry(**values)
+
+
+def snapshot_record(
+    label: str, kind: str, through: str = "2026-11-22T10:00:00+00:00", **fields: object
+) -> SnapshotRecord:
+    """A snapshot log record of ``label``; any other field by keyword."""
+    base = SnapshotRecord(
+        seq=0,
+        table="orders",
+        label=label,
+        kind=kind,
+        version=1,
+        run_id=f"run-{label}",
+        through=through,
+        increments_from=through,
+        rows=1,
+        files=(),
+        created_at=through,
+    )
+    return replace(base, **fields)  # type: ignore[arg-type]

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.records import journal_entry
+from tests.helpers.records import snapshot_record as record
 from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import BootstrapError, MergeError, UnsealedHoursError
 from tidemark.snapshot.bootstrap import BootstrapSource, credentials, jdbc_options
 from tidemark.snapshot.merge import MergePlan, is_stale, plan_delta_merge, plan_merge
-from tidemark.snapshot.snapshots import SnapshotRecord, base_for, period_of
+from tidemark.snapshot.snapshots import base_for, period_of
 from tidemark.state.journal import JournalEntry, JournalState
 
 pytestmark = pytest.mark.unit
@@ -25,23 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def orders() -> TableConfig:
     return load_table_file(ROOT / "conf" / "tables" / "orders.yaml")
-
-
-def record(label: str, kind: str, through: str, **fields: object) -> SnapshotRecord:
-    base = SnapshotRecord(
-        seq=0,
-        table="orders",
-        label=label,
-        kind=kind,
-        version=1,
-        run_id=f"run-{label}",
-        through=through,
-        increments_from=through,
-        rows=1,
-        files=(),
-        created_at=through,
-    )
-    return replace(base, **fields)  # type: ignore[arg-type]
 
 
 def entry(hour: str, kind: str = "seal", version: int = 1) -> JournalEntry:

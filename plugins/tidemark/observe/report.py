@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.observe.status import render_stream, stream_summary
+from tidemark.observe.status import render_snapshot, render_stream, snapshots, stream_summary
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
@@ -114,6 +114,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "failures": recent_failures(settings, config.table)[:MAX_FAILURES_SHOWN],
         "pending": pending.describe() if (pending := commit_log.pending_plan(state)) else None,
         "writer": render_stream(stream_summary(config, settings)),
+        "snapshots": [render_snapshot(snap) for snap in snapshots(config, settings)],
         "decisions": [r.describe() for r in AuditLog(settings.state_location, config.table).records()][
             -MAX_FAILURES_SHOWN:
         ],
@@ -235,6 +236,7 @@ def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -
         + "</section>"
     )
     writer = "<br>".join(e(line.strip()) for line in data.get("writer", []))
+    snapshot_lines = "<br>".join(e(line) for line in data.get("snapshots", []))
     summary = (
         f"topic <b>{e(data['topic'])}</b>; {data['batches']} batches (last {data['last_batch']}); rows {data['rows']}, "
         f"dirty {data['dirty']}, tombstones {data['tombstones']}, late {data['late']}; global ready time <b>{e(str(data['ready_time']))}</b>; "
@@ -254,6 +256,7 @@ section.plot {{ max-width: 1100px; }}
 <h1>Ingestion health: {e(data["table"])}</h1>
 <p id="summary">{summary}</p>
 <p id="writer">{writer}</p>
+<p id="snapshots">{snapshot_lines}</p>
 {alerts}
 {plots}
 <h2>Hours</h2>

@@ -140,6 +140,16 @@ def render_stream(stream: dict[str, Any]) -> list[str]:
     return lines
 
 
+def render_snapshot(snap: dict[str, Any]) -> str:
+    """One snapshot of ``snapshots`` in a line (status and the health page)."""
+    base = f", from {snap['base']}" if snap["base"] else ""
+    delta = f"; Delta version {snap['delta_version']}" if snap.get("delta_version") is not None else ""
+    return (
+        f"snapshot {snap['label']} v{snap['version']} ({snap['kind']}{base}): {snap['rows']} rows "
+        f"as of {snap['through']}{delta}"
+    )
+
+
 def snapshots(config: TableConfig, settings: Settings) -> list[dict[str, Any]]:
     """The current version of each snapshot of a CDC table (bootstrap or merge), by label."""
     from tidemark.snapshot.snapshots import SnapshotLog
@@ -188,13 +198,7 @@ def render(status: dict[str, Any]) -> str:
         )
     for decision in status["decisions"]:
         lines.append(f"  decision {decision}")
-    for snap in status["snapshots"]:
-        base = f", from {snap['base']}" if snap["base"] else ""
-        delta = f"; Delta version {snap['delta_version']}" if snap.get("delta_version") is not None else ""
-        lines.append(
-            f"  snapshot {snap['label']} v{snap['version']} ({snap['kind']}{base}): {snap['rows']} rows "
-            f"as of {snap['through']}{delta}"
-        )
+    lines += [f"  {render_snapshot(snap)}" for snap in status["snapshots"]]
     if status["broker_error"]:
         lines.append(f"  broker: {status['broker_error']}")
     lines.append("  MQ partition  committed end  latest  lag  watermark")

@@ -1,0 +1,60 @@
+"""Pure parts of a Delta snapshot on an object store: the views' SQL over a version's files
+and delta-rs's settings from the ``AWS_*`` environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.records import snapshot_record as record
+from tidemark.snapshot.delta import storage_options
+from tidemark.snapshot.delta_views import views_sql
+
+pytestmark = pytest.mark.unit
+
+COLUMNS = [("order_id", "bigint"), ("status", "string")]
+
+
+def test_a_view_reads_exactly_its_versions_files_cast_to_the_table_types_and_quoted() -> None:
+    head = record("2026-11-22T11", "merge", files=("part-2.parquet", "odd`name.parquet"), delta_version=2)
+    base = record("base", "bootstrap", files=("part-0.parquet",), delta_version=0)
+    empty = record("it's", "merge", files=(), delta_version=1)
+    current, labels = views_sql("s3://lake/wh/orders_snapshot", COLUMNS, head, [head, empty, base])
+    assert current == (
+        "SELECT CAST(`order_id` AS bigint) AS `order_id`, CAST(`status` AS string) AS `status`, "
+        "'2026-11-22T11' AS `snapshot_dt` FROM parquet.`s3a://lake/wh/orders_snapshot/part-2.parquet` "
+        "UNION ALL SELECT CAST(`order_id` AS bigint) AS `order_id`, CAST(`status` AS string) AS `status`, "
+        "'2026-11-22T11' AS `snapshot_dt` FROM parquet.`s3a://lake/wh/orders_snapshot/odd``name.parquet`"
+    )
+    # every live label in Delta version order; an empty version has the columns and no rows
+    branches = labels.split(" UNION ALL ")
+    assert [b.split(" AS `snapshot_dt`")[0].rsplit(", ", 1)[1] for b in branches] == [
+        "'base'",
+        "'it\\'s'",
+        "'2026-11-22T11'",
+        "'2026-11-22T11'",
+    ]
+    assert branches[1].endswith("WHERE false") and "CAST(NULL AS bigint) AS `order_id`" in branches[1]
+
+
+def test_delta_rs_gets_the_aws_environment_and_conditional_puts_only_for_s3(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    assert storage_options("/data/warehouse/orders_snapshot") == {}
+    assert storage_options("s3://lake/wh/orders_snapshot") == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_ACCESS_KEY_ID": "key",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_REGION": "eu-west-1",
+        "aws_conditional_put": "etag",
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "false",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://s3.example.com")
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # never taken over: the option wins
+    options = storage_options("s3a://lake/wh/orders_snapshot")
+    assert "AWS_ALLOW_HTTP" not in options and options["AWS_S3_ALLOW_UNSAFE_RENAME"] == "false"
