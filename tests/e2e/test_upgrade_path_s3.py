@@ -35,6 +35,7 @@ from tests.helpers.streams import KILLS, STREAM_ARGS, checkpoint_batches, restar
 from tests.helpers.tables import at, fresh_table
 from tidemark.faults import EXIT_CODE
 from tidemark.observe.lineage import job_lineage
+from tidemark.observe.metrics import emit_metrics
 from tidemark.observe.report import render_report, report_data
 from tidemark.observe.status import render, table_status
 from tidemark.settings import Settings
@@ -175,6 +176,8 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
     ]
     assert "; Delta version 3" in render(table_status(config, settings))
     assert "Delta version 3" in render_report(report_data(config, settings))  # the health page
+    gauges = emit_metrics(config, settings, gauge=lambda name, value: None)
+    assert gauges[f"tidemark.{table}.snapshot.delta_version"] == 3
     lineage = job_lineage("merge", config, settings, "remerge-11")
     assert [d.name for d in lineage.outputs] == [f"default.{snapshots}"]
     assert {d.name for d in lineage.inputs} == {f"default.{table}", f"default.{snapshots}"}

@@ -26,6 +26,7 @@ from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
 from tidemark.faults import SNAPSHOT_POINTS
 from tidemark.ingest.dump import run_dump
+from tidemark.observe.metrics import emit_metrics
 from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
@@ -270,6 +271,12 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
         ("base", "bootstrap", 1, None),
     ]
     assert f"snapshot base v1 (bootstrap): {listed[1]['rows']} rows" in render(table_status(config, settings))
+    sent = emit_metrics(config, settings, gauge=lambda name, value: None)  # the newest snapshot's gauges
+    prefix = f"tidemark.{config.table}.snapshot."
+    assert (
+        sent[prefix + "rows"] == listed[0]["rows"] and sent[prefix + "lag_seconds"] == 40 * 60
+    )  # 11:40 - 11:00
+    assert sent.get(prefix + "delta_version") == (1 if snapshot_format == "delta" else None)
     store = SnapshotStore(spark, config, settings)
     assert not store.staging_root.exists() or not any(store.staging_root.iterdir())
 

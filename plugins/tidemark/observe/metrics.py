@@ -18,6 +18,9 @@ only; the batch is committed) |
 heartbeat; seconds since its last heartbeat (alert on it in stream mode) |
 | ``hour.rows``, ``hour.late``, ``hour.freshness_seconds``, ``hour.quality_failures`` | each hour \
 sealed, amended or released since the previous metrics task, in order |
+| ``snapshot.rows``, ``snapshot.lag_seconds``, ``snapshot.delta_version`` | a CDC table's newest \
+snapshot: its rows; the last batch's processing time - the state it holds (how far snapshots \
+trail ingestion); its Delta version (``cdc.snapshot_format: delta``) |
 """
 
 from __future__ import annotations
@@ -84,6 +87,19 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         send("stream.running", 1.0 if stream["state"] == "running" and stream["alive"] else 0.0)
         if stream["heartbeat_age_s"] is not None:
             send("stream.heartbeat_age_seconds", float(stream["heartbeat_age_s"]))
+
+    from tidemark.observe.status import snapshots
+
+    newest = max(
+        snapshots(config, settings), key=lambda snap: datetime.fromisoformat(snap["through"]), default=None
+    )
+    if newest is not None:
+        send("snapshot.rows", newest["rows"])
+        if last is not None:
+            held = datetime.fromisoformat(last.processing_time) - datetime.fromisoformat(newest["through"])
+            send("snapshot.lag_seconds", held.total_seconds())
+        if newest["delta_version"] is not None:
+            send("snapshot.delta_version", newest["delta_version"])
 
     journal = HourJournal(settings.state_location, config.table)
     partitions = journal.state()
