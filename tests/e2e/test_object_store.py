@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers.orders import Row, late_update, normal, send, truth
+from tests.helpers.orders import Row, keyed_once, late_update, normal, send, truth
 from tests.helpers.s3cluster import (
     cluster,
     job,
@@ -164,9 +164,7 @@ def snapshot_rows(settings: Settings, location: str) -> list[Row]:
     for file in store.files(relative):
         with store.fs.open_input_file(store.path(file)) as handle:
             found += [normal(r) for r in pq.read_table(handle).to_pylist()]
-    keys = [r[0] for r in found]
-    assert len(keys) == len(set(keys)), f"{location}: duplicated keys"
-    return sorted(found)
+    return keyed_once(found, location)
 
 
 def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(

@@ -21,7 +21,7 @@ import pytest
 
 from tests.helpers.dags import asset_events, run_dag
 from tests.helpers.jobs import job_process, run_job_process
-from tests.helpers.streams import KILLS, STREAM_ARGS, checkpoint_batches, restart_words, tiled
+from tests.helpers.streams import KILLS, STREAM_ARGS, assert_the_kill_stands, restart_words, tiled
 from tests.helpers.tables import fresh_table, landed, late_landed
 from tidemark.errors import WriterModeError
 from tidemark.faults import EXIT_CODE
@@ -100,13 +100,7 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
         assert code == EXIT_CODE, f"no crash at {point}: {err[-3000:]}"
         assert expected_at_restart in err, (point, expected_at_restart)  # the restart saw how they stand
         expected_at_restart = restart_words(point)
-        offsets, done = checkpoint_batches(own, table)
-        assert max(offsets) not in done, f"{point}: Spark recorded the killed micro-batch as done"
-        commits = list(CommitLog(own.state_dir, table).iter_commits())
-        if point in ("stream_epoch_start", "before_commit_record"):  # the checkpoint has it, the log not
-            assert len(commits) == commits_before, point
-        else:  # the log has it, the checkpoint not
-            assert commits[-1].run_id.endswith(f"-{max(offsets)}"), (point, commits[-1].run_id)
+        assert_the_kill_stands(own, table, point, commits_before)
         rows, dirty, _ = landed(own, table)
         assert max((rows + dirty + late_landed(own, table)).values()) == 1, (
             f"a record twice after a kill at {point}"

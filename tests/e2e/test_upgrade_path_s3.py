@@ -29,9 +29,9 @@ from deltalake import DeltaTable
 
 from tests.e2e.test_chaos import killed_at_random
 from tests.helpers.jobs import job_env, job_process
-from tests.helpers.orders import Row, late_update, normal, send, truth
+from tests.helpers.orders import Row, keyed_once, late_update, normal, send, truth
 from tests.helpers.s3cluster import cluster, job, lake, offsets, outcome, registered, s3_metastore, why
-from tests.helpers.streams import KILLS, STREAM_ARGS, checkpoint_batches, restart_words, tiled
+from tests.helpers.streams import KILLS, STREAM_ARGS, assert_the_kill_stands, restart_words, tiled
 from tests.helpers.tables import at, fresh_table
 from tidemark.faults import EXIT_CODE
 from tidemark.observe.lineage import job_lineage
@@ -75,10 +75,10 @@ def read_by_name(settings: Settings, relation: str) -> list[Row]:
         check=False,
     )
     assert done.returncode == 0, why(done)
-    rows = [normal({**r, "updated_at": r["updated_at"].replace(" ", "T")}) for r in json.loads(done.stdout)]
-    keys = [r[0] for r in rows]
-    assert len(keys) == len(set(keys)), f"{relation}: duplicated keys"
-    return sorted(rows)
+    return keyed_once(
+        [normal({**r, "updated_at": r["updated_at"].replace(" ", "T")}) for r in json.loads(done.stdout)],
+        relation,
+    )
 
 
 def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_name(
@@ -244,13 +244,7 @@ def test_the_stream_on_s3_and_the_cluster_killed_at_every_point_is_exact_and_han
         assert killed.returncode == EXIT_CODE, f"no crash at {point}: {why(killed)}"
         assert expected_at_restart in killed.stderr, (point, expected_at_restart)
         expected_at_restart = restart_words(point)
-        started, done = checkpoint_batches(settings, table)  # the checkpoint, read on S3
-        assert max(started) not in done, f"{point}: Spark recorded the killed micro-batch as done"
-        commits = list(CommitLog(settings.state_location, table).iter_commits())
-        if point in ("stream_epoch_start", "before_commit_record"):  # the checkpoint has it, the log not
-            assert len(commits) == commits_before, point
-        else:  # the log has it, the checkpoint not
-            assert commits[-1].run_id.endswith(f"-{max(started)}"), (point, commits[-1].run_id)
+        assert_the_kill_stands(settings, table, point, commits_before)  # its checkpoint read on S3
         assert max(readable(settings, table).values()) == 1, f"a record twice after a kill at {point}"
         assert tiled(settings, table)
     finished = stream(on_cluster, table)

@@ -128,9 +128,7 @@ def snapshot(
     else:
         spark.catalog.refreshTable(config.snapshot_table)
         relation = f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'"
-    rows = _rows(spark, relation)
-    keys = [r[0] for r in rows]
-    assert len(keys) == len(set(keys)), f"{label}: duplicated keys"
+    rows = keyed_once(_rows(spark, relation), label)
     if is_delta(config):
         assert settings is not None
         read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
@@ -143,6 +141,13 @@ def snapshot(
         )
         assert sorted(normal(r) for r in delta.to_pyarrow_table().to_pylist()) == rows
     return rows
+
+
+def keyed_once(rows: list[Row], what: str) -> list[Row]:
+    """``rows`` sorted, failing if a key is there twice (a snapshot holds one row per key)."""
+    keys = [r[0] for r in rows]
+    assert len(keys) == len(set(keys)), f"{what}: duplicated keys"
+    return sorted(rows)
 
 
 def _rows(spark: Any, relation: str) -> list[Row]:

@@ -44,3 +44,15 @@ def checkpoint_batches(settings: Settings, table: str) -> tuple[set[int], set[in
         {int(f.rsplit("/", 1)[-1]) for f in store.all_files("offsets") if f.rsplit("/", 1)[-1].isdigit()},
         {int(f.rsplit("/", 1)[-1]) for f in store.all_files("commits") if f.rsplit("/", 1)[-1].isdigit()},
     )
+
+
+def assert_the_kill_stands(settings: Settings, table: str, point: str, commits_before: int) -> None:
+    """After a stream killed at ``point``: Spark did not record the micro-batch as done, and
+    the commit log has it exactly when the kill came after its commit record."""
+    started, done = checkpoint_batches(settings, table)
+    assert max(started) not in done, f"{point}: Spark recorded the killed micro-batch as done"
+    commits = list(CommitLog(settings.state_location, table).iter_commits())
+    if point in ("stream_epoch_start", "before_commit_record"):  # the checkpoint has it, the log not
+        assert len(commits) == commits_before, point
+    else:  # the log has it, the checkpoint not
+        assert commits[-1].run_id.endswith(f"-{max(started)}"), (point, commits[-1].run_id)
