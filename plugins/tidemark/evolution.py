@@ -19,7 +19,10 @@ hour records the version it wrote with; the quality gate and a rebuild of that h
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -196,6 +199,24 @@ def evolution(old: SchemaVersion, new: SchemaVersion) -> tuple[list[str], list[s
     return allowed, refused
 
 
+def _read_cache(cache: Path | None) -> dict[str, Any]:
+    try:
+        return dict(json.loads(cache.read_text())) if cache is not None else {}
+    except (OSError, ValueError):
+        return {}  # none yet, or torn by a crash: read the history
+
+
+def _write_cache(cache: Path, payload: dict[str, Any]) -> None:
+    """Written aside and renamed: a parse that dies half-way leaves no torn cache."""
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        aside = cache.with_name(f".{cache.name}.{os.getpid()}")
+        aside.write_text(json.dumps(payload))
+        aside.replace(cache)
+    except OSError as exc:  # a read-only home costs the reads, not the DAGs
+        log.debug("schema check cache %s not written: %s", cache, exc)
+
+
 class SchemaHistory:
     """The recorded schema versions of one table (create-only records in state)."""
 
@@ -210,15 +231,29 @@ class SchemaHistory:
         versions = self.versions()
         return versions[-1] if versions else None
 
-    def check(self, config: TableConfig) -> list[str]:
+    def check(self, config: TableConfig, cache: Path | None = None) -> list[str]:
         """The allowed changes from the recorded schema to the config's; SchemaEvolutionError
-        (every refused change at once) if any is refused. Read-only: DAG files call it."""
-        current = self.current()
-        if current is None:
-            return []
-        allowed, refused = evolution(current, SchemaVersion.of(config))
-        if refused:
-            raise SchemaEvolutionError(self.table, refused, current.version)
+        (every refused change at once) if any is refused. Read-only: DAG files call it.
+
+        ``cache`` (a local file, the DAG files' own): a passed check is kept with the newest
+        record it read; while the config's schema is the same and no record follows that one
+        (records are create-only, so the history is unchanged), the check costs one read
+        instead of the whole history. A refusal is never cached, and every job checks again
+        (``ensure``) before it writes."""
+        wanted = SchemaVersion.of(config)
+        keyed = {"state": str(self._log.directory), "schema": wanted.to_json()}
+        digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
+        kept = _read_cache(cache)
+        if kept.get("schema") == digest and self._log.read(int(kept["newest"]) + 1) is None:
+            return list(kept["allowed"])
+        versions = self.versions()
+        allowed: list[str] = []
+        if versions:
+            allowed, refused = evolution(versions[-1], wanted)
+            if refused:
+                raise SchemaEvolutionError(self.table, refused, versions[-1].version)
+        if cache is not None:
+            _write_cache(cache, {"schema": digest, "newest": len(versions) - 1, "allowed": allowed})
         return allowed
 
     def ensure(self, config: TableConfig, run_id: str) -> SchemaVersion:

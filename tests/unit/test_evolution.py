@@ -141,6 +141,39 @@ def test_history_records_versions_once_and_refuses_incompatible_configs(tmp_path
     assert history.ensure(reordered, "run-5") == v2  # the order of the YAML's columns is no change
 
 
+def test_a_passed_check_is_cached_by_the_newest_record_and_a_change_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DAG files' check reads one record while the history and the YAML stay the same;
+    a new version recorded by a job, or an edited YAML, reads the history again; a refusal
+    is never served from the cache."""
+    from tidemark.state.seqlog import SequentialLog
+
+    state, cache = tmp_path / "state", tmp_path / "cache" / "clicks.json"
+    history = SchemaHistory(state, "clicks")
+    history.ensure(config(tmp_path), "run-1")
+    reads: list[int] = []
+    real_read = SequentialLog.read
+    monkeypatch.setattr(SequentialLog, "read", lambda log, seq: reads.append(seq) or real_read(log, seq))
+    widened = changed(tmp_path, n="bigint")
+    assert history.check(widened, cache) == ["column 'n': widened int -> bigint"]
+    assert reads == [0, 1] and json.loads(cache.read_text())["newest"] == 0
+    reads.clear()
+    assert history.check(widened, cache) == ["column 'n': widened int -> bigint"]
+    assert reads == [1]  # the record after the newest one read: still missing
+    history.ensure(widened, "run-2")  # a job records version 2
+    reads.clear()
+    assert history.check(widened, cache) == []  # the YAML is now the recorded schema
+    assert reads[-2:] == [1, 2] and len(reads) > 1
+    narrowed = changed(tmp_path, n="int")  # an edited YAML: read again, refused, not cached
+    with pytest.raises(SchemaEvolutionError):
+        history.check(narrowed, cache)
+    with pytest.raises(SchemaEvolutionError):
+        history.check(narrowed, cache)
+    cache.write_text("{torn")  # a crash mid-write elsewhere: read the history
+    assert history.check(widened, cache) == []
+
+
 def test_concurrent_first_records_agree_on_one_version(tmp_path: Path) -> None:
     history = SchemaHistory(tmp_path / "state", "clicks")
     new = changed(tmp_path, score="double")

@@ -80,7 +80,8 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
         try:
             config = load_table_file(path)
             if shard is None or shard_of(config.table) == shard:
-                SchemaHistory(settings.state_location, config.table).check(config)
+                cache = settings.home / "cache" / "schema-checks" / f"{config.table}.json"
+                SchemaHistory(settings.state_location, config.table).check(config, cache)
         except (ConfigError, SchemaEvolutionError) as exc:
             problems[str(path)] = str(exc)
             log.error("tidemark: %s has no DAGs: %s", path, exc)
