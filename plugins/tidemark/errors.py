@@ -180,9 +180,9 @@ class ConditionalWriteUnsupportedError(StorageError):
         self.table, self.uri = table, uri
         super().__init__(
             f"{table}: the object store of {uri} does not refuse a second PUT of an existing "
-            f"key under If-None-Match: * ({seen}); Delta commits there would not be safe from a "
-            "concurrent or paused writer. Use a store with conditional writes (AWS S3, SeaweedFS, "
-            "MinIO, R2) or cdc.snapshot_format: parquet"
+            f"key under If-None-Match: * ({seen}); tidemark's commit records and Delta commits "
+            "there would not be safe from a concurrent or paused writer. Use a store with "
+            "conditional writes (AWS S3, SeaweedFS, MinIO, R2)"
         )
 
 

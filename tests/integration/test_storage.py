@@ -201,9 +201,10 @@ def test_a_create_whose_response_was_lost_and_retried_by_boto3_is_reported_as_wr
             return 0.0  # as botocore does for a connection reset: retry at once
         return None
 
-    storage.client.meta.events.register("needs-retry.s3.PutObject", drop_first_response)
     root = Location(f"{s3}/{uuid.uuid4().hex}")
     mine = root / "locks" / "batch" / "0000000001.json"
+    storage.require_conditional("test", mine)  # the bucket's probe first (its PUTs are not the test's)
+    storage.client.meta.events.register("needs-retry.s3.PutObject", drop_first_response)
     assert storage.create_only(mine, b'{"token": 1, "run": "mine"}')
     assert dropped == [1]  # the retry happened, and got 412
     assert storage.read(mine) == b'{"token": 1, "run": "mine"}'
@@ -212,11 +213,12 @@ def test_a_create_whose_response_was_lost_and_retried_by_boto3_is_reported_as_wr
     assert not storage.create_only(theirs, b'{"token": 2, "run": "mine"}')  # a real lost race
 
 
-def test_delta_commits_on_s3_are_conditional_and_a_store_ignoring_the_condition_is_refused(s3: str) -> None:
+def test_commits_on_s3_are_conditional_and_a_store_ignoring_the_condition_is_refused(s3: str) -> None:
     """Six writers that loaded one Delta version race to commit the next on SeaweedFS with
     tidemark's delta-rs settings: exactly one wins. The probe passes on this store, leaves no
     object, and refuses the same store once its PUTs lose If-None-Match on the way (a store
-    that ignores the condition), naming the table and the location."""
+    that ignores the condition), naming the table or record and the location: for a Delta
+    commit and for a state record alike."""
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable, write_deltalake
     from deltalake.exceptions import CommitFailedError
@@ -249,22 +251,28 @@ def test_delta_commits_on_s3_are_conditional_and_a_store_ignoring_the_condition_
     assert sum(won) == 1
     assert DeltaTable(uri, storage_options=options).version() == 1
 
+    shared = storage._s3_storage()
+    shared._honoured.clear()
     storage.require_conditional_create("orders", uri)
     bucket_root = s3.rstrip("/") + "/"
     probes = Store.of(bucket_root.rstrip("/")).all_files(uri.removeprefix(bucket_root).rsplit("/", 1)[0])
     assert not [f for f in probes if "_tidemark_probes" in f]
 
-    client = storage._s3_storage().client
-
     def drop_condition(request: Any, **_: Any) -> None:
         if "If-None-Match" in request.headers:
             del request.headers["If-None-Match"]
 
-    client.meta.events.register("before-sign.s3.PutObject", drop_condition)
-    storage._probe_conditional_create.cache_clear()
+    # the same store once its PUTs lose the condition: a Delta commit and a state record
+    # (a commit record of the commit log) are refused, never written as if they were created
+    shared.client.meta.events.register("before-sign.s3.PutObject", drop_condition)
+    shared._honoured.clear()
     try:
         with pytest.raises(ConditionalWriteUnsupportedError, match="orders: the object store of s3://"):
             storage.require_conditional_create("orders", uri)
+        record = Location(f"{s3}/{uuid.uuid4().hex}/state/events/commits/0000000000.json")
+        with pytest.raises(ConditionalWriteUnsupportedError, match="state record s3://"):
+            storage.create_only(record, {"batch_id": 0})
+        assert storage.read_json(record) is None
     finally:
-        client.meta.events.unregister("before-sign.s3.PutObject", drop_condition)
-        storage._probe_conditional_create.cache_clear()
+        shared.client.meta.events.unregister("before-sign.s3.PutObject", drop_condition)
+        shared._honoured.clear()

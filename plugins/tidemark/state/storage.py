@@ -239,12 +239,19 @@ class HadoopStorage(Storage):
 
 
 class S3Storage(Storage):
-    """Records as objects; create-only through a conditional PUT (``If-None-Match: *``)."""
+    """Records as objects; create-only through a conditional PUT (``If-None-Match: *``).
+
+    A store that ignores the condition would let two writers both "create" one record (two
+    commits of one batch), silently. So before the first create in a bucket, each process
+    probes it once: a throwaway key (a hidden ``_tidemark_probes`` folder beside the record)
+    created twice must be refused the second time, else ``ConditionalWriteUnsupportedError``.
+    """
 
     name = "s3"
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self._honoured: set[str] = set()  # buckets probed in this process
 
     @staticmethod
     def _key(location: Location) -> tuple[str, str]:
@@ -262,7 +269,29 @@ class S3Storage(Storage):
             return None
         return bytes(response["Body"].read())
 
+    def require_conditional(self, owner: str, location: Location) -> None:
+        """Refuse a bucket where a second create-only PUT of one key succeeds (see the class)."""
+        bucket, key = self._key(location)
+        if bucket in self._honoured:
+            return
+        parent = posixpath.dirname(key.rstrip("/"))
+        probe = Location(f"s3://{bucket}/{parent + '/' if parent else ''}_tidemark_probes/{uuid.uuid4().hex}")
+        try:
+            first = self._put_if_absent(probe, b"1")
+            second = self._put_if_absent(probe, b"2")
+        finally:
+            self.delete(probe)
+        if not first or second:
+            seen = "the first create was refused" if not first else "the second create succeeded"
+            raise ConditionalWriteUnsupportedError(owner, location.uri, seen)
+        self._honoured.add(bucket)
+        log.info("%s: s3://%s honours conditional writes (probed)", owner, bucket)
+
     def create_only(self, location: Location, data: bytes) -> bool:
+        self.require_conditional(f"state record {location}", location)
+        return self._put_if_absent(location, data)
+
+    def _put_if_absent(self, location: Location, data: bytes) -> bool:
         from botocore.exceptions import ClientError
 
         bucket, key = self._key(location)
@@ -293,28 +322,10 @@ _LOCAL = LocalStorage()
 
 def require_conditional_create(owner: str, uri: str) -> None:
     """Refuse (``ConditionalWriteUnsupportedError``) an S3 store where a second create-only
-    PUT of one key succeeds. Probed once per process and prefix, with a throwaway key beside
-    ``uri`` (a hidden ``_tidemark_probes`` folder) that is deleted again; other schemes have
-    their own atomic create."""
+    PUT of one key succeeds (probed once per process and bucket, see ``S3Storage``); other
+    schemes have their own atomic create."""
     if Location(uri).scheme in S3_SCHEMES:
-        _probe_conditional_create(owner, uri.rstrip("/"))
-
-
-@functools.cache
-def _probe_conditional_create(owner: str, uri: str) -> None:
-    storage = _s3_storage()
-    parent, name = uri.rsplit("/", 1)
-    probe = Location(f"{parent}/_tidemark_probes/{name}-{uuid.uuid4().hex}")
-    try:
-        first = storage.create_only(probe, b"1")
-        second = storage.create_only(probe, b"2")
-    finally:
-        storage.delete(probe)
-    if not first or second:
-        raise ConditionalWriteUnsupportedError(
-            owner, uri, "the first create was refused" if not first else "the second create succeeded"
-        )
-    log.info("%s: %s honours conditional writes (probed)", owner, uri)
+        _s3_storage().require_conditional(owner, Location(uri.rstrip("/")))
 
 
 def storage_for(location: Location) -> Storage:
