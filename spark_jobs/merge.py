@@ -14,7 +14,8 @@ from tidemark.jobs import job_parser, run_job
 
 
 def _merge(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.snapshot.merge import preview_merge, run_merge
+    from tidemark.snapshot.merge import run_merge
+    from tidemark.snapshot.merge_plan import preview_merge
 
     if args.dry_run:
         return preview_merge(config, settings, args.snapshot)

@@ -154,7 +154,12 @@ def test_a_passed_check_is_cached_by_the_newest_record_and_a_change_is_seen(
     history.ensure(config(tmp_path), "run-1")
     reads: list[int] = []
     real_read = SequentialLog.read
-    monkeypatch.setattr(SequentialLog, "read", lambda log, seq: reads.append(seq) or real_read(log, seq))
+
+    def counted(log: SequentialLog, seq: int) -> Any:
+        reads.append(seq)
+        return real_read(log, seq)
+
+    monkeypatch.setattr(SequentialLog, "read", counted)
     widened = changed(tmp_path, n="bigint")
     assert history.check(widened, cache) == ["column 'n': widened int -> bigint"]
     assert reads == [0, 1] and json.loads(cache.read_text())["newest"] == 0

@@ -14,7 +14,7 @@ from tests.helpers.records import snapshot_record as record
 from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import BootstrapError, MergeError, UnsealedHoursError
 from tidemark.snapshot.bootstrap import BootstrapSource, credentials, jdbc_options
-from tidemark.snapshot.merge import MergePlan, is_stale, plan_delta_merge, plan_merge
+from tidemark.snapshot.merge_plan import MergePlan, is_stale, plan_delta_merge, plan_merge
 from tidemark.snapshot.snapshots import base_for, period_of
 from tidemark.state.journal import JournalEntry, JournalState
 

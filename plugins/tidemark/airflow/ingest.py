@@ -157,7 +157,7 @@ def _remerge_tasks(config: TableConfig) -> tuple[Any, Any]:
         """The newest merged snapshot if an amended hour made it (or its base) stale."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from tidemark.snapshot.merge import stale_snapshot
+        from tidemark.snapshot.merge_plan import stale_snapshot
 
         label = stale_snapshot(*table_context(table))
         if label is None:

@@ -1,12 +1,8 @@
-"""The periodic merge: snapshot(T) = snapshot(previous) + the sealed increment hours up to T.
+"""The periodic merge: snapshot(T) = snapshot(previous) + the sealed increment hours up to T,
+run under the label's lock (a Delta snapshot: the table's one lock).
 
-Per primary key the row with the highest (version, MQ offset, MQ partition) wins; if that row
-is a delete (``cdc.delete_ops``) the key is gone. Snapshot rows rank below every change of
-the same version, so a change re-delivered after a bootstrap read it is still harmless.
-
-The merge is driven by sealing, not by a clock: every increment hour in (previous, T] must be
-sealed (its end is before the sealed frontier), or the merge refuses and names the hours. An
-hour with no rows is final once the frontier passed it, and empty.
+How changes fold into a state is ``tidemark.snapshot.changes``; which snapshot a merge starts
+from and which hours it reads, ``tidemark.snapshot.merge_plan``.
 
 Late changes are never lost. The CDC tables use the ``amend`` policy: a change for an hour
 already sealed is folded into that hour as a new version. A merged snapshot records the
@@ -23,13 +19,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import MergeError, UnsealedHoursError
+from tidemark.errors import MergeError
 from tidemark.faults import crash_point
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.seal.metastore import quote_identifier
-from tidemark.seal.versions import version_dirs
 from tidemark.settings import Settings
-from tidemark.snapshot.delta import DELETE_FLAG, DeltaSnapshot, is_delta, snapshot_lock
+from tidemark.snapshot.changes import after_alignment, latest_changes, latest_state, state_difference
+from tidemark.snapshot.delta import DeltaSnapshot, is_delta, snapshot_lock
+from tidemark.snapshot.merge_plan import MergePlan, is_stale, plan_delta_merge, plan_merge
 from tidemark.snapshot.snapshots import (
     Period,
     SnapshotLog,
@@ -38,264 +35,14 @@ from tidemark.snapshot.snapshots import (
     base_for,
     period_of,
 )
-from tidemark.state.journal import HourJournal, JournalState
+from tidemark.state.journal import HourJournal
 from tidemark.state.locks import Lease, TableLock
-from tidemark.time.hours import hour_of, hours_from, parse_key
+from tidemark.time.hours import parse_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-
-# -- the pure transforms -----------------------------------------------------------------------
-def _ranked(frame: DataFrame, columns: list[str], op: Any, offset: Any, partition: Any) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    return frame.select(
-        *(F.col(quote_identifier(c)) for c in columns),
-        op.cast("string").alias("_tm_op"),
-        offset.cast("bigint").alias("_tm_offset"),
-        partition.cast("int").alias("_tm_partition"),
-    )
-
-
-def _ranked_changes(changes: DataFrame, columns: list[str], op_field: str) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    return _ranked(
-        changes, columns, F.col(quote_identifier(op_field)), F.col("_mq_offset"), F.col("_mq_partition")
-    )
-
-
-def _latest_per_key(rows: DataFrame, columns: list[str], key: list[str], version_field: str) -> DataFrame:
-    """Per key the row with the highest (version, MQ offset, MQ partition): columns + _tm_op."""
-    from pyspark.sql import functions as F
-
-    q = quote_identifier
-    payload = F.struct(*(F.col(q(c)) for c in columns), F.col("_tm_op"))
-    order = F.struct(F.col(q(version_field)), F.col("_tm_offset"), F.col("_tm_partition"))
-    latest = rows.groupBy(*(F.col(q(k)) for k in key)).agg(F.max_by(payload, order).alias("_tm_row"))
-    return latest.select(*(F.col(f"_tm_row.{q(c)}").alias(c) for c in [*columns, "_tm_op"]))
-
-
-def latest_state(
-    base: DataFrame,
-    changes: DataFrame,
-    *,
-    key: list[str],
-    version_field: str,
-    op_field: str,
-    delete_ops: list[str],
-) -> DataFrame:
-    """Fold ``changes`` (snapshot columns + op + ``_mq_partition``/``_mq_offset``) into
-    ``base`` (snapshot columns): the latest row per key, deleted keys dropped."""
-    from pyspark.sql import functions as F
-
-    columns = base.columns
-    none = F.lit(None)
-    rows = _ranked(base, columns, none, F.lit(-1), F.lit(-1)).unionByName(
-        _ranked_changes(changes, columns, op_field)
-    )
-    latest = _latest_per_key(rows, columns, key, version_field)
-    alive = latest.filter(F.col("_tm_op").isNull() | ~F.col("_tm_op").isin(delete_ops))
-    return alive.select(*(F.col(quote_identifier(c)) for c in columns))
-
-
-def latest_changes(
-    changes: DataFrame,
-    columns: list[str],
-    *,
-    key: list[str],
-    version_field: str,
-    op_field: str,
-    delete_ops: list[str],
-) -> DataFrame:
-    """Per key its newest change (as ``latest_state`` ranks them), flagged ``_tm_delete``:
-    the source of a record-level MERGE, which compares it with the stored row's version."""
-    from pyspark.sql import functions as F
-
-    latest = _latest_per_key(_ranked_changes(changes, columns, op_field), columns, key, version_field)
-    return latest.select(
-        *(F.col(quote_identifier(c)) for c in columns),
-        F.coalesce(F.col("_tm_op").isin(delete_ops), F.lit(False)).alias(DELETE_FLAG),
-    )
-
-
-def state_difference(desired: DataFrame, current: DataFrame, key: list[str]) -> DataFrame:
-    """What turns ``current`` into ``desired`` (both one row per key): changed or new rows,
-    and the keys to delete, flagged ``_tm_delete``."""
-    from pyspark.sql import functions as F
-
-    changed = desired.subtract(current).withColumn(DELETE_FLAG, F.lit(False))
-    gone = current.join(desired.select(*key), key, "left_anti").withColumn(DELETE_FLAG, F.lit(True))
-    return changed.unionByName(gone)
-
-
-def after_alignment(changes: DataFrame, offsets: dict[str, int]) -> DataFrame:
-    """Drop increment rows below a bootstrap's aligned offsets (already in the source it read)."""
-    from pyspark.sql import functions as F
-
-    if not offsets:
-        return changes
-    floor = F.lit(0).cast("bigint")
-    for partition, offset in offsets.items():
-        floor = F.when(F.col("_mq_partition") == int(partition), F.lit(int(offset))).otherwise(floor)
-    return changes.filter(F.col("_mq_offset") >= floor)
-
-
-# -- planning (no Spark) -----------------------------------------------------------------------
-def published_versions(partitions: JournalState) -> dict[str, int]:
-    """hour -> the version readers see (quarantined hours are not published)."""
-    return {h: e.version for h, e in partitions.hours.items() if e.published}
-
-
-@dataclass(frozen=True)
-class MergePlan:
-    period: Period
-    base: SnapshotRecord
-    hours: dict[str, int]  # hour key -> version to read; 0 = final and empty
-    folded: dict[str, int] = field(default_factory=dict)  # hour key -> last batch it holds
-    # object stores: hour key -> the version directory its journal entry's files lie in
-    directories: dict[str, str] = field(default_factory=dict)
-
-    def hour_keys_with_rows(self) -> list[str]:
-        return [h for h, v in self.hours.items() if v > 0]
-
-    def describe(self) -> str:
-        """What the merge reads: its base and every hour's version (names a snapshot version)."""
-        hours = ",".join(f"{h}@v{v}/b{self.folded.get(h, -1)}" for h, v in sorted(self.hours.items()))
-        return f"{self.period.label} = {self.base.ref} + {hours}"
-
-
-def plan_merge(
-    config: TableConfig, period: Period, live: dict[str, SnapshotRecord], partitions: JournalState
-) -> MergePlan:
-    """Which snapshot to start from and which hours to read; refuses unsealed hours."""
-    base = base_for(live, period)
-    if base is None:
-        raise MergeError(
-            f"{config.table}: no snapshot holds a state before {period.label} ends ({period.end.isoformat()}): "
-            f"bootstrap first (the tidemark_bootstrap_{config.table} DAG or `tidemark bootstrap`)"
-        )
-    first = hour_of(datetime.fromisoformat(base.increments_from), config.event_time.time_zone)
-    hours = list(hours_from(first, ending_by=period.end))
-    versions = published_versions(partitions)
-    frontier = datetime.fromisoformat(partitions.sealed_through) if partitions.sealed_through else None
-    waiting: dict[str, str] = {}
-    for hour in hours:
-        entry = partitions.hours.get(hour.key)
-        if entry is not None and entry.quarantined:
-            waiting[hour.key] = f"quarantined by the quality gate (tidemark release --table {config.table})"
-        elif entry is None and (frontier is None or hour.end > frontier):
-            waiting[hour.key] = "not sealed yet: the global watermark has not passed its end"
-    if waiting:
-        raise UnsealedHoursError(config.table, period.label, waiting)
-    folded = {h.key: partitions.hours[h.key].folded_through_batch for h in hours if versions.get(h.key, 0)}
-    directories = {
-        h.key: found.pop()
-        for h in hours
-        if versions.get(h.key, 0) and len(found := version_dirs(list(partitions.hours[h.key].files))) == 1
-    }
-    return MergePlan(period, base, {h.key: versions.get(h.key, 0) for h in hours}, folded, directories)
-
-
-def is_stale(record: SnapshotRecord, live: dict[str, SnapshotRecord], partitions: JournalState) -> bool:
-    """A merged snapshot whose hours were amended (or whose base changed) since it was built."""
-    if record.kind != "merge":
-        return False
-    versions = published_versions(partitions)
-    if any(versions.get(hour, 0) != version for hour, version in record.hours.items()):
-        return True
-    base_label = record.base.rsplit("@", 1)[0]
-    base = live.get(base_label)
-    return base is None or base.ref != record.base or is_stale(base, live, partitions)
-
-
-def plan_delta_merge(
-    config: TableConfig,
-    period: Period,
-    records: list[SnapshotRecord],
-    head: SnapshotRecord,
-    partitions: JournalState,
-) -> MergePlan | SnapshotRecord:
-    """A Delta snapshot's merge of ``period`` on top of its current version ``head``: the
-    plan (its base is the anchor: ``head`` itself, or when late changes made ``head`` stale,
-    the newest snapshot still current), or the record already holding the period (nothing to
-    do). Refuses a period behind ``head``: Delta snapshots only move forward."""
-    live = {r.label: r for r in records}
-    current = live.get(period.label)
-    if period.label != head.label and period.end <= head.through_at:
-        if current is not None and not is_stale(current, live, partitions):
-            return current
-        if base_for(live, period) is None:
-            plan_merge(config, period, live, partitions)  # raises: bootstrap first
-        kept = (
-            f"; Delta version {current.delta_version} keeps {current.ref} as it was merged"
-            if current is not None
-            else ""
-        )
-        raise MergeError(
-            f"{config.table}: snapshot {period.label} is behind the Delta snapshot's current version "
-            f"{head.delta_version} ({head.ref}, the state through {head.through}): Delta snapshots "
-            f"only move forward. Late changes to its hours are folded into the next merge of "
-            f"{head.label} (tidemark merge --table {config.table} --snapshot {head.label}){kept}"
-        )
-    if period.label == head.label and not is_stale(head, live, partitions):
-        return head
-    refs = {r.ref: r for r in records}
-    anchor = head if period.label != head.label else refs[head.base]
-    while is_stale(anchor, live, partitions):  # a bootstrap is never stale
-        anchor = refs[anchor.base]
-    return plan_merge(config, period, {anchor.label: anchor}, partitions)
-
-
-def delta_head(records: list[SnapshotRecord]) -> SnapshotRecord | None:
-    """The record of the newest Delta version the log knows."""
-    versions = [r for r in records if r.delta_version >= 0]
-    return max(versions, key=lambda r: r.delta_version) if versions else None
-
-
-def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
-    """The newest merged snapshot if it (or one it builds on) is stale: merging it again
-    re-merges the whole stale chain. None when every snapshot is current."""
-    log = SnapshotLog(settings.state_location, config.table)
-    live = log.live()
-    if is_delta(config):  # only the current Delta version can be merged again (forward only)
-        head = delta_head(list(log.records()))
-        merged = [head] if head is not None and head.kind == "merge" else []
-    else:
-        merged = [r for r in live.values() if r.kind == "merge"]
-    if not merged:
-        return None
-    newest = max(merged, key=lambda r: r.through_at)
-    partitions = HourJournal(settings.state_location, config.table).state()
-    return newest.label if is_stale(newest, live, partitions) else None
-
-
-def preview_merge(config: TableConfig, settings: Settings, label: str) -> dict[str, Any]:
-    """What a merge of ``label`` would read (dry run): base, hours, or why it would refuse."""
-    period = period_of(config, label)
-    log = SnapshotLog(settings.state_location, config.table)
-    live = log.live()
-    partitions = HourJournal(settings.state_location, config.table).state()
-    preview: dict[str, Any] = {"table": config.table, "snapshot": period.label, "dry_run": True}
-    try:
-        if is_delta(config):
-            records = list(log.records())
-            head = delta_head(records)
-            if head is None:
-                raise MergeError(f"{config.table}: no Delta snapshot yet: bootstrap first")
-            planned = plan_delta_merge(config, period, records, head, partitions)
-            if isinstance(planned, SnapshotRecord):
-                return {**preview, "already_merged": planned.ref, "delta_version": planned.delta_version}
-            how = "merge into" if planned.base.ref == head.ref else "recompute, merge the difference into"
-            return {**preview, "base": planned.base.ref, "delta": f"{how} {head.ref}", "hours": planned.hours}
-        plan = plan_merge(config, period, live, partitions)
-    except MergeError as exc:
-        return {**preview, "would_refuse": str(exc)}
-    stale = plan.base.kind == "merge" and is_stale(plan.base, live, partitions)
-    return {**preview, "base": plan.base.ref, "base_stale": stale, "hours": plan.hours}
 
 
 # -- running -----------------------------------------------------------------------------------
