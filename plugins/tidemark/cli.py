@@ -7,9 +7,10 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from tidemark import __version__
+from tidemark.cli_decisions import cmd_release, cmd_resolve, cmd_switch, cmd_unlock
+from tidemark.cli_tables import cmd_schema, cmd_tables
 from tidemark.errors import TidemarkError
 
 log = logging.getLogger("tidemark")
@@ -75,156 +76,6 @@ def _cmd_services(args: argparse.Namespace) -> int:
                 print(status.line())
         return 0 if all(s.answering for s in statuses) else 3
     return 0
-
-
-def _cmd_tables(args: argparse.Namespace) -> int:
-    import yaml
-
-    from tidemark.config import effective_config, load_table, load_table_file, table_files
-    from tidemark.errors import ConfigError, SchemaEvolutionError, SchemaRegistryUnavailableError
-    from tidemark.evolution import SchemaHistory
-    from tidemark.ingest.registry_tables import subject_versions
-    from tidemark.settings import Settings
-
-    settings = Settings.from_env()
-    if args.action == "init":
-        return _init_from_registry(args, settings)
-    if args.action == "show" and args.table:
-        config = load_table(args.table, settings)
-        effective = effective_config(config)
-        if args.json:
-            print(json.dumps(effective, indent=2, default=str))
-        else:
-            print(f"# {config.table}: the effective configuration, defaults included")
-            print(yaml.safe_dump(effective, sort_keys=False, default_flow_style=False).rstrip())
-        return 0
-    failures = 0
-    for path in table_files():
-        try:
-            config = load_table_file(path)
-        except ConfigError as exc:
-            failures += 1
-            print(exc, file=sys.stderr)
-            continue
-        if args.action == "show":
-            print(json.dumps(effective_config(config), indent=2, default=str))
-            continue
-        try:  # the YAML is valid on its own: is it a compatible change of the recorded schema?
-            SchemaHistory(settings.state_location, config.table).check(config)
-            # and does the producers' latest schema read into it?
-            refused = [v for v in subject_versions(config, latest_only=True) if v.problem]
-        except (SchemaEvolutionError, SchemaRegistryUnavailableError) as exc:
-            failures += 1
-            print(exc, file=sys.stderr)
-            continue
-        if refused:
-            failures += 1
-            print(f"{path}: the registry's latest schema does not read into the table:", file=sys.stderr)
-            for version in refused:
-                print(f"  - {version.line()}", file=sys.stderr)
-            continue
-        print(f"{config.table:16} topic={config.source.topic:16} {path}  ok")
-    return 1 if failures else 0
-
-
-def _init_from_registry(args: argparse.Namespace, settings: Any) -> int:
-    """``tables init --from-registry SUBJECT``: a table YAML from the subject's latest schema."""
-    from tidemark.ingest.registry import SchemaRegistry, UnknownSchemaIdError
-    from tidemark.ingest.registry_tables import table_yaml
-
-    if not args.from_registry or not args.registry_url:
-        print("tidemark: tables init needs --from-registry SUBJECT and --registry-url URL", file=sys.stderr)
-        return 2
-    subject = args.from_registry
-    topic = args.topic or subject.removesuffix("-value")
-    table = args.table or topic.replace("-", "_").replace(".", "_").lower()
-    try:
-        registry = SchemaRegistry(table, {"url": args.registry_url})
-        latest = registry.latest(subject)
-        if latest.schema_type == "PROTOBUF":  # as the decoder reads it: a serialized descriptor
-            registry = SchemaRegistry(table, {"url": args.registry_url}, serialized=True)
-            latest = registry.latest(subject)
-        imports = registry.imports(latest)
-    except UnknownSchemaIdError:
-        print(f"tidemark: {args.registry_url} has no subject {subject!r}", file=sys.stderr)
-        return 2
-    try:
-        text = table_yaml(
-            latest,
-            table=table,
-            topic=topic,
-            registry_url=args.registry_url,
-            event_time=args.event_time,
-            imports=imports,
-            message=args.message,
-        )
-    except ValueError as exc:
-        print(f"tidemark: {exc}", file=sys.stderr)
-        return 2
-    if not args.write:
-        print(text, end="")
-        return 0
-    path = settings.conf_dir / f"{table}.yaml"
-    if path.exists():
-        print(f"tidemark: {path} exists; not overwritten", file=sys.stderr)
-        return 2
-    path.write_text(text)
-    print(f"wrote {path} from {subject} v{latest.version}; check it with: tidemark tables validate")
-    return 0
-
-
-def _cmd_schema(args: argparse.Namespace) -> int:
-    from tidemark.config import load_table
-    from tidemark.evolution import SchemaHistory, SchemaVersion, evolution
-    from tidemark.ingest.registry_tables import subject_versions
-    from tidemark.settings import Settings
-
-    settings = Settings.from_env()
-    config = load_table(args.table, settings)
-    versions = SchemaHistory(settings.state_location, config.table).versions()
-    allowed, refused = evolution(versions[-1], SchemaVersion.of(config)) if versions else ([], [])
-    registry = subject_versions(config)
-    registry_refused = [v for v in registry if v.problem]
-    if args.json:
-        info = {
-            "table": config.table,
-            "versions": [v.to_json() for v in versions],
-            "yaml": {"allowed": allowed, "refused": refused},
-            "registry": [
-                {
-                    "subject": v.schema.subject,
-                    "version": v.schema.version,
-                    "id": v.schema.schema_id,
-                    "problem": v.problem,
-                }
-                for v in registry
-            ],
-        }
-        print(json.dumps(info, indent=2))
-        return 2 if refused or registry_refused else 0
-    if registry:
-        print(f"the registry's versions of {config.source.subject} against the YAML:")
-        for version in registry:
-            print(f"  {version.line()}")
-    for v in versions:
-        columns = ", ".join(f"{n} {t}{'' if nullable else ' not null'}" for n, t, nullable in v.columns)
-        print(f"v{v.version} (run {v.run_id or '-'}): {columns}")
-        for change in v.changes:
-            print(f"    {change}")
-    if not versions:
-        print(f"{config.table}: no schema recorded yet (the first job records the YAML's as v1)")
-    elif refused:
-        print(f"the YAML's schema is REFUSED against v{versions[-1].version}:")
-        for line in refused:
-            print(f"  - {line}")
-        return 2
-    elif allowed:
-        print(f"the YAML's schema is a compatible change; the next job records v{len(versions) + 1}:")
-        for line in allowed:
-            print(f"  - {line}")
-    else:
-        print(f"the YAML's schema is v{versions[-1].version}")
-    return 2 if registry_refused else 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -304,89 +155,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return _spark_submit(args.table, "replay", [*job_args, "--by", args.by or getpass.getuser(), "--at", at])
 
 
-def _cmd_resolve(args: argparse.Namespace) -> int:
-    """Record and apply an operator decision about a stuck batch (no Spark needed)."""
-    import getpass
-    from datetime import UTC, datetime
-
-    from tidemark.config import load_table
-    from tidemark.ingest.resolve import resolve
-    from tidemark.settings import Settings
-
-    settings = Settings.from_env()
-    config = load_table(args.table, settings)
-    record = resolve(
-        config,
-        settings,
-        action=args.action,
-        reason=args.reason,
-        by=args.by or getpass.getuser(),
-        at=datetime.now(UTC),  # the decision's wall clock, for the audit record
-    )
-    print(f"{config.table}: recorded {record.describe()}")
-    return 0
-
-
-def _cmd_unlock(args: argparse.Namespace) -> int:
-    """Free a table lock left by a lost host (a job on this host frees its own, or is broken
-    once its process is gone), recording the decision."""
-    import getpass
-    from datetime import UTC, datetime
-
-    from tidemark.config import load_table
-    from tidemark.settings import Settings
-    from tidemark.state.audit import AuditLog
-    from tidemark.state.locks import TableLock
-
-    settings = Settings.from_env()
-    config = load_table(args.table, settings)
-    lock = TableLock(settings.state_location, config.table, args.lock)
-    released = lock.release_by_operator(args.by or getpass.getuser())
-    if released is None:
-        print(f"{config.table}: the {args.lock} lock is free; nothing to do")
-        return 0
-    token, holder = released
-    record = AuditLog(settings.state_location, config.table).append(
-        action="unlock",
-        reason=args.reason,
-        by=args.by or getpass.getuser(),
-        at=datetime.now(UTC).isoformat(),
-        batch_id=None,
-        offsets=f"{args.lock} lock token {token} of {holder.describe()}",
-    )
-    print(f"{config.table}: released; recorded {record.describe()}")
-    return 0
-
-
-def _cmd_switch(args: argparse.Namespace) -> int:
-    """Hand the table to the batch DAG or to the stream (audited; no Spark needed)."""
-    import getpass
-    from datetime import UTC, datetime
-
-    from tidemark.config import load_table
-    from tidemark.settings import Settings
-    from tidemark.state.mode import STREAM, TableWriter
-
-    settings = Settings.from_env()
-    config = load_table(args.table, settings)
-    mode, changed = TableWriter(settings.state_location, config.table).switch(
-        args.to, by=args.by or getpass.getuser(), reason=args.reason, at=datetime.now(UTC).isoformat()
-    )
-    if not changed:
-        print(f"{config.table}: already written by the {mode.describe()}; nothing to do")
-    elif args.to == STREAM:
-        print(
-            f"{config.table}: now written by the stream; the batch DAG's dumps skip. Start it: "
-            f"tidemark stream --table {config.table} (or the DAG tidemark_stream_{config.table})"
-        )
-    else:
-        print(
-            f"{config.table}: now written by the batch DAG; a running stream stops after its current "
-            f"micro-batch (tidemark status --table {config.table} shows when)"
-        )
-    return 0
-
-
 def _cmd_stream(args: argparse.Namespace) -> int:
     """The table's stream in the foreground (spark-submit spark_jobs/stream.py)."""
     import socket
@@ -397,26 +165,6 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     if args.trigger_interval:
         job_args += ["--trigger-interval", args.trigger_interval]
     return _spark_submit(args.table, "stream", job_args)
-
-
-def _cmd_release(args: argparse.Namespace) -> int:
-    """Register a quarantined hour in-process (a Hive-enabled Spark session, ~10 s to start)."""
-    from tidemark.config import load_table
-    from tidemark.seal.sealing import run_release
-    from tidemark.settings import Settings
-    from tidemark.spark import build_session
-
-    settings = Settings.from_env()
-    config = load_table(args.table, settings)
-    spark = build_session(f"tidemark-release-{config.table}", settings, hive=True)
-    try:
-        entry = run_release(spark, config, settings, args.hour, args.run_id or f"release__{args.hour}")
-    finally:
-        spark.stop()
-    print(
-        f"{config.table} hour {entry.hour} released: registered with {entry.rows} rows (journal entry {entry.seq})"
-    )
-    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -487,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     switch.add_argument("--table", required=True)
     switch.add_argument("--to", required=True, choices=["batch", "stream"])
     _decision_arguments(switch)
-    switch.set_defaults(func=_cmd_switch)
+    switch.set_defaults(func=cmd_switch)
 
     stream = sub.add_parser(
         "stream",
@@ -574,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--hour", "--partition", dest="hour", required=True, metavar="YYYY-MM-DDTHH", help="the hour key"
     )
     release.add_argument("--run-id", help="recorded in the journal (default release__<hour>)")
-    release.set_defaults(func=_cmd_release)
+    release.set_defaults(func=cmd_release)
 
     resolve = sub.add_parser(
         "resolve",
@@ -589,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--table", required=True)
     resolve.add_argument("--action", required=True, choices=["replan", "skip", "accept", "rebase"])
     _decision_arguments(resolve)
-    resolve.set_defaults(func=_cmd_resolve)
+    resolve.set_defaults(func=cmd_resolve)
 
     replay = sub.add_parser(
         "replay",
@@ -615,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     unlock.add_argument("--table", required=True)
     unlock.add_argument("--lock", default="batch", help="the lock's name (default batch)")
     _decision_arguments(unlock)
-    unlock.set_defaults(func=_cmd_unlock)
+    unlock.set_defaults(func=cmd_unlock)
 
     report = sub.add_parser(
         "report",
@@ -638,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema.add_argument("--table", required=True)
     schema.add_argument("--json", action="store_true")
-    schema.set_defaults(func=_cmd_schema)
+    schema.set_defaults(func=cmd_schema)
 
     tables = sub.add_parser("tables", help="list, validate or show table configs")
     tables.add_argument("action", choices=["list", "validate", "show", "init"])
@@ -662,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     tables.add_argument(
         "--write", action="store_true", help="init: write conf/tables/<table>.yaml instead of printing it"
     )
-    tables.set_defaults(func=_cmd_tables)
+    tables.set_defaults(func=cmd_tables)
     return parser
 
 
