@@ -112,7 +112,11 @@ def test_random_kills_of_dump_and_seal_lose_and_double_nothing(
         if rng.random() < 0.5:  # the retry under another run id completes the same pending batch
             run_id = f"chaos-{r}-retry"
         clock.finish(own, "dump", config.table, run_id, "--processing-time", processing)
-        kills += killed_at_random(job(own, "seal", config.table, f"seal-{r}"), rng, clock.lifetime("seal"))
+        if r:  # not the first seal: it creates the jobs' embedded Derby metastore, which a kill
+            # there corrupts for good (a test-topology artefact: production has a metastore service)
+            kills += killed_at_random(
+                job(own, "seal", config.table, f"seal-{r}"), rng, clock.lifetime("seal")
+            )
         clock.finish(own, "seal", config.table, f"seal-{r}" if rng.random() < 0.5 else f"seal-{r}-retry")
     assert kills >= 2, f"the seed killed only {kills} jobs; chaos needs kills"
 
