@@ -207,7 +207,9 @@ def _read_cache(cache: Path | None) -> dict[str, Any]:
 
 
 def _write_cache(cache: Path, payload: dict[str, Any]) -> None:
-    """Written aside and renamed: a parse that dies half-way leaves no torn cache."""
+    """Written aside and renamed: a parse that dies half-way leaves no torn cache. Always the
+    local disk, not ``state.storage`` (with ``TIDEMARK_STORAGE=hadoop`` that would start a JVM
+    in the DAG processor)."""
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         aside = cache.with_name(f".{cache.name}.{os.getpid()}")

@@ -191,10 +191,10 @@ class DeltaSnapshot:
         (tidemark.snapshot.delta_views); call under the snapshot lock, after the record."""
         from tidemark.snapshot.delta_views import publish_views
 
-        head = self.head(list(snapshots.records()))
+        live = [r for r in snapshots.live().values() if r.delta_version >= 0]
+        head = self.head(live)  # the newest record of all: the live one of its label
         if head is None:
             return
-        live = [r for r in snapshots.live().values() if r.delta_version >= 0]
         publish_views(
             self.spark, self.config.snapshot_table, root=self.uri, columns=self.columns, head=head, live=live
         )
