@@ -152,6 +152,8 @@ class TableConfig(_Strict):
     retry_delay: Duration = timedelta(minutes=1)
     tags: list[str] = Field(default_factory=list)
     owner: str = "data-eng"
+    # Tables of one group run as one Spark application per run (tidemark.group)
+    group: str | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -161,6 +163,15 @@ class TableConfig(_Strict):
         if not _NAME.match(value):
             raise ValueError(
                 f"expected a lower-case table name (letters, digits, underscores; max 63), got {value!r}"
+            )
+        return value
+
+    @field_validator("group")
+    @classmethod
+    def _group_name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
+            raise ValueError(
+                f"expected a lower-case group name (letters, digits, underscores; max 63), got {value!r}"
             )
         return value
 

@@ -276,3 +276,15 @@ class SchemaRegistryUnavailableError(TidemarkError):
 
 class ResolveError(TidemarkError):
     """A decision that does not apply to the table's state (nothing pending, no reason given)."""
+
+
+class GroupTableFailedError(TidemarkError):
+    """One table of a group job failed (its own error is ``detail``); the group's other
+    tables went on. Retrying or clearing the table's task runs that table alone, same run id."""
+
+    def __init__(self, group: str, table: str, job: str, run_id: str, detail: str) -> None:
+        self.group, self.table, self.job, self.run_id, self.detail = group, table, job, run_id, detail
+        super().__init__(
+            f"{table} (group {group}): the {job} of run {run_id} failed: {detail} -- the group's other "
+            f"tables are not affected; retrying or clearing this table's task runs {table} alone"
+        )

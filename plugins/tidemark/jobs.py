@@ -29,16 +29,24 @@ class SparkJob:
     ``tidemark <job>`` both submit."""
 
     job: str
-    table: str
-    args: list[str] = field(default_factory=list)  # after --table
+    table: str  # the table, or the group of a group job
+    args: list[str] = field(default_factory=list)  # after --table (--group)
+    target: str = "--table"  # --group: spark_jobs/group.py, one application for a group's tables
+
+    @classmethod
+    def of_group(cls, group: str, job: str, args: list[str]) -> SparkJob:
+        """``spark_jobs/group.py`` running ``job`` (dump | seal) for the tables of ``group``."""
+        return cls("group", group, ["--job", job, *args], target="--group")
 
     @property
     def name(self) -> str:
+        if self.target == "--group":
+            return f"tidemark-group-{self.args[1]}-{self.table}"
         return f"tidemark-{self.job}-{self.table}"
 
     @property
     def arguments(self) -> list[str]:
-        return ["--table", self.table, *self.args]
+        return [self.target, self.table, *self.args]
 
     def application(self, settings: Settings) -> str:
         return str(settings.project_root / "spark_jobs" / f"{self.job}.py")
@@ -122,16 +130,28 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from tidemark.config import load_table
     from tidemark.settings import Settings
-    from tidemark.spark import build_session
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
     ensure_schema(config, settings, args.run_id, dry_run=args.dry_run)
+    return in_session(
+        f"tidemark-{parser.prog}-{config.table}",
+        settings,
+        hive,
+        lambda spark: body(spark, config, settings, args),
+    )
+
+
+def in_session(name: str, settings: Settings, hive: bool, body: Callable[[SparkSession], Any]) -> int:
+    """Build the session, run ``body`` (the session always stopped) and print its result as
+    one JSON line with the session's start seconds."""
+    from tidemark.spark import build_session
+
     started = time.perf_counter()
-    spark = build_session(f"tidemark-{parser.prog}-{config.table}", settings, hive=hive)
+    spark = build_session(name, settings, hive=hive)
     session_start = time.perf_counter() - started
     try:
-        result = body(spark, config, settings, args)
+        result = body(spark)
     finally:
         spark.stop()
     payload = result if isinstance(result, dict) else result.to_json()

@@ -84,6 +84,10 @@ def http_answers(url: str, timeout: float = 3.0) -> bool:
         return False
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Service:
     """A long-running local process managed through a pid file."""
 
@@ -161,6 +165,10 @@ class Service:
                 env=self.environment(),
                 cwd=self.settings.home,
                 start_new_session=True,  # our own process group: a terminal ^C does not reach it
+                # A shell's background job starts with SIGINT ignored, and the child inherits
+                # that: a service whose clean stop is SIGINT would then never stop (it waited
+                # stop_timeout, then was terminated). Its default handling is restored.
+                preexec_fn=_default_sigint if self.stop_signal == signal.SIGINT else None,  # noqa: PLW1509 (only signal())
             )
         started = psutil.Process(proc.pid).create_time()
         self.pid_file.write_text(json.dumps({"pid": proc.pid, "started": started}))

@@ -8,7 +8,8 @@ The tables are spread over ``SHARDS`` DAG files by a stable hash of their names,
 Airflow gives each file its own parse (``dagbag_import_timeout``, 30 s by default, and its
 own process): building a table's four to six DAGs costs Airflow about 20 ms, so one file of
 1,000 tables would take longer than that, while each of eight files takes a few seconds.
-A table never moves between files unless ``SHARDS`` changes.
+A table never moves between files unless ``SHARDS`` changes or it joins a group (a group's
+DAG and its tables' DAGs are built in the group's file).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tidemark.airflow.group import group_dag
 from tidemark.airflow.ingest import ingest_dag
 from tidemark.airflow.seal import rebuild_dag, seal_dag
 from tidemark.airflow.snapshot import bootstrap_dag, merge_dag
 from tidemark.airflow.stream import stream_dag
 from tidemark.config import TableConfig, collisions, load_table_file, table_files
+from tidemark.group.members import disagreements, groups_of
 from tidemark.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,12 @@ def shard_of(table: str) -> int:
     return zlib.crc32(table.encode()) % SHARDS
 
 
+def shard_key(config: TableConfig) -> str:
+    """What places a table in a DAG file: its group (a group's DAG and all its tables' DAGs
+    are built in one file), else its name."""
+    return config.group or config.table
+
+
 def shard_dags(dag_file: str, settings: Settings | None = None) -> dict[str, Any]:
     """The DAGs of the tables of the shard a DAG file is named for (``..._<shard>.py``)."""
     found = re.search(r"_(\d+)\.py$", Path(dag_file).name)
@@ -49,7 +58,9 @@ def shard_dags(dag_file: str, settings: Settings | None = None) -> dict[str, Any
 def builders_for(config: TableConfig) -> list[Builder]:
     """The DAG kinds of one table: ingest, seal, rebuild and stream; bootstrap and merge for
     CDC tables."""
-    kinds: list[Builder] = [ingest_dag, seal_dag, rebuild_dag, stream_dag]
+    kinds: list[Builder] = [seal_dag, rebuild_dag, stream_dag]
+    if config.group is None:  # a group's tables are dumped and sealed by the group's DAG
+        kinds.insert(0, ingest_dag)
     if config.cdc is not None:
         kinds += [bootstrap_dag, merge_dag]
     return kinds
@@ -63,6 +74,7 @@ def all_dags(settings: Settings | None = None, shard: int | None = None) -> dict
     settings = settings or Settings.from_env()
     configs, _ = tables_apart(settings, shard)
     dags = [build(config, settings) for config in configs for build in builders_for(config)]
+    dags += [group_dag(group, members, settings) for group, members in groups_of(configs).items()]
     return {dag.dag_id: dag for dag in dags}
 
 
@@ -79,7 +91,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     for path in table_files(settings):
         try:
             config = load_table_file(path)
-            if shard is None or shard_of(config.table) == shard:
+            if shard is None or shard_of(shard_key(config)) == shard:
                 cache = settings.home / "cache" / "schema-checks" / f"{config.table}.json"
                 SchemaHistory(settings.state_location, config.table).check(config, cache)
         except (ConfigError, SchemaEvolutionError) as exc:
@@ -87,12 +99,12 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
             log.error("tidemark: %s has no DAGs: %s", path, exc)
             continue
         configs.append(config)
-    colliding = dict(collisions(configs))
+    refused = dict(collisions(configs)) | dict(disagreements(configs))
     for config in configs:
-        if config.table in colliding:
-            problems[str(settings.conf_dir / f"{config.table}.yaml")] = colliding[config.table]
-    runnable = [c for c in configs if c.table not in colliding]
-    return [c for c in runnable if shard is None or shard_of(c.table) == shard], problems
+        if config.table in refused:
+            problems[str(settings.conf_dir / f"{config.table}.yaml")] = refused[config.table]
+    runnable = [c for c in configs if c.table not in refused]
+    return [c for c in runnable if shard is None or shard_of(shard_key(c)) == shard], problems
 
 
 def raise_table_problems(settings: Settings | None = None) -> None:

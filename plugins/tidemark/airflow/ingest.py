@@ -10,7 +10,9 @@ from tidemark.airflow.common import (
     PROCESSING_TIME,
     announce_task,
     dag_id_of,
+    deadlines_task,
     dry_run_param,
+    metrics_task,
     spark_job,
     table_context,
     table_dag,
@@ -24,7 +26,6 @@ from tidemark.settings import Settings
 
 def ingest_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_ingest_<table>``: dump one micro-batch, seal complete hours, announce them."""
-    from airflow.sdk import task
 
     from tidemark.seal.announce import table_asset
 
@@ -111,48 +112,26 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
             pool=HIVE_METASTORE_POOL,
         )
 
-        @task(task_id="metrics", trigger_rule="all_done")
-        def metrics() -> dict[str, float]:
-            """Gauges of the table through Airflow's metrics backend (tidemark/metrics.py); runs
-            even when seal failed, so a quarantined hour or a stalled ready time shows up."""
-            from tidemark.observe.metrics import emit_metrics
-
-            return emit_metrics(*table_context(table))
-
-        # No retries: judged at the run's fixed data interval end, a retry gives the same answer.
-        @task(task_id="check_deadlines", trigger_rule="all_done", retries=0)
-        def check_deadlines(**context: Any) -> dict[str, str]:
-            """Fail (an alert in the UI and the failure callback) when hours are past their seal
-            deadline; the reference time is the run's data interval end, not the clock."""
-            from tidemark.errors import SealDeadlineMissedError
-            from tidemark.observe.alerts import describe_overdue, overdue_hours
-
-            as_of = context.get("data_interval_end") or context["dag_run"].run_after
-            config, settings = table_context(table)
-            overdue = overdue_hours(config, settings, as_of)
-            if overdue:
-                raise SealDeadlineMissedError(table, overdue, describe_overdue(config, overdue))
-            return overdue
-
         announce = announce_task(table, asset)
-        seal >> [announce, metrics(), check_deadlines()]
+        seal >> [announce, metrics_task()(table), deadlines_task()(table)]
         dump >> seal
         if config.cdc is not None:
-            find_stale, remerge = _remerge_tasks(config)
+            find_stale, remerge = remerge_tasks(config)
             announce >> find_stale >> remerge
     return dag
 
 
-def _remerge_tasks(config: TableConfig) -> tuple[Any, Any]:
+def remerge_tasks(config: TableConfig, suffix: str = "") -> tuple[Any, Any]:
     """find_stale_snapshot >> remerge: when an amend changed an hour a merged snapshot read,
-    trigger the merge DAG for the newest snapshot (it re-merges the stale chain first)."""
+    trigger the merge DAG for the newest snapshot (it re-merges the stale chain first).
+    ``suffix`` tells a group's tables apart (``_<table>``)."""
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
     from airflow.sdk import task
 
     table = config.table
 
     # Also after a skipped announce: a remerge that failed in an earlier run is found again.
-    @task(task_id="find_stale_snapshot", trigger_rule="none_failed")
+    @task(task_id=f"find_stale_snapshot{suffix}", trigger_rule="none_failed")
     def find_stale_snapshot() -> str:
         """The newest merged snapshot if an amended hour made it (or its base) stale."""
         from airflow.sdk.exceptions import AirflowSkipException
@@ -165,9 +144,9 @@ def _remerge_tasks(config: TableConfig) -> tuple[Any, Any]:
         return label
 
     remerge = TriggerDagRunOperator(
-        task_id="remerge",
+        task_id=f"remerge{suffix}",
         trigger_dag_id=dag_id_of("merge", table),
-        conf={"snapshot": "{{ ti.xcom_pull(task_ids='find_stale_snapshot') }}"},
+        conf={"snapshot": f"{{{{ ti.xcom_pull(task_ids='find_stale_snapshot{suffix}') }}}}"},
         doc_md="Triggers the merge DAG for the stale snapshot (a late change amended one of its hours).",
     )
     return find_stale_snapshot(), remerge

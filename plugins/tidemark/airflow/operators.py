@@ -36,22 +36,25 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         )
         return super().execute(context)
 
+    def lineage_of(self) -> tuple[str, list[str]]:
+        """The job and the tables whose records say what this task read and wrote."""
+        from pathlib import Path
+
+        args = list(self.application_args or [])
+        return Path(self.application).stem, [args[args.index("--table") + 1]]
+
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """What the job read and wrote, from the records it left in state (OpenLineage
         provider hook; ``tidemark.observe.lineage``)."""
-        from pathlib import Path
-
         from tidemark.config import load_table
-        from tidemark.observe.lineage import job_lineage
+        from tidemark.observe.lineage import JobLineage, job_lineage
         from tidemark.settings import Settings
 
-        args = list(self.application_args or [])
-        table = args[args.index("--table") + 1]
         settings = Settings.from_env()
-        lineage = job_lineage(
-            Path(self.application).stem, load_table(table, settings), settings, task_instance.run_id
-        )
-        return openlineage_of(lineage)
+        job, tables = self.lineage_of()
+        parts = [job_lineage(job, load_table(t, settings), settings, task_instance.run_id) for t in tables]
+        inputs = tuple(d for p in parts for d in p.inputs)
+        return openlineage_of(JobLineage(inputs, tuple(d for p in parts for d in p.outputs)))
 
 
 class BatchWriterSparkSubmitOperator(TidemarkSparkSubmitOperator):
@@ -73,6 +76,65 @@ class BatchWriterSparkSubmitOperator(TidemarkSparkSubmitOperator):
                 f"tidemark switch --table {table} --to batch, or the stream DAG's trigger form)"
             )
         return super().execute(context)
+
+
+class GroupSparkSubmitOperator(TidemarkSparkSubmitOperator):
+    """A group's job (``spark_jobs/group.py``): one Spark application for every table of the
+    group. It succeeds although tables failed; each table's own task reports its part."""
+
+    def __init__(self, *, group: str, job: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.group, self.job = group, job
+
+    def lineage_of(self) -> tuple[str, list[str]]:
+        from tidemark.group.members import group_members
+        from tidemark.settings import Settings
+
+        return self.job, [c.table for c in group_members(self.group, Settings.from_env())]
+
+
+class GroupTableOperator(GroupSparkSubmitOperator):
+    """One table's part of a group job (mapped over the group's tables): the first try reports
+    what the group job recorded for the table, or fails with the table's own error; a retry or
+    a clear runs the job for this table alone, same run id (``tidemark.group.outcomes``)."""
+
+    template_fields: Sequence[str] = (*GroupSparkSubmitOperator.template_fields, "table")
+
+    def __init__(self, *, table: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+
+    def lineage_of(self) -> tuple[str, list[str]]:
+        return self.job, [self.table]
+
+    def execute(self, context: Any) -> Any:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from tidemark.errors import GroupTableFailedError
+        from tidemark.group.outcomes import Step, next_step, read_outcome
+        from tidemark.settings import Settings
+
+        state = Settings.from_env().state_location
+        run_id = context["run_id"]
+        outcome = read_outcome(state, self.table, self.job, run_id)
+        step = next_step(outcome, context["ti"].try_number)
+        if step is Step.RUN_ALONE:
+            why = "no record of the group job" if outcome is None else f"try {context['ti'].try_number}"
+            log.info("%s: running the %s of run %s alone (%s)", self.table, self.job, run_id, why)
+            self.application_args = [*(self.application_args or []), "--tables", self.table]
+            super().execute(context)
+            outcome = read_outcome(state, self.table, self.job, run_id)
+            step = next_step(outcome, 1)
+        if outcome is None or step is Step.RUN_ALONE:
+            raise GroupTableFailedError(self.group, self.table, self.job, run_id, "the job left no record")
+        if step is Step.SKIP:
+            raise AirflowSkipException(f"{self.table}: {outcome.detail}")
+        if step is Step.FAIL:
+            raise GroupTableFailedError(
+                self.group, self.table, self.job, run_id, f"{outcome.error_type}: {outcome.detail}"
+            )
+        log.info("%s: the %s of run %s: %s", self.table, self.job, run_id, outcome.result)
+        return {"status": outcome.status, "seconds": outcome.seconds, **outcome.result}
 
 
 class SourceCredentialsSparkSubmitOperator(TidemarkSparkSubmitOperator):

@@ -132,3 +132,16 @@ def record_failure(table: str, context: Any) -> None:
         replace_atomically(path, {"failures": kept})
     except Exception:
         log.exception("%s: could not record the task failure", table)
+
+
+def record_group_failure(tables: list[str], context: Any) -> None:
+    """``on_failure_callback`` of a group DAG's tasks: recorded for the table the task serves
+    (a mapped task's ``table``, ``announce_<table>``), or for every table of the group when
+    the task is the group's own (its shared dump or seal)."""
+    task = context.get("task")
+    table = getattr(task, "table", None) or (getattr(task, "op_kwargs", None) or {}).get("table")
+    task_id = str(getattr(task, "task_id", ""))
+    if table is None and task_id.startswith("announce_"):
+        table = task_id.removeprefix("announce_")
+    for each in [table] if table in tables else tables:
+        record_failure(each, context)

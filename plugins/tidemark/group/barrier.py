@@ -1,0 +1,112 @@
+"""The cross-table barrier: a group's hour is announced, as one event of the group's Asset with
+the hour as partition key, only once every table of the group has published it.
+
+An hour H of the group is complete when every table's sealed frontier has passed H's end and
+no table holds H back (quarantined). A table with no entry for H had no rows in it (its data
+started later). Each complete hour has a digest of its tables' versions: an amend of any table
+changes it, and the hour is announced again, as a table's amended hour is.
+
+Exactly once, the table announce's way (``tidemark.seal.announce``): Airflow keeps a task's
+events only when it succeeds, so the task reads the group asset's recent events and emits only
+(hour, digest) pairs Airflow does not hold yet; pairs seen there are recorded as confirmed in
+``<state>/_groups/<group>/announced.json``, which keeps the next run's work small.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from tidemark.faults import crash_point
+from tidemark.group.members import group_asset, group_state_dir
+from tidemark.seal.announce import LOOKBACK_SLACK
+from tidemark.state.journal import HourJournal, JournalState
+from tidemark.state.storage import read_json, replace_atomically
+
+if TYPE_CHECKING:
+    from tidemark.config import TableConfig
+    from tidemark.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def complete_hours(journals: Mapping[str, JournalState]) -> dict[str, dict[str, int]]:
+    """Hour -> {table: version} of every hour all the tables have published (see the module)."""
+    frontiers = [s.sealed_through for s in journals.values()]
+    if not journals or any(f is None for f in frontiers):
+        return {}
+    frontier = min(datetime.fromisoformat(str(f)) for f in frontiers)
+    complete: dict[str, dict[str, int]] = {}
+    for hour in sorted({h for s in journals.values() for h in s.hours}):
+        entries = {t: s.hours[hour] for t, s in journals.items() if hour in s.hours}
+        end = datetime.fromisoformat(next(iter(entries.values())).hour_end)
+        if end <= frontier and all(e.published for e in entries.values()):
+            complete[hour] = {t: e.version for t, e in sorted(entries.items())}
+    return complete
+
+
+def digest(versions: Mapping[str, int]) -> str:
+    """A short fingerprint of an hour's table versions (changes when any table amends it)."""
+    text = json.dumps(sorted(versions.items()), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def seen_digests(events: Any) -> set[tuple[str, str]]:
+    """(hour, digest) pairs present in Airflow's events of the group asset."""
+    seen = set()
+    for event in events:
+        key = getattr(event, "partition_key", None)
+        digests = (getattr(event, "extra", None) or {}).get("digests", {})
+        if key and key in digests:
+            seen.add((key, str(digests[key])))
+    return seen
+
+
+def announce_group(
+    group: str,
+    configs: list[TableConfig],
+    settings: Settings,
+    *,
+    outlet_events: Any,
+    inlet_events: Any,
+    run_id: str,
+) -> list[str]:
+    """Emit one event of the group asset per hour that became complete (or changed) since the
+    last confirmed announcement; the hours emitted."""
+    journals = {c.table: HourJournal(settings.state_location, c.table).state() for c in configs}
+    complete = complete_hours(journals)
+    record = group_state_dir(settings, group) / "announced.json"
+    confirmed: dict[str, str] = (read_json(record) or {}).get("hours", {})
+    pending = {h: digest(v) for h, v in complete.items() if confirmed.get(h) != digest(v)}
+    if not pending:
+        log.info("group %s: no hour newly complete across %s tables", group, len(configs))
+        return []
+    asset = group_asset(group, settings)
+    since = min(
+        max(datetime.fromisoformat(journals[t].hours[h].sealed_at) for t in complete[h]) for h in pending
+    )
+    seen = seen_digests(inlet_events[asset].after((since - LOOKBACK_SLACK).isoformat()))
+    now_confirmed = {h: d for h, d in pending.items() if (h, d) in seen}
+    if now_confirmed:
+        replace_atomically(record, {"hours": {**confirmed, **now_confirmed}})
+    todo = {h: d for h, d in pending.items() if (h, d) not in seen}
+    if not todo:
+        log.info("group %s: the %s complete hours were announced by an earlier attempt", group, len(pending))
+        return []
+    crash_point("before_announce")
+    accessor = outlet_events[asset]
+    accessor.extra = {"group": group, "digests": todo, "announced_by_run": run_id}
+    accessor.add_partitions(sorted(todo))
+    log.info(
+        "group %s: every one of its %s tables has published %s: announcing them on asset %s",
+        group,
+        len(configs),
+        ", ".join(sorted(todo)),
+        asset.name,
+    )
+    crash_point("after_announce")
+    return sorted(todo)

@@ -1,0 +1,109 @@
+"""Which tables form a group, and what they must agree on.
+
+A group runs on one schedule and its hours are compared by key across its tables, so the
+tables of a group share ``schedule`` and ``event_time.time_zone``. The group's first table by
+name sets them (and the DAG's owner, retries and retry delay); a table that disagrees is
+refused alone, with a problem naming the group and the table it disagrees with.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from tidemark.state.layout import table_uri
+from tidemark.state.storage import Location
+
+if TYPE_CHECKING:
+    from tidemark.config import TableConfig
+    from tidemark.settings import Settings
+
+GROUPS_DIR = "_groups"  # under the state store; table names start with a letter
+
+
+def groups_of(configs: list[TableConfig]) -> dict[str, list[TableConfig]]:
+    """Group name -> its tables, sorted by name (tables without a group are left out)."""
+    groups: dict[str, list[TableConfig]] = defaultdict(list)
+    for config in sorted(configs, key=lambda c: c.table):
+        if config.group is not None:
+            groups[config.group].append(config)
+    return dict(groups)
+
+
+def disagreements(configs: list[TableConfig]) -> list[tuple[str, str]]:
+    """(table, problem) of each grouped table whose schedule or time zone differs from its
+    group's first table's."""
+    problems = []
+    for group, tables in groups_of(configs).items():
+        first = tables[0]
+        for config in tables[1:]:
+            for what, mine, theirs in (
+                ("schedule", config.schedule, first.schedule),
+                ("event_time.time_zone", config.event_time.time_zone, first.event_time.time_zone),
+            ):
+                if mine != theirs:
+                    problems.append(
+                        (
+                            config.table,
+                            f"{config.table}: group {group!r} runs with {what} {theirs!r} (from its first "
+                            f"table {first.table!r}); this table has {mine!r}. Use the same {what}, or "
+                            "another group",
+                        )
+                    )
+    return problems
+
+
+def group_members(group: str, settings: Settings) -> list[TableConfig]:
+    """The tables of ``group`` that can run: every valid table YAML naming it that agrees with
+    the group (a broken or disagreeing table is left out: the DAG files show why)."""
+    from tidemark.config import load_table_file, table_files
+    from tidemark.errors import ConfigError
+
+    configs = []
+    for path in table_files(settings):
+        try:
+            configs.append(load_table_file(path))
+        except ConfigError:
+            continue
+    refused = {table for table, _ in disagreements(configs)}
+    return [c for c in groups_of(configs).get(group, []) if c.table not in refused]
+
+
+def group_state_dir(settings: Settings, group: str) -> Location:
+    """The group's own records (its announced hours), beside the tables' state."""
+    return Location(settings.state_location) / GROUPS_DIR / group
+
+
+def group_asset(group: str, settings: Settings) -> Any:
+    """The Airflow Asset of a group: one event per hour every table of the group has sealed,
+    with the hour as ``partition_key`` (the cross-table barrier)."""
+    from airflow.sdk import Asset
+
+    return Asset(
+        name=f"tidemark.group.{group}",
+        uri=table_uri(settings.warehouse, f"{GROUPS_DIR}/{group}"),
+        group="tidemark",
+    )
+
+
+def select_members(group: str, settings: Settings, tables: str = "") -> list[TableConfig]:
+    """The group's tables, or only those named (comma-separated): a name that is not a
+    runnable table of the group is a ConfigError naming the group's tables."""
+    from tidemark.errors import ConfigError
+
+    members = group_members(group, settings)
+    wanted = [t.strip() for t in tables.split(",") if t.strip()]
+    if not wanted:
+        if not members:
+            raise ConfigError(f"group {group}", ["no runnable table names this group"])
+        return members
+    known = {c.table: c for c in members}
+    unknown = [t for t in wanted if t not in known]
+    if unknown:
+        raise ConfigError(
+            f"group {group}",
+            [
+                f"{', '.join(unknown)}: not a runnable table of the group (its tables: {', '.join(known) or 'none'})"
+            ],
+        )
+    return [known[t] for t in wanted]

@@ -1,0 +1,69 @@
+"""What each table's part of a group run did, and what the table's own Airflow task does next.
+
+The group job writes one record per table and run (in the table's own state, so a group never
+owns a table's records): ``ok`` with the job's result, ``skipped`` with why (a table written
+by the stream is not dumped), ``failed`` with its error. Each table then has its own task
+(``dump_table`` / ``seal_table``, mapped over the group's tables): it reports the record, or
+fails with the table's own error, or, on a retry or a clear, runs the job for that table alone
+with the same run id, which the job's idempotency makes safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from tidemark.state.layout import run_key
+from tidemark.state.storage import Location, read_json, replace_atomically
+
+OK, SKIPPED, FAILED = "ok", "skipped", "failed"
+
+
+@dataclass(frozen=True)
+class TableOutcome:
+    """One table's part of one group job run."""
+
+    group: str
+    table: str
+    job: str  # dump | seal
+    run_id: str
+    status: str  # ok | skipped | failed
+    detail: str = ""  # why it was skipped, or the error
+    error_type: str = ""
+    seconds: float = 0.0
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def outcome_file(state_dir: Location | Any, table: str, job: str, run_id: str) -> Location:
+    return Location(state_dir) / table / "group_runs" / f"{job}-{run_key(run_id)}.json"
+
+
+def record_outcome(state_dir: Location | Any, outcome: TableOutcome) -> None:
+    """Last write wins: a later run of the same job and run id (a retry) says what happened."""
+    replace_atomically(outcome_file(state_dir, outcome.table, outcome.job, outcome.run_id), outcome.to_json())
+
+
+def read_outcome(state_dir: Location | Any, table: str, job: str, run_id: str) -> TableOutcome | None:
+    data = read_json(outcome_file(state_dir, table, job, run_id))
+    return TableOutcome(**data) if data else None
+
+
+class Step(StrEnum):
+    """What a table's own task does with the group job's record."""
+
+    REPORT = "report"  # the group job did it: report the result
+    SKIP = "skip"  # the group job skipped it, and said why
+    FAIL = "fail"  # the group job failed it: fail with the table's own error (a retry runs it alone)
+    RUN_ALONE = "run_alone"  # no record (the group job died before it), or a retry or a clear
+
+
+def next_step(outcome: TableOutcome | None, try_number: int) -> Step:
+    """A first try takes the group job's word for the table; any later try (Airflow's retry,
+    or a person clearing the table's task) runs the table's job alone."""
+    if try_number > 1 or outcome is None:
+        return Step.RUN_ALONE
+    return {OK: Step.REPORT, SKIPPED: Step.SKIP}.get(outcome.status, Step.FAIL)

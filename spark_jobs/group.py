@@ -1,0 +1,55 @@
+"""spark-submit entry point of a group's job: parse args, build one session, run the job for
+every table of the group (tidemark.group.runner).
+
+spark-submit spark_jobs/group.py --group clicks --job dump --run-id RUN_ID [--tables a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from tidemark.group.runner import DEFAULT_PARALLELISM, GROUP_JOBS
+from tidemark.jobs import in_session
+from tidemark.time.instants import parse_instant
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="group", description="One job for every table of a group.")
+    parser.add_argument("--group", required=True, help="the group's name (group: in the table YAMLs)")
+    parser.add_argument("--job", required=True, choices=GROUP_JOBS)
+    parser.add_argument("--run-id", required=True, help="Airflow run id: every table's idempotency key")
+    parser.add_argument("--processing-time", help="ISO timestamp of the run (dump); default: now")
+    parser.add_argument("--tables", default="", help="only these tables of the group (comma-separated)")
+    parser.add_argument("--parallelism", type=int, default=DEFAULT_PARALLELISM, help="tables at a time")
+    parser.add_argument("--dry-run", type=lambda t: t.strip().lower() in ("1", "true", "yes"), default=False)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tidemark.group.members import select_members
+    from tidemark.group.runner import GroupRun, run_group
+    from tidemark.settings import Settings
+
+    settings = Settings.from_env()
+    configs = select_members(args.group, settings, args.tables)
+    started = datetime.now(UTC)  # the wall clock, read once here: a new plan records it
+    run = GroupRun(
+        args.group,
+        args.job,
+        args.run_id,
+        parse_instant(args.processing_time) or started,
+        started,
+        args.dry_run,
+    )
+    return in_session(
+        f"tidemark-group-{args.job}-{args.group}",
+        settings,
+        args.job == "seal",
+        lambda spark: run_group(spark, configs, settings, run, parallelism=args.parallelism),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
