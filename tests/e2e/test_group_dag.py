@@ -47,7 +47,7 @@ def events_of(asset_name: str) -> list[str]:
 
     with create_session() as session:
         rows = session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-        return sorted(e.partition_key for e in rows.filter(AssetModel.name == asset_name).all())
+        return sorted(str(e.partition_key) for e in rows.filter(AssetModel.name == asset_name).all())
 
 
 def test_a_group_dag_isolates_a_poisoned_table_and_announces_the_groups_hour_once_all_sealed_it(

@@ -218,3 +218,47 @@ def test_every_dag_builds_on_an_s3_warehouse_and_s3_state(
     assert {f"tidemark_ingest_{t.table}" for t in tables} <= set(bag.dag_ids)
     announce = bag.dags["tidemark_ingest_events"].get_task("announce")
     assert [a.uri for a in announce.outlets] == [f"{s3}/warehouse/events"]
+
+
+def test_a_group_gets_one_dag_in_one_file_and_a_disagreeing_table_is_refused_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two groups, a table of one group on another schedule, one table without a group: each
+    group has one DAG (mapped per-table tasks, an announce per table, the barrier) built in
+    the group's file with its tables' other DAGs; grouped tables have no ingest DAG; the
+    disagreeing table disappears alone, named in the import error."""
+    import yaml
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tidemark.airflow.dags import shard_of
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    template = yaml.safe_load((DAGS.parent / "conf" / "tables" / "events.yaml").read_text())
+    layout = {f"a{i}": "alpha" for i in range(4)} | {f"b{i}": "beta" for i in range(3)} | {"solo": None}
+    for name, group in layout.items():
+        data = {**template, "table": name, "source": {**template["source"], "topic": name}}
+        if group:
+            data["group"] = group
+        if name == "b2":
+            data["schedule"] = "0 * * * *"
+        (conf / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(conf))
+    monkeypatch.setenv("TIDEMARK_STATE_DIR", str(tmp_path / "state"))
+    bag = DagBag(dag_folder=str(DAGS))
+    (path, error), *others = bag.import_errors.items()
+    assert not others and Path(path).name == ERRORS_FILE
+    assert "b2.yaml" in error and "group 'beta'" in error and "'b0'" in error
+    assert not [d for d in bag.dag_ids if d.endswith("_b2")]
+    assert "tidemark_ingest_solo" in bag.dag_ids
+    assert not [d for d in bag.dag_ids if d.startswith("tidemark_ingest_") and d != "tidemark_ingest_solo"]
+    for group, members in (("alpha", ["a0", "a1", "a2", "a3"]), ("beta", ["b0", "b1"])):
+        dag = bag.dags[f"tidemark_group_{group}"]
+        assert Path(dag.fileloc).name == f"tidemark_tables_{shard_of(group)}.py"
+        for table in members:
+            assert Path(bag.dags[f"tidemark_seal_{table}"].fileloc).name == Path(dag.fileloc).name
+        mapped: Any = dag.get_task("dump_table")
+        assert mapped.expand_input.value["table"] == members
+        assert {f"announce_{t}" for t in members} | {"announce_group", "every_table_ok"} <= set(dag.task_ids)
+        assert dag.default_args["retries"] == template["retries"] and "group" in dag.tags
+        assert all(t.on_failure_callback for t in dag.tasks)

@@ -114,8 +114,8 @@ def test_the_barrier_announces_each_complete_hour_once_and_again_after_an_amend(
     settings = replace(Settings.from_env(), state_uri=str(tmp_path / "state"), warehouse=str(tmp_path / "wh"))
     configs = [table("a", group="g"), table("b", group="g")]
     journals = {c.table: HourJournal(settings.state_location, c.table) for c in configs}
-    sealed_at = {"sealed_at": "2026-11-22T12:00:00+00:00"}
-    journals["a"].append(journal_entry("2026-11-22T10", table="a", **sealed_at))
+    sealed_at = "2026-11-22T12:00:00+00:00"
+    journals["a"].append(journal_entry("2026-11-22T10", table="a", sealed_at=sealed_at))
     events = Events()
 
     def attempt(succeeds: bool = True) -> list[str]:
@@ -128,12 +128,12 @@ def test_the_barrier_announces_each_complete_hour_once_and_again_after_an_amend(
         return announced
 
     assert attempt() == []  # b has sealed nothing
-    journals["b"].append(journal_entry("2026-11-22T10", table="b", **sealed_at))
+    journals["b"].append(journal_entry("2026-11-22T10", table="b", sealed_at=sealed_at))
     assert attempt(succeeds=False) == ["2026-11-22T10"]  # emitted, but the task failed: not kept
     assert attempt() == ["2026-11-22T10"]  # emitted again, kept
     assert attempt() == []  # Airflow holds it: confirmed, not emitted again
     assert [e.partition_key for e in events.stored] == ["2026-11-22T10"]
-    journals["a"].append(journal_entry("2026-11-22T10", "amend", 2, seq=1, table="a", **sealed_at))
+    journals["a"].append(journal_entry("2026-11-22T10", "amend", 2, seq=1, table="a", sealed_at=sealed_at))
     assert attempt() == ["2026-11-22T10"]  # an amend re-announces the group's hour
     assert attempt() == []
     assert [e.extra["digests"][e.partition_key] for e in events.stored] == [
@@ -142,7 +142,7 @@ def test_the_barrier_announces_each_complete_hour_once_and_again_after_an_amend(
     ]
 
 
-class _Any(dict):  # type: ignore[type-arg]
+class _Any(dict[Any, Accessor]):
     """outlet_events[asset] for any asset."""
 
     def __init__(self, accessor: Accessor) -> None:
