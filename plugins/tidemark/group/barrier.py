@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.faults import crash_point
 from tidemark.group.members import group_asset, group_state_dir
-from tidemark.seal.announce import LOOKBACK_SLACK
+from tidemark.seal.announce import LOOKBACK_SLACK, announced_pairs
 from tidemark.state.journal import HourJournal, JournalState
 from tidemark.state.storage import read_json, replace_atomically
 
@@ -55,17 +55,6 @@ def digest(versions: Mapping[str, int]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def seen_digests(events: Any) -> set[tuple[str, str]]:
-    """(hour, digest) pairs present in Airflow's events of the group asset."""
-    seen = set()
-    for event in events:
-        key = getattr(event, "partition_key", None)
-        digests = (getattr(event, "extra", None) or {}).get("digests", {})
-        if key and key in digests:
-            seen.add((key, str(digests[key])))
-    return seen
-
-
 def announce_group(
     group: str,
     configs: list[TableConfig],
@@ -89,7 +78,7 @@ def announce_group(
     since = min(
         max(datetime.fromisoformat(journals[t].hours[h].sealed_at) for t in complete[h]) for h in pending
     )
-    seen = seen_digests(inlet_events[asset].after((since - LOOKBACK_SLACK).isoformat()))
+    seen = announced_pairs(inlet_events[asset].after((since - LOOKBACK_SLACK).isoformat()), "digests")
     now_confirmed = {h: d for h, d in pending.items() if (h, d) in seen}
     if now_confirmed:
         replace_atomically(record, {"hours": {**confirmed, **now_confirmed}})

@@ -47,12 +47,17 @@ def latest_versions(entries: Iterable[JournalEntry]) -> dict[str, int]:
 
 def already_announced(events: Iterable[Any]) -> set[tuple[str, int]]:
     """(hour, version) pairs present in Airflow's events of the asset."""
+    return {(hour, int(version)) for hour, version in announced_pairs(events, "versions")}
+
+
+def announced_pairs(events: Iterable[Any], field: str) -> set[tuple[str, Any]]:
+    """(partition key, ``extra[field][key]``) of each event that carries its key's value."""
     seen = set()
     for event in events:
         key = getattr(event, "partition_key", None)
-        versions = (getattr(event, "extra", None) or {}).get("versions", {})
-        if key and key in versions:
-            seen.add((key, int(versions[key])))
+        values = (getattr(event, "extra", None) or {}).get(field, {})
+        if key and key in values:
+            seen.add((key, values[key]))
     return seen
 
 
