@@ -22,7 +22,12 @@ one hour reads (the checkpoint's hour index), against reading every commit recor
 rebuild planning did before the index). 1,000,000 works too, given the disk and the time to
 write a million small files.
 
-Not built yet (issue 33): the grouped/per-table CPU comparison of shared jobs.
+With ``--grouped 100`` (the default; 0 skips it) it first runs one hourly cycle (dump + seal)
+of N tables of 1,000 records each (``--records``), as per-table jobs (each table's dump and
+seal are applications of their own, measured on ``--sample`` tables and scaled to N) and as
+one group (``spark_jobs/group.py``: one application dumps all N, one seals all N), against
+the local broker (started if needed): wall and CPU-seconds of every process of each job
+(bench/_grouped.py). It prints ``grouped/per-table cpu = X.XX`` before the parse line.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _grouped import grouped_sitting
 from _services import start_local_s3
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", default="10,100,1000")
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--commits", default="", help="e.g. 100,10000,100000: commit-log ages to time")
+    parser.add_argument("--grouped", type=int, default=100, help="tables of the per-table/grouped cycle")
+    parser.add_argument("--records", type=int, default=1000, help="records per table in that cycle")
+    parser.add_argument("--sample", type=int, default=10, help="tables measured as per-table jobs")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.tables.split(",")]
 
@@ -164,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(s3_env)
         states["s3"] = "s3://fleet/state"
     slowest = {}
+    ratio = None
     try:
+        if args.grouped:
+            ratio = grouped_cycle(args, home)
         if args.commits:
             commit_log_ages([int(x) for x in args.commits.split(",")], home)
         for n in counts:
@@ -186,8 +198,34 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(home, ignore_errors=True)
     top = max(counts)
     label = "s3" if (top, "s3") in slowest else "local"
+    if ratio is not None:
+        print(f"grouped/per-table cpu = {ratio:.2f}")
     print(f"parse at {top} tables = {slowest[(top, label)]:.1f} s")
     return 0
+
+
+def grouped_cycle(args: argparse.Namespace, home: Path) -> float:
+    """The per-table/grouped cycle against the local broker (started here if needed)."""
+    from tidemark.settings import Settings
+    from tidemark_dev.services import BrokerService
+
+    settings = Settings.from_env()
+    broker = BrokerService(settings)
+    started_here = not broker.status().running
+    broker.start()
+    env = {**os.environ, "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
+    try:
+        return grouped_sitting(
+            settings.kafka_bootstrap,
+            home / "cycle",
+            tables=args.grouped,
+            per_table=args.records,
+            sample=args.sample,
+            env=env,
+        )
+    finally:
+        if started_here:
+            broker.stop()
 
 
 if __name__ == "__main__":
