@@ -154,6 +154,8 @@ class TableConfig(_Strict):
     owner: str = "data-eng"
     # Tables of one group run as one Spark application per run (tidemark.group)
     group: str | None = None
+    # The topic family the table was made from (tidemark.family; set by its loader)
+    family: str | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -166,12 +168,12 @@ class TableConfig(_Strict):
             )
         return value
 
-    @field_validator("group")
+    @field_validator("group", "family")
     @classmethod
     def _group_name(cls, value: str | None) -> str | None:
         if value is not None and not _NAME.match(value):
             raise ValueError(
-                f"expected a lower-case group name (letters, digits, underscores; max 63), got {value!r}"
+                f"expected a lower-case name (letters, digits, underscores; max 63), got {value!r}"
             )
         return value
 
@@ -357,6 +359,11 @@ def load_table(name: str, settings: Settings | None = None) -> TableConfig:
     settings = settings or Settings.from_env()
     path = settings.conf_dir / f"{name}.yaml"
     if not path.is_file():
+        from tidemark.family.tables import find_member
+
+        member = find_member(name, settings)
+        if member is not None:
+            return member
         known = ", ".join(p.stem for p in table_files(settings)) or "none"
         raise ConfigError(str(path), [f"(file): no such table config; known tables: {known}"])
     return load_table_file(path)
@@ -371,13 +378,18 @@ def expectation_columns(kwargs: dict[str, Any]) -> list[str]:
 
 
 def load_tables(settings: Settings | None = None) -> list[TableConfig]:
-    """All table configs, sorted by name; a table named like another's side table
-    (``__late``, ``__dirty``, ``_snapshot``) is refused."""
+    """All table configs (the YAML files and the families' recorded members), sorted by
+    name; a table named like another's side table (``__late``, ``__dirty``, ``_snapshot``)
+    or a broken family is refused."""
+    from tidemark.family.tables import family_tables
+
     tables = [load_table_file(p) for p in table_files(settings)]
-    problems = [problem for _, problem in collisions(tables)]
+    members, broken = family_tables(settings or Settings.from_env())
+    tables += [m for m in members if m.table not in {t.table for t in tables}]
+    problems = [problem for _, problem in collisions(tables)] + list(broken.values())
     if problems:
         raise ConfigError("conf/tables", problems)
-    return tables
+    return sorted(tables, key=lambda t: t.table)
 
 
 def collisions(tables: list[TableConfig]) -> list[tuple[str, str]]:

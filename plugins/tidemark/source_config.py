@@ -62,6 +62,9 @@ class SourceConfig(_Strict):
     # ... or one writer schema for plain binary records: the schema (a mapping) or a .avsc
     # file's path, relative to the YAML's directory (read when the YAML is loaded)
     writer_schema: str = ""
+    # the topic is gone for good (a family's discovery sets it; a table may too): runs read no
+    # broker, each commits an empty batch, and the hours up to the last record's seal
+    retired: bool = False
 
     @field_validator("writer_schema", mode="before")
     @classmethod

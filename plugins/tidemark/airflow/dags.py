@@ -21,12 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tidemark.airflow.family import discovery_dag
 from tidemark.airflow.group import group_dag
 from tidemark.airflow.ingest import ingest_dag
 from tidemark.airflow.seal import rebuild_dag, seal_dag
 from tidemark.airflow.snapshot import bootstrap_dag, merge_dag
 from tidemark.airflow.stream import stream_dag
 from tidemark.config import TableConfig, collisions, load_table_file, table_files
+from tidemark.family.tables import family_files, family_tables, load_family
 from tidemark.group.members import disagreements, groups_of
 from tidemark.settings import Settings
 
@@ -75,7 +77,26 @@ def all_dags(settings: Settings | None = None, shard: int | None = None) -> dict
     configs, _ = tables_apart(settings, shard)
     dags = [build(config, settings) for config in configs for build in builders_for(config)]
     dags += [group_dag(group, members, settings) for group, members in groups_of(configs).items()]
+    dags += family_dags(settings, configs, shard)
     return {dag.dag_id: dag for dag in dags}
+
+
+def family_dags(settings: Settings, configs: list[TableConfig], shard: int | None) -> list[Any]:
+    """The discovery DAG of every family that loads (one that does not is an import error of
+    the config-errors file), in the file its name hashes to."""
+    from tidemark.errors import ConfigError
+
+    dags = []
+    for path in family_files(settings):
+        if shard is not None and shard_of(path.stem) != shard:
+            continue
+        try:
+            family = load_family(path)
+        except ConfigError:
+            continue
+        members = [c.table for c in configs if c.family == family.name]
+        dags.append(discovery_dag(family, members, settings))
+    return dags
 
 
 def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[TableConfig], dict[str, str]]:
@@ -88,17 +109,35 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
 
     configs: list[TableConfig] = []
     problems: dict[str, str] = {}
+
+    def check(config: TableConfig) -> None:  # the schema history of the shard's tables only
+        if shard is None or shard_of(shard_key(config)) == shard:
+            cache = settings.home / "cache" / "schema-checks" / f"{config.table}.json"
+            SchemaHistory(settings.state_location, config.table).check(config, cache)
+
     for path in table_files(settings):
         try:
             config = load_table_file(path)
-            if shard is None or shard_of(shard_key(config)) == shard:
-                cache = settings.home / "cache" / "schema-checks" / f"{config.table}.json"
-                SchemaHistory(settings.state_location, config.table).check(config, cache)
+            check(config)
         except (ConfigError, SchemaEvolutionError) as exc:
             problems[str(path)] = str(exc)
             log.error("tidemark: %s has no DAGs: %s", path, exc)
             continue
         configs.append(config)
+    members, broken = family_tables(settings)
+    problems.update(broken)
+    explicit = {c.table for c in configs}
+    for member in members:
+        where = f"family {member.family} (topic {member.source.topic})"
+        try:
+            if member.table in explicit:
+                raise ConfigError(where, [f"table {member.table!r}: a table file of that name exists"])
+            check(member)
+        except (ConfigError, SchemaEvolutionError) as exc:
+            problems[where] = str(exc)
+            log.error("tidemark: %s has no DAGs: %s", where, exc)
+            continue
+        configs.append(member)
     refused = dict(collisions(configs)) | dict(disagreements(configs))
     for config in configs:
         if config.table in refused:

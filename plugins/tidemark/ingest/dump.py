@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
@@ -325,11 +325,16 @@ def _watermarks(
         processing_time=processing_time,
         max_out_of_orderness=config.watermark.max_out_of_orderness,
     )
+    watermark = config.watermark
     ready = ready_time(
         wm,
         processing_time=processing_time,
-        idle_timeout=config.watermark.idle_timeout,
+        idle_timeout=watermark.idle_timeout,
         previous=state.ready.instant if state.ready else None,
+        # retired: the last record's hour (watermark + disorder = its time) seals, no later one
+        retired_margin=watermark.max_out_of_orderness + timedelta(hours=1) + watermark.commit_delay
+        if config.source.retired
+        else None,
     )
     return tuple(wm[p] for p in sorted(wm)), ready
 
@@ -341,6 +346,8 @@ def _commit_group(
     group shared with a live consumer) is a warning and the ``group_commit_failed`` gauge, never
     a failed batch; the outcome is recorded beside the commit log for the metrics task."""
     if not commit.ranges:
+        return
+    if config.source.retired:  # the topic is gone: nothing to commit offsets of
         return
     record = CommitLog(settings.state_location, config.table).group_commit_file
     try:

@@ -77,6 +77,24 @@ def _probe(bootstrap: str) -> None:
     raise BrokerUnavailableError(f"broker not reachable at {bootstrap}: {'; '.join(errors)}")
 
 
+def list_topics(conf: dict[str, Any]) -> list[str]:
+    """Every topic the broker lists (internal ``__`` topics left out): topic families'
+    discovery."""
+    from confluent_kafka import KafkaException
+
+    _probe(conf["bootstrap.servers"])
+    consumer = _consumer(conf)
+    try:
+        metadata = consumer.list_topics(timeout=TIMEOUT_S)
+        return sorted(
+            t for t, info in metadata.topics.items() if info.error is None and not t.startswith("__")
+        )
+    except KafkaException as exc:
+        raise _unavailable(conf, "(all topics)", exc) from exc
+    finally:
+        consumer.close()
+
+
 def partition_offsets(conf: dict[str, Any], topic: str) -> dict[int, tuple[int, int]]:
     """{partition: (earliest, latest)} for every partition of ``topic``."""
     from confluent_kafka import KafkaException, TopicPartition

@@ -117,7 +117,10 @@ def plan_batch(
         )
         commit_log.bind_run(run_id, pending.batch_id)
         return pending
-    offsets = partition_offsets(client_conf, config.source.topic)
+    if config.source.retired:  # the topic is gone: an empty batch moves processing time on
+        offsets = {p: (end, end) for p, end in state.end_offsets.items()}
+    else:
+        offsets = partition_offsets(client_conf, config.source.topic)
     if until is not None:
         offsets = capped_offsets(offsets, until, state.end_offsets)
     sealed_through = HourJournal(commit_log.state_dir, config.table).state().sealed_through

@@ -117,8 +117,13 @@ def ready_time(
     processing_time: datetime,
     idle_timeout: timedelta,
     previous: datetime | None = None,
+    retired_margin: timedelta | None = None,
 ) -> ReadyTime:
-    """Global minimum over active partitions (idle ones excluded); never below ``previous``."""
+    """Global minimum over active partitions (idle ones excluded); never below ``previous``.
+
+    ``retired_margin``: the source is retired (its topic is gone, no record will ever come).
+    Once every partition is idle, the ready time is the highest watermark plus this margin,
+    which the caller sizes so that the hour of the last record seals, and no later one."""
     parts = tuple(sorted(watermarks.values(), key=lambda w: w.mq_partition))
     idle = tuple(w.mq_partition for w in parts if w.idle_for(processing_time) >= idle_timeout)
     active = [w for w in parts if w.mq_partition not in idle]
@@ -135,6 +140,8 @@ def ready_time(
             default=None,
         )
         computed = parse_instant(top.watermark) if top else None
+        if computed is not None and retired_margin is not None:
+            computed += retired_margin
     elif waiting:
         computed, holding = None, waiting[0]
     else:

@@ -1,0 +1,141 @@
+"""A family's YAML and the table configs of its recorded members.
+
+``<conf dir>/families/<family>.yaml`` is a table YAML whose ``table`` is a template with
+``{topic}`` and whose ``source`` names ``topic_pattern`` (a regular expression the whole
+topic name must match) instead of ``topic``; ``discovery_schedule`` (default every 15
+minutes) is the discovery DAG's, and a member whose topic is absent from every listing for
+``retire_after`` (default 1h) is retired. In ``source.schema_registry.subject``, ``{topic}`` is the
+member's topic. Each member is that YAML with its table and topic filled in; a member whose
+topic went away is ``source.retired``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from tidemark.durations import parse_duration
+from tidemark.errors import ConfigError
+from tidemark.family.members import Member, read_members, table_name
+
+if TYPE_CHECKING:
+    from tidemark.config import TableConfig
+    from tidemark.settings import Settings
+
+DEFAULT_DISCOVERY_SCHEDULE = "*/15 * * * *"
+DEFAULT_RETIRE_AFTER = "1h"
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    path: Path
+    table_template: str
+    pattern: re.Pattern[str]
+    discovery_schedule: str
+    retire_after: timedelta
+    template: dict[str, Any]  # the table YAML, less the family's own keys
+
+    def matches(self, topic: str) -> bool:
+        return self.pattern.fullmatch(topic) is not None
+
+
+def family_files(settings: Settings) -> list[Path]:
+    return sorted((settings.conf_dir / "families").glob("*.yaml"))
+
+
+def load_family(path: Path) -> Family:
+    """Read and check a family YAML: its keys, its pattern, and a member made from it."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"(top level): not valid YAML: {exc}"]) from None
+    if not isinstance(data, dict) or not isinstance(data.get("source"), dict):
+        raise ConfigError(str(path), ["(top level): expected a table YAML with family, table and source"])
+    data = copy.deepcopy(data)
+    problems = []
+    name = str(data.pop("family", ""))
+    if name != path.stem or not _NAME.match(name):
+        problems.append(f"family: {name!r} must be a lower-case name equal to the file name {path.stem!r}")
+    template = str(data.get("table", ""))
+    if "{topic}" not in template:
+        problems.append(f"table: {template!r} must be a template holding {{topic}}, e.g. clicks_{{topic}}")
+    schedule = str(data.pop("discovery_schedule", DEFAULT_DISCOVERY_SCHEDULE))
+    try:
+        retire_after = parse_duration(str(data.pop("retire_after", DEFAULT_RETIRE_AFTER)))
+    except ValueError as exc:
+        problems.append(f"retire_after: {exc}")
+        retire_after = timedelta(hours=1)
+    source = data["source"]
+    if "topic" in source:
+        problems.append("source.topic: a family's topics are found by source.topic_pattern; remove topic")
+    try:
+        pattern = re.compile(str(source.pop("topic_pattern", "")) or "(?!)")
+    except re.error as exc:
+        problems.append(f"source.topic_pattern: not a regular expression: {exc}")
+        pattern = re.compile("(?!)")
+    if pattern.pattern == "(?!)":
+        problems.append("source.topic_pattern: required, e.g. 'clicks\\..+'")
+    if problems:
+        raise ConfigError(str(path), problems)
+    family = Family(name, path, template, pattern, schedule, retire_after, data)
+    member_config(family, Member("example_topic", table_name(template, "example_topic"), ""))
+    return family
+
+
+def member_config(family: Family, member: Member) -> TableConfig:
+    """The table config of one member (a ConfigError names the family file and the topic)."""
+    from tidemark.config import parse_table
+    from tidemark.source_config import read_schema_files
+
+    data = copy.deepcopy(family.template)
+    data["table"] = member.table
+    data["family"] = family.name
+    source = data["source"]
+    source["topic"] = member.topic
+    if member.retired_at is not None:
+        source["retired"] = True
+    registry = source.get("schema_registry")
+    if isinstance(registry, dict) and isinstance(registry.get("subject"), str):
+        registry["subject"] = registry["subject"].replace("{topic}", member.topic)
+    where = f"{family.path} (topic {member.topic})"
+    return parse_table(read_schema_files(data, where, family.path.parent), where)
+
+
+def family_tables(settings: Settings) -> tuple[list[TableConfig], dict[str, str]]:
+    """The tables of every family's recorded members, and for each family file or member that
+    cannot run, why (one family's mistake never takes other tables with it)."""
+    configs: list[TableConfig] = []
+    problems: dict[str, str] = {}
+    for path in family_files(settings):
+        try:
+            family = load_family(path)
+        except ConfigError as exc:
+            problems[str(path)] = str(exc)
+            continue
+        for topic, member in sorted(read_members(settings, family.name).topics.items()):
+            try:
+                configs.append(member_config(family, member))
+            except ConfigError as exc:
+                problems[f"{path} (topic {topic})"] = str(exc)
+    return configs, problems
+
+
+def find_member(name: str, settings: Settings) -> TableConfig | None:
+    """The config of family member table ``name``, if a family recorded one."""
+    for path in family_files(settings):
+        try:
+            family = load_family(path)
+        except ConfigError:
+            continue
+        for member in read_members(settings, family.name).topics.values():
+            if member.table == name:
+                return member_config(family, member)
+    return None

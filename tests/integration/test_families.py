@@ -1,0 +1,108 @@
+"""A topic family against the real broker, Spark and metastore: discovery makes each matching
+topic a table (its DAGs appear, no deploy), a member lands exactly like any table, and a topic
+deleted from the broker retires its table after the grace: its runs read no broker and its
+last record's hour seals, no later one."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers.tables import at, landed, registered
+from tidemark.airflow.dags import all_dags
+from tidemark.config import load_table, load_tables
+from tidemark.family.discovery import discover_family
+from tidemark.family.members import read_members
+from tidemark.ingest.dump import run_dump
+from tidemark.seal.sealing import run_seal
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark_dev.generator import create_topic, produce, records
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_family(conf_dir: Path, name: str, prefix: str) -> None:
+    data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
+    data.pop("table")
+    data["source"].pop("topic")
+    data.update({"family": name, "table": "{topic}", "retire_after": "30m"})
+    data["source"]["topic_pattern"] = rf"{prefix}\.[a-z]+"
+    (conf_dir / "families").mkdir(parents=True)
+    (conf_dir / "families" / f"{name}.yaml").write_text(yaml.safe_dump(data))
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures are done
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=30)
+
+
+def test_discovery_makes_tables_of_new_topics_and_retires_a_deleted_one(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    prefix = f"fam{uuid.uuid4().hex[:6]}"
+    settings = replace(settings, conf_dir=tmp_path / "conf")
+    write_family(settings.conf_dir, "clicks", prefix)
+    web, app = f"{prefix}.web", f"{prefix}.app"
+    for topic in (web, app, f"other{prefix}.web"):
+        create_topic(broker, topic, 2)
+    assert not [d for d in all_dags(settings) if prefix in d]
+
+    found = discover_family("clicks", settings, at=at(12))
+    assert (found.new, found.retired, found.members) == ([app, web], [], 2)
+    web_table = f"{prefix}_web"
+    assert [t.table for t in load_tables(settings)] == [f"{prefix}_app", web_table]
+    dags = all_dags(settings)  # what the DAG files build now: no deploy needed
+    assert {
+        f"tidemark_ingest_{web_table}",
+        f"tidemark_ingest_{prefix}_app",
+        "tidemark_discover_clicks",
+    } <= set(dags)
+
+    config = load_table(web_table, settings)
+    assert (config.source.topic, config.family, config.source.retired) == (web, "clicks", False)
+    sent = produce(
+        broker,
+        web,
+        records([(p, at(10, m)) for p in (0, 1) for m in (5, 45)] + [(0, at(11, 50)), (1, at(11, 40))]),
+    )
+    run_dump(spark, config, settings, "run-1", at(12))
+    assert run_seal(spark, config, settings, "run-1").sealed == ["2026-11-22T10"]
+
+    # The topic goes away: one listing without it retires nothing, the grace does.
+    delete_topic(broker, web)
+    assert discover_family("clicks", settings, at=at(12, 10)).retired == []
+    assert read_members(settings, "clicks").topics[web].missing_since is not None
+    assert discover_family("clicks", settings, at=at(12, 45)).retired == [web]
+    retired = load_table(web_table, settings)
+    assert retired.source.retired and f"tidemark_ingest_{web_table}" in all_dags(settings)
+
+    # Its runs read no broker (the topic is gone: any read would fail): empty batches move
+    # processing time; once every MQ partition is idle, the last record's hour (11) seals.
+    first = run_dump(spark, retired, settings, "run-2", at(12, 20))
+    assert first.status == "committed" and first.read == 0
+    assert run_seal(spark, retired, settings, "run-2").sealed == []  # partitions not idle yet
+    run_dump(spark, retired, settings, "run-3", at(13))
+    assert run_seal(spark, retired, settings, "run-3").sealed == ["2026-11-22T11"]
+    run_dump(spark, retired, settings, "run-4", at(16))
+    assert run_seal(spark, retired, settings, "run-4").sealed == []  # no empty hour after it, ever
+    assert registered(spark, web_table) == ["dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"]
+    rows, dirty, _ = landed(settings, web_table)
+    assert rows == Counter((p, o) for p, o, _ in sent) and not dirty
+    assert CommitLog(settings.state_dir, web_table).state().last_committed == 3
+
+    # The topic comes back: the member is read again.
+    create_topic(broker, web, 2)
+    assert discover_family("clicks", settings, at=at(17)).returned == [web]
+    assert not load_table(web_table, settings).source.retired

@@ -1,0 +1,99 @@
+"""Topic families: the family YAML, its members' table configs, and how discovery folds the
+broker's listing into the members record (new, missing, retired, back)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tidemark.errors import ConfigError
+from tidemark.family.members import Member, Members, reconcile, table_name
+from tidemark.family.tables import load_family, member_config
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
+
+
+def family_file(tmp_path: Path, **changes: Any) -> Path:
+    data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
+    data.pop("table")
+    data["source"].pop("topic")
+    data.update({"family": "clicks", "table": "clicks_{topic}"})
+    data["source"]["topic_pattern"] = r"clicks\.[a-z0-9.]+"
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    path = tmp_path / "families" / "clicks.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_members_table_is_the_template_with_its_topic_and_a_retired_member_reads_no_broker(
+    tmp_path: Path,
+) -> None:
+    family = load_family(family_file(tmp_path))
+    assert family.matches("clicks.web") and not family.matches("clicks") and not family.matches("views.web")
+    assert table_name(family.table_template, "clicks.Web-EU") == "clicks_clicks_web_eu"
+    config = member_config(family, Member("clicks.web", "clicks_clicks_web", T0.isoformat()))
+    assert (config.table, config.source.topic, config.family, config.source.retired) == (
+        "clicks_clicks_web",
+        "clicks.web",
+        "clicks",
+        False,
+    )
+    retired = member_config(family, Member("clicks.web", "clicks_clicks_web", "", retired_at=T0.isoformat()))
+    assert retired.source.retired
+
+
+def test_a_family_yaml_names_every_mistake(tmp_path: Path) -> None:
+    path = family_file(tmp_path, table="clicks", family="other")
+    data = yaml.safe_load(path.read_text())
+    data["source"]["topic_pattern"] = "clicks.(["
+    data["source"]["topic"] = "x"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as error:
+        load_family(path)
+    text = str(error.value)
+    for expected in (
+        "family: 'other'",
+        "table: 'clicks'",
+        "source.topic:",
+        "source.topic_pattern: not a regular",
+    ):
+        assert expected in text
+    # the template is checked as a table: a typo in a type is found before any member exists
+    bad = family_file(tmp_path, schema={"id": "strin", "event_time": "timestamp"})
+    with pytest.raises(ConfigError, match="strin"):
+        load_family(bad)
+
+
+def test_discovery_adds_new_topics_retires_after_the_grace_and_takes_back_a_returning_topic() -> None:
+    members = Members("clicks")
+    grace = timedelta(hours=1)
+    first = reconcile(members, "c_{topic}", ["a", "b"], T0, grace)
+    assert (first.new, first.retired, first.members) == (["a", "b"], [], 2)
+    # b is missing from one listing: not retired yet (a broker's hiccup retires nothing)
+    blip = reconcile(members, "c_{topic}", ["a"], T0 + timedelta(minutes=15), grace)
+    assert (
+        blip.retired == [] and members.topics["b"].missing_since == (T0 + timedelta(minutes=15)).isoformat()
+    )
+    back_soon = reconcile(members, "c_{topic}", ["a", "b"], T0 + timedelta(minutes=30), grace)
+    assert back_soon.returned == [] and members.topics["b"].missing_since is None
+    # missing for the whole grace: retired once
+    reconcile(members, "c_{topic}", ["a"], T0 + timedelta(hours=2), grace)
+    gone = reconcile(members, "c_{topic}", ["a"], T0 + timedelta(hours=3), grace)
+    assert gone.retired == ["b"] and members.topics["b"].retired_at == (T0 + timedelta(hours=3)).isoformat()
+    assert reconcile(members, "c_{topic}", ["a"], T0 + timedelta(hours=4), grace).retired == []
+    back = reconcile(members, "c_{topic}", ["a", "b", "c"], T0 + timedelta(hours=5), grace)
+    assert (back.new, back.returned, back.members) == (["c"], ["b"], 3)
+    assert members.topics["b"].retired_at is None and members.topics["b"].table == "c_b"
+    assert Members.from_json(members.to_json()) == members
