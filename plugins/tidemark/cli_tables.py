@@ -30,14 +30,22 @@ def cmd_tables(args: argparse.Namespace) -> int:
             print(f"# {config.table}: the effective configuration, defaults included")
             print(yaml.safe_dump(effective, sort_keys=False, default_flow_style=False).rstrip())
         return 0
+    from tidemark.family.tables import family_tables
+
     failures = 0
+    configs: list[tuple[str, Any]] = []
     for path in table_files():
         try:
-            config = load_table_file(path)
+            configs.append((str(path), load_table_file(path)))
         except ConfigError as exc:
             failures += 1
             print(exc, file=sys.stderr)
-            continue
+    members, broken = family_tables(settings)  # the families' recorded members, and their mistakes
+    configs += [(f"family {m.family} (topic {m.source.topic})", m) for m in members]
+    for problem in broken.values():
+        failures += 1
+        print(problem, file=sys.stderr)
+    for where, config in configs:
         if args.action == "show":
             print(json.dumps(effective_config(config), indent=2, default=str))
             continue
@@ -51,11 +59,11 @@ def cmd_tables(args: argparse.Namespace) -> int:
             continue
         if refused:
             failures += 1
-            print(f"{path}: the registry's latest schema does not read into the table:", file=sys.stderr)
+            print(f"{where}: the registry's latest schema does not read into the table:", file=sys.stderr)
             for version in refused:
                 print(f"  - {version.line()}", file=sys.stderr)
             continue
-        print(f"{config.table:16} topic={config.source.topic:16} {path}  ok")
+        print(f"{config.table:16} topic={config.source.topic:16} {where}  ok")
     return 1 if failures else 0
 
 
