@@ -11,6 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from tidemark.group.runner import DEFAULT_PARALLELISM, GROUP_JOBS
 from tidemark.jobs import in_session
@@ -20,12 +21,16 @@ from tidemark.time.instants import parse_instant
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="group", description="One job for every table of a group.")
     parser.add_argument("--group", required=True, help="the group's name (group: in the table YAMLs)")
-    parser.add_argument("--job", required=True, choices=GROUP_JOBS)
+    parser.add_argument("--job", required=True, choices=[*GROUP_JOBS, "stream"])
     parser.add_argument("--run-id", required=True, help="Airflow run id: every table's idempotency key")
     parser.add_argument("--processing-time", help="ISO timestamp of the run (dump); default: now")
     parser.add_argument("--tables", default="", help="only these tables of the group (comma-separated)")
     parser.add_argument("--parallelism", type=int, default=DEFAULT_PARALLELISM, help="tables at a time")
     parser.add_argument("--dry-run", type=lambda t: t.strip().lower() in ("1", "true", "yes"), default=False)
+    parser.add_argument("--until-caught-up", action="store_true", help="stream: stop once caught up")
+    parser.add_argument(
+        "--clock-from", default="", help="stream: ISO instant the processing time starts from"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from tidemark.group.members import select_members
@@ -33,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tidemark.settings import Settings
 
     settings = Settings.from_env()
+    if args.job == "stream":
+        return _streams(args, settings)
     configs = select_members(args.group, settings, args.tables)
     started = datetime.now(UTC)  # the wall clock, read once here: a new plan records it
     run = GroupRun(
@@ -48,6 +55,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings,
         args.job == "seal",
         lambda spark: run_group(spark, configs, settings, run, parallelism=args.parallelism),
+    )
+
+
+def _streams(args: argparse.Namespace, settings: Any) -> int:
+    """One application hosting the continuous queries of the group's tables in stream mode."""
+    from tidemark.stream.group import run_group_streams
+    from tidemark.time.clocks import stream_clock
+
+    return in_session(
+        f"tidemark-group-stream-{args.group}",
+        settings,
+        True,
+        lambda spark: run_group_streams(
+            spark,
+            args.group,
+            settings,
+            args.run_id,
+            clock=stream_clock(args.clock_from),
+            until_caught_up=args.until_caught_up,
+        ),
     )
 
 

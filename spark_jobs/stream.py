@@ -8,25 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
 from typing import Any
 
 from tidemark.durations import parse_duration
 from tidemark.jobs import job_parser, run_job
-from tidemark.time.instants import parse_instant
-
-
-def stream_clock(clock_from: str) -> Callable[[], datetime]:
-    """Each micro-batch's processing time: the stream has no data interval, so its entry point
-    hands the library a clock (read once per micro-batch, recorded in its plan): the wall
-    clock, or one running from ``clock_from`` (a replayed timeline: the demo, tests)."""
-    if not clock_from:
-        return lambda: datetime.now(UTC)
-    origin, started = parse_instant(clock_from), time.monotonic()
-    assert origin is not None
-    return lambda: origin + timedelta(seconds=time.monotonic() - started)
+from tidemark.time.clocks import stream_clock
 
 
 def _stream(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:

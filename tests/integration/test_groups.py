@@ -118,3 +118,42 @@ def test_a_refused_schema_change_stops_its_table_only(
     assert refused is not None and refused.error_type == "SchemaEvolutionError"
     assert CommitLog(settings.state_dir, other.table).batch_of_run("run-2") == 1
     assert CommitLog(settings.state_dir, changed.table).batch_of_run("run-2") is None
+
+
+def test_one_application_hosts_the_streams_of_a_group_and_a_failing_one_stops_alone(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Three tables of a group in stream mode, one poisoned (its topic missing), one left in
+    batch mode: one session runs the two healthy queries to the broker's end, the poisoned
+    one fails alone, the batch table is not touched."""
+    from tidemark.state.mode import TableWriter
+    from tidemark.stream.group import run_group_streams
+
+    group, configs, settings = grouped_tables(settings, tmp_path, 4)
+    poisoned, *healthy, batch = configs
+    sent = {}
+    for config in [*healthy, batch]:
+        create_topic(broker, config.source.topic, 2)
+        sent[config.table] = produce(broker, config.source.topic, records(HOURS_10_AND_11))
+    for config in [poisoned, *healthy]:
+        TableWriter(settings.state_dir, config.table).switch(
+            "stream", by="test", reason="test", at=at(12).isoformat()
+        )
+    result = run_group_streams(
+        spark,
+        group,
+        settings,
+        "stream-1",
+        clock=lambda: at(12),
+        until_caught_up=True,
+        trigger_interval_s=0.5,
+        poll_s=0.2,
+    )
+    assert result["failed"] == [poisoned.table]
+    assert "BrokerUnavailableError" in result["tables"][poisoned.table]["error"]
+    for config in healthy:
+        assert "caught up" in result["tables"][config.table]["reason"]
+        rows, dirty, _ = landed(settings, config.table)
+        assert rows == Counter((p, o) for p, o, _ in sent[config.table]) and not dirty
+    assert batch.table not in result["tables"]
+    assert CommitLog(settings.state_dir, batch.table).state().batches == 0

@@ -12,7 +12,14 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from tidemark.airflow.common import announce_task, dry_run_param, table_context, table_dag, text_param
+from tidemark.airflow.common import (
+    announce_task,
+    dry_run_param,
+    metrics_task,
+    table_context,
+    table_dag,
+    text_param,
+)
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 from tidemark.stream.runner import stream_health
@@ -213,7 +220,8 @@ Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{tabl
             lock (a second start would wait on the lock and exit)."""
             from tidemark.state.locks import TableLock
             from tidemark.state.mode import STREAM, TableWriter
-            from tidemark.stream.runner import STREAM_LOCK, launch_stream
+            from tidemark.stream.launch import launch_stream
+            from tidemark.stream.runner import STREAM_LOCK
 
             _, current = table_context(table)
             if TableWriter(current.state_location, table).current().mode != STREAM:
@@ -221,7 +229,7 @@ Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{tabl
             holder = TableLock(current.state_location, table, STREAM_LOCK).holder()
             if holder is not None and not (holder["expired"] or holder["process_gone"]):
                 return {"launched": False, "why": f"running: {holder['holder']}"}
-            return {"launched": True, **launch_stream(current, table, f"stream__{context['run_id']}")}
+            return launch_stream(current, table, f"stream__{context['run_id']}")
 
         watch = StreamHealthSensor(
             task_id="watch_stream",
@@ -232,11 +240,5 @@ Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{tabl
         )
         announce = announce_task(table, asset)
 
-        @task(task_id="metrics", trigger_rule="all_done")
-        def metrics() -> dict[str, float]:
-            from tidemark.observe.metrics import emit_metrics
-
-            return emit_metrics(*table_context(table))
-
-        switch() >> ensure_stream() >> watch >> announce >> metrics()
+        switch() >> ensure_stream() >> watch >> announce >> metrics_task()(table)
     return dag

@@ -469,26 +469,3 @@ def _caught_up(config: TableConfig, commit_log: CommitLog, target: dict[int, tup
     if commit_log.pending_plan(state) is not None:
         return False
     return all(r.size == 0 for r in next_ranges(config, state.end_offsets, target))
-
-
-def launch_stream(settings: Settings, table: str, run_id: str) -> dict[str, Any]:
-    """Start the table's stream as a detached spark-submit on this host (the Airflow task that
-    starts it returns at once; the sensor watches its status record). Returns its pid and log."""
-    import subprocess
-
-    from tidemark.jobs import SparkJob, spark_environment
-
-    settings.log_dir.mkdir(parents=True, exist_ok=True)
-    log_file = settings.log_dir / f"stream-{table}.log"
-    command = SparkJob("stream", table, ["--run-id", run_id]).command(settings)
-    with log_file.open("ab") as out:
-        process = subprocess.Popen(
-            command,
-            env=spark_environment(settings),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    log.info("%s: stream launched (pid %s, log %s): %s", table, process.pid, log_file, " ".join(command))
-    return {"pid": process.pid, "log": str(log_file)}
