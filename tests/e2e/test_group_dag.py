@@ -12,12 +12,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
+from tidemark.state.mode import TableWriter
+from tidemark.stream.launch import launch_stream
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
@@ -99,3 +102,36 @@ def test_a_group_dag_isolates_a_poisoned_table_and_announces_the_groups_hour_onc
     assert (
         CommitLog(settings.state_dir, poisoned).batch_of_run("manual__2026-11-22T12:30:00+00:00") is not None
     )
+
+    # The stream of the group: one table switched to stream is started by its stream DAG's
+    # launch as the group's application (spark-submit of spark_jobs/group.py --job stream);
+    # a second launch finds it running; switched back to batch, the application ends.
+    streamed = healthy[0]
+    more = produce(broker, streamed, records([(0, at(12, 40)), (1, at(12, 41))], prefix="s"))
+    TableWriter(settings.state_dir, streamed).switch(
+        "stream", by="test", reason="test", at=at(13).isoformat()
+    )
+    launched = launch_stream(settings, streamed, "stream__1")
+    assert launched["launched"], launched
+    app = psutil.Process(launched["pid"])
+    log = CommitLog(settings.state_dir, streamed)
+    wait_for(lambda: log.state().end_offsets == {p: o + 1 for p, o, _ in sorted(sent[streamed] + more)}, app)
+    again = launch_stream(settings, streamed, "stream__2")
+    assert not again["launched"] and "stream application runs" in again["why"]
+    TableWriter(settings.state_dir, streamed).switch(
+        "batch", by="test", reason="test", at=at(13, 5).isoformat()
+    )
+    app.wait(timeout=120)
+    rows, dirty, _ = landed(settings, streamed)
+    assert rows == Counter((p, o) for p, o, _ in sent[streamed] + more) and not dirty
+
+
+def wait_for(done: Any, app: Any, timeout: float = 180.0) -> None:
+    """Poll ``done()`` while the application ``app`` lives."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert app.is_running() and app.status() != "zombie", "the group's stream application ended"
+        assert time.monotonic() < deadline, "the stream did not catch up"
+        time.sleep(1)
