@@ -225,8 +225,8 @@ def test_a_group_gets_one_dag_in_one_file_and_a_disagreeing_table_is_refused_alo
 ) -> None:
     """Two groups, a table of one group on another schedule, one table without a group: each
     group has one DAG (mapped per-table tasks, an announce per table, the barrier) built in
-    the group's file with its tables' other DAGs; grouped tables have no ingest DAG; the
-    disagreeing table disappears alone, named in the import error."""
+    the file its name hashes to, its tables' other DAGs in theirs; grouped tables have no
+    ingest DAG; the disagreeing table disappears alone, named in the import error."""
     import yaml
     from airflow.dag_processing.dagbag import DagBag
 
@@ -256,7 +256,10 @@ def test_a_group_gets_one_dag_in_one_file_and_a_disagreeing_table_is_refused_alo
         dag = bag.dags[f"tidemark_group_{group}"]
         assert Path(dag.fileloc).name == f"tidemark_tables_{shard_of(group)}.py"
         for table in members:
-            assert Path(bag.dags[f"tidemark_seal_{table}"].fileloc).name == Path(dag.fileloc).name
+            assert (
+                Path(bag.dags[f"tidemark_seal_{table}"].fileloc).name
+                == f"tidemark_tables_{shard_of(table)}.py"
+            )
         mapped: Any = dag.get_task("dump_table")
         assert mapped.expand_input.value["table"] == members
         assert {f"announce_{t}" for t in members} | {"announce_group", "every_table_ok"} <= set(dag.task_ids)

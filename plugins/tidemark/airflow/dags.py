@@ -8,8 +8,8 @@ The tables are spread over ``SHARDS`` DAG files by a stable hash of their names,
 Airflow gives each file its own parse (``dagbag_import_timeout``, 30 s by default, and its
 own process): building a table's four to six DAGs costs Airflow about 20 ms, so one file of
 1,000 tables would take longer than that, while each of eight files takes a few seconds.
-A table never moves between files unless ``SHARDS`` changes or it joins a group (a group's
-DAG and its tables' DAGs are built in the group's file).
+A table never moves between files unless ``SHARDS`` changes; a group's DAG (and a family's
+discovery DAG) is built in the file its name hashes to.
 """
 
 from __future__ import annotations
@@ -43,12 +43,6 @@ def shard_of(table: str) -> int:
     return zlib.crc32(table.encode()) % SHARDS
 
 
-def shard_key(config: TableConfig) -> str:
-    """What places a table in a DAG file: its group (a group's DAG and all its tables' DAGs
-    are built in one file), else its name."""
-    return config.group or config.table
-
-
 def shard_dags(dag_file: str, settings: Settings | None = None) -> dict[str, Any]:
     """The DAGs of the tables of the shard a DAG file is named for (``..._<shard>.py``)."""
     found = re.search(r"_(\d+)\.py$", Path(dag_file).name)
@@ -74,10 +68,15 @@ def all_dags(settings: Settings | None = None, shard: int | None = None) -> dict
     one, has no DAGs: it disappears alone, and ``dags/tidemark_config_errors.py`` shows why as
     an import error."""
     settings = settings or Settings.from_env()
-    configs, _ = tables_apart(settings, shard)
-    dags = [build(config, settings) for config in configs for build in builders_for(config)]
-    dags += [group_dag(group, members, settings) for group, members in groups_of(configs).items()]
-    dags += family_dags(settings, configs, shard)
+    runnable, _ = tables_apart(settings, shard)
+    mine = [c for c in runnable if shard is None or shard_of(c.table) == shard]
+    dags = [build(config, settings) for config in mine for build in builders_for(config)]
+    dags += [
+        group_dag(group, members, settings)
+        for group, members in groups_of(runnable).items()
+        if shard is None or shard_of(group) == shard
+    ]
+    dags += family_dags(settings, runnable, shard)
     return {dag.dag_id: dag for dag in dags}
 
 
@@ -100,10 +99,11 @@ def family_dags(settings: Settings, configs: list[TableConfig], shard: int | Non
 
 
 def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[TableConfig], dict[str, str]]:
-    """The tables that can run (of one ``shard``, or all), and for every table file that
-    cannot, why (file -> problem): one table's mistake never takes the others' DAGs with it.
-    Every YAML is read (names collide across shards); the schema history only of the
-    shard's tables."""
+    """The tables that can run, and for every table file that cannot, why (file -> problem):
+    one table's mistake never takes the others' DAGs with it. Every YAML is read (names
+    collide across shards, a group's DAG names tables of every shard); the schema history
+    only of ``shard``'s tables (those of other shards are checked by their own file, and a
+    group job checks each table again before it writes)."""
     from tidemark.errors import ConfigError, SchemaEvolutionError
     from tidemark.evolution import SchemaHistory
 
@@ -111,7 +111,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     problems: dict[str, str] = {}
 
     def check(config: TableConfig) -> None:  # the schema history of the shard's tables only
-        if shard is None or shard_of(shard_key(config)) == shard:
+        if shard is None or shard_of(config.table) == shard:
             cache = settings.home / "cache" / "schema-checks" / f"{config.table}.json"
             SchemaHistory(settings.state_location, config.table).check(config, cache)
 
@@ -142,8 +142,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     for config in configs:
         if config.table in refused:
             problems[str(settings.conf_dir / f"{config.table}.yaml")] = refused[config.table]
-    runnable = [c for c in configs if c.table not in refused]
-    return [c for c in runnable if shard is None or shard_of(shard_key(c)) == shard], problems
+    return [c for c in configs if c.table not in refused], problems
 
 
 def raise_table_problems(settings: Settings | None = None) -> None:
