@@ -63,8 +63,8 @@ def test_unknown_key_names_key_and_allowed_keys(tmp_path: Path) -> None:
     _, problems = problems_of(tmp_path, variant(source__topik="x"))
     assert problems == [
         "source.topik: unknown key; expected one of: consumer_group, conversions, format, kafka_properties, "
-        "max_message_bytes, max_records_per_partition, on_data_loss, schema_registry, starting_offsets, "
-        "topic, writer_schema"
+        "max_message_bytes, max_records_per_partition, on_data_loss, retired, schema_registry, "
+        "starting_offsets, topic, writer_schema"
     ]
 
 
