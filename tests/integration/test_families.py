@@ -20,6 +20,7 @@ from tidemark.config import load_table, load_tables
 from tidemark.family.discovery import discover_family
 from tidemark.family.members import read_members
 from tidemark.ingest.dump import run_dump
+from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
@@ -87,6 +88,9 @@ def test_discovery_makes_tables_of_new_topics_and_retires_a_deleted_one(
     assert discover_family("clicks", settings, at=at(12, 45)).retired == [web]
     retired = load_table(web_table, settings)
     assert retired.source.retired and f"tidemark_ingest_{web_table}" in all_dags(settings)
+    status = table_status(retired, settings)
+    assert status["broker_error"] is None  # nothing asked of the broker about a topic that is gone
+    assert render(status).startswith(f"table {web_table} (topic {web}, retired; family clicks)")
 
     # Its runs read no broker (the topic is gone: any read would fail): empty batches move
     # processing time; once every MQ partition is idle, the last record's hour (11) seals.

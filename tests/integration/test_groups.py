@@ -7,6 +7,7 @@ only when every table has published it."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,16 @@ def test_a_poisoned_table_fails_alone_and_is_finished_alone_with_the_same_run_id
     for config in healthy:
         create_topic(broker, config.source.topic, 2)
         sent[config.table] = produce(broker, config.source.topic, records(HOURS_10_AND_11))
+
+    # A dry run (the trigger form's) previews every table, records what each table's task
+    # reports, and commits nothing.
+    preview = run_group(spark, configs, settings, replace(group_run(group, "dump", "dry-1"), dry_run=True))
+    assert {t: o["status"] for t, o in preview["tables"].items()} == {
+        poisoned.table: FAILED,
+        **{c.table: OK for c in healthy},
+    }
+    assert read_outcome(settings.state_dir, healthy[0].table, "dump", "dry-1") is not None
+    assert all(CommitLog(settings.state_dir, c.table).state().batches == 0 for c in configs)
 
     dump = run_group(spark, configs, settings, group_run(group, "dump", "run-1"))
     assert dump["failed"] == [poisoned.table]

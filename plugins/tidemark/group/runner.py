@@ -59,11 +59,7 @@ def _dump(spark: SparkSession, config: TableConfig, settings: Settings, run: Gro
 
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         return preview_batch(config, TableState(settings.state_location, config.table).commit_log, conf)
-    mode = TableState(settings.state_location, config.table).writer.current()
-    if mode.mode != "batch":
-        raise TableSkipped(
-            f"written by the {mode.describe()} (tidemark switch --table {config.table} --to batch)"
-        )
+    _skip_when_streamed(config, settings, "its stream reads it")
     return run_dump(
         spark, config, settings, run.run_id, run.processing_time, planned_at=run.planned_at
     ).to_json()
@@ -74,7 +70,20 @@ def _seal(spark: SparkSession, config: TableConfig, settings: Settings, run: Gro
 
     if run.dry_run:
         return preview_seal(config, settings)
+    _skip_when_streamed(config, settings, "its stream seals it")
     return run_seal(spark, config, settings, run.run_id).to_json()
+
+
+def _skip_when_streamed(config: TableConfig, settings: Settings, why: str) -> None:
+    """A table written by its stream is not the group job's (its own ingest DAG skips its
+    dump and seal then too): waiting on the stream's lock would only hold a thread."""
+    from tidemark.table_state import TableState
+
+    mode = TableState(settings.state_location, config.table).writer.current()
+    if mode.mode != "batch":
+        raise TableSkipped(
+            f"written by the {mode.describe()}: {why} (tidemark switch --table {config.table} --to batch)"
+        )
 
 
 BODIES: dict[str, Callable[[SparkSession, TableConfig, Settings, GroupRun], dict[str, Any]]] = {
@@ -109,8 +118,7 @@ def run_table(spark: SparkSession, config: TableConfig, settings: Settings, run:
         round(time.perf_counter() - started, 3),
         result,
     )
-    if not run.dry_run:
-        record_outcome(settings.state_location, outcome)
+    record_outcome(settings.state_location, outcome)  # a dry run's too: its tasks report it
     log.info(
         "%s (group %s): %s of run %s %s in %.1f s%s",
         config.table,

@@ -41,8 +41,13 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
     }
     broker_error = None
     try:
-        offsets = partition_offsets(
-            client_properties(settings.kafka_bootstrap, config.source.kafka_properties), config.source.topic
+        offsets = (
+            {}  # the topic is gone: nothing to ask the broker
+            if config.source.retired
+            else partition_offsets(
+                client_properties(settings.kafka_bootstrap, config.source.kafka_properties),
+                config.source.topic,
+            )
         )
         for p, (_, latest) in offsets.items():
             entry = partitions.setdefault(p, {"committed_end": None, "latest": None, "lag": None})
@@ -55,6 +60,9 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
     return {
         "table": config.table,
         "topic": config.source.topic,
+        "retired": config.source.retired,
+        "group": config.group,
+        "family": config.family,
         "ready_time": ready.time if ready else None,
         "ready_held_by": ready.holding if ready else None,
         "idle_partitions": list(ready.idle) if ready else [],
@@ -174,7 +182,9 @@ def snapshots(config: TableConfig, settings: Settings) -> list[dict[str, Any]]:
 
 def render(status: dict[str, Any]) -> str:
     lines = [
-        f"table {status['table']} (topic {status['topic']})",
+        f"table {status['table']} (topic {status['topic']}{', retired' if status.get('retired') else ''}"
+        + "".join(f"; {k} {status[k]}" for k in ("group", "family") if status.get(k))
+        + ")",
         f"  batches committed: {status['batches_committed']} (last {status['last_committed_batch']}); "
         f"rows {status['rows']}, dirty {status['dirty']}, tombstones {status['tombstones']}, late {status['late']}",
         f"  global ready time: {status['ready_time']} (held by MQ partition {status['ready_held_by']}, "
