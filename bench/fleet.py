@@ -22,6 +22,9 @@ one hour reads (the checkpoint's hour index), against reading every commit recor
 rebuild planning did before the index). 1,000,000 works too, given the disk and the time to
 write a million small files.
 
+With ``--group-size K`` the parse sittings put every K tables in a group (their group DAGs
+are built too, and grouped tables have no ingest DAG of their own).
+
 With ``--grouped 100`` (the default; 0 skips it) it first runs one hourly cycle (dump + seal)
 of N tables of 1,000 records each (``--records``), as per-table jobs (each table's dump and
 seal are applications of their own, measured on ``--sample`` tables and scaled to N) and as
@@ -50,12 +53,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DAGS = ROOT / "dags"
 
 
-def write_tables(conf: Path, n: int) -> list[str]:
+def write_tables(conf: Path, n: int, group_size: int = 0) -> list[str]:
+    """N table YAMLs; with ``group_size``, every that many tables form a group."""
     template = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
     names = [f"fleet_{i:04d}" for i in range(n)]
     conf.mkdir(parents=True)
-    for name in names:
+    for i, name in enumerate(names):
         data = {**template, "table": name, "source": {**template["source"], "topic": name}}
+        if group_size:
+            data["group"] = f"fleet_group_{i // group_size:03d}"
         (conf / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return names
 
@@ -75,7 +81,7 @@ def parse_once(settings: object) -> dict[str, float]:
     return figures
 
 
-def sitting(n: int, state: str, home: Path) -> tuple[dict[str, float], dict[str, float]]:
+def sitting(n: int, state: str, home: Path, group_size: int = 0) -> tuple[dict[str, float], dict[str, float]]:
     """Seconds per DAG file at the first parse (no schema-check cache yet) and at the next one
     (what the DAG processor's parse loop pays while no YAML or history changes)."""
     from tidemark.config import load_table_file
@@ -83,7 +89,7 @@ def sitting(n: int, state: str, home: Path) -> tuple[dict[str, float], dict[str,
     from tidemark.settings import Settings
 
     conf = home / f"conf-{n}-{state.split(':', maxsplit=1)[0]}"
-    names = write_tables(conf, n)
+    names = write_tables(conf, n, group_size)
     os.environ.update({"TIDEMARK_CONF_DIR": str(conf), "TIDEMARK_STATE_DIR": state})
     settings = Settings.from_env()
     for name in names:  # each table's first dump records its schema version
@@ -150,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grouped", type=int, default=100, help="tables of the per-table/grouped cycle")
     parser.add_argument("--records", type=int, default=1000, help="records per table in that cycle")
     parser.add_argument("--sample", type=int, default=10, help="tables measured as per-table jobs")
+    parser.add_argument("--group-size", type=int, default=0, help="parse: tables per group (0: none)")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.tables.split(",")]
 
@@ -181,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             commit_log_ages([int(x) for x in args.commits.split(",")], home)
         for n in counts:
             for label, state in states.items():
-                first, again = sitting(n, f"{state}-{n}" if label == "local" else f"{state}/{n}", home)
+                where = f"{state}-{n}" if label == "local" else f"{state}/{n}"
+                first, again = sitting(n, where, home, args.group_size)
                 for parse, figures in (("first", first), ("again", again)):
                     worst = max(figures, key=lambda k: figures[k])
                     shards = [v for k, v in figures.items() if k.startswith("tidemark_tables_")]

@@ -1,22 +1,27 @@
-"""A group's DAG through Airflow (dag.test) with the real SparkSubmitOperator, broker and
-metastore: three tables, one poisoned (its topic is missing on the broker). One Spark
-application dumps all three and one seals them; the poisoned table's own mapped task fails
-(its retry runs it alone, and fails again), the two others commit, seal and announce their
-hours; the group's barrier announces nothing until the poisoned table has sealed the hour too,
-and then announces it once."""
+"""A topic family run as a group, through Airflow (dag.test) with the real
+SparkSubmitOperator, broker and metastore. The family's discovery DAG makes three topics
+tables of one group (no deploy); one is poisoned (its topic deleted from the broker). One
+Spark application dumps all three and one seals them; the poisoned table's own mapped task
+fails (its retry runs it alone, and fails again), the two others commit, seal and announce
+their hours; the group's barrier announces nothing until the poisoned table has sealed the
+hour too, and then announces it once. Then one table's stream runs in the group's stream
+application, launched by its stream DAG's launch, and ends when the table is handed back."""
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+import yaml
 
-from tests.helpers.tables import at, fresh_table, landed
-from tidemark.config import TableConfig
+from tests.helpers.tables import at, landed
+from tidemark.config import load_tables
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.mode import TableWriter
@@ -24,6 +29,8 @@ from tidemark.stream.launch import launch_stream
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
 
 HOURS_10_AND_11 = [(p, at(10, m)) for p in (0, 1) for m in (5, 25, 45)] + [(0, at(11, 50)), (1, at(11, 40))]
 
@@ -44,6 +51,14 @@ def run_group_dag(dag_id: str, tables: list[str], when: Any) -> dict[str, tuple[
     }
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures are done
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=30)
+
+
 def events_of(asset_name: str) -> list[str]:
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
@@ -53,21 +68,40 @@ def events_of(asset_name: str) -> list[str]:
         return sorted(str(e.partition_key) for e in rows.filter(AssetModel.name == asset_name).all())
 
 
-def test_a_group_dag_isolates_a_poisoned_table_and_announces_the_groups_hour_once_all_sealed_it(
+def write_family(conf_dir: Path, family: str, group: str, prefix: str) -> None:
+    """A topic family whose members all belong to ``group``: every topic ``<prefix>.<word>``."""
+    data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
+    data.pop("table")
+    data["source"].pop("topic")
+    data.update({"family": family, "table": "{topic}", "group": group, "retries": 1, "retry_delay": "0s"})
+    data["source"]["topic_pattern"] = rf"{prefix}\.[a-z]+"
+    (conf_dir / "families").mkdir(parents=True)
+    (conf_dir / "families" / f"{family}.yaml").write_text(yaml.safe_dump(data))
+
+
+def test_a_family_as_a_group_isolates_a_poisoned_table_and_announces_the_groups_hour_once_all_sealed_it(
     dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    group = f"g_{tmp_path.name[-6:].lower().replace('-', '_')}"
-    made = [fresh_table(dag_env, tmp_path, group=group, retries=1, retry_delay="0s") for _ in range(3)]
-    settings = made[0][1]
+    suffix = tmp_path.name[-6:].lower().replace("-", "_")
+    family, group, prefix = f"fam_{suffix}", f"g_{suffix}", f"t{uuid.uuid4().hex[:6]}"
+    settings = replace(dag_env, conf_dir=tmp_path / "conf")
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
-    configs: list[TableConfig] = sorted((c for c, _ in made), key=lambda c: c.table)
-    tables = [c.table for c in configs]
-    poisoned = configs[1].table
+    write_family(settings.conf_dir, family, group, prefix)
+    topics = [f"{prefix}.{word}" for word in ("alpha", "beta", "gamma")]
+    for topic in topics:
+        create_topic(broker, topic, 2)
+    # Discovery through its DAG: the three topics become the group's tables, no deploy.
+    found = run_group_dag(f"tidemark_discover_{family}", [], at(11, 59))
+    assert found == {"discover": ("success", 1)}
+    tables = [f"{prefix}_{word}" for word in ("alpha", "beta", "gamma")]
+    topic_of = dict(zip(tables, topics, strict=True))
+    assert [c.table for c in load_tables(settings)] == tables
+    poisoned = tables[1]
+    delete_topic(broker, topic_of[poisoned])  # its topic goes away (for less than retire_after)
     sent: dict[str, list[Any]] = {}
-    for config in configs:
-        if config.table != poisoned:
-            create_topic(broker, config.source.topic, 2)
-            sent[config.table] = produce(broker, config.source.topic, records(HOURS_10_AND_11))
+    for table in tables:
+        if table != poisoned:
+            sent[table] = produce(broker, topic_of[table], records(HOURS_10_AND_11))
     dag_id = f"tidemark_group_{group}"
 
     first = run_group_dag(dag_id, tables, at(12))
@@ -89,8 +123,8 @@ def test_a_group_dag_isolates_a_poisoned_table_and_announces_the_groups_hour_onc
 
     # The topic appears: the next run dumps and seals the poisoned table with the others, and
     # the group's hour 10 is announced, once.
-    create_topic(broker, f"{poisoned}", 2)
-    sent[poisoned] = produce(broker, poisoned, records(HOURS_10_AND_11))
+    create_topic(broker, topic_of[poisoned], 2)
+    sent[poisoned] = produce(broker, topic_of[poisoned], records(HOURS_10_AND_11))
     second = run_group_dag(dag_id, tables, at(12, 30))
     nothing_new = {f"announce_{t}": "skipped" for t in healthy}  # their hour 10 was announced in run 1
     assert {k: v[0] for k, v in second.items() if v[0] != "success"} == nothing_new
@@ -107,7 +141,7 @@ def test_a_group_dag_isolates_a_poisoned_table_and_announces_the_groups_hour_onc
     # launch as the group's application (spark-submit of spark_jobs/group.py --job stream);
     # a second launch finds it running; switched back to batch, the application ends.
     streamed = healthy[0]
-    more = produce(broker, streamed, records([(0, at(12, 40)), (1, at(12, 41))], prefix="s"))
+    more = produce(broker, topic_of[streamed], records([(0, at(12, 40)), (1, at(12, 41))], prefix="s"))
     TableWriter(settings.state_dir, streamed).switch(
         "stream", by="test", reason="test", at=at(13).isoformat()
     )

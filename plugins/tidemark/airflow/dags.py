@@ -141,7 +141,12 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     refused = dict(collisions(configs)) | dict(disagreements(configs))
     for config in configs:
         if config.table in refused:
-            problems[str(settings.conf_dir / f"{config.table}.yaml")] = refused[config.table]
+            where = (
+                f"family {config.family} (topic {config.source.topic})"
+                if config.family
+                else str(settings.conf_dir / f"{config.table}.yaml")
+            )
+            problems[where] = refused[config.table]
     return [c for c in configs if c.table not in refused], problems
 
 

@@ -91,16 +91,20 @@ class StreamOffsetsReader(DataSourceStreamReader):
 
     def __init__(self, options: dict[str, str]) -> None:
         import os
+        from dataclasses import replace
         from pathlib import Path
 
-        from tidemark.config import load_table_file
+        from tidemark.config import load_table
+        from tidemark.settings import Settings
         from tidemark.state.commitlog import CommitLog
         from tidemark.state.storage import Location
 
-        self.config = load_table_file(Path(options["conf_dir"]) / f"{options['table']}.yaml")
+        os.environ.update(json.loads(options.get("secret.env") or "{}"))  # the state store's S3 keys
+        # a table file, or a family's member (its record is in the state store)
+        settings = replace(Settings.from_env(), conf_dir=Path(options["conf_dir"]), state_uri=options["state"])
+        self.config = load_table(options["table"], settings)
         self.commit_log = CommitLog(Location(options["state"]), self.config.table)
         self.kafka_conf = json.loads(options["secret.kafka_conf"])
-        os.environ.update(json.loads(options.get("secret.env") or "{}"))  # the state store's S3 keys
         self.tick_s = float(options.get("tick_s") or 0)
         until = options.get("until") or ""
         self.until = {int(p): int(e) for p, e in json.loads(until).items()} if until else None
