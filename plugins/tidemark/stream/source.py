@@ -101,7 +101,9 @@ class StreamOffsetsReader(DataSourceStreamReader):
 
         os.environ.update(json.loads(options.get("secret.env") or "{}"))  # the state store's S3 keys
         # a table file, or a family's member (its record is in the state store)
-        settings = replace(Settings.from_env(), conf_dir=Path(options["conf_dir"]), state_uri=options["state"])
+        settings = replace(
+            Settings.from_env(), conf_dir=Path(options["conf_dir"]), state_uri=options["state"]
+        )
         self.config = load_table(options["table"], settings)
         self.commit_log = CommitLog(Location(options["state"]), self.config.table)
         self.kafka_conf = json.loads(options["secret.kafka_conf"])
