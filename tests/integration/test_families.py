@@ -110,3 +110,57 @@ def test_discovery_makes_tables_of_new_topics_and_retires_a_deleted_one(
     create_topic(broker, web, 2)
     assert discover_family("clicks", settings, at=at(17)).returned == [web]
     assert not load_table(web_table, settings).source.retired
+
+
+def test_each_member_of_a_registry_family_gets_the_columns_of_its_own_subject(
+    spark: Any, broker: str, schema_registry: str, settings: Settings, tmp_path: Path
+) -> None:
+    """``schema: from_registry``: discovery reads each topic's subject (the registry stand-in,
+    through the real client) and records its columns with the member; two topics with other
+    schemas become tables with other columns, a topic whose subject does not exist yet has no
+    DAGs until a later discovery finds it, and a member lands its Avro records exactly."""
+    from tests.helpers.avro import EVENT_V1, EVENT_V2, avro_events
+    from tidemark.family.tables import family_tables
+
+    prefix = f"reg{uuid.uuid4().hex[:6]}"
+    settings = replace(settings, conf_dir=tmp_path / "conf")
+    write_family(settings.conf_dir, "shop", prefix)
+    path = settings.conf_dir / "families" / "shop.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["schema"] = "from_registry"
+    data["source"].update({"format": "avro", "schema_registry": {"url": schema_registry}})
+    data["source"].pop("conversions", None)
+    path.write_text(yaml.safe_dump(data))
+    one, two, three = (f"{prefix}.{w}" for w in ("one", "two", "three"))
+    for topic in (one, two, three):
+        create_topic(broker, topic, 1)
+    times = [{"event_id": f"e{i}", "event_time": at(10, 5 * i)} for i in range(6)]
+    sent = produce_values(broker, one, avro_events(schema_registry, times, EVENT_V1, topic=one))
+    produce_values(broker, two, avro_events(schema_registry, times[:2], EVENT_V2, topic=two))
+
+    found = discover_family("shop", settings, at=at(12))
+    assert found.new == [one, three, two] and found.schemas == [one, two]
+    first, second = load_table(f"{prefix}_one", settings), load_table(f"{prefix}_two", settings)
+    assert "session" in second.columns and "session" not in first.columns
+    assert (
+        str(first.columns["user_id"].type.ddl()) == "int"
+        and str(second.columns["user_id"].type.ddl()) == "bigint"
+    )
+    members, problems = family_tables(settings)
+    assert sorted(m.table for m in members) == [f"{prefix}_one", f"{prefix}_two"]
+    assert any(three in where and f"{three}-value" in problem for where, problem in problems.items())
+
+    result = run_dump(spark, first, settings, "run-1", at(12))
+    assert result.read == len(sent) and result.rows == len(sent) and result.dirty == 0
+
+    # The third topic's producer registers its schema: the next discovery gives it columns.
+    avro_events(schema_registry, times[:1], EVENT_V1, topic=three)
+    again = discover_family("shop", settings, at=at(12, 15))
+    assert again.new == [] and again.schemas == [three]
+    assert load_table(f"{prefix}_three", settings).columns.keys() == first.columns.keys()
+
+
+def produce_values(bootstrap: str, topic: str, values: list[bytes]) -> list[Any]:
+    from tidemark_dev.generator import Message
+
+    return produce(bootstrap, topic, [Message(0, v, None, None) for v in values])

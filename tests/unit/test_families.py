@@ -97,3 +97,22 @@ def test_discovery_adds_new_topics_retires_after_the_grace_and_takes_back_a_retu
     assert (back.new, back.returned, back.members) == (["c"], ["b"], 3)
     assert members.topics["b"].retired_at is None and members.topics["b"].table == "c_b"
     assert Members.from_json(members.to_json()) == members
+
+
+def test_a_registry_family_needs_its_registry_and_gives_each_member_its_own_columns(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="from_registry needs source.schema_registry"):
+        load_family(family_file(tmp_path, schema="from_registry"))
+    path = family_file(tmp_path, schema="from_registry")
+    data = yaml.safe_load(path.read_text())
+    data["source"].update({"format": "avro", "schema_registry": {"url": "http://registry:8081"}})
+    data["source"].pop("conversions", None)
+    path.write_text(yaml.safe_dump(data))
+    family = load_family(path)
+    assert family.schema_from_registry and family.subject("clicks.web") == "clicks.web-value"
+    with pytest.raises(ConfigError, match="no columns read from subject clicks.web-value yet"):
+        member_config(family, Member("clicks.web", "clicks_clicks_web", ""))
+    columns = {"event_id": "string", "event_type": "string", "event_time": "timestamp", "extra": "int"}
+    config = member_config(
+        family, Member("clicks.web", "clicks_clicks_web", "", columns=columns, schema_id=3)
+    )
+    assert list(config.columns) == list(columns) and config.source.subject == "clicks.web-value"

@@ -12,8 +12,8 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from tidemark.family.members import Discovered, read_members, reconcile, record_members
-from tidemark.family.tables import load_family
+from tidemark.family.members import Discovered, Members, read_members, reconcile, record_members
+from tidemark.family.tables import Family, load_family
 
 if TYPE_CHECKING:
     from tidemark.settings import Settings
@@ -33,6 +33,8 @@ def discover_family(name: str, settings: Settings, *, at: datetime, dry_run: boo
     matching = [t for t in list_topics(conf) if family.matches(t)]
     members = read_members(settings, name)
     found = reconcile(members, family.table_template, matching, at, family.retire_after)
+    if family.schema_from_registry:
+        found.schemas.extend(read_subjects(family, members))
     missing = sorted(t for t, m in members.topics.items() if m.missing_since)
     log.info(
         "family %s: %s topics match %s; new: %s; retired: %s; back: %s; missing, not retired yet: %s",
@@ -44,6 +46,45 @@ def discover_family(name: str, settings: Settings, *, at: datetime, dry_run: boo
         ", ".join(found.returned) or "none",
         ", ".join(missing) or "none",
     )
+    if found.schemas:
+        log.info("family %s: columns read from the registry for %s", name, ", ".join(found.schemas))
     if not dry_run:
         record_members(settings, members)
     return found
+
+
+def read_subjects(family: Family, members: Members) -> list[str]:
+    """Each active member's columns from its subject's latest schema, where the schema id
+    changed (members changed in place; the topics whose columns changed). A subject that
+    cannot be read keeps the member's columns (a new member without any has no DAGs until a
+    later discovery reads it): logged, never raised, so one topic's subject never stops the
+    family's discovery."""
+    from dataclasses import replace
+
+    from tidemark.errors import SchemaRegistryUnavailableError
+    from tidemark.ingest.registry import SchemaRegistry, UnknownSchemaIdError
+    from tidemark.ingest.registry_tables import subject_columns
+
+    registry_config = family.template["source"]["schema_registry"]
+    properties = {"url": str(registry_config["url"]), **(registry_config.get("properties") or {})}
+    changed = []
+    for topic, member in sorted(members.topics.items()):
+        if member.retired_at is not None:
+            continue
+        subject = family.subject(topic)
+        try:
+            latest = SchemaRegistry(member.table, properties).latest(subject)
+            if latest.schema_id == member.schema_id:
+                continue
+            imports: dict[str, str] = {}
+            if latest.schema_type == "PROTOBUF":  # as the decoder reads it: a serialized descriptor
+                registry = SchemaRegistry(member.table, properties, serialized=True)
+                latest = registry.latest(subject)
+                imports = registry.imports(latest)
+            columns, _ = subject_columns(latest, imports, registry_config.get("message") or None)
+        except (SchemaRegistryUnavailableError, UnknownSchemaIdError, ValueError) as exc:
+            log.warning("family %s: topic %s: subject %s not read: %s", family.name, topic, subject, exc)
+            continue
+        members.topics[topic] = replace(member, columns=columns, schema_id=latest.schema_id)
+        changed.append(topic)
+    return changed

@@ -32,6 +32,10 @@ class Member:
     discovered_at: str
     retired_at: str | None = None
     missing_since: str | None = None  # absent from the broker's list since (not retired yet)
+    # ``schema: from_registry``: the columns its subject's latest schema reads into, and that
+    # schema's id (read again by each discovery; a new id updates the columns)
+    columns: dict[str, str] | None = None
+    schema_id: int | None = None
 
 
 @dataclass
@@ -73,6 +77,7 @@ class Discovered:
     retired: list[str]
     returned: list[str]
     members: int
+    schemas: list[str] = field(default_factory=list)  # members whose columns changed
 
     def to_json(self) -> dict[str, Any]:
         return vars(self)

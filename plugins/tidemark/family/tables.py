@@ -5,7 +5,8 @@
 topic name must match) instead of ``topic``; ``discovery_schedule`` (default every 15
 minutes) is the discovery DAG's, and a member whose topic is absent from every listing for
 ``retire_after`` (default 1h) is retired. In ``source.schema_registry.subject``, ``{topic}`` is the
-member's topic. Each member is that YAML with its table and topic filled in; a member whose
+member's topic; ``schema: from_registry`` gives each member the columns of its own subject's
+latest schema (read by discovery, recorded with the member). Each member is that YAML with its table and topic filled in; a member whose
 topic went away is ``source.retired``.
 """
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 DEFAULT_DISCOVERY_SCHEDULE = "*/15 * * * *"
 DEFAULT_RETIRE_AFTER = "1h"
+FROM_REGISTRY = "from_registry"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 
@@ -42,6 +44,15 @@ class Family:
     discovery_schedule: str
     retire_after: timedelta
     template: dict[str, Any]  # the table YAML, less the family's own keys
+
+    @property
+    def schema_from_registry(self) -> bool:
+        """``schema: from_registry``: each member's columns from its own subject's schema."""
+        return self.template.get("schema") == FROM_REGISTRY
+
+    def subject(self, topic: str) -> str:
+        registry = self.template["source"].get("schema_registry") or {}
+        return str(registry.get("subject") or "{topic}-value").replace("{topic}", topic)
 
     def matches(self, topic: str) -> bool:
         return self.pattern.fullmatch(topic) is not None
@@ -83,10 +94,15 @@ def load_family(path: Path) -> Family:
         pattern = re.compile("(?!)")
     if pattern.pattern == "(?!)":
         problems.append("source.topic_pattern: required, e.g. 'clicks\\..+'")
+    if data.get("schema") == FROM_REGISTRY and not isinstance(source.get("schema_registry"), dict):
+        problems.append(
+            "schema: from_registry needs source.schema_registry (its url; subject default {topic}-value)"
+        )
     if problems:
         raise ConfigError(str(path), problems)
     family = Family(name, path, template, pattern, schedule, retire_after, data)
-    member_config(family, Member("example_topic", table_name(template, "example_topic"), ""))
+    if not family.schema_from_registry:  # else each member is checked with its own columns
+        member_config(family, Member("example_topic", table_name(template, "example_topic"), ""))
     return family
 
 
@@ -96,6 +112,13 @@ def member_config(family: Family, member: Member) -> TableConfig:
     from tidemark.source_config import read_schema_files
 
     data = copy.deepcopy(family.template)
+    where = f"{family.path} (topic {member.topic})"
+    if family.schema_from_registry:
+        if not member.columns:
+            raise ConfigError(
+                where, [f"schema: no columns read from subject {family.subject(member.topic)} yet"]
+            )
+        data["schema"] = dict(member.columns)
     data["table"] = member.table
     data["family"] = family.name
     source = data["source"]
@@ -105,7 +128,6 @@ def member_config(family: Family, member: Member) -> TableConfig:
     registry = source.get("schema_registry")
     if isinstance(registry, dict) and isinstance(registry.get("subject"), str):
         registry["subject"] = registry["subject"].replace("{topic}", member.topic)
-    where = f"{family.path} (topic {member.topic})"
     return parse_table(read_schema_files(data, where, family.path.parent), where)
 
 

@@ -123,20 +123,9 @@ def table_yaml(
     timestamp field as the event time (unless named), everything else the defaults. For
     Protobuf, the file's ``message`` (needed when it has more than one top-level message)."""
     registry: dict[str, str] = {"url": registry_url, "subject": schema.subject}
-    if schema.schema_type == "AVRO":
-        record = json.loads(schema.text)
-        if not isinstance(record, dict) or record.get("type") != "record":
-            raise ValueError(f"{schema.subject}: the schema is not a record")
-        names: dict[str, Any] = {}
-        columns = {f["name"]: _column(f["type"], names) for f in record["fields"]}
-    elif schema.schema_type == "PROTOBUF":
-        descriptor = _top_message(schema, imports or {}, message)
-        columns = {f.name: _proto_column(f) for f in descriptor.fields}
-        registry["message"] = descriptor.full_name
-    else:
-        raise ValueError(
-            f"{schema.subject}: a {schema.schema_type} schema; Avro and Protobuf subjects are read"
-        )
+    columns, full_name = subject_columns(schema, imports, message)
+    if full_name:
+        registry["message"] = full_name
     times = [n for n, t in columns.items() if t.split()[0] in {"timestamp", "timestamp_ntz"}]
     field = event_time or (times[0] if times else None)
     if field is None or field not in columns:
@@ -156,6 +145,23 @@ def table_yaml(
         "event_time": {"field": field},
     }
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def subject_columns(
+    schema: RegisteredSchema, imports: dict[str, str] | None = None, message: str | None = None
+) -> tuple[dict[str, str], str]:
+    """The table columns (name -> Spark SQL type) a subject's schema reads into, and for
+    Protobuf the full name of the message they come from (else "")."""
+    if schema.schema_type == "AVRO":
+        record = json.loads(schema.text)
+        if not isinstance(record, dict) or record.get("type") != "record":
+            raise ValueError(f"{schema.subject}: the schema is not a record")
+        names: dict[str, Any] = {}
+        return {f["name"]: _column(f["type"], names) for f in record["fields"]}, ""
+    if schema.schema_type == "PROTOBUF":
+        descriptor = _top_message(schema, imports or {}, message)
+        return {f.name: _proto_column(f) for f in descriptor.fields}, descriptor.full_name
+    raise ValueError(f"{schema.subject}: a {schema.schema_type} schema; Avro and Protobuf subjects are read")
 
 
 def _column(schema: Any, names: dict[str, Any]) -> str:
