@@ -100,7 +100,7 @@ def test_discovery_adds_new_topics_retires_after_the_grace_and_takes_back_a_retu
 
 
 def test_a_registry_family_needs_its_registry_and_gives_each_member_its_own_columns(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="from_registry needs source.schema_registry"):
+    with pytest.raises(ConfigError, match=r"from_registry needs source\.schema_registry"):
         load_family(family_file(tmp_path, schema="from_registry"))
     path = family_file(tmp_path, schema="from_registry")
     data = yaml.safe_load(path.read_text())
@@ -109,7 +109,7 @@ def test_a_registry_family_needs_its_registry_and_gives_each_member_its_own_colu
     path.write_text(yaml.safe_dump(data))
     family = load_family(path)
     assert family.schema_from_registry and family.subject("clicks.web") == "clicks.web-value"
-    with pytest.raises(ConfigError, match="no columns read from subject clicks.web-value yet"):
+    with pytest.raises(ConfigError, match=r"no columns read from subject clicks\.web-value yet"):
         member_config(family, Member("clicks.web", "clicks_clicks_web", ""))
     columns = {"event_id": "string", "event_type": "string", "event_time": "timestamp", "extra": "int"}
     config = member_config(
