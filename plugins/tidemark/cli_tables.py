@@ -30,7 +30,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
             print(f"# {config.table}: the effective configuration, defaults included")
             print(yaml.safe_dump(effective, sort_keys=False, default_flow_style=False).rstrip())
         return 0
-    from tidemark.family.tables import family_tables
+    from tidemark.family.tables import family_tables, origin
 
     failures = 0
     configs: list[tuple[str, Any]] = []
@@ -41,7 +41,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
             failures += 1
             print(exc, file=sys.stderr)
     members, broken = family_tables(settings)  # the families' recorded members, and their mistakes
-    configs += [(f"family {m.family} (topic {m.source.topic})", m) for m in members]
+    configs += [(origin(m, settings), m) for m in members]
     for problem in broken.values():
         failures += 1
         print(problem, file=sys.stderr)

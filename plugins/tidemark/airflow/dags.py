@@ -28,7 +28,7 @@ from tidemark.airflow.seal import rebuild_dag, seal_dag
 from tidemark.airflow.snapshot import bootstrap_dag, merge_dag
 from tidemark.airflow.stream import stream_dag
 from tidemark.config import TableConfig, collisions, load_table_file, table_files
-from tidemark.family.tables import family_files, family_tables, load_family
+from tidemark.family.tables import family_files, family_tables, load_family, origin
 from tidemark.group.members import disagreements, groups_of
 from tidemark.settings import Settings
 
@@ -128,7 +128,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     problems.update(broken)
     explicit = {c.table for c in configs}
     for member in members:
-        where = f"family {member.family} (topic {member.source.topic})"
+        where = origin(member, settings)
         try:
             if member.table in explicit:
                 raise ConfigError(where, [f"table {member.table!r}: a table file of that name exists"])
@@ -141,12 +141,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     refused = dict(collisions(configs)) | dict(disagreements(configs))
     for config in configs:
         if config.table in refused:
-            where = (
-                f"family {config.family} (topic {config.source.topic})"
-                if config.family
-                else str(settings.conf_dir / f"{config.table}.yaml")
-            )
-            problems[where] = refused[config.table]
+            problems[origin(config, settings)] = refused[config.table]
     return [c for c in configs if c.table not in refused], problems
 
 

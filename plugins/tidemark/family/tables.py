@@ -4,10 +4,11 @@
 ``{topic}`` and whose ``source`` names ``topic_pattern`` (a regular expression the whole
 topic name must match) instead of ``topic``; ``discovery_schedule`` (default every 15
 minutes) is the discovery DAG's, and a member whose topic is absent from every listing for
-``retire_after`` (default 1h) is retired. In ``source.schema_registry.subject``, ``{topic}`` is the
-member's topic; ``schema: from_registry`` gives each member the columns of its own subject's
-latest schema (read by discovery, recorded with the member). Each member is that YAML with its table and topic filled in; a member whose
-topic went away is ``source.retired``.
+``retire_after`` (default 1h) is retired. In ``source.schema_registry.subject``, ``{topic}``
+is the member's topic; ``schema: from_registry`` gives each member the columns of its own
+subject's latest schema (read by discovery, recorded with the member). Each member is that
+YAML with its table and topic filled in; a member whose topic went away is
+``source.retired``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ class Family:
 
     def matches(self, topic: str) -> bool:
         return self.pattern.fullmatch(topic) is not None
+
+
+def origin(config: TableConfig, settings: Settings) -> str:
+    """Where a table's config comes from, as problems and listings name it: its YAML file,
+    or its family and topic."""
+    if config.family:
+        return f"family {config.family} (topic {config.source.topic})"
+    return str(settings.conf_dir / f"{config.table}.yaml")
 
 
 def family_files(settings: Settings) -> list[Path]:
