@@ -27,8 +27,8 @@ from tidemark.airflow.ingest import ingest_dag
 from tidemark.airflow.seal import rebuild_dag, seal_dag
 from tidemark.airflow.snapshot import bootstrap_dag, merge_dag
 from tidemark.airflow.stream import stream_dag
-from tidemark.config import TableConfig, collisions, load_table_file, table_files
-from tidemark.family.tables import family_files, family_tables, load_family, origin
+from tidemark.config import TableConfig, collisions
+from tidemark.family.tables import family_files, load_family, origin, table_configs
 from tidemark.group.members import disagreements, groups_of
 from tidemark.settings import Settings
 
@@ -107,37 +107,20 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     from tidemark.errors import ConfigError, SchemaEvolutionError
     from tidemark.evolution import SchemaHistory
 
+    loaded, problems = table_configs(settings)
+    for where, problem in problems.items():
+        log.error("tidemark: %s has no DAGs: %s", where, problem)
     configs: list[TableConfig] = []
-    problems: dict[str, str] = {}
-
-    def check(config: TableConfig) -> None:  # the schema history of the shard's tables only
-        if shard is None or shard_of(config.table) == shard:
-            cache = settings.home / "cache" / "schema-checks" / f"{config.table}.json"
-            SchemaHistory(settings.state_location, config.table).check(config, cache)
-
-    for path in table_files(settings):
+    for config in loaded:
         try:
-            config = load_table_file(path)
-            check(config)
+            if shard is None or shard_of(config.table) == shard:  # the shard's tables only
+                cache = settings.home / "cache" / "schema-checks" / f"{config.table}.json"
+                SchemaHistory(settings.state_location, config.table).check(config, cache)
         except (ConfigError, SchemaEvolutionError) as exc:
-            problems[str(path)] = str(exc)
-            log.error("tidemark: %s has no DAGs: %s", path, exc)
+            problems[origin(config, settings)] = str(exc)
+            log.error("tidemark: %s has no DAGs: %s", origin(config, settings), exc)
             continue
         configs.append(config)
-    members, broken = family_tables(settings)
-    problems.update(broken)
-    explicit = {c.table for c in configs}
-    for member in members:
-        where = origin(member, settings)
-        try:
-            if member.table in explicit:
-                raise ConfigError(where, [f"table {member.table!r}: a table file of that name exists"])
-            check(member)
-        except (ConfigError, SchemaEvolutionError) as exc:
-            problems[where] = str(exc)
-            log.error("tidemark: %s has no DAGs: %s", where, exc)
-            continue
-        configs.append(member)
     refused = dict(collisions(configs)) | dict(disagreements(configs))
     for config in configs:
         if config.table in refused:

@@ -57,18 +57,9 @@ def group_members(group: str, settings: Settings) -> list[TableConfig]:
     """The tables of ``group`` that can run: every valid table YAML (or family member) naming
     it that agrees with the group (a broken or disagreeing table is left out: the DAG files
     show why)."""
-    from tidemark.config import load_table_file, table_files
-    from tidemark.errors import ConfigError
-    from tidemark.family.tables import family_tables
+    from tidemark.family.tables import table_configs
 
-    configs = []
-    for path in table_files(settings):
-        try:
-            configs.append(load_table_file(path))
-        except ConfigError:
-            continue
-    explicit = {c.table for c in configs}
-    configs += [m for m in family_tables(settings)[0] if m.table not in explicit]
+    configs, _ = table_configs(settings)
     refused = {table for table, _ in disagreements(configs)}
     return [c for c in groups_of(configs).get(group, []) if c.table not in refused]
 
