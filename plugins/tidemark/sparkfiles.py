@@ -90,10 +90,13 @@ def path_values(uri: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in directories if "=" in part and not part.startswith("_"))
 
 
-def conform(batch: pa.RecordBatch, target: pa.Schema, values: dict[str, str] | None = None) -> pa.RecordBatch:
+def conform(
+    batch: pa.RecordBatch, target: pa.Schema, values: dict[str, str] | None = None, *, exact: bool = False
+) -> pa.RecordBatch:
     """``batch`` with ``target``'s columns in order: missing ones from the path's partition
-    ``values`` or null, other number types cast (timestamps are passed as stored: their zone
-    handling is Spark's)."""
+    ``values`` or null, other number types cast. Timestamps are passed as stored for Spark (its
+    zone handling), or with ``exact`` cast too, for a file pyarrow writes itself: a timestamp
+    Spark stored as INT96 reads as naive nanoseconds in UTC, and becomes ``target``'s type."""
     import pyarrow as pa
 
     arrays = []
@@ -107,11 +110,12 @@ def conform(batch: pa.RecordBatch, target: pa.Schema, values: dict[str, str] | N
             continue
         column = batch.column(field.name)
         same = column.type == field.type or (
-            pa.types.is_timestamp(column.type) and pa.types.is_timestamp(field.type)
+            not exact and pa.types.is_timestamp(column.type) and pa.types.is_timestamp(field.type)
         )
         arrays.append(column if same else column.cast(field.type))
-    names = [f.name for f in target]
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+    if exact:
+        return pa.RecordBatch.from_arrays(arrays, schema=target)
+    return pa.RecordBatch.from_arrays(arrays, names=[f.name for f in target])
 
 
 def read_files(spark: SparkSession, files: Sequence[str], ddl: str, per_task: int = 1) -> DataFrame:
@@ -164,6 +168,57 @@ def _numbered(prefix: str, suffix: str, task: int) -> str:
     return f"{prefix}-{task:05d}{suffix}"
 
 
+class PartitionedFiles:
+    """Record batches written into files under ``directory``, one file per value of
+    ``partition_by`` in Hive's ``col=value/`` subdirectories (the columns are in the path, not
+    the file, as Spark's ``partitionBy`` writes them), each named ``name``. Used inside a task:
+    the files are open until ``close``, which returns (warehouse-relative path, rows) per file."""
+
+    def __init__(
+        self, store: Store, directory: str, name: str, partition_by: Sequence[str], fmt: TableFormat
+    ) -> None:
+        self.store = store
+        self.directory = directory
+        self.name = name
+        self.parts = list(partition_by)
+        self.fmt = fmt
+        self._open: dict[tuple[str, ...], tuple[Any, Any, str]] = {}  # values -> (out, writer, path)
+        self.rows: dict[str, int] = {}
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if batch.num_rows == 0:
+            return
+        parts = self.parts
+        groups = pa.Table.from_batches([batch]).group_by(parts).aggregate([]).to_pylist() if parts else [{}]
+        for group in groups:
+            values = tuple(str(group[c]) for c in parts)
+            piece = batch
+            for column, value in group.items():
+                piece = piece.filter(pc.equal(piece.column(column), value))
+            data = piece.drop_columns(parts) if parts else piece
+            if values not in self._open:
+                below = "/".join(f"{c}={v}" for c, v in zip(parts, values, strict=True))
+                relative = "/".join(x for x in (self.directory, below, self.name) if x)
+                target = self.store.path(relative)
+                if not self.store.object_store:
+                    self.store.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                out = self.store.fs.open_output_stream(target)
+                self._open[values] = (out, self.fmt.arrow_writer(out, data.schema), relative)
+            _, writer, relative = self._open[values]
+            writer.write_batch(data)
+            self.rows[relative] = self.rows.get(relative, 0) + data.num_rows
+
+    def close(self) -> list[tuple[str, int]]:
+        for out, writer, _ in self._open.values():
+            writer.close()
+            out.close()
+        self._open.clear()
+        return sorted(self.rows.items())
+
+
 def write_partitioned(
     frame: DataFrame,
     store: Store,
@@ -173,56 +228,31 @@ def write_partitioned(
     *,
     fmt: TableFormat = PARQUET,
 ) -> list[tuple[str, int]]:
-    """Each Spark task of ``frame`` writes its rows through pyarrow under ``directory``, one
-    file per value of ``partition_by`` in Hive's ``col=value/`` subdirectories (the columns
-    are in the path, not the file, as Spark's ``partitionBy`` writes them), named
-    ``file_name(task index)``: final names, so a retried task rewrites the same files. The
-    values must be path-safe (hours; partition values the classifier admitted). Returns
-    (warehouse-relative path, rows) per file, sorted; tasks without rows write nothing."""
+    """Each Spark task of ``frame`` writes its rows through pyarrow under ``directory``
+    (:class:`PartitionedFiles`), named ``file_name(task index)``: final names, so a retried
+    task rewrites the same files. The values must be path-safe (hours; partition values the
+    classifier admitted). Returns (warehouse-relative path, rows) per file, sorted; tasks
+    without rows write nothing."""
     import pyarrow as pa
 
     parts = list(partition_by)
 
     def write_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        name = file_name(context.partitionId() if context is not None else 0)
-        open_files: dict[tuple[str, ...], tuple[Any, Any, str]] = {}  # values -> (out, writer, path)
-        rows: dict[str, int] = {}
+        files = PartitionedFiles(
+            store, directory, file_name(context.partitionId() if context is not None else 0), parts, fmt
+        )
         try:
             for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                groups = (
-                    pa.Table.from_batches([batch]).group_by(parts).aggregate([]).to_pylist()
-                    if parts
-                    else [{}]
-                )
-                for group in groups:
-                    values = tuple(str(group[c]) for c in parts)
-                    piece = batch
-                    for column, value in group.items():
-                        piece = piece.filter(pc.equal(piece.column(column), value))
-                    data = piece.drop_columns(parts) if parts else piece
-                    if values not in open_files:
-                        below = "/".join(f"{c}={v}" for c, v in zip(parts, values, strict=True))
-                        relative = "/".join(x for x in (directory, below, name) if x)
-                        target = store.path(relative)
-                        if not store.object_store:
-                            store.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-                        out = store.fs.open_output_stream(target)
-                        open_files[values] = (out, fmt.arrow_writer(out, data.schema), relative)
-                    _, writer, relative = open_files[values]
-                    writer.write_batch(data)
-                    rows[relative] = rows.get(relative, 0) + data.num_rows
+                files.write(batch)
         finally:
-            for out, writer, _ in open_files.values():
-                writer.close()
-                out.close()
-        if rows:
-            yield pa.RecordBatch.from_pydict({"path": list(rows), "rows": list(rows.values())})
+            written = files.close()
+        if written:
+            yield pa.RecordBatch.from_pydict(
+                {"path": [p for p, _ in written], "rows": [n for _, n in written]}
+            )
 
     written = frame.mapInArrow(write_task, "path string, rows long").collect()
     return sorted((row["path"], int(row["rows"])) for row in written)

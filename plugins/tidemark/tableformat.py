@@ -125,7 +125,24 @@ class _OrcBatches:
     def write_batch(self, batch: pa.RecordBatch) -> None:
         import pyarrow as pa
 
-        self._writer.write(pa.Table.from_batches([batch]))
+        self._writer.write(_wall_clock(pa.Table.from_batches([batch])))
 
     def close(self) -> None:
         self._writer.close()
+
+
+def _wall_clock(table: pa.Table) -> pa.Table:
+    """Instants (timestamps with a zone: UTC, as Spark hands them) as plain timestamps of
+    their UTC wall clock: pyarrow writes the former as ORC's ``timestamp with local time
+    zone``, a type Spark's and Hive's ORC readers refuse; a plain ORC ``timestamp`` is what
+    Spark writes for its own timestamps and reads back as the same instant (the session
+    zone is UTC)."""
+    import pyarrow as pa
+
+    fields = [
+        pa.field(f.name, pa.timestamp(f.type.unit), f.nullable)
+        if pa.types.is_timestamp(f.type) and f.type.tz
+        else f
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields))

@@ -1,5 +1,7 @@
 """The default expectations computed in one Spark pass mean what Great Expectations means:
-on the same tiny frames, each check's verdict and unexpected count equal GX's own."""
+on the same tiny frames, each check's verdict and unexpected count equal GX's own; and the
+same checks computed by pyarrow in a compaction's task (``ArrowChecks``) equal Spark's, field
+by field."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.classify import events_config
-from tidemark.seal.checks import default_results, default_specs
+from tidemark.seal.checks import ArrowChecks, CheckResult, default_results, default_specs
 from tidemark.seal.quality import _run_gx
 from tidemark.time.hours import parse_key
 
@@ -39,7 +41,27 @@ def verdicts_both_ways(spark: Any, config: Any, rows: list[tuple[Any, ...]], sch
             assert sorted(map(str, mine.result["partial_unexpected_list"])) == sorted(
                 map(str, gx.result["partial_unexpected_list"])
             ), mine.kind
+    assert_same_results(arrow_results(frame, config), ours)
     return ours
+
+
+def arrow_results(frame: Any, config: Any) -> list[CheckResult]:
+    """The defaults as a compaction's task computes them, on the rows as Arrow hands them."""
+    checks = ArrowChecks.of(config, HOUR)
+    assert checks is not None
+    table = frame.toArrow().select(checks.columns)
+    return checks.summarize(table, HOUR.start, HOUR.end).results(config, HOUR)
+
+
+def assert_same_results(arrow: list[CheckResult], spark: list[CheckResult]) -> None:
+    assert [(r.kind, r.kwargs, r.success) for r in arrow] == [(r.kind, r.kwargs, r.success) for r in spark]
+    for mine, theirs in zip(arrow, spark, strict=True):
+        assert mine.result.keys() == theirs.result.keys(), mine.kind
+        for key, value in theirs.result.items():
+            if key == "partial_unexpected_list":
+                assert sorted(map(str, mine.result[key])) == sorted(map(str, value)), mine.kind
+            else:
+                assert mine.result[key] == value, (mine.kind, key, mine.result, theirs.result)
 
 
 def test_a_single_key_with_duplicates_nulls_and_rows_outside_the_hour(spark: Any) -> None:
@@ -102,3 +124,14 @@ def test_a_table_without_a_key_counts_each_row_once(spark: Any) -> None:
         ("expect_table_row_count_to_be_between", True),
     ]
     assert ours[0].result["unexpected_count"] == 1 and ours[1].result == {"observed_value": 3}
+
+
+def test_the_arrow_checks_judge_a_number_key_and_a_null_event_time_as_spark_does(spark: Any) -> None:
+    """Rows whose event time is null are not outside the hour (Spark's comparison is null),
+    and the engines agree on a number key; GX is not asked here (it is above)."""
+    config = events_config(primary_key=["user_id"])
+    rows = [(1, T), (1, None), (2, HOUR.end + timedelta(hours=1)), (None, T)]
+    frame = spark.createDataFrame(rows, "user_id bigint, event_time timestamp")
+    ours = default_results(frame, config, HOUR)
+    assert_same_results(arrow_results(frame, config), ours)
+    assert [r.result.get("unexpected_count") for r in ours[:3]] == [1, 2, 1]

@@ -12,6 +12,7 @@ costs one more small job for its sample of unexpected values.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from tidemark.seal.metastore import quote_identifier
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 SAMPLE = 20  # GX's partial_unexpected_count
@@ -72,6 +74,17 @@ def naive_utc(instant: datetime) -> datetime:
     return instant.astimezone(UTC).replace(tzinfo=None)
 
 
+@dataclass(frozen=True)
+class Summary:
+    """The aggregates the defaults are judged from (``null`` per key column, in key order)."""
+
+    rows: int
+    outside: int
+    duplicates: int
+    judged: int
+    nulls: tuple[int, ...]
+
+
 def default_results(frame: DataFrame, config: TableConfig, hour: Hour) -> list[CheckResult]:
     """The defaults' outcomes on ``frame`` (an hour's rows): one aggregation, and one small
     job per failing check for its sample."""
@@ -96,7 +109,7 @@ def default_results(frame: DataFrame, config: TableConfig, hour: Hour) -> list[C
         )
     n = F.col("_n")
     judged = _judged(key) if key else F.lit(True)
-    summary = keyed.agg(
+    row = keyed.agg(
         F.sum(n).alias("rows"),
         F.sum("_out").alias("outside"),
         F.sum(F.when((n > 1) & judged, n).otherwise(0)).alias("duplicates"),
@@ -106,33 +119,58 @@ def default_results(frame: DataFrame, config: TableConfig, hour: Hour) -> list[C
             for i, c in enumerate(key)
         ),
     ).first()
-    assert summary is not None
-    rows = int(summary["rows"] or 0)
+    assert row is not None
+    summary = Summary(
+        rows=int(row["rows"] or 0),
+        outside=int(row["outside"] or 0),
+        duplicates=int(row["duplicates"] or 0),
+        judged=int(row["judged"] or 0),
+        nulls=tuple(int(row[f"null{i}"] or 0) for i in range(len(key))),
+    )
+    return results_of(
+        specs,
+        key,
+        summary,
+        duplicate_sample=lambda kind: _duplicate_sample(keyed, key, kind),
+        outside_sample=lambda: [r[0] for r in frame.where(outside).select(at).limit(SAMPLE).collect()],
+    )
+
+
+def results_of(
+    specs: list[tuple[str, dict[str, Any]]],
+    key: list[str],
+    summary: Summary,
+    *,
+    duplicate_sample: Callable[[str], list[Any]],
+    outside_sample: Callable[[], list[Any]],
+) -> list[CheckResult]:
+    """The defaults' outcomes from their aggregates, by whichever engine computed them (a
+    sample is asked for only where its check failed)."""
+    rows = summary.rows
     results = []
     for kind, kwargs in specs:
         if kind == NOT_NULL:
-            nulls = int(summary[f"null{key.index(kwargs['column'])}"] or 0)
+            nulls = summary.nulls[key.index(kwargs["column"])]
             results.append(
                 _map_result(
                     kind, kwargs, rows=rows, judged=rows, unexpected=nulls, sample=[None] * min(nulls, SAMPLE)
                 )
             )
         elif kind in (UNIQUE, COMPOUND_UNIQUE):
-            duplicates = int(summary["duplicates"] or 0)
-            sample = _duplicate_sample(keyed, key, kind) if duplicates else []
+            duplicates = summary.duplicates
             results.append(
                 _map_result(
                     kind,
                     kwargs,
                     rows=rows,
-                    judged=int(summary["judged"] or 0),
+                    judged=summary.judged,
                     unexpected=duplicates,
-                    sample=sample,
+                    sample=duplicate_sample(kind) if duplicates else [],
                 )
             )
         elif kind == BETWEEN:
-            count = int(summary["outside"] or 0)
-            sample = [r[0] for r in frame.where(outside).select(at).limit(SAMPLE).collect()] if count else []
+            count = summary.outside
+            sample = outside_sample() if count else []
             results.append(_map_result(kind, kwargs, rows=rows, judged=rows, unexpected=count, sample=sample))
         else:
             results.append(CheckResult(kind, kwargs, rows >= kwargs["min_value"], {"observed_value": rows}))
@@ -188,3 +226,96 @@ def _map_result(
 
 def _percent(part: int, whole: int) -> float:
     return 100.0 * part / whole if whole else 0.0
+
+
+@dataclass(frozen=True)
+class ArrowChecks:
+    """The defaults of an hour computed by pyarrow inside the task that compacts it (one pass
+    over the rows being written, no Spark job): the columns they need and how to judge them.
+    Picklable, for the task; ``summarize`` gives what ``default_results`` gives Spark's way."""
+
+    key: tuple[str, ...]
+    unique: bool
+    event_time: str
+
+    @classmethod
+    def of(cls, config: TableConfig, hour: Hour) -> ArrowChecks | None:
+        specs = default_specs(config, hour)
+        if not specs:
+            return None
+        unique = any(kind in (UNIQUE, COMPOUND_UNIQUE) for kind, _ in specs)
+        return cls(tuple(config.primary_key), unique, config.event_time.field)
+
+    @property
+    def columns(self) -> list[str]:
+        return list(dict.fromkeys((*self.key, self.event_time)))
+
+    def summarize(self, table: pa.Table, start: datetime, end: datetime) -> ArrowSummary:
+        """The aggregates and both samples over ``table`` (the check columns of an hour's rows)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        at = table.column(self.event_time)
+        zone = getattr(at.type, "tz", None)
+        bounds = [pa.scalar(b if zone else naive_utc(b), type=at.type) for b in (start, end)]
+        outside = pc.fill_null(pc.or_(pc.less(at, bounds[0]), pc.greater_equal(at, bounds[1])), False)
+        key = list(self.key)
+        nulls = tuple(table.column(c).null_count for c in key)
+        if self.unique:
+            groups = table.select(key).group_by(key, use_threads=False).aggregate([([], "count_all")])
+            n = groups.column("count_all")
+            judged = _arrow_judged(groups, key)
+            repeated = pc.and_(pc.greater(n, 1), judged)
+            duplicates = int(pc.sum(pc.if_else(repeated, n, 0)).as_py() or 0)
+            judged_rows = int(pc.sum(pc.if_else(judged, n, 0)).as_py() or 0)
+            sample = _duplicate_values(groups.filter(repeated).slice(0, SAMPLE), key) if duplicates else []
+        else:
+            duplicates, sample = 0, []
+            judged_rows = int(pc.sum(_arrow_judged(table, key)).as_py() or 0) if key else table.num_rows
+        outside_count = int(pc.sum(outside).as_py() or 0)
+        return ArrowSummary(
+            Summary(table.num_rows, outside_count, duplicates, judged_rows, nulls),
+            duplicate_sample=sample,
+            outside_sample=[_python(v) for v in at.filter(outside).slice(0, SAMPLE).to_pylist()],
+        )
+
+
+@dataclass(frozen=True)
+class ArrowSummary:
+    summary: Summary
+    duplicate_sample: list[Any]
+    outside_sample: list[Any]
+
+    def results(self, config: TableConfig, hour: Hour) -> list[CheckResult]:
+        return results_of(
+            default_specs(config, hour),
+            list(config.primary_key),
+            self.summary,
+            duplicate_sample=lambda kind: self.duplicate_sample,
+            outside_sample=lambda: self.outside_sample,
+        )
+
+
+def _arrow_judged(table: pa.Table, key: list[str]) -> pa.ChunkedArray:
+    """``_judged`` for pyarrow: a single key not null, a compound key not all null."""
+    import pyarrow.compute as pc
+
+    judged = pc.is_valid(table.column(key[0]))
+    for column in key[1:]:
+        judged = pc.or_(judged, pc.is_valid(table.column(column)))
+    return judged
+
+
+def _duplicate_values(groups: pa.Table, key: list[str]) -> list[Any]:
+    """As ``_duplicate_sample``: one value per row of a duplicated key, up to SAMPLE."""
+    sample: list[Any] = []
+    for row in groups.to_pylist():
+        value = _python(row[key[0]]) if len(key) == 1 else {c: _python(row[c]) for c in key}
+        sample.extend([value] * int(row["count_all"]))
+    return sample[:SAMPLE]
+
+
+def _python(value: Any) -> Any:
+    """A value as Spark's ``collect`` hands it over: timestamps naive, in UTC (the session's
+    zone)."""
+    return naive_utc(value) if isinstance(value, datetime) and value.tzinfo else value

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields
+from tidemark.seal.checks import CheckResult
 from tidemark.seal.metastore import Metastore, quote_identifier
 from tidemark.seal.quality import QualityOutcome, gate
 from tidemark.settings import Settings
@@ -88,6 +89,12 @@ class HourFiles:
             self._schema_version = self.history.ensure(self.config, run_id).version
         return self._schema_version
 
+    def ddl(self, config: TableConfig | None = None) -> str:
+        """The hours' columns as Spark DDL (the config's, or an older version's), extra
+        partition columns last, as strings."""
+        fields = [*data_fields(config or self.config), *((c, "string") for c in self.extra_columns)]
+        return ", ".join(f"{quote_identifier(n)} {t}" for n, t in fields)
+
     def read_hour(
         self, hour_dir: Path, files: list[Path] | None = None, config: TableConfig | None = None
     ) -> DataFrame:
@@ -95,8 +102,7 @@ class HourFiles:
         columns read back from the path, under the config's schema (or an older version's):
         files of an older version read a new column as null and a widened one promoted (the
         compaction of an hour whose batches span a schema change)."""
-        fields = [*data_fields(config or self.config), *((c, "string") for c in self.extra_columns)]
-        schema = ", ".join(f"{quote_identifier(n)} {t}" for n, t in fields)
+        schema = self.ddl(config)
         if self.layout.object_store:  # no Hadoop filesystem for the data: pyarrow reads it
             from tidemark.sparkfiles import read_files
 
@@ -196,11 +202,23 @@ class HourFiles:
         return specs
 
     def quality_of(
-        self, hour: Hour, target: Path, rows: int, config: TableConfig | None = None
+        self,
+        hour: Hour,
+        target: Path,
+        rows: int,
+        config: TableConfig | None = None,
+        *,
+        defaults: list[CheckResult] | None = None,
     ) -> QualityOutcome:
-        """The quality gate of an hour, under the schema it was written with (``config``)."""
-        frame = self.read_hour(target, config=config) if rows else None
-        return gate(config or self.config, hour, frame, self.docs_dir)
+        """The quality gate of an hour, under the schema it was written with (``config``);
+        ``defaults``: its default checks, when its compaction computed them (no Spark job for
+        them, and none at all for a table without its own expectations)."""
+        config = config or self.config
+        if not rows:
+            return gate(config, hour, None, self.docs_dir)
+        if defaults is not None and not config.quality.expectations:
+            return gate(config, hour, None, self.docs_dir, defaults=defaults)
+        return gate(config, hour, self.read_hour(target, config=config), self.docs_dir, defaults=defaults)
 
     def register(self, table: str, location: Path, hour: Hour, target: Path) -> None:
         """Create ``table`` at ``location`` if missing and add the hour's partitions at ``target``

@@ -111,15 +111,24 @@ def quiet_gx_import_logs() -> None:
 
 
 def validate(
-    config: TableConfig, hour: Hour, frame: DataFrame, docs_dir: Path | None = None
+    config: TableConfig,
+    hour: Hour,
+    frame: DataFrame | None,
+    docs_dir: Path | None = None,
+    defaults: list[CheckResult] | None = None,
 ) -> tuple[bool, list[str], int, str | None]:
-    """The hour's expectations on ``frame``: the defaults in one pass (``checks.py``), the
-    table's own with GX; (success, failure lines, count, the hour's Data Docs page, relative
-    to ``docs_dir``, if one was written). GX is not even imported for a table with only the
-    defaults and no docs to write."""
-    defaults = default_results(frame, config, hour)
+    """The hour's expectations on ``frame``: the defaults in one pass (``checks.py``; or
+    ``defaults``, computed where the hour was compacted), the table's own with GX; (success,
+    failure lines, count, the hour's Data Docs page, relative to ``docs_dir``, if one was
+    written). GX is not even imported for a table with only the defaults and no docs to
+    write."""
+    if defaults is None:
+        assert frame is not None, "the defaults need the hour's rows"
+        defaults = default_results(frame, config, hour)
     customs = custom_specs(config, hour)
-    own = _run_gx(config, hour, frame, customs) if customs else []
+    if customs:
+        assert frame is not None, "the table's own expectations need the hour's rows"
+    own = _run_gx(config, hour, frame, customs) if customs and frame is not None else []
     failures = [_describe(r.kind, r.kwargs, r.result) for r in defaults if not r.success]
     for r in own:
         if not r.success:
@@ -256,14 +265,19 @@ def _keep_pages(scratch: Path, docs_dir: Path, table: str, hour: Hour) -> str | 
 
 
 def gate(
-    config: TableConfig, hour: Hour, frame: DataFrame | None, docs_dir: Path | None = None
+    config: TableConfig,
+    hour: Hour,
+    frame: DataFrame | None,
+    docs_dir: Path | None = None,
+    *,
+    defaults: list[CheckResult] | None = None,
 ) -> QualityOutcome:
-    """Validate an hour's rows (``None``: the hour was sealed empty, nothing to judge); with
-    ``docs_dir``, also render its GX Data Docs page there."""
+    """Validate an hour's rows (``frame``; ``None`` and no ``defaults``: the hour was sealed
+    empty, nothing to judge); with ``docs_dir``, also render its GX Data Docs page there."""
     policy = config.quality.policy
-    if frame is None:
+    if frame is None and defaults is None:
         return QualityOutcome(status="empty", policy=policy)
-    success, failures, evaluated, page = validate(config, hour, frame, docs_dir)
+    success, failures, evaluated, page = validate(config, hour, frame, docs_dir, defaults)
     outcome = QualityOutcome(
         status="passed" if success else "failed",
         policy=policy,

@@ -28,7 +28,6 @@ version of its files (``amend``), which re-announces it.
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -39,15 +38,15 @@ from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, ReconciliationError, ReleaseError
 from tidemark.faults import crash_point
 from tidemark.ingest.publish import Publisher
+from tidemark.seal.compaction import Compactor
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.late import LateRows
-from tidemark.seal.versions import VersionCollector, entry_directory, write_version_once
+from tidemark.seal.versions import VersionCollector, entry_directory
 from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
-from tidemark.state.layout import compaction_marker, sealed_file_prefix
 from tidemark.state.locks import Lease
-from tidemark.state.storage import exchange_directories, read_json, replace_atomically
+from tidemark.state.storage import exchange_directories
 from tidemark.stopwatch import Stopwatch
 from tidemark.table_state import TableState
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
@@ -133,6 +132,7 @@ class Sealer:
         self.journal = self.files.state.journal
         self.zone = config.event_time.time_zone
         self.late = LateRows(self.files, run_id, fence=self._fence, lease=lease)
+        self.compactor = Compactor(spark, self.files, run_id, lease)
         self.watch = Stopwatch()
 
     def entry(self, hour: Hour, state: LogState, journal: JournalState, **step: Any) -> JournalEntry:
@@ -170,6 +170,8 @@ class Sealer:
             result.message = "no global ready time yet (see tidemark status --hour)"
         if any(state.rows_per_hour.get(h.path, 0) for h in hours):
             self.files.warm_up()
+            with self.watch.phase("compact"):  # the due hours that fit a file: one job
+                self.compactor.prepare(hours, state)
         for hour in hours:
             hour_watch = Stopwatch()
             entry = self._seal_hour(hour, state, partitions, hour_watch)
@@ -240,18 +242,16 @@ class Sealer:
             "%s: sealing hour %s (%s rows expected from the commit log)", self.config.table, hour, expected
         )
         with watch.phase("compact"):
+            files, rows, home = self.compactor.compact(hour, state, expected)
             if self.layout.object_store:
-                files, rows, home = self._compact_in_place(hour, state, expected)
                 target = home
-            else:
-                files, rows, home = self._compact(hour, target, expected)
         if rows != expected:
             raise ReconciliationError(
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
                 f"committed for {hour.path} by batches <= {state.last_committed}: a batch file of the hour is missing or foreign; not sealed (docs/operations.md)"
             )
         with watch.phase("quality"):
-            quality = self.files.quality_of(hour, home, rows)
+            quality = self.files.quality_of(hour, home, rows, defaults=self.compactor.defaults(hour))
         if quality.blocks:
             log.error(
                 "%s: hour %s quarantined (%s rows, files kept in %s, hidden and not registered): %s",
@@ -342,131 +342,6 @@ class Sealer:
             shutil.rmtree(home, ignore_errors=True)
         else:
             home.rename(target)
-
-    def _compact(self, hour: Hour, target: Path, expected: int) -> tuple[list[str], int, Path]:
-        """Rewrite the hour's batch files as few files of about target_file_size.
-
-        A marker records the result, so a retry after registration never rewrites a visible
-        hour for nothing. A marker whose count differs from the commit log's is stale: a seal
-        failed after compacting and before its journal entry (metastore, quality gate, a kill),
-        and batches committed rows for the hour since. The hour is then compacted again from
-        its batch files (all still in ``_open``) and swapped in whole, so readers of an hour
-        registered by the failed attempt see the old files or the new ones, never a mix.
-
-        Until it passes the quality gate, a compacted hour lives in the hidden ``_sealing``
-        directory (readers by path and ``MSCK REPAIR`` never see it; a quarantined hour stays
-        there until it is released). Returns the files (named at their place), the rows and
-        the directory holding the hour now."""
-        hidden = self.layout.sealing_dir / hour.path
-        home = target if read_json(compaction_marker(target)) is not None else hidden
-        done = read_json(compaction_marker(home))
-        if done is not None and int(done["rows"]) == expected:
-            log.info(
-                "%s: hour %s already compacted (%s files)", self.config.table, hour.key, len(done["files"])
-            )
-            return list(done["files"]), int(done["rows"]), home
-        if done is None:
-            for residue in (hidden, target):  # of a crashed attempt; never registered
-                if residue.exists():
-                    shutil.rmtree(residue)
-            files, rows = self._compact_into(hour, hidden, target)
-            return files, rows, hidden
-        log.warning(
-            "%s: hour %s was compacted with %s rows by a seal that failed before its journal entry; "
-            "batches committed since hold %s rows for it: compacting again",
-            self.config.table,
-            hour.key,
-            done["rows"],
-            expected,
-        )
-        scratch = self.layout.step_staging("recompact", hour.key, self.run_id)
-        shutil.rmtree(scratch, ignore_errors=True)
-        new_dir = scratch / "hour"
-        files, rows = self._compact_into(hour, new_dir, target)
-        exchange_directories(new_dir, home)
-        shutil.rmtree(scratch, ignore_errors=True)  # now holds the stale version
-        return files, rows, home
-
-    def _compact_in_place(self, hour: Hour, state: LogState, expected: int) -> tuple[list[str], int, Path]:
-        """Object stores: compact the hour's committed batch files into a new directory named
-        by its content (``Layout.versioned_hour``), written once and never renamed. Its marker
-        is written last: a retry reuses a directory with a marker, and rewrites one without
-        (a crashed attempt's, never registered). A marker that disagrees with the commit log
-        means batch files were lost: not sealed."""
-        store = self.layout.store
-        named = self.layout.hour_version(hour.path, 1, state.last_committed)
-
-        def compact(directory: str) -> list[tuple[str, int]]:
-            inputs = self.files.batch_files(self.layout.open_dir / hour.path, through=state.last_committed)
-            if not inputs:
-                return []
-            home = self.layout.warehouse / directory
-            size = sum(store.size(self.layout.relative(p)) for p in inputs)
-            frame = self.files.read_hour(home, inputs)
-            written = self.files.write_version(frame, home, sealed_file_prefix(1), self._file_count(size))
-            crash_point("mid_compaction")
-            rows = sum(n for _, n in written)
-            self._log_compacted(hour, inputs=len(inputs), size=size, files=len(written), rows=rows, home=home)
-            return written
-
-        version = write_version_once(store, self.layout.relative(named), compact, self.lease)
-        home = self.layout.warehouse / version.directory
-        if version.reused:
-            if version.rows != expected:
-                raise ReconciliationError(
-                    f"{self.config.table} hour {hour.key}: {self.layout.uri(home)} holds {version.rows} rows but "
-                    f"batches <= {state.last_committed} committed {expected}; not sealed (docs/operations.md)"
-                )
-            log.info(
-                "%s: hour %s already compacted in %s", self.config.table, hour.key, self.layout.uri(home)
-            )
-        return version.files, version.rows, home
-
-    def _compact_into(self, hour: Hour, directory: Path, target: Path) -> tuple[list[str], int]:
-        """Compact the hour's batch files into ``directory`` (which becomes ``target``); the
-        files are returned as their paths under ``target``."""
-        source = self.layout.open_dir / hour.path
-        inputs = sorted(source.rglob("*.parquet")) if source.exists() else []
-        directory.mkdir(parents=True, exist_ok=True)
-        files: list[str] = []
-        rows = 0
-        if inputs:
-            size = sum(p.stat().st_size for p in inputs)
-            n_files = self._file_count(size)
-            frame = self.files.read_hour(source)
-            staging = self.layout.step_staging("seal", hour.key, self.run_id)
-            shutil.rmtree(staging, ignore_errors=True)
-            from tidemark.sparkfiles import into_files
-
-            self.files.write_staged(into_files(frame, n_files), staging)
-            crash_point("mid_compaction")
-            rows = self.files.staged_rows(staging)
-            moved = self.files.move_staged(staging, directory, sealed_file_prefix(1))
-            files = [
-                self.layout.relative(target / (self.layout.warehouse / m).relative_to(directory))
-                for m in moved
-            ]
-            self._log_compacted(hour, inputs=len(inputs), size=size, files=len(files), rows=rows, home=target)
-        replace_atomically(compaction_marker(directory), {"files": files, "rows": rows})
-        return files, rows
-
-    def _file_count(self, size: int) -> int:
-        """Files of about ``output.target_file_size`` for ``size`` bytes of batch files."""
-        return max(1, math.ceil(size / self.config.output.target_file_size))
-
-    def _log_compacted(
-        self, hour: Hour, *, inputs: int, size: int, files: int, rows: int, home: Path
-    ) -> None:
-        log.info(
-            "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows, for %s",
-            self.config.table,
-            hour.key,
-            inputs,
-            size,
-            files,
-            rows,
-            self.layout.uri(home),
-        )
 
     def _sweep_sealed_leftovers(self, partitions: JournalState) -> None:
         """Batch files of hours already sealed (a crash between journal and cleanup)."""

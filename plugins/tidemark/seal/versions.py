@@ -136,12 +136,22 @@ def write_version_once(
         found, done = complete
         return WrittenVersion(list(done["files"]), int(done["rows"]), reused=True, directory=found)
     directory = claim_version(store, directory, lease)
-    written = write(directory)
+    return mark_version(store, directory, write(directory))
+
+
+def mark_version(store: Store, directory: str, written: list[tuple[str, int]]) -> WrittenVersion:
+    """Mark a claimed version directory complete with what was written into it: its marker
+    (files and rows) goes last, once every file is there."""
     version = WrittenVersion(
         [path for path, _ in written], sum(rows for _, rows in written), directory=directory
     )
     store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": version.files, "rows": version.rows})
     return version
+
+
+def version_written(store: Store, directory: str) -> bool:
+    """Whether a complete version of ``directory`` (or a claimed sibling of it) exists."""
+    return _completed(store, directory) is not None
 
 
 def entry_directory(layout: Layout, hour_path: str, entry: JournalEntry) -> str:

@@ -1,0 +1,273 @@
+"""The seal's compaction of an hour's batch files into its sealed files, idempotent across
+retries (markers), on the local disk (a hidden directory, then a rename) and on object
+stores (a version directory named by its content, written once).
+
+A seal run first compacts every due hour it can in one Spark job (``prepare``: one pyarrow
+task per hour that fits one file, its default checks computed in the same pass;
+``hour_tasks``); each hour is then taken in order (``compact``), reusing what ``prepare``
+wrote, or compacting it alone with Spark (an hour of several files, a stale marker).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tidemark.errors import ReconciliationError
+from tidemark.faults import crash_point
+from tidemark.seal.checks import ArrowChecks, CheckResult
+from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, arrow_schema, compact_hours
+from tidemark.seal.hourfiles import HourFiles
+from tidemark.seal.versions import claim_version, mark_version, version_written, write_version_once
+from tidemark.state.commitlog import LogState
+from tidemark.state.layout import compaction_marker, sealed_file_prefix
+from tidemark.state.locks import Lease
+from tidemark.state.storage import exchange_directories, read_json, replace_atomically
+from tidemark.time.hours import Hour
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+Compacted = tuple[list[str], int, Path]  # files (warehouse-relative), rows, the hour's directory now
+
+
+class Compactor:
+    """Compacts the due hours of one seal run (I/O: files, Spark)."""
+
+    def __init__(self, spark: SparkSession, files: HourFiles, run_id: str, lease: Lease | None) -> None:
+        self.spark = spark
+        self.files = files
+        self.config = files.config
+        self.layout = files.layout
+        self.run_id = run_id
+        self.lease = lease
+        self._prepared: dict[str, Compacted] = {}
+        self._defaults: dict[str, list[CheckResult]] = {}
+
+    # -- every due hour that fits one file, in one job ------------------------------------
+    def prepare(self, hours: list[Hour], state: LogState) -> int:
+        """Compact the due hours that fit one file and have not been compacted yet, one
+        pyarrow task each in one Spark job, with their default checks; returns how many."""
+        tasks, targets = [], {}
+        for hour in hours:
+            expected = state.rows_per_hour.get(hour.path, 0)
+            task = self._task(hour, state) if expected else None
+            if task is not None:
+                tasks.append(task)
+                targets[hour.key] = (hour, expected)
+        if not tasks:
+            return 0
+        prefix = sealed_file_prefix(1)
+        writer = HourWriter(
+            store=self.layout.store,
+            schema=arrow_schema(self.spark, self.files.ddl()),
+            fmt=self.files.format,
+            file_name=f"{prefix}-00000{self.files.format.suffix}",
+            partition_by=tuple(self.files.extra_columns),
+            checks=ArrowChecks.of(self.config, hours[0]),
+        )
+        log.info(
+            "%s: compacting %s hours in one job (%s)",
+            self.config.table,
+            len(tasks),
+            ", ".join(t.key for t in tasks),
+        )
+        written = compact_hours(self.spark, writer, tasks)
+        crash_point("mid_compaction")
+        for task in tasks:
+            hour, expected = targets[task.key]
+            self._keep(hour, task, written[task.key], expected)
+        return len(tasks)
+
+    def _task(self, hour: Hour, state: LogState) -> HourTask | None:
+        """The hour as a task of ``prepare``, or None: compacted already (or stale: compacted
+        alone), no batch files, or more than one file's worth."""
+        store, layout = self.layout.store, self.layout
+        if layout.object_store:
+            named = layout.relative(layout.hour_version(hour.path, 1, state.last_committed))
+            if version_written(store, named):
+                return None
+            inputs = self.files.batch_files(layout.open_dir / hour.path, through=state.last_committed)
+        else:
+            target, hidden = layout.table_dir / hour.path, layout.sealing_dir / hour.path
+            if read_json(compaction_marker(target)) is not None or read_json(compaction_marker(hidden)):
+                return None
+            source = layout.open_dir / hour.path
+            inputs = sorted(source.rglob("*.parquet")) if source.exists() else []
+        relative = [layout.relative(p) for p in inputs]
+        if not inputs or self.file_count(sum(store.size(r) for r in relative)) > 1:
+            return None
+        if layout.object_store:
+            directory = claim_version(store, named, self.lease)
+        else:
+            for residue in (hidden, target):  # of a crashed attempt; never registered
+                shutil.rmtree(residue, ignore_errors=True)
+            directory = layout.relative(hidden)
+        return HourTask(hour.key, tuple(relative), directory, hour.start, hour.end)
+
+    def _keep(self, hour: Hour, task: HourTask, written: HourWritten, expected: int) -> None:
+        """Mark what an hour's task wrote as compacted (when it holds the committed rows: one
+        that does not is left unmarked and fails its hour's reconciliation), with its checks."""
+        files = [path for path, _ in written.files]
+        home = self.layout.warehouse / task.directory
+        if not self.layout.object_store:  # named at their place, as _compact_into names them
+            target = self.layout.table_dir / hour.path
+            files = [
+                self.layout.relative(target / (self.layout.warehouse / f).relative_to(home)) for f in files
+            ]
+        if written.rows == expected:
+            if self.layout.object_store:
+                mark_version(self.layout.store, task.directory, written.files)
+            else:
+                replace_atomically(compaction_marker(home), {"files": files, "rows": written.rows})
+            if written.checks is not None:
+                self._defaults[hour.key] = written.checks.results(self.config, hour)
+        for problem in written.problems:
+            log.info("%s hour %s: default checks left to Spark: %s", self.config.table, hour.key, problem)
+        self._prepared[hour.key] = (files, written.rows, home)
+        size = sum(self.layout.store.size(r) for r in task.inputs)
+        self._log_compacted(
+            hour, inputs=len(task.inputs), size=size, files=len(files), rows=written.rows, home=home
+        )
+
+    def defaults(self, hour: Hour) -> list[CheckResult] | None:
+        """The hour's default checks if its compaction computed them (else Spark's gate does)."""
+        return self._defaults.get(hour.key)
+
+    # -- one hour -------------------------------------------------------------------------
+    def compact(self, hour: Hour, state: LogState, expected: int) -> Compacted:
+        """The hour's compacted files: those ``prepare`` wrote, a retry's marked ones, or
+        written now by Spark."""
+        if hour.key in self._prepared:
+            return self._prepared[hour.key]
+        if self.layout.object_store:
+            return self._compact_in_place(hour, state, expected)
+        return self._compact_local(hour, self.layout.table_dir / hour.path, expected)
+
+    def _compact_local(self, hour: Hour, target: Path, expected: int) -> Compacted:
+        """Rewrite the hour's batch files as few files of about target_file_size.
+
+        A marker records the result, so a retry after registration never rewrites a visible
+        hour for nothing. A marker whose count differs from the commit log's is stale: a seal
+        failed after compacting and before its journal entry (metastore, quality gate, a kill),
+        and batches committed rows for the hour since. The hour is then compacted again from
+        its batch files (all still in ``_open``) and swapped in whole, so readers of an hour
+        registered by the failed attempt see the old files or the new ones, never a mix.
+
+        Until it passes the quality gate, a compacted hour lives in the hidden ``_sealing``
+        directory (readers by path and ``MSCK REPAIR`` never see it; a quarantined hour stays
+        there until it is released)."""
+        hidden = self.layout.sealing_dir / hour.path
+        home = target if read_json(compaction_marker(target)) is not None else hidden
+        done = read_json(compaction_marker(home))
+        if done is not None and int(done["rows"]) == expected:
+            log.info(
+                "%s: hour %s already compacted (%s files)", self.config.table, hour.key, len(done["files"])
+            )
+            return list(done["files"]), int(done["rows"]), home
+        if done is None:
+            for residue in (hidden, target):  # of a crashed attempt; never registered
+                if residue.exists():
+                    shutil.rmtree(residue)
+            files, rows = self._compact_into(hour, hidden, target)
+            return files, rows, hidden
+        log.warning(
+            "%s: hour %s was compacted with %s rows by a seal that failed before its journal entry; "
+            "batches committed since hold %s rows for it: compacting again",
+            self.config.table,
+            hour.key,
+            done["rows"],
+            expected,
+        )
+        scratch = self.layout.step_staging("recompact", hour.key, self.run_id)
+        shutil.rmtree(scratch, ignore_errors=True)
+        new_dir = scratch / "hour"
+        files, rows = self._compact_into(hour, new_dir, target)
+        exchange_directories(new_dir, home)
+        shutil.rmtree(scratch, ignore_errors=True)  # now holds the stale version
+        return files, rows, home
+
+    def _compact_in_place(self, hour: Hour, state: LogState, expected: int) -> Compacted:
+        """Object stores: compact the hour's committed batch files into a new directory named
+        by its content (``Layout.versioned_hour``), written once and never renamed. Its marker
+        is written last: a retry reuses a directory with a marker, and rewrites one without
+        (a crashed attempt's, never registered). A marker that disagrees with the commit log
+        means batch files were lost: not sealed."""
+        store = self.layout.store
+        named = self.layout.hour_version(hour.path, 1, state.last_committed)
+
+        def compact(directory: str) -> list[tuple[str, int]]:
+            inputs = self.files.batch_files(self.layout.open_dir / hour.path, through=state.last_committed)
+            if not inputs:
+                return []
+            home = self.layout.warehouse / directory
+            size = sum(store.size(self.layout.relative(p)) for p in inputs)
+            frame = self.files.read_hour(home, inputs)
+            written = self.files.write_version(frame, home, sealed_file_prefix(1), self.file_count(size))
+            crash_point("mid_compaction")
+            rows = sum(n for _, n in written)
+            self._log_compacted(hour, inputs=len(inputs), size=size, files=len(written), rows=rows, home=home)
+            return written
+
+        version = write_version_once(store, self.layout.relative(named), compact, self.lease)
+        home = self.layout.warehouse / version.directory
+        if version.reused:
+            if version.rows != expected:
+                raise ReconciliationError(
+                    f"{self.config.table} hour {hour.key}: {self.layout.uri(home)} holds {version.rows} rows but "
+                    f"batches <= {state.last_committed} committed {expected}; not sealed (docs/operations.md)"
+                )
+            log.info(
+                "%s: hour %s already compacted in %s", self.config.table, hour.key, self.layout.uri(home)
+            )
+        return version.files, version.rows, home
+
+    def _compact_into(self, hour: Hour, directory: Path, target: Path) -> tuple[list[str], int]:
+        """Compact the hour's batch files into ``directory`` (which becomes ``target``) with
+        Spark; the files are returned as their paths under ``target``."""
+        source = self.layout.open_dir / hour.path
+        inputs = sorted(source.rglob("*.parquet")) if source.exists() else []
+        directory.mkdir(parents=True, exist_ok=True)
+        files: list[str] = []
+        rows = 0
+        if inputs:
+            size = sum(p.stat().st_size for p in inputs)
+            frame = self.files.read_hour(source)
+            staging = self.layout.step_staging("seal", hour.key, self.run_id)
+            shutil.rmtree(staging, ignore_errors=True)
+            from tidemark.sparkfiles import into_files
+
+            self.files.write_staged(into_files(frame, self.file_count(size)), staging)
+            crash_point("mid_compaction")
+            rows = self.files.staged_rows(staging)
+            moved = self.files.move_staged(staging, directory, sealed_file_prefix(1))
+            files = [
+                self.layout.relative(target / (self.layout.warehouse / m).relative_to(directory))
+                for m in moved
+            ]
+            self._log_compacted(hour, inputs=len(inputs), size=size, files=len(files), rows=rows, home=target)
+        replace_atomically(compaction_marker(directory), {"files": files, "rows": rows})
+        return files, rows
+
+    def file_count(self, size: int) -> int:
+        """Files of about ``output.target_file_size`` for ``size`` bytes of batch files."""
+        return max(1, math.ceil(size / self.config.output.target_file_size))
+
+    def _log_compacted(
+        self, hour: Hour, *, inputs: int, size: int, files: int, rows: int, home: Path
+    ) -> None:
+        log.info(
+            "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows, for %s",
+            self.config.table,
+            hour.key,
+            inputs,
+            size,
+            files,
+            rows,
+            self.layout.uri(home),
+        )

@@ -1,0 +1,155 @@
+"""The due hours of a seal run compacted in one Spark job (one pyarrow task per hour, its
+default checks in the same pass), against the real broker, Spark and the metastore: every
+row once, every value as Spark reads it back (timestamps to the microsecond, decimals, extra
+partition columns), an hour too big for one file compacted by Spark beside them, a kill
+after the shared job recovered by the next run, and a failing default check blocking its
+hour exactly as Spark's aggregation did."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import replace
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.helpers.tables import at, fresh_table, landed, registered
+from tidemark.errors import InjectedFault, QualityGateError
+from tidemark.ingest.dump import run_dump
+from tidemark.seal.sealing import run_seal
+from tidemark.settings import Settings
+from tidemark.state.journal import HourJournal
+from tidemark.state.layout import Layout
+from tidemark_dev.generator import create_topic, produce, records
+
+pytestmark = pytest.mark.integration
+
+MICROS = timedelta(microseconds=123_457)
+
+
+def hours_of(spark: Any, table: str) -> dict[str, list[tuple[Any, ...]]]:
+    spark.catalog.refreshTable(table)
+    rows = spark.sql(f"SELECT hr, event_id, event_time, amount, app FROM `{table}`").collect()
+    found: dict[str, list[tuple[Any, ...]]] = {}
+    for r in rows:
+        found.setdefault(r["hr"], []).append((r["event_id"], r["event_time"], r["amount"], r["app"]))
+    return found
+
+
+def test_due_hours_share_one_job_and_read_back_exactly(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, caplog: Any
+) -> None:
+    config, settings = fresh_table(settings, tmp_path, partitioning__columns=["app"])
+    create_topic(broker, config.source.topic, 2)
+    times = [at(h, m) + MICROS for h in (9, 10, 11) for m in (5, 35)]
+    sent = produce(
+        broker,
+        config.source.topic,
+        records([(i % 2, t, {"app": "web" if i % 3 else "ios"}) for i, t in enumerate(times)])
+        + records([(0, at(13)), (1, at(13))], prefix="edge"),
+    )
+    run_dump(spark, config, settings, "run-1", at(13, 30))
+    with caplog.at_level(logging.INFO, logger="tidemark.seal.compaction"):
+        result = run_seal(spark, config, settings, "run-1")
+    assert result.sealed == [f"2026-11-22T{h}" for h in ("09", "10", "11")]  # ready 12:50
+    shared = [r.getMessage() for r in caplog.records if "in one job" in r.getMessage()]
+    assert shared == [
+        f"{config.table}: compacting 3 hours in one job (2026-11-22T09, 2026-11-22T10, 2026-11-22T11)"
+    ]
+
+    # Spark reads through the metastore exactly what was produced, each hour in its partitions
+    found = hours_of(spark, config.table)
+    assert {h: sorted(r[1] for r in rows) for h, rows in found.items()} == {
+        f"{h:02d}": sorted(t.replace(tzinfo=None) for t in times if t.hour == h) for h in (9, 10, 11)
+    }
+    assert sorted(r[0] for rows in found.values() for r in rows) == sorted(
+        f"r-{i}" for i in range(len(times))
+    )
+    assert sorted(r[3] for rows in found.values() for r in rows) == sorted(
+        "web" if i % 3 else "ios" for i in range(len(times))
+    )
+    assert {r[2] for rows in found.values() for r in rows} == {Decimal("1.00")}
+    assert "dt=2026-11-22/hr=10/app=web" in registered(spark, config.table)
+
+    # one file per hour and app value, timestamps stored as UTC instants; defaults judged
+    layout = Layout(settings, config.table)
+    journal = HourJournal(settings.state_location, config.table).state()
+    for key in ("2026-11-22T09", "2026-11-22T10", "2026-11-22T11"):
+        entry = journal.hours[key]
+        assert entry.quality["status"] == "passed" and entry.quality["evaluated"] == 4
+        per_app = Counter(Path(f).parent.name for f in entry.files)
+        assert set(per_app.values()) == {1}, entry.files
+        schema = pq.read_schema(layout.warehouse / entry.files[0])
+        assert str(schema.field("event_time").type) == "timestamp[us, tz=UTC]"
+    rows, dirty, _ = landed(settings, config.table)  # the edge records wait in their batch files
+    assert rows == Counter((p, o) for p, o, _ in sent) and not dirty
+
+
+def test_a_big_hour_is_compacted_by_spark_beside_the_shared_job(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, caplog: Any
+) -> None:
+    """Hour 10's batch files are bigger than the target file size: Spark spreads it over
+    several files; hour 11 is the shared job's."""
+    config, settings = fresh_table(settings, tmp_path, output__target_file_size="4KiB")
+    create_topic(broker, config.source.topic, 1)
+    produce(
+        broker,
+        config.source.topic,
+        records(
+            [(0, at(10) + timedelta(seconds=10 * m)) for m in range(300)] + [(0, at(11, 5)), (0, at(12, 30))]
+        ),
+    )
+    run_dump(spark, config, settings, "run-1", at(13))
+    with caplog.at_level(logging.INFO, logger="tidemark.seal.compaction"):
+        result = run_seal(spark, config, settings, "run-1")
+    assert result.sealed == ["2026-11-22T10", "2026-11-22T11"]
+    assert any("compacting 1 hours in one job (2026-11-22T11)" in r.getMessage() for r in caplog.records)
+    journal = HourJournal(settings.state_location, config.table).state()
+    assert len(journal.hours["2026-11-22T10"].files) > 1 and journal.hours["2026-11-22T10"].rows == 300
+    assert len(journal.hours["2026-11-22T11"].files) == 1
+
+
+def test_a_kill_after_the_shared_job_is_recovered_by_the_next_run(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: Any
+) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 1)
+    sent = produce(
+        broker, config.source.topic, records([(0, at(h, 20)) for h in (9, 10, 11)] + [(0, at(12, 30))])
+    )
+    run_dump(spark, config, settings, "run-1", at(13))
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "mid_compaction")
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    with pytest.raises(InjectedFault):
+        run_seal(spark, config, settings, "run-1")
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    assert HourJournal(settings.state_location, config.table).state().sealed_through is None
+    result = run_seal(spark, config, settings, "run-1")
+    assert result.sealed == ["2026-11-22T09", "2026-11-22T10", "2026-11-22T11"]
+    rows, _, _ = landed(settings, config.table)
+    assert rows == Counter((p, o) for p, o, _ in sent)  # hour 12's record waits in its batch file
+
+
+def test_a_failing_default_blocks_its_hour_and_names_the_duplicates(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 1)
+    twice = records([(0, at(10, 5)), (0, at(10, 6))], prefix="same")
+    twice[1] = replace(twice[1], value=twice[0].value)  # one event sent twice
+    produce(broker, config.source.topic, twice + records([(0, at(11, 5)), (0, at(12, 30))]))
+    run_dump(spark, config, settings, "run-1", at(13))
+    with pytest.raises(QualityGateError, match="2026-11-22T10"):
+        run_seal(spark, config, settings, "run-1")
+    journal = HourJournal(settings.state_location, config.table).state()
+    quarantined = journal.hours["2026-11-22T10"]
+    assert quarantined.quarantined
+    assert quarantined.quality["failures"] == [
+        "expect_column_values_to_be_unique(event_id), 2 unexpected, e.g. ['same-0', 'same-0']"
+    ]
+    assert journal.hours["2026-11-22T11"].published
