@@ -2,8 +2,8 @@
 retries (markers), on the local disk (a hidden directory, then a rename) and on object
 stores (a version directory named by its content, written once).
 
-A seal run first compacts every due hour it can in one Spark job (``prepare``: one pyarrow
-task per hour that fits one file, its default checks computed in the same pass;
+A seal run first compacts every due hour it can in one Spark job (``prepare``: in pyarrow,
+each hour that fits one file, its default checks computed in the same pass;
 ``hour_tasks``); each hour is then taken in order (``compact``), reusing what ``prepare``
 wrote, or compacting it alone with Spark (an hour of several files, a stale marker).
 """
@@ -51,8 +51,8 @@ class Compactor:
 
     # -- every due hour that fits one file, in one job ------------------------------------
     def prepare(self, hours: list[Hour], state: LogState) -> int:
-        """Compact the due hours that fit one file and have not been compacted yet, one
-        pyarrow task each in one Spark job, with their default checks; returns how many."""
+        """Compact the due hours that fit one file and have not been compacted yet, in pyarrow
+        in one Spark job, with their default checks; returns how many."""
         tasks, targets = [], {}
         for hour in hours:
             expected = state.rows_per_hour.get(hour.path, 0)
@@ -65,7 +65,7 @@ class Compactor:
         prefix = sealed_file_prefix(1)
         writer = HourWriter(
             store=self.layout.store,
-            schema=arrow_schema(self.spark, self.files.ddl()),
+            schema=arrow_schema(self.files.ddl()),
             fmt=self.files.format,
             file_name=f"{prefix}-00000{self.files.format.suffix}",
             partition_by=tuple(self.files.extra_columns),
