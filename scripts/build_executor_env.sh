@@ -3,7 +3,7 @@
 # read, stage and compaction tasks import (pyarrow, confluent-kafka, numpy, pydantic and pyyaml
 # for the table config; no pandas: tidemark's tasks use Arrow batches only, and Spark's Arrow
 # workers import pandas lazily), at requirements.txt's pinned versions,
-# in a venv of the same Python as .venv, packed as a tar.gz for spark.archives. Rebuilt when
+# in a venv of the same Python as .venv, packed as a tar.gz (tidemark.executor_env ships it). Rebuilt when
 # the pins change. The tidemark library itself travels apart (the zip every job ships), so a
 # code change needs no new archive.
 set -euo pipefail
@@ -27,8 +27,8 @@ base=$("$venv/bin/python" -c 'import sys; print(sys._base_executable)')
 "$base" -m venv --without-pip "$work/env"
 "$venv/bin/uv" pip install --python "$work/env/bin/python" --quiet --compile-bytecode --no-deps -r "$req"
 # Left out: what no task imports (Arrow Flight, headers, sources, test suites, numpy's build
-# tools, the schema-registry client). Every executor of every job (and the driver) unpacks the
-# archive, so its size is paid per job: 277 -> ~200 MB unpacked.
+# tools, the schema-registry client). Each worker node unpacks the archive once (the first
+# executor there): 277 -> ~200 MB unpacked.
 site="lib/python3*/site-packages"
 tar -C "$work/env" -czf "$out.tmp" \
   --exclude="./$site/pyarrow/libarrow_flight.so*" \

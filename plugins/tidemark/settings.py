@@ -12,6 +12,7 @@ Everything deployment-specific comes from the environment, so one checkout runs 
 | ``TIDEMARK_SPARK_CONF`` | ``{}``: a JSON object of extra Spark conf, e.g. a Postgres metastore |
 | ``TIDEMARK_WAREHOUSE`` | ``$TIDEMARK_HOME/warehouse``: a path, or ``s3://bucket/prefix`` |
 | ``TIDEMARK_EXECUTOR_ENV`` | unset: a ``.tar.gz`` of a venv shipped to executors of a non-local master (``make executor-env``) |
+| ``TIDEMARK_EXECUTOR_ENV_CACHE`` | unset: where worker nodes keep it unpacked (``tidemark.executor_env``) |
 | ``TIDEMARK_SPARK_PORT`` | ``7077``: the local standalone cluster (``services start spark-master``; 5 more ports) |
 | ``TIDEMARK_HIVE_METASTORE_URIS`` | unset: embedded Derby under ``$TIDEMARK_HOME/metastore_db`` |
 | ``TIDEMARK_AIRFLOW_PORT`` | ``8080`` |
@@ -35,7 +36,7 @@ from tidemark.state.storage import Location
 # plugins/tidemark/settings.py -> the checkout root (editable install keeps the source path).
 _CHECKOUT = Path(__file__).resolve().parents[2]
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
-EXECUTOR_ENV_DIR = "tidemark_env"  # where executors unpack TIDEMARK_EXECUTOR_ENV
+EXECUTOR_PYTHON = "./tidemark-python"  # executors' launcher of TIDEMARK_EXECUTOR_ENV (executor_env.py)
 
 
 def project_root() -> Path:
@@ -72,6 +73,9 @@ class Settings:
     python: str = sys.executable
     # a venv archive executors of a non-local master unpack and run (TIDEMARK_EXECUTOR_ENV)
     executor_env: str = ""
+    # where on each node executors keep it unpacked (TIDEMARK_EXECUTOR_ENV_CACHE; empty: the
+    # node's ${TMPDIR:-/tmp}/tidemark-executor-env)
+    executor_env_cache: str = ""
     # commit logs, journals and locks; a path or an hdfs:// URI (TIDEMARK_STATE_DIR)
     state_uri: str = ""
     # more JVM options for the driver and executors of the jobs' sessions (TIDEMARK_JVM_OPTIONS)
@@ -125,6 +129,7 @@ class Settings:
             spark_port=spark_port,
             python=env.get("PYSPARK_PYTHON", sys.executable),
             executor_env=env.get("TIDEMARK_EXECUTOR_ENV", ""),
+            executor_env_cache=env.get("TIDEMARK_EXECUTOR_ENV_CACHE", ""),
             state_uri=env.get("TIDEMARK_STATE_DIR", ""),
             jvm_options=env.get("TIDEMARK_JVM_OPTIONS", "").strip(),
             jvm_class_archive=env.get("TIDEMARK_JVM_CLASS_ARCHIVE", "").strip(),
@@ -135,7 +140,7 @@ class Settings:
         """The interpreter executors run: the shipped venv's on a non-local master with
         ``TIDEMARK_EXECUTOR_ENV``, else this one (local mode, or nodes that have it)."""
         if self.executor_env and not self.spark_master.startswith("local"):
-            return f"./{EXECUTOR_ENV_DIR}/bin/python"
+            return EXECUTOR_PYTHON
         return self.python
 
     @property

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidemark.settings import EXECUTOR_ENV_DIR, Settings
+from tidemark.settings import Settings
 from tidemark.tablefs import is_object_store
 
 if TYPE_CHECKING:
@@ -141,8 +141,12 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
     }
     if is_object_store(settings.warehouse):
         conf.update(s3a_conf(settings))
-    if settings.executor_python != settings.python:  # executors unpack and run the shipped venv
-        conf["spark.archives"] = f"{settings.executor_env}#{EXECUTOR_ENV_DIR}"
+    if settings.executor_python != settings.python:  # executors run the shipped venv
+        from tidemark.executor_env import CACHE_ENV, shipped_files
+
+        conf["spark.files"] = ",".join(shipped_files(settings))
+        if settings.executor_env_cache:
+            conf[f"spark.executorEnv.{CACHE_ENV}"] = settings.executor_env_cache
     drivers = driver_class_path(settings)
     if drivers:  # effective for sessions started in-process; spark-submit needs the flag
         conf["spark.driver.extraClassPath"] = drivers
@@ -171,27 +175,6 @@ def library_zip(settings: Settings) -> Path:
     return target
 
 
-def driver_side_executor_env(settings: Settings) -> None:
-    """Executors run ``./tidemark_env/bin/python`` from the shipped archive; Spark runs the
-    same relative path on the driver too, for the Python data sources' planning, from the
-    driver JVM's working directory (which the archive does not reach). A ``tidemark_env``
-    link there to this venv makes that path valid on the driver."""
-    link = Path.cwd() / EXECUTOR_ENV_DIR
-    target = Path(settings.python).parent.parent
-    if link.is_symlink() and link.resolve() == target.resolve():
-        return
-    if link.exists() or link.is_symlink():
-        raise RuntimeError(
-            f"{link} exists and is not a link to {target}: the driver cannot run the data sources' "
-            "planning with the shipped executor venv; remove it or run the job from another directory"
-        )
-    try:
-        link.symlink_to(target, target_is_directory=True)
-    except FileExistsError:  # another driver in this directory made it at the same moment
-        if link.resolve() != target.resolve():
-            raise
-
-
 def build_session(
     app_name: str,
     settings: Settings | None = None,
@@ -211,8 +194,10 @@ def build_session(
     # or the shipped one (PySpark takes the executors' interpreter from this variable).
     os.environ["PYSPARK_PYTHON"] = settings.executor_python
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    if settings.executor_python != settings.python:
-        driver_side_executor_env(settings)
+    if settings.executor_python != settings.python:  # the same path on the driver: its own venv
+        from tidemark.executor_env import driver_launcher
+
+        driver_launcher(settings)
     conf = session_conf(settings, hive=hive)
     conf.update(settings.spark_conf)
     conf.update(extra_conf or {})

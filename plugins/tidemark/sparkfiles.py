@@ -175,13 +175,21 @@ class PartitionedFiles:
     the files are open until ``close``, which returns (warehouse-relative path, rows) per file."""
 
     def __init__(
-        self, store: Store, directory: str, name: str, partition_by: Sequence[str], fmt: TableFormat
+        self,
+        store: Store,
+        directory: str,
+        name: str,
+        partition_by: Sequence[str],
+        fmt: TableFormat,
+        *,
+        spark_timestamps: bool = False,
     ) -> None:
         self.store = store
         self.directory = directory
         self.name = name
         self.parts = list(partition_by)
         self.fmt = fmt
+        self.spark_timestamps = spark_timestamps  # see TableFormat.arrow_writer
         self._open: dict[tuple[str, ...], tuple[Any, Any, str]] = {}  # values -> (out, writer, path)
         self.rows: dict[str, int] = {}
 
@@ -206,7 +214,8 @@ class PartitionedFiles:
                 if not self.store.object_store:
                     self.store.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 out = self.store.fs.open_output_stream(target)
-                self._open[values] = (out, self.fmt.arrow_writer(out, data.schema), relative)
+                writer = self.fmt.arrow_writer(out, data.schema, spark_timestamps=self.spark_timestamps)
+                self._open[values] = (out, writer, relative)
             _, writer, relative = self._open[values]
             writer.write_batch(data)
             self.rows[relative] = self.rows.get(relative, 0) + data.num_rows

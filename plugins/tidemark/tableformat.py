@@ -47,13 +47,17 @@ class TableFormat:
     def spark_read(self, reader: DataFrameReader, *paths: str) -> DataFrame:
         return reader.format(self.name).load(list(paths) if len(paths) > 1 else paths[0])
 
-    def arrow_writer(self, out: Any, schema: pa.Schema) -> Any:
-        """A writer of record batches (``write_batch``, ``close``) onto an output stream."""
+    def arrow_writer(self, out: Any, schema: pa.Schema, *, spark_timestamps: bool = False) -> Any:
+        """A writer of record batches (``write_batch``, ``close``) onto an output stream;
+        ``spark_timestamps``: Parquet timestamps as INT96, as Spark's writer stores them (a
+        file written beside Spark's keeps their encoding)."""
         if self.name == "orc":
             return _OrcBatches(out, self.compression)
         import pyarrow.parquet as pq
 
-        return pq.ParquetWriter(out, schema, compression=self.compression)
+        return pq.ParquetWriter(
+            out, schema, compression=self.compression, use_deprecated_int96_timestamps=spark_timestamps
+        )
 
 
 PARQUET = TableFormat("parquet")

@@ -4,8 +4,8 @@ its own work and local directories, from the pyspark wheel's ``spark-class``.
 The workers run with an environment scrubbed of this checkout's venv (no ``PYSPARK_PYTHON``,
 ``VIRTUAL_ENV``, ``PYTHONPATH`` or venv ``bin`` on ``PATH``), so executors find tidemark and
 its dependencies only the way real nodes would: the library zip the driver ships, and the
-venv archive of ``TIDEMARK_EXECUTOR_ENV`` (``make executor-env``) unpacked in their working
-directory. Ports: ``TIDEMARK_SPARK_PORT`` (master) and the next five (UIs and workers).
+venv archive of ``TIDEMARK_EXECUTOR_ENV`` (``make executor-env``) that ``./tidemark-python``
+unpacks once per node (``tidemark.executor_env``). Ports: ``TIDEMARK_SPARK_PORT`` (master) and the next five (UIs and workers).
 """
 
 from __future__ import annotations

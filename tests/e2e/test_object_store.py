@@ -149,11 +149,22 @@ def test_dump_seal_and_replay_on_s3_on_a_cluster_are_exact_where_the_metastore_p
     # the sealed hours' batch files are gone; the hour 12 rows wait in _open
     assert all("hr=12" in f for f in store.files(f"{table}/_open"))
 
-    # the work ran on both workers, each executor in the venv the jobs shipped
+    # the work ran on both workers, each executor in the venv the jobs shipped, which the
+    # "node" (this machine: one cache for both workers) unpacked once, not once per executor
+    executors = []
     for index in (1, 2):
         work = cluster.home / f"spark-worker-{index}" / "work"
-        assert list(work.glob("app-*/*/tidemark_env/bin/python")), f"worker {index} ran no executor"
+        executors += list(work.glob("app-*/*/tidemark-python"))
+        assert list(work.glob("app-*/*/tidemark-python")), f"worker {index} ran no executor"
         assert list(work.glob("app-*/*/tidemark-lib.zip")), f"worker {index} got no library"
+    unpacked = [
+        line
+        for stderr in cluster.home.glob("spark-worker-*/work/app-*/*/stderr")
+        for line in stderr.read_text(errors="replace").splitlines()
+        if "tidemark: unpacked the executor venv" in line
+    ]
+    assert len(executors) > 4 and 1 <= len(unpacked) <= 2, (len(executors), unpacked)
+    assert len(list(Path(cluster.executor_env_cache).glob("*/bin/python"))) == 1
 
 
 def snapshot_rows(settings: Settings, location: str) -> list[Row]:

@@ -25,6 +25,7 @@ def job_env(settings: Settings, fail_at: str | None = None) -> dict[str, str]:
         "TIDEMARK_HIVE_METASTORE_URIS": settings.hive_metastore_uris,
         "TIDEMARK_SPARK_MASTER": settings.spark_master,
         "TIDEMARK_EXECUTOR_ENV": settings.executor_env,
+        "TIDEMARK_EXECUTOR_ENV_CACHE": settings.executor_env_cache,
     }
     env.pop("TIDEMARK_FAIL_AT", None)
     if fail_at:

@@ -57,7 +57,12 @@ def cluster(s3_metastore: Settings) -> Iterator[Settings]:
     try:
         for node in nodes:
             node.start()
-        yield replace(own, spark_master=master_url(own), executor_env=str(archive))
+        yield replace(
+            own,
+            spark_master=master_url(own),
+            executor_env=str(archive),
+            executor_env_cache=str(own.home / "executor-env-cache"),  # the "node's", per module
+        )
     finally:
         for node in reversed(nodes):
             node.stop()

@@ -11,8 +11,9 @@ task costs ~0.1 s to start on this machine: one per hour would be 1.2 s of 12 ho
 Only hours written as one file take this path (their batch files total at most
 ``output.target_file_size``: most hours of most tables); a bigger hour is spread over
 several files by Spark as before (``Sealer._compact_into``). What an hour's task writes is
-what Spark's compaction writes: the table's format and columns, extra partition columns as
-``col=value/`` directories, timestamps as UTC instants (INT96 batch files included).
+what the compaction it replaces wrote: the table's format and columns, extra partition columns
+as ``col=value/`` directories, the same instants (INT96 batch files included), stored as
+Spark stores them on the local disk and as pyarrow does on object stores.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class HourWriter:
     file_name: str  # of each hour's one file (per extra partition value)
     partition_by: tuple[str, ...] = ()
     checks: ArrowChecks | None = None
+    # Parquet timestamps as INT96, as Spark writes them: on the local disk an hour's amends and
+    # rebuilds are Spark's, and its files keep one encoding (object stores: pyarrow's, INT64)
+    spark_timestamps: bool = False
 
     def compact(self, task: HourTask) -> HourWritten:
         """Read the hour's batch files under the table's schema, write them as one file (per
@@ -79,7 +83,14 @@ class HourWriter:
         from tidemark.sparkfiles import PartitionedFiles, conform, path_values
 
         names = self.schema.names
-        files = PartitionedFiles(self.store, task.directory, self.file_name, self.partition_by, self.fmt)
+        files = PartitionedFiles(
+            self.store,
+            task.directory,
+            self.file_name,
+            self.partition_by,
+            self.fmt,
+            spark_timestamps=self.spark_timestamps,
+        )
         checked: list[pa.RecordBatch] = []
         try:
             for relative in task.inputs:

@@ -1,0 +1,118 @@
+"""The venv the executors of a cluster run (``TIDEMARK_EXECUTOR_ENV``): unpacked once per
+node and archive, never by the driver.
+
+Shipped as ``spark.archives``, the archive was unpacked by every application twice over: by
+the driver (Spark extracts archives on the driver too; the driver runs its own venv and never
+used it), and by each executor in its working directory (~6 s each for the 209 MB venv on
+this machine), job after job. Instead each job ships two files (``spark.files``; the driver
+only serves them): the archive, under a name Spark does not unpack, and ``tidemark-python``,
+the executors' interpreter: a launcher that unpacks the archive into a node-wide cache
+(``TIDEMARK_EXECUTOR_ENV_CACHE`` on the node, default ``${TMPDIR:-/tmp}/tidemark-executor-env``)
+the first time that node sees that archive, then execs its Python. Later executors and later
+applications on the node find it unpacked (the cache entry is named by the archive's content,
+so a new archive is a new entry). Two executors missing at once both unpack, and one rename
+wins; a reader never sees a half-unpacked venv.
+
+On the driver, the same relative interpreter path (``spark.pyspark.python``, which the driver
+uses for the Python data sources' planning) is a launcher that execs the driver's own venv.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+from tidemark.settings import EXECUTOR_PYTHON, Settings
+
+LAUNCHER = EXECUTOR_PYTHON.removeprefix("./")
+CACHE_ENV = "TIDEMARK_EXECUTOR_ENV_CACHE"
+
+_EXECUTOR_LAUNCHER = """#!/bin/sh
+# tidemark: the executors' Python, from the venv archive {pack} shipped beside this script,
+# unpacked once per node and archive into ${cache_env} (default: $TMPDIR or /tmp, then
+# tidemark-executor-env).
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+cache="${{{cache_env}:-${{TMPDIR:-/tmp}}/tidemark-executor-env}}"
+env="$cache/{key}"
+if [ ! -x "$env/bin/python" ]; then
+  mkdir -p "$cache"
+  part=$(mktemp -d "$env.part.XXXXXX")
+  chmod 755 "$part"
+  started=$(date +%s)
+  tar -xzf "$here/{pack}" -C "$part"
+  if mv -T "$part" "$env" 2>/dev/null; then
+    echo "tidemark: unpacked the executor venv {key} into $env in $(( $(date +%s) - started )) s" >&2
+  else
+    rm -rf "$part"  # another executor of this node unpacked it first
+  fi
+fi
+exec "$env/bin/python" "$@"
+"""
+
+_DRIVER_LAUNCHER = """#!/bin/sh
+# tidemark: on the driver, the executors' interpreter path runs the driver's own venv.
+exec {python} "$@"
+"""
+
+
+def archive_key(archive: Path) -> str:
+    """The archive's content hash (16 hex digits), remembered beside it while it is newer
+    than the archive (hashing 67 MB takes a fraction of a second, once per archive)."""
+    sidecar = archive.with_name(archive.name + ".sha256")
+    try:
+        if sidecar.stat().st_mtime_ns >= archive.stat().st_mtime_ns:
+            return sidecar.read_text().strip()[:16]
+    except OSError:
+        pass
+    digest = hashlib.sha256()
+    with archive.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    key = digest.hexdigest()
+    with contextlib.suppress(OSError):  # a read-only archive directory: hashed again next time
+        _write_if_changed(sidecar, key + "\n", mode=0o644)
+    return key[:16]
+
+
+def shipped_files(settings: Settings) -> list[str]:
+    """The files a job ships for its executors' Python: the launcher and the archive (a
+    link named ``tidemark-env-<key>.pack``, which Spark serves and does not unpack)."""
+    archive = Path(settings.executor_env).resolve()
+    key = archive_key(archive)
+    pack = f"tidemark-env-{key}.pack"
+    folder = settings.run_dir / "executor-env" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    launcher = folder / LAUNCHER
+    _write_if_changed(launcher, _EXECUTOR_LAUNCHER.format(key=key, pack=pack, cache_env=CACHE_ENV))
+    link = folder / pack
+    if not link.is_symlink() or link.resolve() != archive:
+        aside = folder / f".{pack}.{os.getpid()}"
+        aside.unlink(missing_ok=True)
+        aside.symlink_to(archive)
+        aside.replace(link)
+    return [str(launcher), str(link)]
+
+
+def driver_launcher(settings: Settings, directory: Path | None = None) -> Path:
+    """``./tidemark-python`` in the driver's working directory: the driver's own venv."""
+    launcher = (directory or Path.cwd()) / LAUNCHER
+    if launcher.is_dir():
+        raise RuntimeError(f"{launcher} is a directory: run the job from another directory")
+    _write_if_changed(launcher, _DRIVER_LAUNCHER.format(python=settings.python))
+    return launcher
+
+
+def _write_if_changed(path: Path, text: str, *, mode: int = 0o755) -> None:
+    """Write ``path`` whole (aside, then a rename: drivers in one directory may race)."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    aside = path.with_name(f".{path.name}.{os.getpid()}")
+    aside.write_text(text)
+    aside.chmod(mode)
+    aside.replace(path)

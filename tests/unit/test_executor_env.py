@@ -1,0 +1,116 @@
+"""The executors' launcher of the shipped venv: it unpacks the archive once per node cache
+and archive (two executors at once included), then runs its Python with the arguments it
+was given; the driver ships it and the archive as plain files and never unpacks anything."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tidemark.executor_env import LAUNCHER, archive_key, driver_launcher, shipped_files
+from tidemark.settings import Settings
+from tidemark.spark import session_conf
+
+pytestmark = pytest.mark.unit
+
+
+def venv_archive(path: Path, marker: str) -> Path:
+    """A stand-in venv archive: ``bin/python`` prints its marker and arguments."""
+    script = f'#!/bin/sh\necho "{marker} $*"\n'.encode()
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("./bin/python")
+        info.size, info.mode = len(script), 0o755
+        tar.addfile(info, io.BytesIO(script))
+    return path
+
+
+def settings_for(tmp_path: Path, archive: Path) -> Settings:
+    return Settings.from_env(
+        {
+            "TIDEMARK_HOME": str(tmp_path / "home"),
+            "TIDEMARK_SPARK_MASTER": "spark://127.0.0.1:7077",
+            "TIDEMARK_EXECUTOR_ENV": str(archive),
+        }
+    )
+
+
+def executor_dir(tmp_path: Path, shipped: list[str], name: str) -> Path:
+    """An executor's working directory: the shipped files, copied as Spark fetches them."""
+    work = tmp_path / name
+    work.mkdir()
+    for file in map(Path, shipped):
+        (work / file.name).write_bytes(file.read_bytes())
+        (work / file.name).chmod(0o755)
+    return work
+
+
+def launch(work: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [f"./{LAUNCHER}", *args],
+        cwd=work,
+        env={"PATH": "/usr/bin:/bin", "TIDEMARK_EXECUTOR_ENV_CACHE": str(cache)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def test_each_node_unpacks_an_archive_once_and_executors_run_its_python(tmp_path: Path) -> None:
+    archive = venv_archive(tmp_path / "env.tar.gz", "v1")
+    settings = settings_for(tmp_path, archive)
+    shipped = shipped_files(settings)
+    assert [Path(f).name for f in shipped] == [LAUNCHER, f"tidemark-env-{archive_key(archive)}.pack"]
+    cache = tmp_path / "node-cache"
+    first = launch(executor_dir(tmp_path, shipped, "app-1-exec-0"), cache, "-m", "pyspark.daemon")
+    assert first.stdout == "v1 -m pyspark.daemon\n"
+    assert "unpacked the executor venv" in first.stderr
+    again = launch(executor_dir(tmp_path, shipped, "app-2-exec-0"), cache, "-c", "x")
+    assert again.stdout == "v1 -c x\n" and again.stderr == ""  # the next application: no unpack
+    assert [p.name for p in cache.iterdir()] == [archive_key(archive)]
+
+    # a new archive is a new cache entry, beside the old one
+    newer = venv_archive(tmp_path / "env.tar.gz", "v2")
+    shipped = shipped_files(settings_for(tmp_path, newer))
+    assert launch(executor_dir(tmp_path, shipped, "app-3-exec-0"), cache).stdout == "v2 \n"
+    assert len(list(cache.iterdir())) == 2
+
+
+def test_two_executors_missing_at_once_both_run_and_one_unpacked_copy_stays(tmp_path: Path) -> None:
+    archive = venv_archive(tmp_path / "env.tar.gz", "v1")
+    shipped = shipped_files(settings_for(tmp_path, archive))
+    cache = tmp_path / "node-cache"
+    works = [executor_dir(tmp_path, shipped, f"exec-{i}") for i in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda w: launch(w, cache, "go"), works))
+    assert [r.stdout for r in results] == ["v1 go\n"] * 4
+    assert [p.name for p in cache.iterdir()] == [archive_key(archive)]  # no half-unpacked leftovers
+
+
+def test_the_driver_ships_files_and_runs_its_own_venv_under_the_executor_path(tmp_path: Path) -> None:
+    archive = venv_archive(tmp_path / "env.tar.gz", "v1")
+    settings = settings_for(tmp_path, archive)
+    conf = session_conf(settings)
+    assert "spark.archives" not in conf  # nothing for the driver to unpack
+    assert conf["spark.files"] == ",".join(shipped_files(settings))
+    assert conf["spark.executorEnv.PYSPARK_PYTHON"] == conf["spark.pyspark.python"] == f"./{LAUNCHER}"
+    launcher = driver_launcher(settings, tmp_path)
+    ran = subprocess.run(
+        [str(launcher), "-c", "import sys; print(sys.prefix)"], check=False, capture_output=True, text=True
+    )
+    assert ran.returncode == 0 and ran.stdout.strip() == str(Path(settings.python).parent.parent)
+
+
+def test_the_archive_hash_is_remembered_until_the_archive_changes(tmp_path: Path) -> None:
+    archive = venv_archive(tmp_path / "env.tar.gz", "v1")
+    key = archive_key(archive)
+    sidecar = tmp_path / "env.tar.gz.sha256"
+    assert sidecar.read_text().startswith(key)
+    sidecar.write_text("0" * 64 + "\n")  # remembered: not hashed again while it is newer
+    assert archive_key(archive) == "0" * 16
+    venv_archive(archive, "v2")
+    assert archive_key(archive) not in ("0" * 16, key)
