@@ -5,7 +5,7 @@ Shipped as ``spark.archives``, the archive was unpacked by every application twi
 the driver (Spark extracts archives on the driver too; the driver runs its own venv and never
 used it), and by each executor in its working directory (~6 s each for the 209 MB venv on
 this machine), job after job. Instead each job ships two files (``spark.files``; the driver
-only serves them): the archive, under a name Spark does not unpack, and ``tidemark-python``,
+only serves them): the archive, under a name Spark does not untar, and ``tidemark-python``,
 the executors' interpreter: a launcher that unpacks the archive into a node-wide cache
 (``TIDEMARK_EXECUTOR_ENV_CACHE`` on the node, default ``${TMPDIR:-/tmp}/tidemark-executor-env``)
 the first time that node sees that archive, then execs its Python. Later executors and later
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 from tidemark.settings import EXECUTOR_PYTHON, Settings
@@ -78,8 +79,10 @@ def archive_key(archive: Path) -> str:
 
 
 def shipped_files(settings: Settings) -> list[str]:
-    """The files a job ships for its executors' Python: the launcher and the archive (a
-    link named ``tidemark-env-<key>.pack``, which Spark serves and does not unpack)."""
+    """The files a job ships for its executors' Python: the launcher and the archive as
+    ``tidemark-env-<key>.pack``, a hard link (or a copy) under a name Spark neither unpacks
+    (it untars a fetched ``.tar.gz`` file) nor replaces by its target's (as it does a symbolic
+    link's)."""
     archive = Path(settings.executor_env).resolve()
     key = archive_key(archive)
     pack = f"tidemark-env-{key}.pack"
@@ -87,13 +90,16 @@ def shipped_files(settings: Settings) -> list[str]:
     folder.mkdir(parents=True, exist_ok=True)
     launcher = folder / LAUNCHER
     _write_if_changed(launcher, _EXECUTOR_LAUNCHER.format(key=key, pack=pack, cache_env=CACHE_ENV))
-    link = folder / pack
-    if not link.is_symlink() or link.resolve() != archive:
+    copy = folder / pack
+    if not copy.is_file() or copy.stat().st_size != archive.stat().st_size:
         aside = folder / f".{pack}.{os.getpid()}"
         aside.unlink(missing_ok=True)
-        aside.symlink_to(archive)
-        aside.replace(link)
-    return [str(launcher), str(link)]
+        try:
+            os.link(archive, aside)
+        except OSError:  # another filesystem: a copy, once per archive
+            shutil.copyfile(archive, aside)
+        aside.replace(copy)
+    return [str(launcher), str(copy)]
 
 
 def driver_launcher(settings: Settings, directory: Path | None = None) -> Path:

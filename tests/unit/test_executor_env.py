@@ -65,6 +65,7 @@ def test_each_node_unpacks_an_archive_once_and_executors_run_its_python(tmp_path
     settings = settings_for(tmp_path, archive)
     shipped = shipped_files(settings)
     assert [Path(f).name for f in shipped] == [LAUNCHER, f"tidemark-env-{archive_key(archive)}.pack"]
+    assert not Path(shipped[1]).is_symlink()  # Spark would serve a link under its target's name
     cache = tmp_path / "node-cache"
     first = launch(executor_dir(tmp_path, shipped, "app-1-exec-0"), cache, "-m", "pyspark.daemon")
     assert first.stdout == "v1 -m pyspark.daemon\n"
