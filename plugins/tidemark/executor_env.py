@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -107,7 +108,7 @@ def driver_launcher(settings: Settings, directory: Path | None = None) -> Path:
     launcher = (directory or Path.cwd()) / LAUNCHER
     if launcher.is_dir():
         raise RuntimeError(f"{launcher} is a directory: run the job from another directory")
-    _write_if_changed(launcher, _DRIVER_LAUNCHER.format(python=settings.python))
+    _write_if_changed(launcher, _DRIVER_LAUNCHER.format(python=shlex.quote(settings.python)))
     return launcher
 
 
