@@ -1,9 +1,9 @@
-"""The due hours of a seal run compacted in one Spark job (one pyarrow task per hour, its
-default checks in the same pass), against the real broker, Spark and the metastore: every
-row once, every value as Spark reads it back (timestamps to the microsecond, decimals, extra
-partition columns), an hour too big for one file compacted by Spark beside them, a kill
-after the shared job recovered by the next run, and a failing default check blocking its
-hour exactly as Spark's aggregation did."""
+"""The due hours of a seal run compacted together by pyarrow (in the driver, or in one Spark
+job), each with its default checks in the same pass, against the real broker, Spark and the
+metastore: every row once, every value as Spark reads it back (timestamps to the
+microsecond, decimals, extra partition columns), an hour too big for one file compacted by
+Spark beside them, a kill after the shared compaction recovered by the next run, and a
+failing default check blocking its hour exactly as Spark's aggregation did."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import pytest
 from tests.helpers.tables import at, fresh_table, landed, registered
 from tidemark.errors import InjectedFault, QualityGateError
 from tidemark.ingest.dump import run_dump
+from tidemark.seal import hour_tasks
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
@@ -41,9 +42,14 @@ def hours_of(spark: Any, table: str) -> dict[str, list[tuple[Any, ...]]]:
     return found
 
 
-def test_due_hours_share_one_job_and_read_back_exactly(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path, caplog: Any
+@pytest.mark.parametrize("where", ["driver", "spark job"])
+def test_due_hours_are_compacted_together_and_read_back_exactly(
+    where: str, spark: Any, broker: str, settings: Settings, tmp_path: Path, caplog: Any, monkeypatch: Any
 ) -> None:
+    """Small hours are compacted in the driver; past ``IN_DRIVER_BYTES``, by one Spark job
+    (forced here): the same files either way."""
+    if where == "spark job":
+        monkeypatch.setattr(hour_tasks, "IN_DRIVER_BYTES", 0)
     config, settings = fresh_table(settings, tmp_path, partitioning__columns=["app"])
     create_topic(broker, config.source.topic, 2)
     times = [at(h, m) + MICROS for h in (9, 10, 11) for m in (5, 35)]
@@ -54,13 +60,19 @@ def test_due_hours_share_one_job_and_read_back_exactly(
         + records([(0, at(13)), (1, at(13))], prefix="edge"),
     )
     run_dump(spark, config, settings, "run-1", at(13, 30))
-    with caplog.at_level(logging.INFO, logger="tidemark.seal.compaction"):
+    with caplog.at_level(logging.INFO, logger="tidemark.seal"):
         result = run_seal(spark, config, settings, "run-1")
     assert result.sealed == [f"2026-11-22T{h}" for h in ("09", "10", "11")]  # ready 12:50
-    shared = [r.getMessage() for r in caplog.records if "in one job" in r.getMessage()]
-    assert shared == [
-        f"{config.table}: compacting 3 hours in one job (2026-11-22T09, 2026-11-22T10, 2026-11-22T11)"
+    shared = [
+        r.getMessage() for r in caplog.records if "compact" in r.getMessage() and "hours" in r.getMessage()
     ]
+    assert (
+        shared[0]
+        == f"{config.table}: compacting 3 hours together (2026-11-22T09, 2026-11-22T10, 2026-11-22T11)"
+    )
+    assert shared[1].startswith("3 hours (") and shared[1].endswith(
+        "compacted in the driver" if where == "driver" else "compacted by one Spark job of 2 tasks"
+    ), shared
 
     # Spark reads through the metastore exactly what was produced, each hour in its partitions
     found = hours_of(spark, config.table)
@@ -109,7 +121,7 @@ def test_a_big_hour_is_compacted_by_spark_beside_the_shared_job(
     with caplog.at_level(logging.INFO, logger="tidemark.seal.compaction"):
         result = run_seal(spark, config, settings, "run-1")
     assert result.sealed == ["2026-11-22T10", "2026-11-22T11"]
-    assert any("compacting 1 hours in one job (2026-11-22T11)" in r.getMessage() for r in caplog.records)
+    assert any("compacting 1 hours together (2026-11-22T11)" in r.getMessage() for r in caplog.records)
     journal = HourJournal(settings.state_location, config.table).state()
     assert len(journal.hours["2026-11-22T10"].files) > 1 and journal.hours["2026-11-22T10"].rows == 300
     assert len(journal.hours["2026-11-22T11"].files) == 1

@@ -2,8 +2,9 @@
 retries (markers), on the local disk (a hidden directory, then a rename) and on object
 stores (a version directory named by its content, written once).
 
-A seal run first compacts every due hour it can in one Spark job (``prepare``: in pyarrow,
-each hour that fits one file, its default checks computed in the same pass;
+A seal run first compacts every due hour it can together (``prepare``: in pyarrow, each hour
+that fits one file, its default checks computed in the same pass; in the driver when they are
+small, else in one Spark job;
 ``hour_tasks``); each hour is then taken in order (``compact``), reusing what ``prepare``
 wrote, or compacting it alone with Spark (an hour of several files, a stale marker).
 """
@@ -49,10 +50,11 @@ class Compactor:
         self._prepared: dict[str, Compacted] = {}
         self._defaults: dict[str, list[CheckResult]] = {}
 
-    # -- every due hour that fits one file, in one job ------------------------------------
+    # -- every due hour that fits one file, together -------------------------------------
     def prepare(self, hours: list[Hour], state: LogState) -> int:
-        """Compact the due hours that fit one file and have not been compacted yet, in pyarrow
-        in one Spark job, with their default checks; returns how many."""
+        """Compact the due hours that fit one file and have not been compacted yet, together
+        (by pyarrow, in the driver or one Spark job: ``hour_tasks.compact_hours``), with their
+        default checks; returns how many."""
         tasks, targets = [], {}
         for hour in hours:
             expected = state.rows_per_hour.get(hour.path, 0)
@@ -73,7 +75,7 @@ class Compactor:
             spark_timestamps=not self.layout.object_store,
         )
         log.info(
-            "%s: compacting %s hours in one job (%s)",
+            "%s: compacting %s hours together (%s)",
             self.config.table,
             len(tasks),
             ", ".join(t.key for t in tasks),
@@ -101,7 +103,8 @@ class Compactor:
             source = layout.open_dir / hour.path
             inputs = sorted(source.rglob("*.parquet")) if source.exists() else []
         relative = [layout.relative(p) for p in inputs]
-        if not inputs or self.file_count(sum(store.size(r) for r in relative)) > 1:
+        size = sum(store.size(r) for r in relative)
+        if not inputs or self.file_count(size) > 1:
             return None
         if layout.object_store:
             directory = claim_version(store, named, self.lease)
@@ -109,7 +112,7 @@ class Compactor:
             for residue in (hidden, target):  # of a crashed attempt; never registered
                 shutil.rmtree(residue, ignore_errors=True)
             directory = layout.relative(hidden)
-        return HourTask(hour.key, tuple(relative), directory, hour.start, hour.end)
+        return HourTask(hour.key, tuple(relative), directory, hour.start, hour.end, size)
 
     def _keep(self, hour: Hour, task: HourTask, written: HourWritten, expected: int) -> None:
         """Mark what an hour's task wrote as compacted (when it holds the committed rows: one
@@ -131,9 +134,8 @@ class Compactor:
         for problem in written.problems:
             log.info("%s hour %s: default checks left to Spark: %s", self.config.table, hour.key, problem)
         self._prepared[hour.key] = (files, written.rows, home)
-        size = sum(self.layout.store.size(r) for r in task.inputs)
         self._log_compacted(
-            hour, inputs=len(task.inputs), size=size, files=len(files), rows=written.rows, home=home
+            hour, inputs=len(task.inputs), size=task.size, files=len(files), rows=written.rows, home=home
         )
 
     def defaults(self, hour: Hour) -> list[CheckResult] | None:

@@ -1,16 +1,18 @@
-"""Several hours compacted in one Spark job, each in pyarrow by a Python task: read its
-batch files, write its sealed file, and compute its default checks in the same pass.
+"""Several hours compacted together, each by pyarrow: read its batch files, write its sealed
+file, and compute its default checks in the same pass; in the driver when they are small
+together, else in one Spark job of Python tasks.
 
 Why: an hour sealed on its own paid two Spark jobs (the compaction, then the checks'
 aggregation) plus the rows' trip through the JVM both ways; the floor (one pyarrow process
 reading, writing and checking an hour) is several times faster. Here an hour's rows never
-leave the Python worker that reads them, and every due hour of a run shares one job: as many
-tasks as there are cores, each taking its share of the hours one after the other (a Python
-task costs ~0.1 s to start on this machine: one per hour would be 1.2 s of 12 hours' 1.8 s).
+leave the Python process that reads them, and every due hour of a run is compacted together.
+Up to ``IN_DRIVER_BYTES`` of batch files the driver does it (a Spark job would first start
+its Python workers: ~1.5 s here); above, one Spark job of as many tasks as there are cores,
+each taking its share of the hours in turn (a Python task costs ~0.1 s to start here).
 
 Only hours written as one file take this path (their batch files total at most
 ``output.target_file_size``: most hours of most tables); a bigger hour is spread over
-several files by Spark as before (``Sealer._compact_into``). What an hour's task writes is
+several files by Spark as before (``Compactor._compact_into``). What an hour's task writes is
 what the compaction it replaces wrote: the table's format and columns, extra partition columns
 as ``col=value/`` directories, the same instants (INT96 batch files included), stored as
 Spark stores them on the local disk and as pyarrow does on object stores.
@@ -45,6 +47,7 @@ class HourTask:
     directory: str
     start: datetime
     end: datetime
+    size: int = 0  # bytes of the batch files
 
 
 @dataclass(frozen=True)
@@ -132,17 +135,28 @@ def arrow_schema(ddl: str) -> pa.Schema:
     return to_arrow_schema(schema)
 
 
+# Below this many bytes of batch files in all, the hours are compacted in the driver itself:
+# a Spark job would first start Python workers (~1.5 s here, an executor's round trip on a
+# cluster), while pyarrow reads and writes 64 MiB in about a second.
+IN_DRIVER_BYTES = 64 * 1024 * 1024
+
+
 def compact_hours(spark: SparkSession, writer: HourWriter, tasks: list[HourTask]) -> dict[str, HourWritten]:
-    """Every hour of ``tasks`` compacted in one Spark job, the hours spread over as many
-    Spark tasks as the application has cores."""
+    """Every hour of ``tasks`` compacted: in this process when they are small together
+    (``IN_DRIVER_BYTES``), else in one Spark job, the hours spread over as many Spark tasks
+    as the application has cores."""
     if not tasks:
         return {}
-    job = functools.partial(_compact_task, writer)
-    written = (
-        spark.sparkContext.parallelize(tasks, min(len(tasks), spark.sparkContext.defaultParallelism))
-        .map(job)
-        .collect()
+    size = sum(t.size for t in tasks)
+    if size <= IN_DRIVER_BYTES:
+        log.info("%s hours (%s bytes of batch files) compacted in the driver", len(tasks), size)
+        return {t.key: writer.compact(t) for t in tasks}
+    slices = min(len(tasks), spark.sparkContext.defaultParallelism)
+    log.info(
+        "%s hours (%s bytes of batch files) compacted by one Spark job of %s tasks", len(tasks), size, slices
     )
+    job = functools.partial(_compact_task, writer)
+    written = spark.sparkContext.parallelize(tasks, slices).map(job).collect()
     return {w.key: w for w in written}
 
 
