@@ -8,6 +8,7 @@ all problems at once.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -91,6 +92,10 @@ class OutputConfig(_Strict):
     # Object stores: a replaced version of a partition stays readable this long (in the
     # pipeline's processing time) for queries that listed it, then the seal deletes it.
     version_retention: Duration = timedelta(hours=24)
+
+    def files_for(self, size: int) -> int:
+        """Files of about ``target_file_size`` for ``size`` bytes (at least one)."""
+        return max(1, math.ceil(size / self.target_file_size))
 
 
 class CdcConfig(_Strict):

@@ -12,7 +12,6 @@ wrote, or compacting it alone with Spark (an hour of several files, a stale mark
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,11 +99,10 @@ class Compactor:
             target, hidden = layout.table_dir / hour.path, layout.sealing_dir / hour.path
             if read_json(compaction_marker(target)) is not None or read_json(compaction_marker(hidden)):
                 return None
-            source = layout.open_dir / hour.path
-            inputs = sorted(source.rglob("*.parquet")) if source.exists() else []
+            inputs = self._local_batch_files(hour)
         relative = [layout.relative(p) for p in inputs]
         size = sum(store.size(r) for r in relative)
-        if not inputs or self.file_count(size) > 1:
+        if not inputs or self.config.output.files_for(size) > 1:
             return None
         if layout.object_store:
             directory = claim_version(store, named, self.lease)
@@ -211,7 +209,9 @@ class Compactor:
             home = self.layout.warehouse / directory
             size = sum(store.size(self.layout.relative(p)) for p in inputs)
             frame = self.files.read_hour(home, inputs)
-            written = self.files.write_version(frame, home, sealed_file_prefix(1), self.file_count(size))
+            written = self.files.write_version(
+                frame, home, sealed_file_prefix(1), self.config.output.files_for(size)
+            )
             crash_point("mid_compaction")
             rows = sum(n for _, n in written)
             self._log_compacted(hour, inputs=len(inputs), size=size, files=len(written), rows=rows, home=home)
@@ -234,7 +234,7 @@ class Compactor:
         """Compact the hour's batch files into ``directory`` (which becomes ``target``) with
         Spark; the files are returned as their paths under ``target``."""
         source = self.layout.open_dir / hour.path
-        inputs = sorted(source.rglob("*.parquet")) if source.exists() else []
+        inputs = self._local_batch_files(hour)
         directory.mkdir(parents=True, exist_ok=True)
         files: list[str] = []
         rows = 0
@@ -245,7 +245,7 @@ class Compactor:
             shutil.rmtree(staging, ignore_errors=True)
             from tidemark.sparkfiles import into_files
 
-            self.files.write_staged(into_files(frame, self.file_count(size)), staging)
+            self.files.write_staged(into_files(frame, self.config.output.files_for(size)), staging)
             crash_point("mid_compaction")
             rows = self.files.staged_rows(staging)
             moved = self.files.move_staged(staging, directory, sealed_file_prefix(1))
@@ -257,9 +257,10 @@ class Compactor:
         replace_atomically(compaction_marker(directory), {"files": files, "rows": rows})
         return files, rows
 
-    def file_count(self, size: int) -> int:
-        """Files of about ``output.target_file_size`` for ``size`` bytes of batch files."""
-        return max(1, math.ceil(size / self.config.output.target_file_size))
+    def _local_batch_files(self, hour: Hour) -> list[Path]:
+        """The hour's batch files on the local disk (all committed: published on commit)."""
+        source = self.layout.open_dir / hour.path
+        return sorted(source.rglob("*.parquet")) if source.exists() else []
 
     def _log_compacted(
         self, hour: Hour, *, inputs: int, size: int, files: int, rows: int, home: Path

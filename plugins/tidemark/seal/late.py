@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -104,7 +103,7 @@ class LateRows:
             inputs = [*(self.layout.warehouse / f for f in (current.files if current else ())), *new_files]
             late = sum(store.rows(self.layout.relative(p)) for p in new_files)
             size = sum(store.size(self.layout.relative(p)) for p in inputs)
-            n_files = max(1, math.ceil(size / self.config.output.target_file_size))
+            n_files = self.config.output.files_for(size)
             written = self.files.write_version(
                 self.files.read_hour(home, inputs), home, sealed_file_prefix(1), n_files
             )

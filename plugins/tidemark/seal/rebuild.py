@@ -28,7 +28,6 @@ Two rebuilds of one hour at once: the second fails cleanly on the hour's rebuild
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -235,7 +234,7 @@ class Rebuilder:
         """As many files as the hour's current version, by the target file size."""
         store = self.layout.store
         size = sum(store.size(self.layout.relative(p)) for p in self._current_files(hour))
-        return max(1, math.ceil(max(1, size) / self.config.output.target_file_size))
+        return self.config.output.files_for(size)
 
     def _stage(
         self,
