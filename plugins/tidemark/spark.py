@@ -138,6 +138,11 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         "spark.pyspark.python": settings.executor_python,
         "spark.pyspark.driver.python": settings.python,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Parquet that Hive's own SerDe (2.x, 3.x; Impala, older Presto) reads: decimals as
+        # fixed-length bytes and timestamps as INT96 (Spark's default INT32/INT64 decimals make
+        # it fail with ETypeConverter), as pyarrow writes them (tableformat.arrow_writer)
+        "spark.sql.parquet.writeLegacyFormat": "true",
+        "spark.sql.parquet.outputTimestampType": "INT96",
     }
     if is_object_store(settings.warehouse):
         conf.update(s3a_conf(settings))

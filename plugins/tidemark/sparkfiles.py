@@ -181,15 +181,12 @@ class PartitionedFiles:
         name: str,
         partition_by: Sequence[str],
         fmt: TableFormat,
-        *,
-        spark_timestamps: bool = False,
     ) -> None:
         self.store = store
         self.directory = directory
         self.name = name
         self.parts = list(partition_by)
         self.fmt = fmt
-        self.spark_timestamps = spark_timestamps  # see TableFormat.arrow_writer
         self._open: dict[tuple[str, ...], tuple[Any, Any, str]] = {}  # values -> (out, writer, path)
         self.rows: dict[str, int] = {}
 
@@ -214,7 +211,7 @@ class PartitionedFiles:
                 if not self.store.object_store:
                     self.store.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 out = self.store.fs.open_output_stream(target)
-                writer = self.fmt.arrow_writer(out, data.schema, spark_timestamps=self.spark_timestamps)
+                writer = self.fmt.arrow_writer(out, data.schema)
                 self._open[values] = (out, writer, relative)
             _, writer, relative = self._open[values]
             writer.write_batch(data)

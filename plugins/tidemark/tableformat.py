@@ -47,16 +47,18 @@ class TableFormat:
     def spark_read(self, reader: DataFrameReader, *paths: str) -> DataFrame:
         return reader.format(self.name).load(list(paths) if len(paths) > 1 else paths[0])
 
-    def arrow_writer(self, out: Any, schema: pa.Schema, *, spark_timestamps: bool = False) -> Any:
-        """A writer of record batches (``write_batch``, ``close``) onto an output stream;
-        ``spark_timestamps``: Parquet timestamps as INT96, as Spark's writer stores them (a
-        file written beside Spark's keeps their encoding)."""
+    def arrow_writer(self, out: Any, schema: pa.Schema) -> Any:
+        """A writer of record batches (``write_batch``, ``close``) onto an output stream.
+        Parquet timestamps are INT96, as Spark's writer stores them: Hive's Parquet SerDe (2.x,
+        3.x; Impala, older Presto) reads no INT64 timestamp (``PlainLongDictionary``), and a
+        file written beside Spark's keeps their encoding. pyarrow reads them back through
+        :func:`arrow_batches` (``coerce_int96_timestamp_unit``: years past 2262 too)."""
         if self.name == "orc":
             return _OrcBatches(out, self.compression)
         import pyarrow.parquet as pq
 
         return pq.ParquetWriter(
-            out, schema, compression=self.compression, use_deprecated_int96_timestamps=spark_timestamps
+            out, schema, compression=self.compression, use_deprecated_int96_timestamps=True
         )
 
 
@@ -100,7 +102,7 @@ def arrow_batches(handle: Any, suffix: str, columns: list[str]) -> Iterator[pa.R
         return
     import pyarrow.parquet as pq
 
-    parquet = pq.ParquetFile(handle)
+    parquet = pq.ParquetFile(handle, coerce_int96_timestamp_unit="us")
     present = [n for n in columns if n in parquet.schema_arrow.names]
     yield from parquet.iter_batches(batch_size=65_536, columns=present)
 
@@ -136,17 +138,31 @@ class _OrcBatches:
 
 
 def _wall_clock(table: pa.Table) -> pa.Table:
-    """Instants (timestamps with a zone: UTC, as Spark hands them) as plain timestamps of
-    their UTC wall clock: pyarrow writes the former as ORC's ``timestamp with local time
-    zone``, a type Spark's and Hive's ORC readers refuse; a plain ORC ``timestamp`` is what
-    Spark writes for its own timestamps and reads back as the same instant (the session
-    zone is UTC)."""
+    """Instants (timestamps with a zone: UTC, as Spark hands them), nested ones too, as plain
+    timestamps of their UTC wall clock: pyarrow writes the former as ORC's ``timestamp with
+    local time zone``, a type Spark's and Hive's ORC readers refuse; a plain ORC ``timestamp``
+    is what Spark writes for its own timestamps and reads back as the same instant (the
+    session zone is UTC)."""
     import pyarrow as pa
 
-    fields = [
-        pa.field(f.name, pa.timestamp(f.type.unit), f.nullable)
-        if pa.types.is_timestamp(f.type) and f.type.tz
-        else f
-        for f in table.schema
-    ]
-    return table.cast(pa.schema(fields))
+    schema = pa.schema([f.with_type(_zoneless(f.type)) for f in table.schema])
+    return table if schema.equals(table.schema) else table.cast(schema)
+
+
+def _zoneless(kind: pa.DataType) -> pa.DataType:
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(kind):
+        return pa.timestamp(kind.unit)
+    if pa.types.is_struct(kind):
+        return pa.struct(
+            [kind.field(i).with_type(_zoneless(kind.field(i).type)) for i in range(kind.num_fields)]
+        )
+    if pa.types.is_map(kind):
+        return pa.map_(
+            kind.key_field.with_type(_zoneless(kind.key_type)),
+            kind.item_field.with_type(_zoneless(kind.item_type)),
+        )
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(_zoneless(kind.value_type)))
+    return kind

@@ -26,6 +26,9 @@ unknown op, a schema change or truncate event, several rows in one message, no r
 | ``null_event_time`` | the event-time field is missing or null |
 | ``missing_field`` | a ``not null`` column is missing or null |
 | ``type_mismatch`` | a value cannot be converted to its column's type (numbers out of range too) |
+| ``unrepresentable_in_parquet``, ``unrepresentable_in_orc`` | a value the table's format cannot \
+hold so that every documented reader reads it back exactly (a date or timestamp before 1582-10-15; \
+in ORC also a fraction of a second before 1970 and a timestamp outside 1677..2262): ``exact.py`` |
 | ``event_time_out_of_range`` | event time before 1900-01-01 UTC (``EARLIEST_EVENT_TIME``) |
 | ``event_time_too_old`` | event time before the batch's clock - ``watermark.max_event_age`` (with \
 ``too_old: late`` such rows are late rows instead) |
@@ -47,6 +50,7 @@ from typing import TYPE_CHECKING, Any, cast
 from tidemark.conversions import Conversion
 from tidemark.ingest.columns import PARTITION_VALUE_PATTERN, REASONS, TOMBSTONE, dirty_schema
 from tidemark.ingest.decoders import Decoded, Verdict, decoder_for
+from tidemark.ingest.exact import reason_of, unrepresentable
 from tidemark.ingest.spec import Classified, ClassifySpec, RawRecords, good_schema
 from tidemark.time.hours import hour_of
 
@@ -125,6 +129,9 @@ class Classifier:
         masks.append(("null_event_time", "", absent(self.spec.event_time_field)))
         masks += [("missing_field", c.name, absent(c.name)) for c in self.columns if not c.nullable]
         masks += [("type_mismatch", name, mask) for name, mask in decoded.mismatched.items()]
+        kept = {c.name: columns[c.name] for c in self.columns if c.name != self.spec.event_time_field}
+        unheld = unrepresentable(kept, self.spec.table_format)  # event time: its own bounds below
+        masks += [(reason_of(self.spec.table_format), field, mask) for field, mask in unheld]
         ts_utc = ts.cast(pa.timestamp("us", tz="UTC")) if n else pa.array([], pa.timestamp("us", tz="UTC"))
         floor = pa.scalar(EARLIEST_EVENT_TIME, type=pa.timestamp("us", tz="UTC"))
         masks.append(("event_time_out_of_range", "", pc.fill_null(pc.less(ts_utc, floor), False)))

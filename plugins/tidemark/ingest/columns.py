@@ -28,6 +28,8 @@ REASONS = (
     "null_event_time",
     "missing_field",
     "type_mismatch",
+    "unrepresentable_in_parquet",
+    "unrepresentable_in_orc",
     "event_time_out_of_range",
     "event_time_too_old",
     "future_event_time",

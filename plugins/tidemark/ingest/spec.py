@@ -45,6 +45,7 @@ class ClassifySpec:
     writer_schema: str = ""
     envelope: str = "flat"  # a CDC table's envelope (``ingest/envelopes.py``)
     cdc_fields: tuple[str, str] = ("op", "version")  # (op field, version field) of a CDC table
+    table_format: str = "parquet"  # output.format: the values it cannot hold are dirty (exact.py)
 
     @classmethod
     def of(
@@ -82,6 +83,7 @@ class ClassifySpec:
             writer_schema=config.source.writer_schema,
             envelope=config.cdc.envelope if config.cdc else "flat",
             cdc_fields=(config.cdc.op_field, config.cdc.version_field) if config.cdc else ("op", "version"),
+            table_format=config.output.format,
         )
 
     @classmethod

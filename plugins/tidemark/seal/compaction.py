@@ -71,7 +71,6 @@ class Compactor:
             file_name=f"{prefix}-00000{self.files.format.suffix}",
             partition_by=tuple(self.files.extra_columns),
             checks=ArrowChecks.of(self.config, hours[0]),
-            spark_timestamps=not self.layout.object_store,
         )
         log.info(
             "%s: compacting %s hours together (%s)",

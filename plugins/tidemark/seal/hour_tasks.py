@@ -76,9 +76,6 @@ class HourWriter:
     file_name: str  # of each hour's one file (per extra partition value)
     partition_by: tuple[str, ...] = ()
     checks: ArrowChecks | None = None
-    # Parquet timestamps as INT96, as Spark writes them: on the local disk an hour's amends and
-    # rebuilds are Spark's, and its files keep one encoding (object stores: pyarrow's, INT64)
-    spark_timestamps: bool = False
 
     def compact(self, task: HourTask) -> HourWritten:
         """Read the hour's batch files under the table's schema, write them as one file (per
@@ -92,7 +89,6 @@ class HourWriter:
             self.file_name,
             self.partition_by,
             self.fmt,
-            spark_timestamps=self.spark_timestamps,
         )
         checked: list[pa.RecordBatch] = []
         try:

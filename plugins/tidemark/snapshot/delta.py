@@ -331,7 +331,9 @@ def _batches(files: Sequence[str], schema: pa.Schema) -> Iterator[pa.RecordBatch
     for uri in files:
         fs, path = filesystem(uri)
         with fs.open_input_file(path) as handle:
-            for batch in pq.ParquetFile(handle).iter_batches(batch_size=65_536, columns=schema.names):
+            for batch in pq.ParquetFile(handle, coerce_int96_timestamp_unit="us").iter_batches(
+                batch_size=65_536, columns=schema.names
+            ):
                 yield from pa.Table.from_batches([batch]).select(schema.names).cast(schema).to_batches()
 
 
