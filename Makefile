@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tidemark-installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv java browser postgres s3a-jars executor-env spark-classes lint unit test demo up down status lock bench clean
+.PHONY: help venv java jvm browser postgres executor-env spark-classes lint unit test demo up down status lock bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -28,8 +28,8 @@ browser:  ## headless Chromium for the report's browser test (Debian package, in
 postgres:  ## PostgreSQL server + JDBC driver for the JDBC bootstrap tests (Debian packages, installed if missing)
 	@scripts/ensure_postgres.sh
 
-s3a-jars: venv  ## hadoop-aws for Spark's metastore client (S3 warehouse tests and local runs; fetched once)
-	@scripts/ensure_s3a_jars.sh $(VENV)
+jvm: java  ## jvm/pom.xml's pinned JVM artifacts (Apache Kafka broker, hadoop-aws + AWS SDK) from Maven Central, once, into ~/.cache/tidemark/jvm (~660 MB)
+	@scripts/ensure_jvm.sh kafka s3a
 
 executor-env: venv  ## the venv archive Spark executors of a cluster unpack (TIDEMARK_EXECUTOR_ENV)
 	@scripts/build_executor_env.sh $(VENV)
@@ -47,13 +47,13 @@ lint: venv  ## ruff + mypy + the import layers (lint-imports), and docker-compos
 unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
-test: lint browser postgres s3a-jars executor-env spark-classes  ## lint, then the whole test suite (README's test command; what CI runs)
+test: lint jvm browser postgres executor-env spark-classes  ## lint, then the whole test suite (README's test command; what CI runs)
 	$(BIN)/pytest -q --durations=25
 
-demo: venv spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
+demo: venv jvm spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
 	$(BIN)/tidemark demo
 
-up: venv  ## start the broker and Airflow standalone (UI on 127.0.0.1:8080)
+up: venv jvm  ## start the broker and Airflow standalone (UI on 127.0.0.1:8080)
 	$(BIN)/tidemark services start broker airflow
 
 down: venv  ## stop everything `make up` started
@@ -66,7 +66,7 @@ lock:  ## re-resolve requirements.in into the pinned requirements.txt
 	@test -x $(BIN)/uv || scripts/ensure_venv.sh
 	$(BIN)/uv pip compile --python 3.11 --quiet requirements.in -o requirements.txt --custom-compile-command "make lock"
 
-bench: venv s3a-jars spark-classes  ## run the benchmarks in bench/ (prints figures; not part of the test suite; s3a jars for bench/object_store.py)
+bench: venv jvm spark-classes  ## run the benchmarks in bench/ (prints figures; not part of the test suite; the JVM artifacts for bench/object_store.py and the Kafka broker)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:  ## remove the venv and the local state (.tidemark/)

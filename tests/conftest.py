@@ -97,6 +97,25 @@ def any_broker(request: pytest.FixtureRequest, settings: Settings) -> tuple[str,
 
 
 @pytest.fixture(scope="session")
+def kafka(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The real Apache Kafka broker (KRaft, from jvm/pom.xml's jars: ``make jvm``), one for the
+    whole run, beside tansu: PLAINTEXT, SSL (mutual TLS) and SASL_SSL (SCRAM) listeners on four
+    ports of its own (``tidemark_dev.kafka``). For the tests about the broker, security and
+    exactly once; tansu stays the fast source of the others."""
+    from tidemark_dev.kafka import KafkaService
+
+    own = replace(
+        settings, home=tmp_path_factory.mktemp("kafka_home"), kafka_bootstrap=f"127.0.0.1:{free_port_block(4)}"
+    )
+    service = KafkaService(own)
+    service.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
 def spark(request: pytest.FixtureRequest, settings: Settings) -> Iterator[object]:
     """Session-scoped local Spark with Hive support on the test run's own Derby metastore."""
     from tidemark.spark import build_session

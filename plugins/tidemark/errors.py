@@ -46,6 +46,26 @@ class BrokerUnavailableError(TidemarkError):
     """The Kafka-protocol broker did not answer; names the bootstrap servers and topic."""
 
 
+class BrokerRefusedError(BrokerUnavailableError):
+    """The broker answers but refuses this client: a wrong password or unknown user, a
+    mechanism it does not enable, a certificate it does not trust (or one the client does not
+    trust), a protocol its listener does not speak. Names the bootstrap, the protocol and the
+    mechanism, with the broker's reason; never the secret. Retrying does not help: fix
+    ``source.kafka_properties`` (or the secret its ``${VAR}`` reads)."""
+
+    def __init__(self, bootstrap: str, protocol: str, mechanism: str, reason: str, topic: str = "") -> None:
+        self.bootstrap = bootstrap
+        self.protocol = protocol
+        self.mechanism = mechanism
+        self.reason = reason
+        on = f" (topic {topic})" if topic else ""
+        auth = f", mechanism {mechanism}" if mechanism else ""
+        super().__init__(
+            f"the broker at {bootstrap}{on} refused the client (security.protocol {protocol}{auth}): {reason}; "
+            "check source.kafka_properties and the secrets its ${VAR}s read"
+        )
+
+
 class DataLossError(TidemarkError):
     """Offsets the commit log expects to read are gone from the broker (retention)."""
 

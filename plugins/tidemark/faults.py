@@ -40,6 +40,7 @@ PROTOCOL_POINTS = (
     "after_journal_entry",  # journal entry -> cleanup of the hour's batch files
     "after_amend_files",  # amend's file moves -> registration and its _SUCCESS
     "after_amend_moves",  # amend's _SUCCESS -> its journal entry
+    "after_amend_entry",  # amend's journal entry -> the folded late files deleted
     "after_late_registration",  # late partitions registered -> registry
 )
 # An hour's partitions of values new to it added (pointing where no file is) -> the one move

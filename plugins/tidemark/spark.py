@@ -37,8 +37,8 @@ def jdbc_driver_class_path() -> str:
     return ":".join(jar for jar in JDBC_DRIVER_JARS if Path(jar).is_file())
 
 
-# Hadoop 3.3's s3a (the only hadoop-aws with its SDK on the registries, see s3a_conf) parses
-# these as plain numbers; Hadoop 3.4's defaults carry units ("60s") it cannot read.
+# Spark's s3a with explicit timeouts (milliseconds; Hadoop 3.4's defaults carry units, which
+# older hadoop-aws named by TIDEMARK_S3A_JARS cannot parse).
 S3A_NUMERIC_TIMEOUTS = {
     "fs.s3a.connection.timeout": "200000",
     "fs.s3a.connection.establish.timeout": "30000",
@@ -50,18 +50,20 @@ S3A_NUMERIC_TIMEOUTS = {
 
 
 def s3a_jars(settings: Settings) -> list[str]:
-    """hadoop-aws and its AWS SDK for this Spark (``make s3a-jars`` puts them in the venv;
-    ``TIDEMARK_S3A_JARS`` names others). A production Spark ships its own matching pair."""
+    """hadoop-aws matching the wheel's Hadoop and its AWS SDK: ``TIDEMARK_S3A_JARS`` (comma
+    separated), else jvm/pom.xml's ``s3a`` profile fetched by ``make jvm``. A production Spark
+    ships its own matching pair."""
+    from tidemark.jvm_jars import profile_jars
+
     configured = os.environ.get("TIDEMARK_S3A_JARS", "")
     if configured:
         return [j for j in configured.split(",") if j]
-    directory = Path(settings.python).parent.parent / "share" / "tidemark" / "s3a-jars"
-    return sorted(str(p) for p in directory.glob("*.jar"))
+    return profile_jars("s3a")
 
 
 def driver_class_path(settings: Settings) -> str:
     """The driver's extra class path: JDBC drivers, and s3a for a warehouse on S3 (only the
-    driver's metastore client needs it; executors never load the 190 MB SDK). spark-submit
+    driver's metastore client needs it; executors never load the 640 MB SDK bundle). spark-submit
     takes it as ``--driver-class-path``; a session started in-process as conf."""
     jars = [jar for jar in JDBC_DRIVER_JARS if Path(jar).is_file()]
     if is_object_store(settings.warehouse):
@@ -92,7 +94,7 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
         conf["spark.hadoop.fs.s3a.endpoint.region"] = s3["region"]
     if not s3a_jars(settings):  # on the driver's class path (driver_class_path): executors need none
         log.warning(
-            "warehouse %s is on S3 but no hadoop-aws jars were found (make s3a-jars, or "
+            "warehouse %s is on S3 but no hadoop-aws jars were found (make jvm, or "
             "TIDEMARK_S3A_JARS): registering partitions needs s3a on Spark's class path",
             settings.warehouse,
         )

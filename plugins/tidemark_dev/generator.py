@@ -26,6 +26,7 @@ class Message:
     value: bytes | None  # None: a tombstone
     dirty_kind: str | None
     event_time: datetime | None
+    key: bytes | None = None  # a compacted topic keeps the last message of each key
 
 
 def events(
@@ -106,6 +107,7 @@ def produce(
                 producer.produce(
                     topic,
                     value=message.value,
+                    key=message.key,
                     partition=message.partition,
                     on_delivery=functools.partial(report, message=message),
                 )

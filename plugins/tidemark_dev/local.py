@@ -8,6 +8,7 @@ from collections.abc import Callable
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService
+from tidemark_dev.kafka import KafkaService
 from tidemark_dev.postgres import MetastoreService, PostgresService
 from tidemark_dev.s3 import S3Service
 from tidemark_dev.services import AirflowService, BrokerService, NoidaBrokerService, Service
@@ -19,12 +20,15 @@ SERVICES: dict[str, Callable[[Settings], Service]] = {
     "metastore": MetastoreService,  # after postgres: its database
     "s3": S3Service,
     "noida": NoidaBrokerService,  # another broker on the same port: instead of "broker", not beside it
+    # Apache Kafka (KRaft): PLAINTEXT on the broker's port, SSL, SASL_SSL and its controller on the
+    # next three; instead of "broker", not beside it
+    "kafka": KafkaService,
     # a standalone Spark cluster (TIDEMARK_SPARK_MASTER=spark://127.0.0.1:<TIDEMARK_SPARK_PORT>)
     "spark-master": SparkMasterService,
     "spark-worker-1": functools.partial(SparkWorkerService, index=1),
     "spark-worker-2": functools.partial(SparkWorkerService, index=2),
 }
-ON_DEMAND = ("noida", "spark-master", "spark-worker-1", "spark-worker-2")  # not part of "all"
+ON_DEMAND = ("noida", "kafka", "spark-master", "spark-worker-1", "spark-worker-2")  # not part of "all"
 
 
 def resolve(names: list[str]) -> list[str]:

@@ -145,7 +145,7 @@ def test_dump_seal_and_replay_on_s3_on_a_cluster_are_exact_where_the_metastore_p
     assert still_dirty == dirty - missing  # each record in one place
     for name, location in {**locations, **late_locations}.items():
         assert location.startswith(f"s3a://{lake.removeprefix('s3://')}/warehouse/"), (name, location)
-        assert "/_v" in location  # a version directory, never the hour's own path
+        assert "/_versions/v" in location  # a version directory, never the hour's own path
     # the sealed hours' batch files are gone; the hour 12 rows wait in _open
     assert all("hr=12" in f for f in store.files(f"{table}/_open"))
 
@@ -263,7 +263,7 @@ def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
     assert amended["versions_deleted"] == [str(Path(v1.files[0]).parent)] and not store.files(
         str(Path(v1.files[0]).parent)
     )
-    assert registered(settings, table)["dt=2026-11-22/hr=10"].endswith("/_v0002-b0000000001")
+    assert registered(settings, table)["dt=2026-11-22/hr=10"].endswith("/_versions/v0002-b0000000001")
 
     label = "2026-11-22T10"
     killed = job(settings, "merge", table, "merge-1", "--snapshot", label, fail_at="after_snapshot_swap")
@@ -301,7 +301,7 @@ def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
     )
     assert killed.returncode == EXIT_CODE, why(killed)
     pointed_v3 = registered(settings, table)["dt=2026-11-22/hr=10"]
-    assert pointed_v3.endswith("/_v0003-b0000000001")
+    assert pointed_v3.endswith("/_versions/v0003-b0000000001")
     # a seal before the retry (the killed rebuild's lease expired): the journal still names v2,
     # but the partition points at v3, so v3 is kept (retention 0s)
     time.sleep(3)
@@ -313,7 +313,7 @@ def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
     assert (v3.kind.value, v3.version) == ("rebuild", 3)
     columns = ("_mq_partition", "_mq_offset")
     assert offsets(store, list(v3.files), columns) == offsets(store, list(v2.files), columns)
-    assert registered(settings, table)["dt=2026-11-22/hr=10"].endswith("/_v0003-b0000000001")
+    assert registered(settings, table)["dt=2026-11-22/hr=10"].endswith("/_versions/v0003-b0000000001")
     layout = Layout(settings, table)
     assert not [f for f in store.all_files(layout.relative(layout.staging_root)) if "/rebuild-" in f]
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk

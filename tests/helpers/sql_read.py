@@ -1,23 +1,29 @@
 """Read queries by table name as a Spark SQL user of the metastore would, in a process of its
 own with a job's settings (the s3a client, the metastore service): ``python -m
-tests.helpers.sql_read "SELECT ..." ["SELECT ..." ...]`` prints each query's rows, as one JSON
-list of lists (one Spark session for them all)."""
+tests.helpers.sql_read [--pickle] "SELECT ..." ["SET k=v" "SELECT ..." ...]`` prints each
+query's rows, as one JSON list of lists (one Spark session for them all); ``--pickle``: the
+rows with their Python values (``Row.asDict(recursive=True)``: NaN, bytes, Decimal, datetime),
+pickled and base64-encoded on the last line."""
 
 from __future__ import annotations
 
+import base64
 import json
+import pickle
 import sys
 
 from tidemark.spark import build_session
 
 
-def main(queries: list[str]) -> None:
+def main(arguments: list[str]) -> None:
+    exact = arguments[:1] == ["--pickle"]
+    queries = arguments[1:] if exact else arguments
     spark = build_session("tidemark-sql-read")
     try:
-        rows = [[r.asDict() for r in spark.sql(query).collect()] for query in queries]
+        rows = [[r.asDict(recursive=exact) for r in spark.sql(query).collect()] for query in queries]
     finally:
         spark.stop()
-    print(json.dumps(rows, default=str))
+    print(base64.b64encode(pickle.dumps(rows)).decode() if exact else json.dumps(rows, default=str))
 
 
 if __name__ == "__main__":

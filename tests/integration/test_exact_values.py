@@ -1,209 +1,30 @@
 """What tidemark writes, every documented reader reads exactly (docs/operations.md, "Who reads
-what"): every column type with its edge values goes through the dump and the seal (pyarrow
-writes the hour) and a rebuild (Spark writes it), in Parquet and in ORC, and is read back by
-Spark's native readers, by Spark through Hive's SerDes and by pyarrow. Every value is equal, or
-its record was refused at classification as ``unrepresentable_in_<format>`` (``ingest/exact.py``).
+what"): every column type with its edge values (tests/helpers/exact.py) goes through the dump
+and the seal (pyarrow writes the hour) and a rebuild (Spark writes it), in Parquet and in ORC
+on the local disk, and is read back by Spark's native readers, by Spark through Hive's SerDes
+and by pyarrow. Every value is equal, or its record was refused at classification as
+``unrepresentable_in_<format>`` (``ingest/exact.py``). On S3: tests/e2e/test_exact_values_s3.py.
 """
 
 from __future__ import annotations
 
-import io
-import math
-from datetime import UTC, date, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers.exact import AVRO, SCHEMA, differences, expected, messages, refused_offsets
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.ingest.dump import run_dump
 from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.tablefs import Store
-from tidemark_dev.generator import Message, create_topic, produce
+from tidemark_dev.generator import create_topic, produce
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = {
-    "event_id": "string not null",
-    "event_time": "timestamp not null",
-    "ts": "timestamp",
-    "d": "date",
-    "tiny": "tinyint",
-    "small": "smallint",
-    "i": "int",
-    "big": "bigint",
-    "f": "float",
-    "db": "double",
-    "dec": "decimal(38,0)",
-    "dsm": "decimal(9,2)",
-    "flag": "boolean",
-    "s": "string",
-    "b": "binary",
-    "arr": "array<bigint>",
-    "arr_ts": "array<timestamp>",
-    "st": "struct<x:int,t:timestamp>",
-    "mp": "map<string,bigint>",
-    "mp_d": "map<string,date>",
-}
-
-
-def _nullable(kind: Any) -> list[Any]:
-    return ["null", kind]
-
-
-MICROS = {"type": "long", "logicalType": "timestamp-micros"}
-DATE = {"type": "int", "logicalType": "date"}
-AVRO = {
-    "type": "record",
-    "name": "Edge",
-    "fields": [
-        {"name": "event_id", "type": "string"},
-        {"name": "event_time", "type": MICROS},
-        *(
-            {"name": name, "type": _nullable(kind), "default": None}
-            for name, kind in [
-                ("ts", MICROS),
-                ("d", DATE),
-                ("tiny", "int"),
-                ("small", "int"),
-                ("i", "int"),
-                ("big", "long"),
-                ("f", "float"),
-                ("db", "double"),
-                ("dec", {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 0}),
-                ("dsm", {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}),
-                ("flag", "boolean"),
-                ("s", "string"),
-                ("b", "bytes"),
-                ("arr", {"type": "array", "items": _nullable("long")}),
-                ("arr_ts", {"type": "array", "items": MICROS}),
-                (
-                    "st",
-                    {
-                        "type": "record",
-                        "name": "Inner",
-                        "fields": [
-                            {"name": "x", "type": _nullable("int"), "default": None},
-                            {"name": "t", "type": _nullable(MICROS), "default": None},
-                        ],
-                    },
-                ),
-                ("mp", {"type": "map", "values": _nullable("long")}),
-                ("mp_d", {"type": "map", "values": DATE}),
-            ]
-        ),
-    ],
-}
-
-
-def _ts(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
-
-
-# (values, refused by: "both" formats, "orc" only, or None: every reader reads it exactly)
-EDGES: list[tuple[dict[str, Any], str | None]] = [
-    ({"ts": _ts(1969, 7, 20, 20, 17, 40, 123456)}, "orc"),
-    ({"ts": _ts(1969, 12, 31, 23, 59, 59, 999999)}, "orc"),
-    ({"ts": _ts(1899, 12, 31, 23, 59, 59, 500000)}, "orc"),
-    ({"ts": _ts(1969, 12, 31, 23, 59, 58)}, None),
-    ({"ts": _ts(1899, 12, 31, 23, 59, 59)}, None),
-    ({"ts": _ts(1000, 1, 1, 12)}, "both"),
-    ({"ts": _ts(1582, 10, 4)}, "both"),
-    ({"ts": _ts(1582, 10, 15)}, "orc"),
-    ({"ts": _ts(1677, 9, 22)}, None),
-    ({"ts": _ts(1970, 1, 1, 0, 0, 0, 1)}, None),
-    ({"ts": _ts(2262, 4, 12)}, "orc"),
-    ({"ts": _ts(9999, 12, 31, 23, 59, 59, 999999)}, "orc"),
-    ({"d": date(1000, 1, 1)}, "both"),
-    ({"d": date(1582, 10, 4)}, "both"),
-    ({"d": date(1582, 10, 15)}, None),
-    ({"d": date(1899, 12, 31)}, None),
-    ({"d": date(1969, 12, 31)}, None),
-    ({"d": date(2262, 4, 12)}, None),
-    ({"d": date(9999, 12, 31)}, None),
-    ({"tiny": -128, "small": -32768, "i": -(2**31), "big": -(2**63)}, None),
-    ({"tiny": 127, "small": 32767, "i": 2**31 - 1, "big": 2**63 - 1}, None),
-    ({"dec": Decimal(10**38 - 1), "dsm": Decimal("9999999.99")}, None),
-    ({"dec": Decimal(-(10**38) + 1), "dsm": Decimal("-9999999.99")}, None),
-    ({"f": float("nan"), "db": float("nan")}, None),
-    ({"f": -0.0, "db": -0.0}, None),
-    ({"f": float("inf"), "db": float("-inf")}, None),
-    ({"f": 3.4028234663852886e38, "db": 5e-324}, None),
-    ({"db": 1.7976931348623157e308, "flag": False}, None),
-    ({"s": "", "b": b"", "flag": True}, None),
-    ({"s": "ünï \u6f22 \u00a0", "b": b"\x00\xff"}, None),
-    ({"arr": [], "arr_ts": [], "mp": {}, "mp_d": {}}, None),
-    ({"arr": [None, -(2**63)], "mp": {"k": None, "": 1}}, None),
-    ({"st": {"x": None, "t": None}}, None),
-    ({"st": {"x": -1, "t": _ts(2026, 11, 22, 10, 0, 0, 1)}}, None),
-    ({"arr_ts": [_ts(1969, 12, 31, 23, 59, 59, 500000)]}, "orc"),
-    ({"arr_ts": [_ts(1000, 1, 1)]}, "both"),
-    ({"st": {"x": 1, "t": _ts(1500, 1, 1)}}, "both"),
-    ({"mp_d": {"a": date(1000, 1, 1)}}, "both"),
-    ({"mp_d": {"a": date(2000, 2, 29)}}, None),
-]
-
-
-def _messages() -> list[Message]:
-    from fastavro import parse_schema, schemaless_writer
-
-    parsed = parse_schema(AVRO)
-    out = []
-    for n, (values, _) in enumerate(EDGES):
-        record = {f["name"]: None for f in AVRO["fields"]}
-        event_time = at(10, n % 60)
-        record.update(event_id=f"e{n}", event_time=event_time, **values)
-        buffer = io.BytesIO()
-        schemaless_writer(buffer, parsed, record)
-        out.append(Message(0, buffer.getvalue(), None, event_time))
-    return out
-
-
-def _expected(fmt: str) -> tuple[dict[str, dict[str, Any]], set[str]]:
-    """The rows every reader must read (event id -> values), and the refused event ids."""
-    rows, refused = {}, set()
-    for n, (values, refused_by) in enumerate(EDGES):
-        if refused_by in ("both", fmt):
-            refused.add(f"e{n}")
-            continue
-        row = {name: None for name in SCHEMA if name not in ("event_id", "event_time")}
-        row.update(values)
-        rows[f"e{n}"] = row
-    return rows, refused
-
-
-def _same(got: Any, want: Any) -> bool:
-    """Exactly equal: NaN is NaN, -0.0 is not 0.0, an instant is an instant."""
-    if isinstance(want, float):
-        if not isinstance(got, float):
-            return False
-        if math.isnan(want):
-            return math.isnan(got)
-        return got == want and math.copysign(1.0, got) == math.copysign(1.0, want)
-    if isinstance(want, datetime):
-        if not isinstance(got, datetime):
-            return False
-        return (got if got.tzinfo else got.replace(tzinfo=UTC)) == want
-    if isinstance(want, dict):
-        got = dict(got) if isinstance(got, list) else got  # pyarrow reads a map as pairs
-        return isinstance(got, dict) and got.keys() == want.keys() and all(_same(got[k], want[k]) for k in want)
-    if isinstance(want, list):
-        return isinstance(got, list) and len(got) == len(want) and all(map(_same, got, want))
-    if isinstance(want, bytes):
-        return isinstance(got, (bytes, bytearray)) and bytes(got) == want
-    return type(got) is type(want) and got == want if want is not None else got is None
-
-
-def _differences(reader: str, got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]]) -> list[str]:
-    problems = [f"{reader}: rows {sorted(set(got) ^ set(want))} differ"] if got.keys() != want.keys() else []
-    for event_id in sorted(set(got) & set(want)):
-        for column, value in want[event_id].items():
-            if not _same(got[event_id].get(column), value):
-                problems.append(f"{reader}: {event_id}.{column} read {got[event_id].get(column)!r}, wrote {value!r}")
-    return problems
+HOUR_10 = "dt = '2026-11-22' AND hr = '10'"
 
 
 def _spark_rows(spark: Any, table: str, *, hive_serde: bool) -> dict[str, dict[str, Any]]:
@@ -212,7 +33,7 @@ def _spark_rows(spark: Any, table: str, *, hive_serde: bool) -> dict[str, dict[s
     spark.conf.set("spark.sql.hive.convertMetastoreOrc", flag)
     try:
         spark.catalog.refreshTable(table)
-        frame = spark.sql(f"SELECT * FROM `{table}` WHERE dt = '2026-11-22' AND hr = '10'")
+        frame = spark.sql(f"SELECT * FROM `{table}` WHERE {HOUR_10}")
         return {r["event_id"]: r.asDict(recursive=True) for r in frame.collect()}
     finally:
         spark.conf.unset("spark.sql.hive.convertMetastoreParquet")
@@ -240,9 +61,9 @@ def _pyarrow_rows(spark: Any, table: str) -> dict[str, dict[str, Any]]:
 
 def _read_everywhere(spark: Any, table: str, want: dict[str, dict[str, Any]]) -> list[str]:
     return [
-        *_differences("spark", _spark_rows(spark, table, hive_serde=False), want),
-        *_differences("spark through the Hive SerDe", _spark_rows(spark, table, hive_serde=True), want),
-        *_differences("pyarrow", _pyarrow_rows(spark, table), want),
+        *differences("spark", _spark_rows(spark, table, hive_serde=False), want),
+        *differences("spark through the Hive SerDe", _spark_rows(spark, table, hive_serde=True), want),
+        *differences("pyarrow", _pyarrow_rows(spark, table), want),
     ]
 
 
@@ -261,22 +82,14 @@ def test_every_value_is_read_exactly_or_refused(
     )
     table, topic = config.table, config.source.topic
     create_topic(broker, topic, 1)
-    produce(broker, topic, _messages())
-    run_dump(spark, config, settings, "run-1", at(11))
-    closing = {f["name"]: None for f in AVRO["fields"]}
-    closing.update(event_id="closing", event_time=at(11, 40))
-    from fastavro import parse_schema, schemaless_writer
+    produce(broker, topic, messages())
+    run_dump(spark, config, settings, "run-1", at(12))
+    assert "2026-11-22T10" in run_seal(spark, config, settings, "run-1").sealed
 
-    buffer = io.BytesIO()
-    schemaless_writer(buffer, parse_schema(AVRO), closing)
-    produce(broker, topic, [Message(0, buffer.getvalue(), None, at(11, 40))])
-    run_dump(spark, config, settings, "run-2", at(12))
-    assert "2026-11-22T10" in run_seal(spark, config, settings, "run-2").sealed
-
-    want, refused = _expected(fmt)
+    want, _ = expected(fmt)
     _, dirty, reasons = landed(settings, table)
+    assert set(dirty) == refused_offsets(fmt)
     assert {reasons[k] for k in dirty} == {f"unrepresentable_in_{fmt}"}
-    assert set(dirty) == {(0, int(event_id[1:])) for event_id in refused}  # one message per offset
     assert _read_everywhere(spark, table, want) == [], "the seal's hour (pyarrow's writer)"
 
     (done,) = run_rebuild(spark, config, settings, "rebuild-1", ["2026-11-22T10"]).hours

@@ -64,36 +64,51 @@ def test_a_replay_lands_what_the_fixed_schema_accepts_and_the_hour_seals_and_reb
     clean = [(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 10)]
     no_type = [(0, at(10, 25), {"event_type": None}), (1, at(10, 35), {"event_type": None})]
     delivered = produce(broker, config.source.topic, records(clean + no_type))
-    delivered += produce(broker, config.source.topic, [Message(0, b"not json", "invalid_json", None)])
+    delivered += produce(
+        broker,
+        config.source.topic,
+        [Message(0, b"not json", "invalid_json", None), Message(1, None, "tombstone", None)],
+    )
     produced = Counter((p, o) for p, o, _ in delivered)
     first = run_dump(spark, config, settings, "run-1", at(11))
-    assert (first.rows, first.dirty) == (12, 3)
+    assert (first.read, first.rows, first.dirty, first.tombstones) == (16, 12, 3, 1)
 
     # Before the fix, a replay classifies them again and they stay dirty: still in one place.
     unchanged = replay_dirty(spark, config, settings, "replay-1", request_for(why="try before the fix"))
-    assert (unchanged.batch_id, unchanged.rows, unchanged.dirty) == (1, 0, 3)
+    assert (unchanged.batch_id, unchanged.rows, unchanged.dirty, unchanged.tombstones) == (1, 0, 3, 1)
+    # the tombstone was read again, not produced again: every count still adds up to the files
+    counted = table_status(config, settings)
+    assert (counted["rows"], counted["dirty"], counted["tombstones"]) == (12, 3, 1)
     layout = Layout(settings, table)
     assert layout.dirty_batches() == [1] and layout.replayed_dirty_dir(0).exists()
     rows, dirty, reasons = landed(settings, table)
     assert rows + dirty == produced
-    assert sorted(reasons.values()) == ["invalid_json", "missing_field", "missing_field"]
+    assert sorted(reasons.values()) == ["invalid_json", "missing_field", "missing_field", "tombstone"]
 
     # The fix: event_type is nullable. The replay lands the two records as rows of hour 10.
     good = fixed(settings, table)
     with pytest.raises(ReplayError, match=r"batches \[0\] have no dirty records"):
         replay_dirty(spark, good, settings, "replay-x", request_for((0,)))
     done = replay_dirty(spark, good, settings, "replay-2", request_for())
-    assert (done.batch_id, done.status, done.read, done.rows, done.dirty) == (2, "committed", 3, 2, 1)
+    assert (done.batch_id, done.status, done.read, done.rows, done.dirty, done.tombstones) == (
+        2,
+        "committed",
+        4,
+        2,
+        1,
+        1,
+    )
     rows, dirty, reasons = landed(settings, table)
-    assert rows + dirty == produced and list(reasons.values()) == ["invalid_json"]
+    assert rows + dirty == produced and sorted(reasons.values()) == ["invalid_json", "tombstone"]
     assert replay_dirty(spark, good, settings, "replay-2", request_for()).status == "already_committed"
     log = CommitLog(settings.state_dir, table)
     commit = log.commit(2)
     assert commit is not None and commit.replayed_batches == (1,) and commit.dirty_replaced == 3
+    assert commit.tombstones_replaced == 1
     assert commit.rows_per_hour == {"dt=2026-11-22/hr=10": 2} and commit.ranges == ()
     state = log.state()
-    assert (state.rows, state.dirty) == (14, 1)
-    assert state.end_offsets == {0: 8, 1: 7}  # offsets untouched by replays
+    assert (state.rows, state.dirty, state.tombstones) == (14, 1, 1)
+    assert state.end_offsets == {0: 8, 1: 8}  # offsets untouched by replays
     audit = [r for r in AuditLog(settings.state_dir, table).records() if r.action == "replay"]
     assert [(r.batch_id, r.detail["batches"], r.by) for r in audit] == [(1, [0], "ops"), (2, [1], "ops")]
     assert any("replay batch 2 by ops" in line for line in table_status(good, settings)["decisions"])

@@ -142,6 +142,36 @@ def test_a_registry_that_does_not_answer_fails_the_block_not_a_record(schema_reg
         Classifier(spec_of(config)).classify(block(values))
 
 
+def test_a_registry_that_accepts_and_never_answers_fails_the_block_in_bounded_time(
+    schema_registry: str,
+) -> None:
+    """Under the default client settings (the client's own have no timeout: it hung forever)."""
+    import time
+
+    from tests.helpers.net import SilentServer
+
+    values = avro_events(schema_registry, [{}], topic="t")
+    with SilentServer() as hung:
+        config = avro_config(hung.url)
+        started = time.monotonic()
+        with pytest.raises(SchemaRegistryUnavailableError, match=r"schema id 1: .*Timeout"):
+            Classifier(spec_of(config)).classify(block(values))
+    assert time.monotonic() - started < 120  # a bound, not a speed: without a timeout it never returns
+
+
+def test_a_404_that_is_not_the_registrys_own_fails_the_block_not_a_record(schema_registry: str) -> None:
+    """A wrong URL (or a proxy's page) answers 404 without the registry's 40403: not the
+    record's fault, so no record may go dirty as ``unknown_schema_id``."""
+    values = avro_events(schema_registry, [{}], topic="t")
+    config = avro_config(f"{schema_registry}/not/the/registry")
+    with pytest.raises(SchemaRegistryUnavailableError, match=r"HTTP 404"):
+        Classifier(spec_of(config)).classify(block(values))
+    unknown = avro_config(schema_registry)
+    framed_99 = b"\x00\x00\x00\x00\x63" + values[0][5:]  # an id the registry does not have
+    _, dirty = verdicts(unknown, [framed_99])
+    assert [r["reason"] for r in dirty.values()] == ["unknown_schema_id"]
+
+
 def test_avro_configs_are_refused_when_they_cannot_hold() -> None:
     with pytest.raises(ConfigError, match="format avro needs exactly one of schema_registry"):
         events_config(source__format="avro")

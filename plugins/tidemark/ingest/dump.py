@@ -66,6 +66,7 @@ class DumpResult:
     dirty: int
     late: int = 0
     offsets: dict[int, list[int]] = field(default_factory=dict)
+    tombstones: int = 0  # messages without a value: read == rows + dirty + tombstones + late
     # seconds per phase of this attempt (plan, rollback, read_stage, reconcile, publish, commit)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -285,7 +286,8 @@ def run_dump(
         crash_point("after_commit_record")
         publisher.finish(commit.files)
         log.info(
-            "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, late %s, files %s, hours %s; "
+            "%s: committed batch %s (run %s): read %s, rows %s, dirty %s %s, tombstones %s, late %s, files %s, "
+            "hours %s; "
             "global ready time %s; seconds %s",
             config.table,
             commit.batch_id,
@@ -294,6 +296,7 @@ def run_dump(
             commit.rows,
             dirty,
             reasons,
+            commit.tombstones,
             commit.late,
             len(files),
             sorted(folded.rows_per_hour),
@@ -379,6 +382,7 @@ def _result(commit: Commit, status: str) -> DumpResult:
         dirty=commit.dirty,
         late=commit.late,
         offsets={r.mq_partition: [r.start, r.end] for r in commit.ranges},
+        tombstones=commit.tombstones,
     )
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from tidemark.errors import BrokerUnavailableError, ConfigError
+from tidemark.errors import BrokerRefusedError, BrokerUnavailableError, ConfigError
+from tidemark.masking import mask_text
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,75 @@ def resolve_env(properties: Mapping[str, str], where: str) -> dict[str, str]:
     return resolved
 
 
-def _consumer(conf: dict[str, Any]) -> Any:
+class ClientErrors:
+    """librdkafka's error events of one client (its ``error_cb``, served by ``poll``)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+        self.all_down_since: float | None = None
+
+    def __call__(self, error: Any) -> None:
+        self.seen.append(error)
+        if error.name() == "_ALL_BROKERS_DOWN" and self.all_down_since is None:
+            self.all_down_since = time.monotonic()
+
+    def refusal(self) -> str | None:
+        """The broker's reason when it refused this client (authentication, TLS, protocol)."""
+        for error in self.seen:
+            text = error.str()
+            if error.name() in ("_AUTHENTICATION", "_SSL") or error.fatal():
+                return text
+            if error.name() == "_TRANSPORT" and ("SSL" in text or "security.protocol" in text):
+                return text
+        if self.all_down_since is not None and time.monotonic() - self.all_down_since > REFUSED_AFTER_S:
+            return (
+                "every connection closes at once (a listener that speaks another security.protocol, "
+                "or a certificate it refuses)"
+            )
+        return None
+
+
+# A broker that accepts TCP connections and closes each at once for this long refuses this client
+REFUSED_AFTER_S = 4.0
+
+
+def _consumer(conf: dict[str, Any]) -> tuple[Any, ClientErrors]:
     from confluent_kafka import Consumer
 
-    return Consumer({"group.id": "tidemark-planner", "enable.auto.commit": False, **conf})
+    errors = ClientErrors()
+    consumer = Consumer(
+        {"group.id": "tidemark-planner", "enable.auto.commit": False, "error_cb": errors, **conf}
+    )
+    return consumer, errors
+
+
+def refused(conf: Mapping[str, Any], reason: str, topic: str = "") -> BrokerRefusedError:
+    return BrokerRefusedError(
+        str(conf["bootstrap.servers"]),
+        str(conf.get("security.protocol", "PLAINTEXT")).upper(),
+        str(conf.get("sasl.mechanism", conf.get("sasl.mechanisms", ""))),
+        mask_text(reason),
+        topic,
+    )
+
+
+def metadata(consumer: Any, errors: ClientErrors, conf: Mapping[str, Any], topic: str | None) -> Any:
+    """The broker's metadata (of ``topic``, or all), failing in seconds with BrokerRefusedError
+    when the broker refuses this client, instead of waiting out the timeout on a generic
+    transport failure."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            return consumer.list_topics(topic, timeout=1.0)
+        except KafkaException as exc:
+            consumer.poll(0.1)  # serves error_cb
+            reason = errors.refusal()
+            if reason is not None:
+                raise refused(conf, reason, topic or "") from None
+            if time.monotonic() > deadline:
+                raise _unavailable(conf, topic or "(all topics)", exc) from exc
 
 
 def _unavailable(conf: Mapping[str, Any], topic: str, exc: BaseException) -> BrokerUnavailableError:
@@ -83,12 +150,10 @@ def list_topics(conf: dict[str, Any]) -> list[str]:
     from confluent_kafka import KafkaException
 
     _probe(conf["bootstrap.servers"])
-    consumer = _consumer(conf)
+    consumer, errors = _consumer(conf)
     try:
-        metadata = consumer.list_topics(timeout=TIMEOUT_S)
-        return sorted(
-            t for t, info in metadata.topics.items() if info.error is None and not t.startswith("__")
-        )
+        found = metadata(consumer, errors, conf, None)
+        return sorted(t for t, info in found.topics.items() if info.error is None and not t.startswith("__"))
     except KafkaException as exc:
         raise _unavailable(conf, "(all topics)", exc) from exc
     finally:
@@ -100,10 +165,9 @@ def partition_offsets(conf: dict[str, Any], topic: str) -> dict[int, tuple[int, 
     from confluent_kafka import KafkaException, TopicPartition
 
     _probe(conf["bootstrap.servers"])
-    consumer = _consumer(conf)
+    consumer, errors = _consumer(conf)
     try:
-        metadata = consumer.list_topics(topic, timeout=TIMEOUT_S)
-        info = metadata.topics.get(topic)
+        info = metadata(consumer, errors, conf, topic).topics.get(topic)
         if info is None or info.error is not None:
             raise BrokerUnavailableError(
                 f"topic {topic!r} not found on {conf['bootstrap.servers']}"
@@ -128,7 +192,7 @@ def commit_group_offsets(
     what was committed."""
     from confluent_kafka import TopicPartition
 
-    consumer = _consumer({**conf, "group.id": group})
+    consumer, _ = _consumer({**conf, "group.id": group})
     try:
         committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=TIMEOUT_S)
         current = {tp.partition: int(tp.offset) for tp in committed}
@@ -146,7 +210,7 @@ def group_offsets(conf: dict[str, Any], group: str, topic: str, partitions: list
     """Committed offsets of ``group`` (-1 where none)."""
     from confluent_kafka import TopicPartition
 
-    consumer = _consumer({**conf, "group.id": group})
+    consumer, _ = _consumer({**conf, "group.id": group})
     try:
         committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=TIMEOUT_S)
         return {tp.partition: int(tp.offset) for tp in committed}

@@ -1,10 +1,15 @@
 """Writer schemas of framed topics: the Schema Registry (Confluent's REST API, through
 confluent-kafka's own client), or one schema file for topics without framing.
 
-A schema id the registry does not know is the record's fault (dirty ``unknown_schema_id``);
-a registry that does not answer is nobody's record's fault: it raises
+A schema id the registry does not know is the record's fault (dirty ``unknown_schema_id``):
+the registry says so with its own error code (40403; 40401/40402 for a subject or version).
+Everything else is nobody's record's fault: a 404 without those codes (a wrong URL, a proxy's
+page), a registry that refuses, hangs or fails raises
 :class:`~tidemark.errors.SchemaRegistryUnavailableError` and the batch fails before its commit,
-so its retry reads the same offsets. Schemas are immutable per id, so each task caches them.
+so its retry reads the same offsets. Every request has a timeout and is retried with backoff
+(``DEFAULT_CLIENT``, each overridable in ``source.schema_registry.properties``): a registry that
+accepts connections and never answers fails the task in about 35 s, never hangs it. Schemas are
+immutable per id, so each task caches them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,12 @@ from tidemark.ingest.kafka import resolve_env
 from tidemark.masking import mask_text
 
 log = logging.getLogger(__name__)
+
+# The client's own defaults wait forever on a registry that never answers (no timeout).
+# 3 tries of 10 s with 1 s, 2 s backoff (jittered): a hung registry costs a task ~33 s at most.
+DEFAULT_CLIENT = {"timeout": 10, "max.retries": 2, "retries.wait.ms": 1000, "retries.max.wait.ms": 5000}
+# The registry's own "not found" codes: schema id, subject, version (Confluent's REST API)
+NOT_FOUND_CODES = {40401, 40402, 40403}
 
 
 class UnknownSchemaIdError(LookupError):
@@ -88,7 +99,7 @@ class SchemaRegistry:
         if self._client is None:
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
-            conf: dict[str, Any] = {k: _typed(v) for k, v in self.properties.items()}
+            conf: dict[str, Any] = {**DEFAULT_CLIENT, **{k: _typed(v) for k, v in self.properties.items()}}
             if "basic.auth.user.info" in conf:
                 conf.setdefault("basic.auth.credentials.source", "USER_INFO")
             self._client = SchemaRegistryClient(conf)
@@ -147,14 +158,14 @@ class SchemaRegistry:
 
     @contextlib.contextmanager
     def _answers(self, what: str) -> Iterator[None]:
-        """404s are the record's or the user's (unknown id or subject); every other failure
-        is the registry's and fails the job."""
+        """The registry's own not-found codes are the record's or the user's (unknown id or
+        subject); every other failure, a bare 404 included, is the registry's and fails the job."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         try:
             yield
         except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
+            if exc.http_status_code == 404 and exc.error_code in NOT_FOUND_CODES:
                 raise UnknownSchemaIdError(f"{what}: {exc.error_message}") from None
             raise SchemaRegistryUnavailableError(
                 self.table, self.url, mask_text(f"{what}: HTTP {exc.http_status_code} {exc.error_message}")

@@ -218,7 +218,8 @@ def replay_and_stage(
             .collect()
         )
     reads = {int(r["mq_partition"]): int(r["n"]) for r in found}
-    replaced = sum(int(r["n"]) - int(r["t"] or 0) for r in found)
+    tombstones = sum(int(r["t"] or 0) for r in found)
+    replaced = sum(int(r["n"]) for r in found) - tombstones
     counts, admitted = stage_classified(
         classified_again(spark, files, spec),
         spec,
@@ -245,5 +246,10 @@ def replay_and_stage(
         folded.reasons,
     )
     return Staged(
-        stats, folded, admitted, extra={"replay": {**(plan.replay or {}), "dirty_replaced": replaced}}
+        stats,
+        folded,
+        admitted,
+        extra={
+            "replay": {**(plan.replay or {}), "dirty_replaced": replaced, "tombstones_replaced": tombstones}
+        },
     )

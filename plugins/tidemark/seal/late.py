@@ -2,7 +2,11 @@
 
 ``side_table`` registers every hour with late rows as a partition of ``<table>__late``;
 ``amend`` folds the late rows not yet in a sealed hour into it as a new version of its files
-(one rename per file: readers see the old version or the new one), which re-announces it.
+(one rename per file: readers see the old version or the new one), which re-announces it. The
+late files it folded are deleted once the amend's journal entry is written (and by the next
+amend, after a kill between the two): a row lives in one place, so no later registration of
+``<table>__late``, policy change or listing of the warehouse can read it twice. A rebuild
+re-reads the hour's batches from the topic, never the late files.
 """
 
 from __future__ import annotations
@@ -144,6 +148,17 @@ class LateRows:
         written = write_version_once(store, self.layout.relative(named), gather, self.lease)
         return self.layout.warehouse / written.directory
 
+    def _drop_folded(self, late_dir: Path, through: int) -> None:
+        """Delete the late files of batches <= ``through``: the hour's version holds their rows."""
+        folded = self.files.batch_files(late_dir, through=through)
+        if not folded:
+            return
+        self.fence()
+        store = self.layout.store
+        for path in folded:
+            store.delete(self.layout.relative(path))
+        log.info("%s: deleted %s late files folded into %s", self.config.table, len(folded), late_dir)
+
     def amend(self, state: LogState, partitions: JournalState, journal: HourJournal) -> list[JournalEntry]:
         """amend: fold late rows not yet in a sealed partition into it as a new file version."""
         entries: list[JournalEntry] = []
@@ -155,6 +170,7 @@ class LateRows:
             late_dir = (
                 self.layout.late_open_dir if self.layout.object_store else self.layout.late_dir
             ) / hour.path
+            self._drop_folded(late_dir, folded)  # a kill after the last amend's journal entry
             new_files = self.files.batch_files(late_dir, through=state.last_committed, after=folded)
             if not new_files:
                 continue
@@ -200,6 +216,8 @@ class LateRows:
             )
             self.fence()
             journal.append(entry)
+            crash_point("after_amend_entry")
+            self._drop_folded(late_dir, through)
             log.info(
                 "%s: hour %s amended to version %s with %s late rows of batches %s..%s",
                 self.config.table,

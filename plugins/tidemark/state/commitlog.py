@@ -208,6 +208,12 @@ class Commit:
         """Dirty records of earlier batches that this replay took over (rows now, or dirty again)."""
         return int(self.extra.get("replay", {}).get("dirty_replaced", 0))
 
+    @property
+    def tombstones_replaced(self) -> int:
+        """Tombstones of earlier batches that this replay read again (and counts again): each
+        message is counted once, by the last batch that holds it."""
+        return int(self.extra.get("replay", {}).get("tombstones_replaced", 0))
+
 
 @dataclass
 class LogState:
@@ -243,7 +249,7 @@ class LogState:
         self.rows += commit.rows
         self.dirty += commit.dirty - commit.dirty_replaced
         self.late += commit.late
-        self.tombstones += commit.tombstones
+        self.tombstones += commit.tombstones - commit.tombstones_replaced
         self.batches += 1
         for hour, n in commit.rows_per_hour.items():
             self.rows_per_hour[hour] = self.rows_per_hour.get(hour, 0) + n

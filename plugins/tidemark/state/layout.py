@@ -24,14 +24,18 @@ partition changes only by pointing it at a new directory (``versioned_hour``)::
     <table>__dirty/_open/batch_id=<batch>/                        dirty records until the commit
                                                                   record (then copied to
                                                                   batch_id=<batch>/)
-    <table>/dt=D/hr=H/_v<version>-b<batch>/part-<i>.parquet       a version of a sealed hour
-    <table>__late/dt=D/hr=H/_v<late rows>-b<batch>/               a version of a late partition
+    <table>/dt=D/hr=H/_versions/v<version>-b<batch>/part-<i>.parquet  a version of a sealed hour
+    <table>__late/dt=D/hr=H/_versions/v<late rows>-b<batch>/          a version of a late partition
     <table>__dirty/_replayed/batch_id=<batch>/                    a replay's input, copied (the
                                                                   visible originals deleted after
                                                                   the replay's commit record)
 
-The leading underscore of ``_open`` and the dot of ``.tidemark_staging`` hide them from
-path-based readers (Hive and Spark skip such names).
+The leading underscore of ``_open``, ``_versions`` and the dot of ``.tidemark_staging`` hide
+them from path-based readers (Hive and Spark skip such names). A version directory itself has a
+visible name: Hadoop's ``FileInputFormat`` (Hive, Spark through Hive's SerDes) refuses a
+partition location whose own name is hidden ("Input path does not exist"); tables written
+before 2026-11-26 have ``_v...`` versions directly in the hour, read by every other reader and
+by Hive's once a rebuild or an amend writes a new version.
 """
 
 from __future__ import annotations
@@ -51,8 +55,12 @@ COMPACTED_MARKER = "_tidemark_compacted.json"
 REPLAYED_MARKER = "_tidemark_replayed.json"  # object stores: a replayed batch's kept input is whole
 DATA_DOCS = "data_docs"
 STAGING = ".tidemark_staging"
-# _v<version or late rows, 4 digits or more>-b<batch>[-<owner>], _s<digest>
-_VERSION_DIR = re.compile(r"^(.*/_(?:v\d{4,}-b\d{10}|s[0-9a-f]{12})(?:-[0-9a-f]{8})?)/")
+VERSIONS = "_versions"  # hidden parent of an object-store partition's version directories
+# _versions/v<version or late rows, 4 digits or more>-b<batch>[-<owner>], _versions/s<digest>;
+# older releases: _v..., _s... directly in the partition
+_VERSION_DIR = re.compile(
+    rf"^(.*/(?:_|{VERSIONS}/)(?:v\d{{4,}}-b\d{{10}}|s[0-9a-f]{{12}})(?:-[0-9a-f]{{8}})?)/"
+)
 _BATCH_FILE = re.compile(r"part-b(\d{10})-(?:p\d+-)?\d+(?:-t\d{10})?\.parquet$")
 _ATTEMPT_TOKEN = re.compile(r"-t(\d{10})\.parquet$")
 
@@ -181,13 +189,13 @@ class Layout:
         """A version of a registered partition on an object store, named by its content (the
         step's version and the last batch it holds), so a retry finds its own directory and a
         later step never overwrites one a reader may be listing."""
-        return base / hour_path / f"_v{version:04d}-b{through_batch:010d}"
+        return base / hour_path / VERSIONS / f"v{version:04d}-b{through_batch:010d}"
 
     def snapshot_version(self, partition_dir: Path, run_id: str, content: str) -> Path:
         """Object stores: a version of a snapshot partition, named by the run and what it read
         (a retry of the run finds it; a run reading other hours or another base writes anew)."""
         digest = hashlib.sha256(f"{run_id}\n{content}".encode()).hexdigest()[:12]
-        return partition_dir / f"_s{digest}"
+        return partition_dir / VERSIONS / f"s{digest}"
 
     def hour_version(self, hour_path: str, version: int, through_batch: int) -> Path:
         """Object stores: the directory of version ``version`` of a sealed hour holding the

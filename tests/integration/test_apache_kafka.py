@@ -1,0 +1,258 @@
+"""Against the real Apache Kafka broker (``kafka`` fixture: KRaft from Maven Central's jars),
+what a look-alike hides: transactions (aborted records and control markers are offsets without
+a message; a read_committed plan stops at the last stable offset and never waits on an open
+transaction), compaction (offsets missing inside a planned range), and the secured listeners
+(SASL_SSL with SCRAM, mutual TLS): a dump and a seal run through them, and every way the broker
+refuses a client fails the dump in seconds with a named error that never shows the secret."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.tables import at, fresh_table, landed
+from tidemark.errors import BrokerRefusedError
+from tidemark.ingest.dump import run_dump
+from tidemark.seal.sealing import run_seal
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark_dev.generator import Message, create_topic, produce, records
+from tidemark_dev.kafka import KafkaService
+from tidemark_dev.tls import authority, pem_cert
+
+pytestmark = pytest.mark.integration
+
+
+def _transaction(
+    kafka: KafkaService, topic: str, messages: list[Message], *, txn_id: str, commit: bool | None
+) -> Any:
+    """Produce ``messages`` in one transaction; commit it, abort it, or (None) leave it open
+    and return the producer."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": kafka.listeners.plaintext, "transactional.id": txn_id, "linger.ms": 0}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for m in messages:
+        producer.produce(topic, m.value, partition=m.partition)
+    producer.flush(30)
+    if commit is True:
+        producer.commit_transaction(30)
+    elif commit is False:
+        producer.abort_transaction(30)
+    return producer
+
+
+def _event_ids(spark: Any, table: str) -> Counter[str]:
+    spark.catalog.refreshTable(table)
+    return Counter(r[0] for r in spark.sql(f"SELECT event_id FROM `{table}`").collect())
+
+
+def test_transactions_committed_aborted_and_open_land_exactly(
+    spark: Any, kafka: KafkaService, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
+    topic = config.source.topic
+    create_topic(kafka.listeners.plaintext, topic, 1)
+    first = records([(0, at(10, m)) for m in range(3)], prefix="a")
+    aborted = records([(0, at(10, 10 + m)) for m in range(2)], prefix="x")
+    second = records([(0, at(10, 20 + m)) for m in range(3)], prefix="c")
+    still_open = records([(0, at(10, 30 + m)) for m in range(2)], prefix="o")
+    _transaction(kafka, topic, first, txn_id=f"{topic}-1", commit=True)
+    _transaction(kafka, topic, aborted, txn_id=f"{topic}-2", commit=False)
+    _transaction(kafka, topic, second, txn_id=f"{topic}-1", commit=True)
+    open_producer = _transaction(kafka, topic, still_open, txn_id=f"{topic}-3", commit=None)
+
+    started = time.monotonic()
+    one = run_dump(spark, config, settings, "run-1", at(11))
+    assert time.monotonic() - started < 120, "a plan waited on the open transaction"
+    # read_committed: up to the last stable offset (the open transaction's first), no aborted record
+    assert (one.read, one.rows, one.dirty, one.tombstones) == (6, 6, 0, 0)
+    # 3 + marker + 2 aborted + marker + 3 + marker = 11 offsets, 6 messages; 11 is the open one's first
+    assert one.offsets == {0: [0, 11]}
+
+    open_producer.commit_transaction(30)
+    del open_producer
+    produce(kafka.listeners.plaintext, topic, records([(0, at(11, 40))], prefix="z"))
+    two = run_dump(spark, config, settings, "run-2", at(12))
+    assert (two.read, two.rows, two.dirty) == (3, 3, 0)
+    assert two.offsets[0][0] == 11  # the next plan starts where the last one ended: no gap, no re-read
+
+    assert "2026-11-22T10" in run_seal(spark, config, settings, "run-2").sealed
+    want = Counter(f"{p}-{i}" for p, n in (("a", 3), ("c", 3), ("o", 2)) for i in range(n))
+    got = _event_ids(spark, config.table)
+    assert +(got - Counter({"z-0": 1})) == want  # every committed record once, no aborted one
+    rows, dirty, _ = landed(settings, config.table)
+    assert not dirty and sum(rows.values()) == 9
+    state = CommitLog(settings.state_location, config.table).state()
+    assert (state.rows, state.dirty) == (9, 0)
+
+
+def test_a_compacted_topic_has_offsets_without_messages_inside_the_plan(
+    spark: Any, kafka: KafkaService, settings: Settings, tmp_path: Path
+) -> None:
+    """The cleaner removes superseded keys: the planned range spans offsets no message holds."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    config, settings = fresh_table(settings, tmp_path)
+    settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
+    topic = config.source.topic
+    compact = {
+        "cleanup.policy": "compact",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.0001",
+        "min.compaction.lag.ms": "0",
+        "delete.retention.ms": "0",
+    }
+    create_topic(kafka.listeners.plaintext, topic, 1, compact)
+    keyed = [
+        Message(0, m.value, None, m.event_time, key=f"k{i % 3}".encode())
+        for i, m in enumerate(records([(0, at(10, i)) for i in range(12)]))
+    ]
+    produce(kafka.listeners.plaintext, topic, keyed)
+
+    def surviving() -> list[int]:
+        consumer = Consumer(
+            {"bootstrap.servers": kafka.listeners.plaintext, "group.id": "t", "enable.partition.eof": True}
+        )
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        offsets = []
+        try:
+            while True:
+                m = consumer.poll(5)
+                if m is None or m.error():
+                    return offsets
+                offsets.append(m.offset())
+        finally:
+            consumer.close()
+
+    deadline = time.monotonic() + 90
+    while len(survivors := surviving()) == 12 and time.monotonic() < deadline:
+        produce(
+            kafka.listeners.plaintext, topic, [Message(0, keyed[-1].value, None, at(10, 59), key=b"roll")]
+        )
+        time.sleep(1)  # a new segment, so the cleaner may compact the older ones
+    assert len(survivors) < 12, "the cleaner never compacted the topic"
+    done = run_dump(spark, config, settings, "run-1", at(11))
+    assert done.offsets[0][0] == 0 and done.offsets[0][1] > max(survivors[:-1])
+    assert done.read == done.rows == len([o for o in surviving() if o < done.offsets[0][1]])
+    assert done.read < done.offsets[0][1] - done.offsets[0][0]  # offsets without a message
+    rows, dirty, _ = landed(settings, config.table)
+    assert not dirty and set(rows) <= {(0, o) for o in range(done.offsets[0][1])}
+
+
+@pytest.fixture(scope="module")
+def secured_user(kafka: KafkaService) -> tuple[str, str]:
+    user, password = "tidemark-job", "s3cret-Pa55-only-in-env"
+    kafka.add_user(user, password)
+    return user, password
+
+
+def test_a_dump_and_a_seal_through_sasl_ssl_and_mutual_tls_never_show_the_secret(
+    spark: Any,
+    kafka: KafkaService,
+    settings: Settings,
+    tmp_path: Path,
+    secured_user: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    user, password = secured_user
+    monkeypatch.setenv("TM_KAFKA_PASSWORD", password)
+    sasl = {**kafka.sasl_properties(user, "${TM_KAFKA_PASSWORD}")}
+    config, sasl_settings = fresh_table(settings, tmp_path, source__kafka_properties=sasl)
+    sasl_settings = replace(sasl_settings, kafka_bootstrap=kafka.listeners.sasl_ssl)
+    topic = config.source.topic
+    create_topic(kafka.listeners.plaintext, topic, 2)
+    sent = produce(
+        kafka.listeners.plaintext,
+        topic,
+        records([(p, at(10, m)) for p in (0, 1) for m in (0, 20, 40)] + [(0, at(11, 40)), (1, at(11, 40))]),
+    )
+    done = run_dump(spark, config, sasl_settings, "run-1", at(12))
+    assert (done.read, done.rows) == (8, 8)
+    assert "2026-11-22T10" in run_seal(spark, config, sasl_settings, "run-1").sealed
+    rows, _, _ = landed(sasl_settings, config.table)
+    assert rows == Counter((p, o) for p, o, _ in sent)
+
+    # the same topic through the mutual-TLS listener, as another table
+    mtls_config, mtls_settings = fresh_table(
+        settings, tmp_path, source__kafka_properties=kafka.mtls_properties()
+    )
+    mtls_config = mtls_config.model_copy(
+        update={"source": mtls_config.source.model_copy(update={"topic": topic})}
+    )
+    mtls_settings = replace(mtls_settings, kafka_bootstrap=kafka.listeners.ssl)
+    assert run_dump(spark, mtls_config, mtls_settings, "run-1", at(12)).rows == 8
+
+    leaked = [str(p) for p in sasl_settings.home.rglob("*") if p.is_file() and _holds(p, password)]
+    leaked += [
+        str(p)
+        for p in Path(str(sasl_settings.state_location)).rglob("*")
+        if p.is_file() and _holds(p, password)
+    ]
+    assert leaked == [] and password not in caplog.text
+
+
+def _holds(path: Path, secret: str) -> bool:
+    try:
+        return secret.encode() in path.read_bytes()
+    except OSError:
+        return False
+
+
+def test_every_refusal_of_the_broker_fails_the_dump_in_seconds_naming_it_never_the_secret(
+    spark: Any,
+    kafka: KafkaService,
+    settings: Settings,
+    tmp_path: Path,
+    secured_user: tuple[str, str],
+) -> None:
+    user, password = secured_user
+    other_ca = tmp_path / "other-ca.pem"
+    other_ca.write_bytes(pem_cert(authority("not the broker's CA")[1]))
+    expired_cert, expired_key = kafka.tls.client_signed(tmp_path / "expired", expired=True)
+    wrong = "Wr0ng-pa55word-xyz"
+    cases: dict[str, tuple[str, dict[str, str], str]] = {
+        "wrong password": (kafka.listeners.sasl_ssl, kafka.sasl_properties(user, wrong), "SCRAM-SHA-512"),
+        "unknown user": (kafka.listeners.sasl_ssl, kafka.sasl_properties("nobody", wrong), "SCRAM-SHA-512"),
+        "refused mechanism": (
+            kafka.listeners.sasl_ssl,
+            {**kafka.sasl_properties(user, password), "sasl.mechanism": "PLAIN"},
+            "PLAIN",
+        ),
+        "untrusted broker certificate": (
+            kafka.listeners.sasl_ssl,
+            {**kafka.sasl_properties(user, password), "ssl.ca.location": str(other_ca)},
+            "SCRAM-SHA-512",
+        ),
+        "expired client certificate": (
+            kafka.listeners.ssl,
+            {
+                **kafka.mtls_properties(),
+                "ssl.certificate.location": str(expired_cert),
+                "ssl.key.location": str(expired_key),
+            },
+            "",
+        ),
+        "plaintext client on the TLS listener": (kafka.listeners.ssl, {}, ""),
+    }
+    for case, (bootstrap, properties, mechanism) in cases.items():
+        config, own = fresh_table(settings, tmp_path, source__kafka_properties=properties)
+        own = replace(own, kafka_bootstrap=bootstrap)
+        started = time.monotonic()
+        with pytest.raises(BrokerRefusedError) as refused:
+            run_dump(spark, config, own, "run-1", at(12))
+        assert time.monotonic() - started < 30, f"{case}: not refused in seconds"
+        text = str(refused.value)
+        assert bootstrap in text and properties.get("security.protocol", "PLAINTEXT") in text, (case, text)
+        assert mechanism in text, (case, text)
+        assert wrong not in text and password not in text, (case, text)
