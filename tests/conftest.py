@@ -105,7 +105,9 @@ def kafka(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
     from tidemark_dev.kafka import KafkaService
 
     own = replace(
-        settings, home=tmp_path_factory.mktemp("kafka_home"), kafka_bootstrap=f"127.0.0.1:{free_port_block(4)}"
+        settings,
+        home=tmp_path_factory.mktemp("kafka_home"),
+        kafka_bootstrap=f"127.0.0.1:{free_port_block(4)}",
     )
     service = KafkaService(own)
     service.start()

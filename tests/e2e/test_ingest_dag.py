@@ -125,5 +125,7 @@ def test_ingest_dag_on_an_s3_warehouse_and_s3_state(
     sealed = HourJournal(settings.state_location, config.table).state().hours["2026-11-22T10"]
     assert sealed.rows == 6
     (directory,) = {version_dir_of(f) for f in sealed.files}
-    assert directory is not None and directory.startswith(f"{config.table}/dt=2026-11-22/hr=10/_versions/v0001-b")
+    assert directory is not None and directory.startswith(
+        f"{config.table}/dt=2026-11-22/hr=10/_versions/v0001-b"
+    )
     assert asset_events(dag_id) == [("2026-11-22T10", 1)]
