@@ -43,7 +43,7 @@ def _nullable(kind: Any) -> list[Any]:
 
 MICROS = {"type": "long", "logicalType": "timestamp-micros"}
 DATE = {"type": "int", "logicalType": "date"}
-AVRO = {
+AVRO: dict[str, Any] = {
     "type": "record",
     "name": "Edge",
     "fields": [
@@ -86,8 +86,10 @@ AVRO = {
 }
 
 
-def _ts(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+def _ts(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, micros: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, micros, tzinfo=UTC)
 
 
 # (values, refused by: "both" formats, "orc" only, or None: every reader reads it exactly)
@@ -144,7 +146,7 @@ def messages() -> list[Message]:
 def _message(event_id: str, event_time: datetime, values: dict[str, Any]) -> Message:
     from fastavro import parse_schema, schemaless_writer
 
-    record = {f["name"]: None for f in AVRO["fields"]}
+    record: dict[str, Any] = {f["name"]: None for f in AVRO["fields"]}
     record.update(event_id=event_id, event_time=event_time, **values)
     buffer = io.BytesIO()
     schemaless_writer(buffer, parse_schema(AVRO), record)

@@ -124,13 +124,13 @@ def test_a_compacted_topic_has_offsets_without_messages_inside_the_plan(
             {"bootstrap.servers": kafka.listeners.plaintext, "group.id": "t", "enable.partition.eof": True}
         )
         consumer.assign([TopicPartition(topic, 0, 0)])
-        offsets = []
+        offsets: list[int] = []
         try:
             while True:
                 m = consumer.poll(5)
                 if m is None or m.error():
                     return offsets
-                offsets.append(m.offset())
+                offsets.append(int(m.offset() or 0))
         finally:
             consumer.close()
 
