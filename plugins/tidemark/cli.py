@@ -335,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
         "broker's earliest offsets. Each decision is kept in the table's audit log (tidemark status).",
     )
     resolve.add_argument("--table", required=True)
-    resolve.add_argument("--action", required=True, choices=["replan", "skip", "accept", "rebase"])
+    resolve.add_argument(
+        "--action", required=True, choices=["replan", "skip", "accept", "rebase", "accept-loss"]
+    )
     _decision_arguments(resolve)
     resolve.set_defaults(func=cmd_resolve)
 

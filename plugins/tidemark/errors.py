@@ -91,6 +91,31 @@ class DataLossError(TidemarkError):
         )
 
 
+class OffsetsLostToRetentionError(DataLossError):
+    """The table's next offsets were deleted by the broker's retention (or a DeleteRecords)
+    before any batch read them: never skipped silently. One way out, audited:
+    ``tidemark resolve --table T --action accept-loss --reason ...`` (or, for a table that may
+    always lose what retention takes, ``source.on_data_loss: record_and_continue``)."""
+
+    def __init__(
+        self, table: str, topic: str, partition: int, first_missing: int, first_available: int
+    ) -> None:
+        self.table = table
+        self.first_missing = first_missing
+        self.first_available = first_available
+        super().__init__(
+            topic,
+            partition,
+            first_missing,
+            first_available,
+            when=f"before table {table} read them (first missing {first_missing}, first available "
+            f"{first_available})",
+            hint=f"accept the loss with tidemark resolve --table {table} --action accept-loss --reason '...' "
+            "(recorded in the audit log and counted in tidemark status), or set source.on_data_loss: "
+            "record_and_continue",
+        )
+
+
 class OffsetsWentBackError(TidemarkError):
     """The broker holds fewer offsets than the commit log already read (the topic was recreated
     or truncated, or a partition vanished): planning on would skip or re-read data silently."""

@@ -256,3 +256,52 @@ def test_every_refusal_of_the_broker_fails_the_dump_in_seconds_naming_it_never_t
         assert bootstrap in text and properties.get("security.protocol", "PLAINTEXT") in text, (case, text)
         assert mechanism in text, (case, text)
         assert wrong not in text and password not in text, (case, text)
+
+
+def test_offsets_lost_to_retention_stop_the_table_until_the_loss_is_accepted(
+    spark: Any, kafka: KafkaService, settings: Settings, tmp_path: Path
+) -> None:
+    """DeleteRecords moves the log start as retention does: the next planned offsets are gone."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from tidemark.errors import OffsetsLostToRetentionError
+    from tidemark.ingest.resolve import resolve
+    from tidemark.observe.status import table_status
+    from tidemark.state.audit import AuditLog
+
+    config, settings = fresh_table(settings, tmp_path)
+    settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
+    topic = config.source.topic
+    create_topic(kafka.listeners.plaintext, topic, 1)
+    produce(kafka.listeners.plaintext, topic, records([(0, at(10, m)) for m in range(5)]))
+    assert run_dump(spark, config, settings, "run-1", at(11)).rows == 5
+    produce(kafka.listeners.plaintext, topic, records([(0, at(10, 10 + m)) for m in range(5)], prefix="b"))
+    admin = AdminClient({"bootstrap.servers": kafka.listeners.plaintext})
+    (deleted,) = admin.delete_records([TopicPartition(topic, 0, 8)]).values()
+    deleted.result(30)
+
+    with pytest.raises(OffsetsLostToRetentionError) as lost:
+        run_dump(spark, config, settings, "run-2", at(11, 10))
+    text = str(lost.value)
+    assert (
+        config.table in text
+        and f"{topic}[0]" in text
+        and "first missing 5" in text
+        and "first available 8" in text
+    )
+    assert "--action accept-loss" in text
+    with pytest.raises(OffsetsLostToRetentionError):  # a retry: the same, never a silent skip
+        run_dump(spark, config, settings, "run-2", at(11, 10))
+
+    resolve(
+        config, settings, action="accept-loss", reason="retention outran an outage", by="ops", at=at(11, 20)
+    )
+    (record,) = [
+        r for r in AuditLog(settings.state_location, config.table).records() if r.action == "accept-loss"
+    ]
+    assert record.by == "ops" and "5..7" in record.offsets
+    after = run_dump(spark, config, settings, "run-3", at(11, 30))
+    assert after.rows == 2 and after.offsets == {0: [8, 10]}
+    status = table_status(config, settings)
+    assert (status["rows"], status["lost_to_retention"]) == (7, 3)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import DataLossError, OffsetsWentBackError
+from tidemark.errors import OffsetsLostToRetentionError, OffsetsWentBackError
 from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
 from tidemark.ingest.kafka import partition_offsets
@@ -52,7 +52,7 @@ def next_ranges(
         gap_from = gap_to = None
         if start < earliest:
             if source.on_data_loss == "fail":
-                raise DataLossError(source.topic, partition, start, earliest)
+                raise OffsetsLostToRetentionError(config.table, source.topic, partition, start, earliest)
             log.warning(
                 "%s: data loss on %s[%s]: offsets %s..%s removed by retention; continuing (recorded)",
                 config.table,

@@ -9,6 +9,7 @@ poison record that fails a task) stops the table until somebody decides. The dec
 | ``replan`` | closed with nothing read: the next run plans afresh from the last committed end, with the broker's offsets and its own clock | the plan itself is wrong (stale, retention moved past its start with ``on_data_loss: record_and_continue``) |
 | ``skip`` | closed with its offsets recorded as a gap: nothing of them lands | a poison range that must not block the table (replay it later from the broker if needed) |
 | ``accept`` | completed by the next run although its dirty records exceed ``max_dirty_ratio`` | the dirty records are understood; they land in ``<table>__dirty`` |
+| ``accept-loss`` | (no pending batch) each MQ partition whose next offsets retention deleted moves to the broker's earliest; the lost offsets are recorded as a gap and counted (``lost_to_retention`` in ``tidemark status``) | after ``OffsetsLostToRetentionError`` |
 | ``rebase`` | (no pending batch) MQ partitions the broker no longer has are dropped and those whose committed end is beyond the broker's latest restart at its earliest | after ``OffsetsWentBackError``: the topic was recreated or truncated |
 
 Each decision is an audit record (who, when, why, which batch and offsets) in the table's
@@ -36,7 +37,7 @@ from tidemark.state.locks import TableLock
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("replan", "skip", "accept", "rebase")
+ACTIONS = ("replan", "skip", "accept", "rebase", "accept-loss")
 
 
 def resolve(
@@ -67,7 +68,7 @@ def resolve(
             return done
         state = commit_log.state()
         pending = commit_log.pending_plan(state)
-        if action == "rebase":
+        if action in ("rebase", "accept-loss"):
             if pending is not None:
                 raise ResolveError(
                     f"{config.table}: {pending.describe()} is pending; resolve it first (replan or skip)"
@@ -75,7 +76,8 @@ def resolve(
             if broker_offsets is None:
                 conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
                 broker_offsets = partition_offsets(conf, config.source.topic)
-            return _rebase(
+            moves = _rebase if action == "rebase" else _accept_loss
+            return moves(
                 config, commit_log, audit, state, broker_offsets, reason=reason, by=by, at=at, run_id=run_id
             )
         if pending is None:
@@ -136,6 +138,51 @@ def _close(
             extra={"resolution": record.to_json(), **(extra or {})},
         )
     )
+
+
+def _accept_loss(
+    config: TableConfig,
+    commit_log: CommitLog,
+    audit: AuditLog,
+    state: LogState,
+    broker: dict[int, tuple[int, int]],
+    *,
+    reason: str,
+    by: str,
+    at: datetime,
+    run_id: str | None,
+) -> AuditRecord:
+    """Move every MQ partition whose committed end retention deleted to the broker's earliest,
+    the lost offsets recorded as the closing batch's gap."""
+    lost = {p: broker[p][0] for p, end in state.end_offsets.items() if p in broker and end < broker[p][0]}
+    if not lost:
+        raise ResolveError(f"{config.table}: no committed offset was lost to retention; nothing to accept")
+    offsets = ", ".join(f"[{p}] {state.end_offsets[p]}..{first - 1}" for p, first in sorted(lost.items()))
+    record = audit.append(
+        action="accept-loss",
+        reason=reason,
+        by=by,
+        at=at.isoformat(),
+        batch_id=state.last_committed + 1,
+        offsets=f"{config.source.topic} {offsets} lost to retention",
+        detail={
+            "lost": {str(p): [state.end_offsets[p], first] for p, first in lost.items()},
+            **({"run_id": run_id} if run_id else {}),
+        },
+    )
+    ranges = tuple(MqRange(p, first, first, state.end_offsets[p], first) for p, first in sorted(lost.items()))
+    plan = Plan(
+        config.table,
+        state.last_committed + 1,
+        f"resolve:accept-loss#{record.seq}",
+        config.source.topic,
+        at.isoformat(),
+        ranges,
+    )
+    commit_log.write_plan(plan)
+    _close(commit_log, plan, record, ranges)
+    log.warning("%s: %s", config.table, record.describe())
+    return record
 
 
 def _rebase(

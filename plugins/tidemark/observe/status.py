@@ -83,6 +83,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "rows": state.rows,
         "dirty": state.dirty,
         "tombstones": state.tombstones,
+        "lost_to_retention": state.lost_to_retention,
         "snapshots": snapshots(config, settings),
         "partitions": dict(sorted(partitions.items())),
         "recent_batches": batches,
@@ -186,7 +187,12 @@ def render(status: dict[str, Any]) -> str:
         + "".join(f"; {k} {status[k]}" for k in ("group", "family") if status.get(k))
         + ")",
         f"  batches committed: {status['batches_committed']} (last {status['last_committed_batch']}); "
-        f"rows {status['rows']}, dirty {status['dirty']}, tombstones {status['tombstones']}, late {status['late']}",
+        f"rows {status['rows']}, dirty {status['dirty']}, tombstones {status['tombstones']}, late {status['late']}"
+        + (
+            f", offsets lost to retention {status['lost_to_retention']}"
+            if status["lost_to_retention"]
+            else ""
+        ),
         f"  global ready time: {status['ready_time']} (held by MQ partition {status['ready_held_by']}, "
         f"idle {status['idle_partitions'] or 'none'}); sealed through {status['sealed_through']} "
         f"({status['hours_sealed']} hours; quarantined: {', '.join(status['hours_quarantined']) or 'none'})",

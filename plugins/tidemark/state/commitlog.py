@@ -225,6 +225,7 @@ class LogState:
     dirty: int = 0
     late: int = 0
     tombstones: int = 0
+    lost_to_retention: int = 0  # offsets retention deleted before a batch read them (recorded gaps)
     batches: int = 0
     rows_per_hour: dict[str, int] = field(default_factory=dict)
     late_per_hour: dict[str, int] = field(default_factory=dict)
@@ -250,6 +251,12 @@ class LogState:
         self.dirty += commit.dirty - commit.dirty_replaced
         self.late += commit.late
         self.tombstones += commit.tombstones - commit.tombstones_replaced
+        if not commit.committed_by_run.startswith("resolve:skip"):  # an operator's skip is not a loss
+            self.lost_to_retention += sum(
+                r.gap_to - r.gap_from
+                for r in commit.ranges
+                if r.gap_from is not None and r.gap_to is not None
+            )
         self.batches += 1
         for hour, n in commit.rows_per_hour.items():
             self.rows_per_hour[hour] = self.rows_per_hour.get(hour, 0) + n
