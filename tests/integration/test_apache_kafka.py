@@ -18,6 +18,7 @@ import pytest
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.errors import BrokerRefusedError
 from tidemark.ingest.dump import run_dump
+from tidemark.observe.status import table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
@@ -94,6 +95,13 @@ def test_transactions_committed_aborted_and_open_land_exactly(
     assert not dirty and sum(rows.values()) == 9
     state = CommitLog(settings.state_location, config.table).state()
     assert (state.rows, state.dirty) == (9, 0)
+    first_batch = CommitLog(settings.state_location, config.table).commit(0)
+    assert first_batch is not None
+    assert (first_batch.spanned, first_batch.read, first_batch.without_message) == (11, 6, 5)
+    assert "offsets spanned 11 == read 6 + without a message 5" in first_batch.reconciliation()
+    shown = table_status(config, settings)
+    assert shown["without_message"] == state.without_message
+    assert shown["recent_batches"][0]["without_message"] == 5
 
 
 def test_a_compacted_topic_has_offsets_without_messages_inside_the_plan(
@@ -267,7 +275,6 @@ def test_offsets_lost_to_retention_stop_the_table_until_the_loss_is_accepted(
 
     from tidemark.errors import OffsetsLostToRetentionError
     from tidemark.ingest.resolve import resolve
-    from tidemark.observe.status import table_status
     from tidemark.state.audit import AuditLog
 
     config, settings = fresh_table(settings, tmp_path)

@@ -286,7 +286,10 @@ def test_tombstones_are_counted_apart_and_the_status_adds_up(
     assert (status["rows"], status["dirty"], status["tombstones"], status["late"]) == (6, 1, 2, 0)
     (batch,) = status["recent_batches"]
     assert (batch["read"], batch["rows"], batch["dirty"], batch["tombstones"]) == (9, 6, 1, 2)
-    line = "read 9 == rows 6 + dirty 1 + tombstones 2 + late 0: holds"
+    line = (
+        "read 9 == rows 6 + dirty 1 + tombstones 2 + late 0: holds; "
+        "offsets spanned 9 == read 9 + without a message 0"
+    )
     assert batch["reconciliation"] == line
     text = render(status)
     assert "rows 6, dirty 1, tombstones 2, late 0" in text and f"#0 run tomb-1: {line}" in text

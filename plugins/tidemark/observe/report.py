@@ -95,6 +95,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "dirty": state.dirty,
         "tombstones": state.tombstones,
         "lost_to_retention": state.lost_to_retention,
+        "without_message": state.without_message,
         "late": state.late,
         "ready_time": state.ready.time if state.ready else None,
         "sealed_through": journal.sealed_through,
@@ -241,6 +242,7 @@ def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -
     summary = (
         f"topic <b>{e(data['topic'])}</b>; {data['batches']} batches (last {data['last_batch']}); rows {data['rows']}, "
         f"dirty {data['dirty']}, tombstones {data['tombstones']}, late {data['late']}, "
+        f"offsets without a message {data.get('without_message', 0)}, "
         f"offsets lost to retention {data.get('lost_to_retention', 0)}; global ready time <b>{e(str(data['ready_time']))}</b>; "
         f"sealed through <b>{e(str(data['sealed_through']))}</b>"
     )

@@ -31,6 +31,8 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
             "dirty": c.dirty,
             "tombstones": c.tombstones,
             "late": c.late,
+            "spanned": c.spanned,
+            "without_message": c.without_message,
             "reconciliation": c.reconciliation(),
             "offsets": {r.mq_partition: [r.start, r.end] for r in c.ranges},
         }
@@ -84,6 +86,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "dirty": state.dirty,
         "tombstones": state.tombstones,
         "lost_to_retention": state.lost_to_retention,
+        "without_message": state.without_message,
         "snapshots": snapshots(config, settings),
         "partitions": dict(sorted(partitions.items())),
         "recent_batches": batches,
@@ -188,6 +191,7 @@ def render(status: dict[str, Any]) -> str:
         + ")",
         f"  batches committed: {status['batches_committed']} (last {status['last_committed_batch']}); "
         f"rows {status['rows']}, dirty {status['dirty']}, tombstones {status['tombstones']}, late {status['late']}"
+        + (f", offsets without a message {status['without_message']}" if status["without_message"] else "")
         + (
             f", offsets lost to retention {status['lost_to_retention']}"
             if status["lost_to_retention"]

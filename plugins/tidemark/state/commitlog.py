@@ -190,6 +190,17 @@ class Commit:
     def read(self) -> int:
         return sum(p.read for p in self.mq_partitions)
 
+    @property
+    def spanned(self) -> int:
+        """Offsets the batch's ranges span (0 for a replay, which reads dirty records)."""
+        return sum(r.size for r in self.ranges)
+
+    @property
+    def without_message(self) -> int:
+        """Spanned offsets that held no message: transaction markers, aborted records,
+        compacted keys (the broker does not tell a consumer which)."""
+        return max(0, self.spanned - self.read) if self.ranges else 0
+
     def reconciliation(self) -> str:
         """``read N == rows + dirty + tombstones + late``, with the numbers, and whether it holds
         (a replay reads dirty records again, not offsets: it balances what it took over)."""
@@ -198,9 +209,14 @@ class Commit:
         dirty = sum(p.dirty for p in self.mq_partitions)
         total = rows + dirty + self.tombstones + late
         verdict = "holds" if total == self.read else "DOES NOT HOLD"
+        spans = (
+            f"; offsets spanned {self.spanned} == read {self.read} + without a message {self.without_message}"
+            if self.spanned
+            else ""
+        )
         return (
             f"read {self.read} == rows {rows} + dirty {dirty} + tombstones {self.tombstones} + late {late}: "
-            f"{verdict}"
+            f"{verdict}{spans}"
         )
 
     @property
@@ -226,6 +242,7 @@ class LogState:
     late: int = 0
     tombstones: int = 0
     lost_to_retention: int = 0  # offsets retention deleted before a batch read them (recorded gaps)
+    without_message: int = 0  # spanned offsets that held no message (markers, aborted, compacted)
     batches: int = 0
     rows_per_hour: dict[str, int] = field(default_factory=dict)
     late_per_hour: dict[str, int] = field(default_factory=dict)
@@ -251,6 +268,7 @@ class LogState:
         self.dirty += commit.dirty - commit.dirty_replaced
         self.late += commit.late
         self.tombstones += commit.tombstones - commit.tombstones_replaced
+        self.without_message += commit.without_message
         if not commit.committed_by_run.startswith("resolve:skip"):  # an operator's skip is not a loss
             self.lost_to_retention += sum(
                 r.gap_to - r.gap_from
