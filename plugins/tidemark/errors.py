@@ -116,6 +116,24 @@ class OffsetsLostToRetentionError(DataLossError):
         )
 
 
+class TopicRecreatedError(TidemarkError):
+    """The table's topic was deleted and created again under the same name (another topic id):
+    its offsets restart, so planning on from the committed ends would skip the new topic's
+    first records or read other records under old offsets. Nothing is planned until an
+    operator decides: ``tidemark resolve --table T --action rebase`` restarts every MQ
+    partition at the new topic's earliest offset (audited)."""
+
+    def __init__(self, table: str, topic: str, committed_id: str, broker_id: str) -> None:
+        self.table = table
+        self.topic = topic
+        super().__init__(
+            f"{table}: topic {topic} was created again (topic id {committed_id} in the commit log, {broker_id} "
+            f"on the broker): its offsets start over; nothing was planned. Decide with tidemark resolve "
+            f"--table {table} --action rebase --reason '...' (every MQ partition restarts at the new topic's "
+            "earliest offset)"
+        )
+
+
 class OffsetsWentBackError(TidemarkError):
     """The broker holds fewer offsets than the commit log already read (the topic was recreated
     or truncated, or a partition vanished): planning on would skip or re-read data silently."""

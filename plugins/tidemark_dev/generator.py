@@ -260,3 +260,45 @@ def change_messages(
                 placed.append((position, p, message))
                 position += 1
     return [message for _, _, message in sorted(placed, key=lambda item: item[:2])]
+
+
+def produce_in_transaction(
+    bootstrap: str, topic: str, messages: list[Message], *, transactional_id: str, commit: bool
+) -> list[tuple[int, int, Message]]:
+    """Produce ``messages`` in one Kafka transaction, then commit or abort it; returns (partition,
+    offset, message) of the committed ones ([] when aborted: those offsets hold no message a
+    read_committed consumer sees). Needs a broker with transactions (Apache Kafka)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
+    )
+    delivered: list[tuple[int, int, Message]] = []
+    errors: list[str] = []
+
+    def report(err: Any, msg: Any, *, message: Message) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            delivered.append((msg.partition(), msg.offset(), message))
+
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for message in messages:
+        producer.produce(
+            topic,
+            value=message.value,
+            key=message.key,
+            partition=message.partition,
+            on_delivery=functools.partial(report, message=message),
+        )
+        producer.poll(0)
+    producer.flush(60)
+    if errors:
+        producer.abort_transaction(30)
+        raise RuntimeError(f"produce to {topic} failed: {errors[:3]}")
+    if commit:
+        producer.commit_transaction(30)
+        return delivered
+    producer.abort_transaction(30)
+    return []

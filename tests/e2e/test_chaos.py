@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from tests.helpers.jobs import job_process
+from tests.helpers.chaos import JobClock, job, killed_at_random
 from tests.helpers.orders import send, snapshot, truth, write_parquet_source
 from tests.helpers.tables import PROCESSING, START, at, fresh_table, landed, late_landed
 from tidemark.ingest.dump import run_dump
@@ -33,7 +31,17 @@ from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout
-from tidemark_dev.generator import create_topic, events, order_changes, produce, records, state_after
+from tidemark_dev.generator import (
+    Message,
+    create_topic,
+    events,
+    order_changes,
+    produce,
+    produce_in_transaction,
+    records,
+    state_after,
+)
+from tidemark_dev.kafka import KafkaService
 
 pytestmark = pytest.mark.e2e
 
@@ -41,60 +49,56 @@ SEED = int(os.environ.get("TIDEMARK_CHAOS_SEED", "20261123"))
 ROUNDS = int(os.environ.get("TIDEMARK_CHAOS_ROUNDS", "2"))  # 2 in the suite (late data from the second on)
 
 
-def job(settings: Settings, name: str, table: str, run_id: str, *extra: str) -> subprocess.Popen[str]:
-    return job_process(settings, name, table, run_id, *extra)
-
-
-class JobClock:
-    """How long each kind of job ran to completion here, so a kill lands within a job's life
-    however fast this machine (and its JVM start: the class archive halves it) runs jobs."""
-
-    def __init__(self, first_guess: float) -> None:
-        self.first_guess = first_guess
-        self.seconds: dict[str, float] = {}
-
-    def lifetime(self, name: str) -> float:
-        return self.seconds.get(name, self.first_guess)
-
-    def finish(self, settings: Settings, name: str, table: str, run_id: str, *extra: str) -> None:
-        started = time.monotonic()
-        proc = job(settings, name, table, run_id, *extra)
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"{name} {run_id} failed after chaos:\n{err[-4000:]}"
-        self.seconds[name] = time.monotonic() - started
-
-
-def killed_at_random(proc: subprocess.Popen[str], rng: random.Random, lifetime: float) -> bool:
-    """SIGKILL the job's whole process group at a random moment of ``lifetime`` (how long such
-    a job took here); False if it ended first."""
-    deadline = time.monotonic() + rng.uniform(0.5, 0.85 * lifetime)
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            proc.communicate()
-            return False
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
-    return True
+Send = Callable[[str, list[Message], int], list[tuple[int, int, Message]]]
 
 
 def test_random_kills_of_dump_and_seal_lose_and_double_nothing(
     broker: str, settings: Settings, tmp_path: Path
 ) -> None:
+    _kills_of_dump_and_seal(
+        settings, tmp_path, lambda topic, messages, _: produce(broker, topic, messages), {}
+    )
+
+
+def test_random_kills_on_apache_kafka_with_aborted_transactions_lose_and_double_nothing(
+    kafka: KafkaService, settings: Settings, tmp_path: Path
+) -> None:
+    """The same chaos against Apache Kafka, every round's events written by transactional
+    producers of which one aborts: the aborted records never land, the rest exactly once."""
+    bootstrap = kafka.listeners.plaintext
+
+    def send(topic: str, messages: list[Message], r: int) -> list[tuple[int, int, Message]]:
+        third = len(messages) // 3
+        delivered = []
+        for i, chunk in enumerate((messages[:third], messages[third : 2 * third], messages[2 * third :])):
+            delivered += produce_in_transaction(
+                bootstrap, topic, chunk, transactional_id=f"{topic}-{r}-{i}", commit=i != 1
+            )
+        return delivered
+
+    # the events' oversized dirty records (> 1 MiB) are larger than Kafka's default limit
+    big = {"max.message.bytes": str(16 << 20)}
+    _kills_of_dump_and_seal(replace(settings, kafka_bootstrap=bootstrap), tmp_path, send, big)
+
+
+def _kills_of_dump_and_seal(
+    settings: Settings, tmp_path: Path, send: Send, topic_config: dict[str, str]
+) -> None:
+    broker = settings.kafka_bootstrap
     rng = random.Random(SEED)
     home = tmp_path / "home"  # its own Derby: the in-process Spark of other tests holds the shared one
     own = replace(settings, home=home, warehouse=str(home / "warehouse"))
     config, own = fresh_table(own, tmp_path, dirty__max_dirty_ratio=0.5)
-    create_topic(broker, config.source.topic, 3)
+    create_topic(broker, config.source.topic, 3, topic_config)
     produced: list[tuple[int, int, Any]] = []
     kills = 0
     clock = JobClock(first_guess=6.0)  # a dump or seal job with the class archive, on 2 cores
     for r in range(ROUNDS):
         hour = START + timedelta(hours=r)
-        produced += produce(
-            broker,
+        produced += send(
             config.source.topic,
-            events(90, start=hour, partitions=3, seed=SEED + r, dirty_fraction=0.05),
+            list(events(90, start=hour, partitions=3, seed=SEED + r, dirty_fraction=0.05)),
+            r,
         )
         if r:  # late data: records of the first hour, sealed by now
             produced += produce(

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_chaos import JobClock, killed_at_random
+from tests.helpers.chaos import JobClock, killed_at_random
 from tests.helpers.jobs import job_process
 from tests.helpers.tables import AMOUNT_AT_MOST_100, PROCESSING, START, fresh_table, landed, read_pairs
 from tidemark.settings import Settings

@@ -284,7 +284,7 @@ def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
     assert not store.all_files(replaced) and store.files(pointed.removeprefix(prefix)) == version_files
     records = {r.ref: r for r in SnapshotLog(settings.state_location, table).records()}
     assert sorted(records) == ["2026-11-22T10@v1", "base@v1"]
-    assert all(r.location and "/_s" in r.location for r in records.values())
+    assert all(r.location and "/_versions/s" in r.location for r in records.values())
 
     # a rebuild of hour 10 from the broker, killed after pointing the partition at version 3
     # and before its journal entry; its retry reuses the directory: the same rows as version 2

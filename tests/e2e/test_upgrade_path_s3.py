@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tests.e2e.test_chaos import killed_at_random
+from tests.helpers.chaos import killed_at_random
 from tests.helpers.jobs import job_env, job_process
 from tests.helpers.orders import Row, keyed_once, late_update, normal, send, truth
 from tests.helpers.s3cluster import cluster, job, lake, offsets, outcome, registered, s3_metastore, why

@@ -312,3 +312,47 @@ def test_offsets_lost_to_retention_stop_the_table_until_the_loss_is_accepted(
     assert after.rows == 2 and after.offsets == {0: [8, 10]}
     status = table_status(config, settings)
     assert (status["rows"], status["lost_to_retention"]) == (7, 3)
+
+
+def test_a_topic_created_again_stops_the_table_until_rebased_never_a_silent_skip(
+    spark: Any, kafka: KafkaService, settings: Settings, tmp_path: Path
+) -> None:
+    """The new topic holds more records than the old one's committed end: without its id the
+    plan would start at that end and skip the new topic's first records."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from tidemark.errors import TopicRecreatedError
+    from tidemark.ingest.resolve import resolve
+
+    config, settings = fresh_table(settings, tmp_path)
+    settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
+    topic = config.source.topic
+    create_topic(kafka.listeners.plaintext, topic, 1)
+    produce(kafka.listeners.plaintext, topic, records([(0, at(10, m)) for m in range(3)]))
+    assert run_dump(spark, config, settings, "run-1", at(11)).offsets == {0: [0, 3]}
+
+    admin = AdminClient({"bootstrap.servers": kafka.listeners.plaintext})
+    (gone,) = admin.delete_topics([topic]).values()
+    gone.result(30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            create_topic(kafka.listeners.plaintext, topic, 1)
+            break
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    again = produce(
+        kafka.listeners.plaintext, topic, records([(0, at(10, 30 + m)) for m in range(5)], prefix="n")
+    )
+
+    with pytest.raises(TopicRecreatedError, match=rf"{config.table}: topic {topic} was created again"):
+        run_dump(spark, config, settings, "run-2", at(11, 10))
+    resolve(config, settings, action="rebase", reason="the topic was recreated", by="ops", at=at(11, 20))
+    done = run_dump(spark, config, settings, "run-3", at(11, 30))
+    assert done.offsets == {0: [0, 5]} and done.rows == 5
+    rows, _, _ = landed(settings, config.table)
+    # the old topic's 3 rows and the new topic's 5 (its offsets 0..2 again: another topic's)
+    assert sum(rows.values()) == 8 and {(p, o) for p, o, _ in again} <= set(rows)

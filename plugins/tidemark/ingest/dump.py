@@ -278,6 +278,7 @@ def run_dump(
                 extra={
                     "dirty_reasons": reasons,
                     "tombstones": sum(s.tombstones for s in stats),
+                    **({"topic_id": plan.topic_id} if plan.topic_id else {}),
                     **staged.extra,
                 },
             )

@@ -184,6 +184,24 @@ def partition_offsets(conf: dict[str, Any], topic: str) -> dict[int, tuple[int, 
         consumer.close()
 
 
+def topic_id(conf: dict[str, Any], topic: str) -> str | None:
+    """The broker's id of ``topic`` (Kafka 2.8+), or None where the broker does not say
+    (a Kafka-protocol look-alike without DescribeTopicPartitions): then no identity check."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({k: v for k, v in conf.items() if k not in ("group.id", "enable.auto.commit")})
+    try:
+        (future,) = admin.describe_topics(TopicCollection([topic]), request_timeout=TIMEOUT_S).values()
+        found = future.result(TIMEOUT_S)
+    except Exception as exc:  # an older broker or a look-alike: no id, no check
+        log.debug("%s: no topic id from the broker: %s", topic, exc)
+        return None
+    identity = getattr(found, "topic_id", None)
+    text = str(identity) if identity is not None else ""
+    return text if text and text.strip("A") not in ("", "=") else None
+
+
 def commit_group_offsets(
     conf: dict[str, Any], group: str, topic: str, ends: Mapping[int, int]
 ) -> dict[int, int]:

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import OffsetsLostToRetentionError, OffsetsWentBackError
+from tidemark.errors import OffsetsLostToRetentionError, OffsetsWentBackError, TopicRecreatedError
 from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
-from tidemark.ingest.kafka import partition_offsets
+from tidemark.ingest.kafka import partition_offsets, topic_id
 from tidemark.state.commitlog import CommitLog, MqRange, Plan
 from tidemark.state.journal import HourJournal
 
@@ -117,10 +117,14 @@ def plan_batch(
         )
         commit_log.bind_run(run_id, pending.batch_id)
         return pending
+    identity = None
     if config.source.retired:  # the topic is gone: an empty batch moves processing time on
         offsets = {p: (end, end) for p, end in state.end_offsets.items()}
     else:
         offsets = partition_offsets(client_conf, config.source.topic)
+        identity = topic_id(client_conf, config.source.topic)
+        if identity and state.topic_id and identity != state.topic_id:
+            raise TopicRecreatedError(config.table, config.source.topic, state.topic_id, identity)
     if until is not None:
         offsets = capped_offsets(offsets, until, state.end_offsets)
     sealed_through = HourJournal(commit_log.state_dir, config.table).state().sealed_through
@@ -134,6 +138,7 @@ def plan_batch(
         sealed_through=sealed_through,
         planned_at=planned_at,
         schema_version=SchemaHistory(commit_log.state_dir, config.table).ensure(config, run_id).version,
+        topic_id=identity,
     )
     commit_log.write_plan(plan)
     crash_point("after_plan_written")

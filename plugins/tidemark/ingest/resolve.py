@@ -27,7 +27,7 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import ResolveError
-from tidemark.ingest.kafka import client_properties, partition_offsets
+from tidemark.ingest.kafka import client_properties, partition_offsets, topic_id
 from tidemark.ingest.publish import Publisher
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog, AuditRecord
@@ -73,11 +73,25 @@ def resolve(
                 raise ResolveError(
                     f"{config.table}: {pending.describe()} is pending; resolve it first (replan or skip)"
                 )
+            identity = None
             if broker_offsets is None:
                 conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
                 broker_offsets = partition_offsets(conf, config.source.topic)
-            moves = _rebase if action == "rebase" else _accept_loss
-            return moves(
+                identity = topic_id(conf, config.source.topic)
+            if action == "rebase":
+                return _rebase(
+                    config,
+                    commit_log,
+                    audit,
+                    state,
+                    broker_offsets,
+                    reason=reason,
+                    by=by,
+                    at=at,
+                    run_id=run_id,
+                    identity=identity,
+                )
+            return _accept_loss(
                 config, commit_log, audit, state, broker_offsets, reason=reason, by=by, at=at, run_id=run_id
             )
         if pending is None:
@@ -196,10 +210,14 @@ def _rebase(
     by: str,
     at: datetime,
     run_id: str | None,
+    identity: str | None = None,
 ) -> AuditRecord:
     dropped = sorted(p for p in state.end_offsets if p not in broker)
+    recreated = bool(identity and state.topic_id and identity != state.topic_id)
     restarted = {
-        p: broker[p][0] for p, end in state.end_offsets.items() if p in broker and end > broker[p][1]
+        p: broker[p][0]
+        for p, end in state.end_offsets.items()
+        if p in broker and (recreated or end > broker[p][1])
     }
     if not dropped and not restarted:
         raise ResolveError(
@@ -214,7 +232,12 @@ def _rebase(
         at=at.isoformat(),
         batch_id=state.last_committed + 1,
         offsets=f"{config.source.topic} {offsets}",
-        detail={"restarted": restarted, "dropped": dropped, **({"run_id": run_id} if run_id else {})},
+        detail={
+            "restarted": restarted,
+            "dropped": dropped,
+            **({"topic_id": identity} if recreated else {}),
+            **({"run_id": run_id} if run_id else {}),
+        },
     )
     ranges = tuple(MqRange(p, start, start) for p, start in sorted(restarted.items()))
     plan = Plan(
@@ -226,6 +249,12 @@ def _rebase(
         ranges,
     )
     commit_log.write_plan(plan)
-    _close(commit_log, plan, record, ranges, {"dropped_mq_partitions": dropped})
+    _close(
+        commit_log,
+        plan,
+        record,
+        ranges,
+        {"dropped_mq_partitions": dropped, **({"topic_id": identity} if identity else {})},
+    )
     log.warning("%s: %s", config.table, record.describe())
     return record

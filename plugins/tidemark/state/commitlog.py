@@ -82,6 +82,9 @@ class Plan:
     # The table's schema version when the batch was planned (``tidemark.evolution``): a retry
     # after a schema change classifies and writes as the first attempt did (None: before 0.9).
     schema_version: int | None = None
+    # the broker's id of the topic when planned (Kafka's topic id): a topic deleted and created
+    # again under the same name has another, and its offsets mean other records
+    topic_id: str | None = None
 
     @property
     def replayed_batches(self) -> tuple[int, ...]:
@@ -243,6 +246,7 @@ class LogState:
     tombstones: int = 0
     lost_to_retention: int = 0  # offsets retention deleted before a batch read them (recorded gaps)
     without_message: int = 0  # spanned offsets that held no message (markers, aborted, compacted)
+    topic_id: str | None = None  # the topic's id at the last commit that named one
     batches: int = 0
     rows_per_hour: dict[str, int] = field(default_factory=dict)
     late_per_hour: dict[str, int] = field(default_factory=dict)
@@ -269,6 +273,8 @@ class LogState:
         self.late += commit.late
         self.tombstones += commit.tombstones - commit.tombstones_replaced
         self.without_message += commit.without_message
+        if commit.extra.get("topic_id"):
+            self.topic_id = str(commit.extra["topic_id"])
         if not commit.committed_by_run.startswith("resolve:skip"):  # an operator's skip is not a loss
             self.lost_to_retention += sum(
                 r.gap_to - r.gap_from
