@@ -356,3 +356,58 @@ def test_a_topic_created_again_stops_the_table_until_rebased_never_a_silent_skip
     rows, _, _ = landed(settings, config.table)
     # the old topic's 3 rows and the new topic's 5 (its offsets 0..2 again: another topic's)
     assert sum(rows.values()) == 8 and {(p, o) for p, o, _ in again} <= set(rows)
+
+
+def test_a_broker_restart_during_a_dump_and_a_seal_ends_exact(
+    spark: Any, kafka: KafkaService, settings: Settings, tmp_path: Path
+) -> None:
+    """The broker is stopped (data kept) as soon as the dump's plan is written, while the read
+    tasks start, and started again: the dump waits for it or fails, and its retry is exact."""
+    import threading
+
+    from tidemark_dev.generator import events
+
+    config, settings = fresh_table(settings, tmp_path)
+    settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
+    topic = config.source.topic
+    create_topic(kafka.listeners.plaintext, topic, 2)
+    sent = produce(
+        kafka.listeners.plaintext,
+        topic,
+        list(events(40_000, start=at(10), partitions=2, seed=3)),
+        one_per_request=False,
+    )
+    sent += produce(kafka.listeners.plaintext, topic, records([(0, at(11, 40)), (1, at(11, 40))], prefix="z"))
+    outcome: dict[str, Any] = {}
+
+    def dump(run_id: str) -> None:
+        try:
+            outcome[run_id] = run_dump(spark, config, settings, run_id, at(12))
+        except Exception as exc:  # the broker went away: this run fails, its retry completes
+            outcome[run_id] = exc
+
+    log = CommitLog(settings.state_location, config.table)
+    worker = threading.Thread(target=dump, args=("run-1",))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while log.plan(0) is None and time.monotonic() < deadline and worker.is_alive():
+        time.sleep(0.02)
+    kafka.stop()
+    time.sleep(2)
+    kafka.start()
+    worker.join(300)
+    assert not worker.is_alive()
+    if isinstance(outcome["run-1"], Exception):
+        dump("run-1")  # the retry of the same run
+    assert not isinstance(outcome["run-1"], Exception), outcome["run-1"]
+    rows, dirty, _ = landed(settings, config.table)
+    assert rows + dirty == Counter((p, o) for p, o, _ in sent)
+
+    sealing = threading.Thread(target=lambda: outcome.update(seal=run_seal(spark, config, settings, "run-1")))
+    sealing.start()
+    kafka.stop()  # the seal reads no broker: it never notices
+    kafka.start()
+    sealing.join(300)
+    assert "2026-11-22T10" in outcome["seal"].sealed
+    sealed = [m for _, _, m in sent if m.event_time is not None and m.event_time < at(11)]
+    assert sum(_event_ids(spark, config.table).values()) == len(sealed)
