@@ -61,12 +61,17 @@ exec {python} "$@"
 
 
 def archive_key(archive: Path) -> str:
-    """The archive's content hash (16 hex digits), remembered beside it while it is newer
-    than the archive (hashing 67 MB takes a fraction of a second, once per archive)."""
+    """The archive's content hash (16 hex digits), remembered beside it with the archive's
+    size, modification time (ns) and inode: an archive replaced by another, even one with an
+    older modification time (``cp -p``, ``rsync -a``, a release tarball), is hashed again
+    (hashing 67 MB takes a fraction of a second, once per archive)."""
     sidecar = archive.with_name(archive.name + ".sha256")
+    stat = archive.stat()
+    identity = f"{stat.st_size} {stat.st_mtime_ns} {stat.st_ino}"
     try:
-        if sidecar.stat().st_mtime_ns >= archive.stat().st_mtime_ns:
-            return sidecar.read_text().strip()[:16]
+        key, _, remembered = sidecar.read_text().strip().partition(" ")
+        if remembered == identity and len(key) == 64:
+            return key[:16]
     except OSError:
         pass
     digest = hashlib.sha256()
@@ -75,7 +80,7 @@ def archive_key(archive: Path) -> str:
             digest.update(chunk)
     key = digest.hexdigest()
     with contextlib.suppress(OSError):  # a read-only archive directory: hashed again next time
-        _write_if_changed(sidecar, key + "\n", mode=0o644)
+        _write_if_changed(sidecar, f"{key} {identity}\n", mode=0o644)
     return key[:16]
 
 

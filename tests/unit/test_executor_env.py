@@ -111,7 +111,23 @@ def test_the_archive_hash_is_remembered_until_the_archive_changes(tmp_path: Path
     key = archive_key(archive)
     sidecar = tmp_path / "env.tar.gz.sha256"
     assert sidecar.read_text().startswith(key)
-    sidecar.write_text("0" * 64 + "\n")  # remembered: not hashed again while it is newer
+    remembered = sidecar.read_text().split(" ", 1)[1]
+    sidecar.write_text("0" * 64 + " " + remembered)  # remembered: not hashed again for the same file
     assert archive_key(archive) == "0" * 16
     venv_archive(archive, "v2")
     assert archive_key(archive) not in ("0" * 16, key)
+
+
+def test_an_archive_replaced_by_an_older_one_is_hashed_again(tmp_path: Path) -> None:
+    """``cp -p`` / ``rsync -a`` / a release tarball: the new archive's mtime is older than the
+    sidecar's; a key kept by mtime alone would ship the old venv's key with the new content."""
+    import os
+    import shutil
+
+    archive = venv_archive(tmp_path / "env.tar.gz", "v1")
+    old = archive_key(archive)
+    (tmp_path / "other").mkdir()
+    other = venv_archive(tmp_path / "other" / "env.tar.gz", "v2")
+    os.utime(other, ns=(1_000_000_000, 1_000_000_000))  # an old release
+    shutil.copy2(other, archive)  # cp -p: content and the old mtime
+    assert archive_key(archive) != old
