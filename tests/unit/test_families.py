@@ -116,3 +116,43 @@ def test_a_registry_family_needs_its_registry_and_gives_each_member_its_own_colu
         family, Member("clicks.web", "clicks_clicks_web", "", columns=columns, schema_id=3)
     )
     assert list(config.columns) == list(columns) and config.source.subject == "clicks.web-value"
+
+
+def test_topics_that_read_as_one_table_name_get_tables_of_their_own() -> None:
+    """``clicks.eu-west``, ``clicks.eu_west`` and ``clicks.EU_west`` all normalise to
+    ``c_clicks_eu_west``: sharing it would share one commit log, lock and set of files."""
+    members = Members("clicks")
+    topics = ["clicks.eu-west", "clicks.eu_west", "clicks.EU_west"]
+    reconcile(members, "c_{topic}", topics[:1], T0, timedelta(hours=1))
+    reconcile(members, "c_{topic}", topics, T0 + timedelta(minutes=5), timedelta(hours=1))
+    tables = {t: members.topics[t].table for t in topics}
+    assert tables["clicks.eu-west"] == "c_clicks_eu_west"  # the first keeps the readable name
+    assert len(set(tables.values())) == 3, tables
+    assert all(name.startswith("c_clicks_eu_west_") for t, name in tables.items() if t != "clicks.eu-west")
+    again = reconcile(members, "c_{topic}", topics, T0 + timedelta(minutes=10), timedelta(hours=1))
+    assert again.new == [] and {t: members.topics[t].table for t in topics} == tables  # stable
+
+
+def test_two_families_whose_topics_read_as_one_table_keep_it_for_the_first(tmp_path: Path) -> None:
+    from dataclasses import replace as replaced
+
+    from tidemark.family.members import record_members
+    from tidemark.family.tables import table_configs
+    from tidemark.settings import Settings
+
+    settings = replaced(Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), conf_dir=tmp_path)
+    family_file(tmp_path, family="clicks", table="t_{topic}")
+    other = yaml.safe_load((tmp_path / "families" / "clicks.yaml").read_text())
+    other.update({"family": "more"})
+    other["source"]["topic_pattern"] = r"clicks.*"
+    (tmp_path / "families" / "more.yaml").write_text(yaml.safe_dump(other))
+    record_members(
+        settings, Members("clicks", {"clicks.eu": Member("clicks.eu", "t_clicks_eu", T0.isoformat())})
+    )
+    record_members(
+        settings, Members("more", {"clicks_eu": Member("clicks_eu", "t_clicks_eu", T0.isoformat())})
+    )
+    configs, problems = table_configs(settings)
+    assert [(c.table, c.source.topic) for c in configs] == [("t_clicks_eu", "clicks.eu")]
+    (problem,) = problems.values()
+    assert "'clicks_eu'" in problem and "'clicks.eu'" in problem and "one table per topic" in problem

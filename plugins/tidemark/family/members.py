@@ -8,6 +8,7 @@ call. Discovery replaces it whole (one writer: the family's discovery DAG runs o
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Iterable
@@ -68,6 +69,16 @@ def table_name(template: str, topic: str) -> str:
     return template.replace("{topic}", re.sub(r"[^a-z0-9_]", "_", topic.lower()))
 
 
+def unique_table_name(template: str, topic: str, taken: set[str]) -> str:
+    """:func:`table_name`, unless a member already holds it (``clicks.eu-west`` and
+    ``clicks.eu_west`` both read ``clicks_eu_west``): then with 8 hex digits of the exact
+    topic name's hash, so two topics never share one table's state (commit log, lock, files)."""
+    name = table_name(template, topic)
+    if name not in taken:
+        return name
+    return f"{name}_{hashlib.sha256(topic.encode()).hexdigest()[:8]}"
+
+
 @dataclass(frozen=True)
 class Discovered:
     """What one discovery changed."""
@@ -92,8 +103,19 @@ def reconcile(
     nothing); a retired member whose topic is back is active again."""
     present = set(present)
     new, retired, returned = [], [], []
+    taken = {m.table for m in members.topics.values()}
     for topic in sorted(present - set(members.topics)):
-        members.topics[topic] = Member(topic, table_name(template, topic), at.isoformat())
+        name = unique_table_name(template, topic, taken)
+        if name != table_name(template, topic):
+            log.warning(
+                "family %s: topic %s reads as table %s, which another topic's table holds: its table is %s",
+                members.family,
+                topic,
+                table_name(template, topic),
+                name,
+            )
+        taken.add(name)
+        members.topics[topic] = Member(topic, name, at.isoformat())
         new.append(topic)
     for topic, member in sorted(members.topics.items()):
         if topic in present:

@@ -175,13 +175,27 @@ def table_configs(settings: Settings) -> tuple[list[TableConfig], dict[str, str]
     members, problems_of_families = family_tables(settings)
     problems.update(problems_of_families)
     explicit = {c.table for c in configs}
+    claimed: dict[str, TableConfig] = {}  # table -> the member of another family that holds it
     for member in members:
+        where = origin(member, settings)
         if member.table in explicit:
-            where = origin(member, settings)
             problems[where] = str(
                 ConfigError(where, [f"table {member.table!r}: a table file of that name exists"])
             )
+        elif member.table in claimed:  # two families' topics read as one table: the first holds it
+            holder = claimed[member.table]
+            problems[where] = str(
+                ConfigError(
+                    where,
+                    [
+                        f"table {member.table!r} of topic {member.source.topic!r} is already the table of "
+                        f"topic {holder.source.topic!r} ({origin(holder, settings)}): one table per topic; "
+                        "narrow one family's pattern or change its table template"
+                    ],
+                )
+            )
         else:
+            claimed[member.table] = member
             configs.append(member)
     return configs, problems
 
