@@ -411,3 +411,43 @@ def test_a_broker_restart_during_a_dump_and_a_seal_ends_exact(
     assert "2026-11-22T10" in outcome["seal"].sealed
     sealed = [m for _, _, m in sent if m.event_time is not None and m.event_time < at(11)]
     assert sum(_event_ids(spark, config.table).values()) == len(sealed)
+
+
+def test_family_discovery_through_sasl_ssl_and_a_refusal_named(
+    kafka: KafkaService,
+    settings: Settings,
+    tmp_path: Path,
+    secured_user: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A family's discovery lists the broker's topics with the family's own client properties."""
+    import uuid
+
+    import yaml
+
+    from tidemark.family.discovery import discover_family
+
+    user, password = secured_user
+    monkeypatch.setenv("TM_KAFKA_PASSWORD", password)
+    prefix = f"sec{uuid.uuid4().hex[:6]}"
+    conf_dir = tmp_path / "conf"
+    data = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "conf" / "tables" / "events.yaml").read_text()
+    )
+    data.pop("table")
+    data["source"].pop("topic")
+    data["source"]["topic_pattern"] = rf"{prefix}\.[a-z]+"
+    data["source"]["kafka_properties"] = kafka.sasl_properties(user, "${TM_KAFKA_PASSWORD}")
+    data.update({"family": "secured", "table": "{topic}"})
+    (conf_dir / "families").mkdir(parents=True)
+    (conf_dir / "families" / "secured.yaml").write_text(yaml.safe_dump(data))
+    for topic in (f"{prefix}.web", f"{prefix}.app"):
+        create_topic(kafka.listeners.plaintext, topic, 1)
+    secured = replace(settings, conf_dir=conf_dir, kafka_bootstrap=kafka.listeners.sasl_ssl)
+    found = discover_family("secured", secured, at=at(12))
+    assert found.new == [f"{prefix}.app", f"{prefix}.web"]
+
+    monkeypatch.setenv("TM_KAFKA_PASSWORD", "not-the-password")
+    with pytest.raises(BrokerRefusedError, match=r"SASL_SSL, mechanism SCRAM-SHA-512") as refused:
+        discover_family("secured", secured, at=at(13))
+    assert "not-the-password" not in str(refused.value)
