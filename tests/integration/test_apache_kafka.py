@@ -451,3 +451,43 @@ def test_family_discovery_through_sasl_ssl_and_a_refusal_named(
     with pytest.raises(BrokerRefusedError, match=r"SASL_SSL, mechanism SCRAM-SHA-512") as refused:
         discover_family("secured", secured, at=at(13))
     assert "not-the-password" not in str(refused.value)
+
+
+def test_a_groups_dump_and_seal_through_sasl_ssl(
+    spark: Any,
+    kafka: KafkaService,
+    settings: Settings,
+    tmp_path: Path,
+    secured_user: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two tables of one group, one Spark application per job, every client through SASL_SSL."""
+    from tidemark.group.outcomes import OK, read_outcome
+    from tidemark.group.runner import GroupRun, run_group
+
+    user, password = secured_user
+    monkeypatch.setenv("TM_KAFKA_PASSWORD", password)
+    group = f"g_sec_{tmp_path.name[-6:].lower().replace('-', '_')}"
+    sasl = kafka.sasl_properties(user, "${TM_KAFKA_PASSWORD}")
+    made = [fresh_table(settings, tmp_path, group=group, source__kafka_properties=sasl) for _ in range(2)]
+    configs = [c for c, _ in made]
+    secured = replace(made[0][1], kafka_bootstrap=kafka.listeners.sasl_ssl)
+    sent = {}
+    for config in configs:
+        create_topic(kafka.listeners.plaintext, config.source.topic, 2)
+        sent[config.table] = produce(
+            kafka.listeners.plaintext,
+            config.source.topic,
+            records(
+                [(p, at(10, m)) for p in (0, 1) for m in (5, 25, 45)] + [(0, at(11, 50)), (1, at(11, 40))]
+            ),
+        )
+    dump = run_group(spark, configs, secured, GroupRun(group, "dump", "run-1", at(12), at(12)))
+    assert dump["failed"] == []
+    seal = run_group(spark, configs, secured, GroupRun(group, "seal", "run-1", at(12), at(12)))
+    assert seal["failed"] == []
+    for config in configs:
+        outcome = read_outcome(secured.state_dir, config.table, "seal", "run-1")
+        assert outcome is not None and outcome.status == OK
+        rows, _, _ = landed(secured, config.table)
+        assert rows == Counter((p, o) for p, o, _ in sent[config.table])
