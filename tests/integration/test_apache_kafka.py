@@ -201,6 +201,17 @@ def test_a_dump_and_a_seal_through_sasl_ssl_and_mutual_tls_never_show_the_secret
     mtls_settings = replace(mtls_settings, kafka_bootstrap=kafka.listeners.ssl)
     assert run_dump(spark, mtls_config, mtls_settings, "run-1", at(12)).rows == 8
 
+    # a rebuild re-reads the hour's offsets through the same listener
+    from tidemark.observe.report import render_report, report_data
+    from tidemark.observe.status import render
+    from tidemark.seal.rebuild import run_rebuild
+
+    (rebuilt,) = run_rebuild(spark, config, sasl_settings, "rebuild-1", ["2026-11-22T10"]).hours
+    assert rebuilt["status"] == "rebuilt" and rebuilt["rows"] == 6
+    shown = [render(table_status(config, sasl_settings)), str(table_status(config, sasl_settings))]
+    shown.append(render_report(report_data(config, sasl_settings, as_of=at(13))))
+    assert all(password not in text for text in shown)
+
     leaked = [str(p) for p in sasl_settings.home.rglob("*") if p.is_file() and _holds(p, password)]
     leaked += [
         str(p)
@@ -491,3 +502,13 @@ def test_a_groups_dump_and_seal_through_sasl_ssl(
         assert outcome is not None and outcome.status == OK
         rows, _, _ = landed(secured, config.table)
         assert rows == Counter((p, o) for p, o, _ in sent[config.table])
+
+    # a rotated password the job was not given: each table's outcome names the refusal, not the secret
+    wrong = "an-0ld-pa55word-rotated"
+    monkeypatch.setenv("TM_KAFKA_PASSWORD", wrong)
+    refused = run_group(spark, configs, secured, GroupRun(group, "dump", "run-2", at(13), at(13)))
+    assert sorted(refused["failed"]) == sorted(c.table for c in configs)
+    for config in configs:
+        failure = read_outcome(secured.state_dir, config.table, "dump", "run-2")
+        assert failure is not None and failure.error_type == "BrokerRefusedError"
+        assert "SASL_SSL" in failure.detail and wrong not in failure.detail and password not in failure.detail
