@@ -512,3 +512,38 @@ def test_a_groups_dump_and_seal_through_sasl_ssl(
         failure = read_outcome(secured.state_dir, config.table, "dump", "run-2")
         assert failure is not None and failure.error_type == "BrokerRefusedError"
         assert "SASL_SSL" in failure.detail and wrong not in failure.detail and password not in failure.detail
+
+
+def test_the_stream_through_sasl_ssl_on_apache_kafka(
+    spark: Any,
+    kafka: KafkaService,
+    settings: Settings,
+    tmp_path: Path,
+    secured_user: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The upgrade path's micro-batches read through the secured listener, read_committed: an
+    aborted transaction in the topic never lands."""
+    from tidemark.state.mode import TableWriter
+    from tidemark.stream.runner import run_stream
+
+    user, password = secured_user
+    monkeypatch.setenv("TM_KAFKA_PASSWORD", password)
+    config, own = fresh_table(
+        settings, tmp_path, source__kafka_properties=kafka.sasl_properties(user, "${TM_KAFKA_PASSWORD}")
+    )
+    own = replace(own, kafka_bootstrap=kafka.listeners.sasl_ssl)
+    topic = config.source.topic
+    create_topic(kafka.listeners.plaintext, topic, 1)
+    kept = produce(kafka.listeners.plaintext, topic, records([(0, at(10, m)) for m in range(4)]))
+    _transaction(kafka, topic, records([(0, at(10, 30))], prefix="x"), txn_id=f"{topic}-x", commit=False)
+    kept += produce(
+        kafka.listeners.plaintext, topic, records([(0, at(10, 40 + m)) for m in range(2)], prefix="b")
+    )
+    TableWriter(own.state_dir, config.table).switch("stream", by="test", reason="test", at=at(12).isoformat())
+    result = run_stream(
+        spark, config, own, "stream-1", clock=lambda: at(12), until_caught_up=True, trigger_interval_s=0.5
+    )
+    assert "caught up" in result["reason"]
+    rows, dirty, _ = landed(own, config.table)
+    assert not dirty and rows == Counter((p, o) for p, o, _ in kept)
