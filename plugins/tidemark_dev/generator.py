@@ -271,7 +271,12 @@ def produce_in_transaction(
     from confluent_kafka import Producer
 
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "linger.ms": 5,
+            "message.max.bytes": 16 * 1024 * 1024,  # oversized dirty records of the tests
+        }
     )
     delivered: list[tuple[int, int, Message]] = []
     errors: list[str] = []
