@@ -96,3 +96,18 @@ def test_the_images_carry_the_hadoop_aws_of_sparks_own_hadoop(compose: dict[str,
         f"/opt/tidemark/s3a-jars/bundle-{bundle}.jar",
     ]
     assert "/opt/tidemark/s3a-jars/*" in (ROOT / "docker" / "metastore.sh").read_text()
+
+
+def test_the_cluster_runs_the_jvm_artifacts_the_pom_pins() -> None:
+    """One set of versions: jvm/pom.xml (what `make jvm` fetches, the tests run) and the
+    production images (docker-compose's Kafka, the images' hadoop-aws) name the same."""
+    import xml.etree.ElementTree as ET
+
+    pom = ET.parse(ROOT / "jvm" / "pom.xml").getroot()
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    kafka = pom.findtext("m:properties/m:kafka.version", namespaces=ns)
+    hadoop = pom.findtext("m:properties/m:hadoop.version", namespaces=ns)
+    compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
+    assert compose["services"]["kafka"]["image"] == f"apache/kafka:{kafka}"
+    for image in ("spark.Dockerfile", "airflow.Dockerfile"):
+        assert f"ARG HADOOP_AWS={hadoop}\n" in (ROOT / "docker" / image).read_text(), image
