@@ -219,6 +219,12 @@ class TableConfig(_Strict):
         for key in self.primary_key:
             if key not in self.columns:
                 problems.append(f"primary_key: {key!r} is not a column of the schema")
+        problems += [
+            f"column {c.name!r}: {c.type.ddl()}: the Hive metastore (2.3) has no timestamp_ntz type, so "
+            "the table could never be registered; declare timestamp (a wall time read as UTC)"
+            for c in self.columns.values()
+            if c.type.holds("timestamp_ntz")
+        ]
         for col in self.partitioning.columns:
             spec = self.columns.get(col)
             if spec is None:

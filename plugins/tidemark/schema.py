@@ -72,6 +72,14 @@ class SqlType:
             return "struct<" + ",".join(f"{n}:{t.ddl()}" for n, t in self.fields) + ">"
         return self.name
 
+    def holds(self, name: str) -> bool:
+        """This type is ``name`` or has a ``name`` inside (an element, a value, a field)."""
+        return (
+            self.name == name
+            or any(c.holds(name) for c in self.children)
+            or any(t.holds(name) for _, t in self.fields)
+        )
+
     def to_spark(self) -> DataType:
         """The equivalent ``pyspark.sql.types`` object (imports pyspark lazily)."""
         from pyspark.sql import types as T
