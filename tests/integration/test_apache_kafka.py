@@ -385,7 +385,7 @@ def test_a_broker_restart_during_a_dump_and_a_seal_ends_exact(
     sent = produce(
         kafka.listeners.plaintext,
         topic,
-        list(events(40_000, start=at(10), partitions=2, seed=3)),
+        list(events(20_000, start=at(10), partitions=2, seed=3)),
         one_per_request=False,
     )
     sent += produce(kafka.listeners.plaintext, topic, records([(0, at(11, 40)), (1, at(11, 40))], prefix="z"))
