@@ -102,6 +102,10 @@ def test_transactions_committed_aborted_and_open_land_exactly(
     shown = table_status(config, settings)
     assert shown["without_message"] == state.without_message
     assert shown["recent_batches"][0]["without_message"] == 5
+    from tidemark.observe.metrics import emit_metrics
+
+    sent = emit_metrics(config, settings, gauge=lambda name, value: None)
+    assert sent[f"tidemark.{config.table}.offsets_without_message"] == state.without_message
 
 
 def test_a_compacted_topic_has_offsets_without_messages_inside_the_plan(

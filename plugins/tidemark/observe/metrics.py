@@ -8,7 +8,11 @@ gauges, names prefixed ``tidemark.<table>.``:
 | name | value |
 |---|---|
 | ``batches``, ``rows``, ``dirty``, ``tombstones``, ``late`` | totals committed so far |
+| ``offsets_without_message``, ``offsets_lost_to_retention`` | totals: offsets spanned that held no \
+message (transaction markers, aborted records, compacted keys); offsets retention deleted before a \
+batch read them (``tidemark resolve --action accept-loss``) |
 | ``batch.read``, ``batch.rows``, ``batch.dirty``, ``batch.tombstones``, ``batch.late`` | the last committed batch |
+| ``batch.spanned``, ``batch.without_message`` | the last batch's offsets: spanned == read + without a message |
 | ``ready_lag_seconds`` | last batch's processing time - global ready time (how far sealing trails) |
 | ``hours_quarantined`` | hours held by the quality gate, waiting for ``tidemark release`` |
 | ``group_commit_failed`` | 1 when the last batch's consumer-group commit failed (lag monitoring \
@@ -63,6 +67,8 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         ("dirty", state.dirty),
         ("tombstones", state.tombstones),
         ("late", state.late),
+        ("offsets_without_message", state.without_message),
+        ("offsets_lost_to_retention", state.lost_to_retention),
     ):
         send(name, value)
     last = commit_log.commit(state.last_committed) if state.last_committed >= 0 else None
@@ -72,6 +78,8 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         send("batch.dirty", last.dirty)
         send("batch.tombstones", last.tombstones)
         send("batch.late", last.late)
+        send("batch.spanned", last.spanned)
+        send("batch.without_message", last.without_message)
     group = read_json(commit_log.group_commit_file)
     if group is not None:
         send("group_commit_failed", 1.0 if group.get("failed") else 0.0)
