@@ -166,3 +166,29 @@ def test_a_failing_default_blocks_its_hour_and_names_the_duplicates(
         "expect_column_values_to_be_unique(event_id), 2 unexpected, e.g. ['same-0', 'same-0']"
     ]
     assert journal.hours["2026-11-22T11"].published
+
+
+def test_one_hours_bad_file_fails_that_hour_named_and_the_hours_before_it_seal(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """A batch file of hour 11 is corrupt: the shared compaction of hours 10-12 keeps going,
+    hour 10 seals, hour 11 fails naming itself, hour 12 waits for it (hours seal in order)."""
+    config, settings = fresh_table(settings, tmp_path)
+    create_topic(broker, config.source.topic, 1)
+    produce(
+        broker,
+        config.source.topic,
+        records([(0, at(h, m)) for h in (10, 11, 12) for m in (5, 35)] + [(0, at(13, 40))]),
+    )
+    run_dump(spark, config, settings, "run-1", at(14))
+    layout = Layout(settings, config.table)
+    (bad,) = sorted((layout.open_dir / "dt=2026-11-22" / "hr=11").glob("*.parquet"))
+    bad.write_bytes(b"PAR1 not a parquet file PAR1")
+
+    with pytest.raises(Exception) as failed:
+        run_seal(spark, config, settings, "seal-1")
+    notes = " ".join(getattr(failed.value, "__notes__", []))
+    assert f"{config.table}: sealing hour 2026-11-22T11 failed" in notes, (notes, failed.value)
+    journal = HourJournal(settings.state_location, config.table).state()
+    assert sorted(journal.hours) == ["2026-11-22T10"]
+    assert registered(spark, config.table) == ["dt=2026-11-22/hr=10"]

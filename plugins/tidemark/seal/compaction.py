@@ -82,6 +82,14 @@ class Compactor:
         crash_point("mid_compaction")
         for task in tasks:
             hour, expected = targets[task.key]
+            if written[task.key].failed is not None:  # that hour's problem: compacted alone in its turn
+                log.warning(
+                    "%s: hour %s failed in the shared compaction (%s); it is compacted alone when its turn comes",
+                    self.config.table,
+                    task.key,
+                    written[task.key].failed,
+                )
+                continue
             self._keep(hour, task, written[task.key], expected)
         return len(tasks)
 

@@ -60,6 +60,7 @@ class HourWritten:
     files: list[tuple[str, int]]
     checks: ArrowSummary | None = None
     problems: list[str] = field(default_factory=list)
+    failed: str | None = None  # the hour's error: its task failed, the other hours' did not
 
     @property
     def rows(self) -> int:
@@ -104,6 +105,15 @@ class HourWriter:
             written = files.close()
         return HourWritten(task.key, written, *self._judge(task, checked))
 
+    def compact_alone(self, task: HourTask) -> HourWritten:
+        """:meth:`compact`, an error kept as the hour's own (its files, if any, stay unmarked:
+        the seal compacts that hour again in its turn and fails there, naming it), so one
+        hour's bad file never stops the other hours of the shared compaction."""
+        try:
+            return self.compact(task)
+        except Exception as exc:  # any: it is reported, never lost (see Compactor.prepare)
+            return HourWritten(task.key, [], failed=f"{type(exc).__name__}: {exc}"[:2000])
+
     def _judge(self, task: HourTask, checked: list[pa.RecordBatch]) -> tuple[ArrowSummary | None, list[str]]:
         import pyarrow as pa
 
@@ -146,7 +156,7 @@ def compact_hours(spark: SparkSession, writer: HourWriter, tasks: list[HourTask]
     size = sum(t.size for t in tasks)
     if size <= IN_DRIVER_BYTES:
         log.info("%s hours (%s bytes of batch files) compacted in the driver", len(tasks), size)
-        return {t.key: writer.compact(t) for t in tasks}
+        return {t.key: writer.compact_alone(t) for t in tasks}
     slices = min(len(tasks), spark.sparkContext.defaultParallelism)
     log.info(
         "%s hours (%s bytes of batch files) compacted by one Spark job of %s tasks", len(tasks), size, slices
@@ -157,4 +167,4 @@ def compact_hours(spark: SparkSession, writer: HourWriter, tasks: list[HourTask]
 
 
 def _compact_task(writer: HourWriter, task: HourTask) -> HourWritten:
-    return writer.compact(task)
+    return writer.compact_alone(task)

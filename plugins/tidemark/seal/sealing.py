@@ -174,7 +174,16 @@ class Sealer:
                 self.compactor.prepare(hours, state)
         for hour in hours:
             hour_watch = Stopwatch()
-            entry = self._seal_hour(hour, state, partitions, hour_watch)
+            try:
+                entry = self._seal_hour(hour, state, partitions, hour_watch)
+            except Exception as exc:  # the hours before it are sealed; this one is named
+                exc.add_note(
+                    f"{self.config.table}: sealing hour {hour.key} failed (hours before it: {result.sealed})"
+                )
+                log.error(
+                    "%s: hour %s not sealed: %s: %s", self.config.table, hour.key, type(exc).__name__, exc
+                )
+                raise
             self.watch.add(hour_watch)
             result.hour_timings[hour.key] = hour_watch.rounded()
             log.info("%s: hour %s: phases (s) %s", self.config.table, hour.key, hour_watch.rounded())
