@@ -157,3 +157,21 @@ def _write(path: Path, data: bytes, *, secret: bool = False) -> None:
     path.write_bytes(data)
     if secret:
         path.chmod(0o600)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tidemark_dev.tls DIR [HOST ...]``: make the CA and certificates under DIR
+    (docker-compose's kafka-tls service)."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m tidemark_dev.tls DIR [HOST ...]", file=sys.stderr)
+        return 2
+    TestCertificates(Path(args[0])).ensure(hosts=args[1:] or ("127.0.0.1", "localhost"))
+    print(f"certificates in {args[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
