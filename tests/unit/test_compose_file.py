@@ -112,3 +112,17 @@ def test_the_cluster_runs_the_jvm_artifacts_the_pom_pins() -> None:
     assert compose["services"]["kafka"]["image"] == f"apache/kafka:{kafka}"
     for image in ("spark.Dockerfile", "airflow.Dockerfile"):
         assert f"ARG HADOOP_AWS={hadoop}\n" in (ROOT / "docker" / image).read_text(), image
+
+
+def test_no_service_waits_on_itself_through_its_dependencies(compose: dict[str, Any]) -> None:
+    """`docker compose up` refuses a dependency cycle (a one-shot service that needs the broker
+    the broker waits for, say)."""
+    needs = {name: set(service.get("depends_on") or {}) for name, service in compose["services"].items()}
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path, name))
+        for dependency in needs.get(name, ()):
+            visit(dependency, (*path, name))
+
+    for name in needs:
+        visit(name, ())
