@@ -31,20 +31,30 @@ from tidemark.settings import EXECUTOR_PYTHON, Settings
 LAUNCHER = EXECUTOR_PYTHON.removeprefix("./")
 CACHE_ENV = "TIDEMARK_EXECUTOR_ENV_CACHE"
 
-_EXECUTOR_LAUNCHER = """#!/bin/sh
+_EXECUTOR_LAUNCHER = r"""#!/bin/sh
 # tidemark: the executors' Python, from the venv archive {pack} shipped beside this script,
-# unpacked once per node and archive into ${cache_env} (default: $TMPDIR or /tmp, then
-# tidemark-executor-env).
+# unpacked once per node and archive into ${cache_env} (default: $XDG_CACHE_HOME, else
+# $HOME/.cache, then tidemark-executor-env: not /tmp, which cleaners empty under a running
+# venv). A copy is whole when it carries its stamp (written after the last file): one without
+# (a cleaner took files from it) is unpacked again; half-unpacked copies of killed executors
+# older than an hour are swept.
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
-cache="${{{cache_env}:-${{TMPDIR:-/tmp}}/tidemark-executor-env}}"
+base="${{XDG_CACHE_HOME:-${{HOME:-${{TMPDIR:-/tmp}}}}/.cache}}"
+cache="${{{cache_env}:-$base/tidemark-executor-env}}"
 env="$cache/{key}"
-if [ ! -x "$env/bin/python" ]; then
+stamp="$env/.tidemark-complete"
+if [ ! -f "$stamp" ] || [ ! -x "$env/bin/python" ]; then
   mkdir -p "$cache"
+  find "$cache" -maxdepth 1 \( -name '*.part.*' -o -name '*.stale.*' \) -mmin +60 -exec rm -rf {{}} + 2>/dev/null || true
   part=$(mktemp -d "$env.part.XXXXXX")
   chmod 755 "$part"
   started=$(date +%s)
   tar -xzf "$here/{pack}" -C "$part"
+  touch "$part/.tidemark-complete"
+  if [ -d "$env" ] && [ ! -f "$stamp" ]; then  # an incomplete copy: set aside, swept later
+    mv -T "$env" "$env.stale.$$" 2>/dev/null || true
+  fi
   if mv -T "$part" "$env" 2>/dev/null; then
     echo "tidemark: unpacked the executor venv {key} into $env in $(( $(date +%s) - started )) s" >&2
   else

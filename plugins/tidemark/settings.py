@@ -74,7 +74,7 @@ class Settings:
     # a venv archive executors of a non-local master unpack and run (TIDEMARK_EXECUTOR_ENV)
     executor_env: str = ""
     # where on each node executors keep it unpacked (TIDEMARK_EXECUTOR_ENV_CACHE; empty: the
-    # node's ${TMPDIR:-/tmp}/tidemark-executor-env)
+    # node's ${XDG_CACHE_HOME:-$HOME/.cache}/tidemark-executor-env)
     executor_env_cache: str = ""
     # commit logs, journals and locks; a path or an hdfs:// URI (TIDEMARK_STATE_DIR)
     state_uri: str = ""

@@ -92,6 +92,48 @@ def test_two_executors_missing_at_once_both_run_and_one_unpacked_copy_stays(tmp_
     assert [p.name for p in cache.iterdir()] == [archive_key(archive)]  # no half-unpacked leftovers
 
 
+def test_a_copy_a_cleaner_emptied_is_unpacked_again_and_stale_halves_are_swept(tmp_path: Path) -> None:
+    """/tmp cleaners delete files under a live venv; killed executors leave half-unpacked
+    directories: neither is run, and the halves older than an hour go."""
+    import os
+    import time
+
+    archive = venv_archive(tmp_path / "env.tar.gz", "v1")
+    key = archive_key(archive)
+    shipped = shipped_files(settings_for(tmp_path, archive))
+    cache = tmp_path / "node-cache"
+    launch(executor_dir(tmp_path, shipped, "exec-0"), cache, "first")
+    (cache / key / ".tidemark-complete").unlink()  # a cleaner took the stamp (and maybe more)
+    old = cache / f"{key}.part.abc123"  # a killed executor's half, two hours old
+    old.mkdir()
+    hours_ago = time.time() - 7200
+    os.utime(old, (hours_ago, hours_ago))
+    fresh = cache / f"{key}.part.def456"  # one being unpacked right now: kept
+    fresh.mkdir()
+    again = launch(executor_dir(tmp_path, shipped, "exec-1"), cache, "again")
+    assert again.stdout == "v1 again\n" and "unpacked the executor venv" in again.stderr
+    assert (cache / key / ".tidemark-complete").is_file()
+    assert not old.exists() and fresh.exists()
+
+
+def test_the_default_cache_is_not_tmp(tmp_path: Path) -> None:
+    archive = venv_archive(tmp_path / "env.tar.gz", "v1")
+    shipped = shipped_files(settings_for(tmp_path, archive))
+    work = executor_dir(tmp_path, shipped, "exec-0")
+    home = tmp_path / "worker-home"
+    home.mkdir()
+    ran = subprocess.run(
+        [f"./{LAUNCHER}", "x"],
+        cwd=work,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert ran.stdout == "v1 x\n"
+    assert (home / ".cache" / "tidemark-executor-env" / archive_key(archive) / "bin" / "python").is_file()
+
+
 def test_the_driver_ships_files_and_runs_its_own_venv_under_the_executor_path(tmp_path: Path) -> None:
     archive = venv_archive(tmp_path / "env.tar.gz", "v1")
     settings = settings_for(tmp_path, archive)
