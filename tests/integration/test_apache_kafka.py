@@ -7,6 +7,7 @@ refuses a client fails the dump in seconds with a named error that never shows t
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import replace
@@ -551,3 +552,60 @@ def test_the_stream_through_sasl_ssl_on_apache_kafka(
     assert "caught up" in result["reason"]
     rows, dirty, _ = landed(own, config.table)
     assert not dirty and rows == Counter((p, o) for p, o, _ in kept)
+
+
+def test_a_compacted_cdc_topic_lands_the_surviving_changes_and_its_tombstones(
+    spark: Any, kafka: KafkaService, settings: Settings, tmp_path: Path
+) -> None:
+    """A CDC topic as Debezium's users run it: compacted, keyed by the row's key, a tombstone
+    after each delete. After the cleaner ran, the dump reads what survives: every read message
+    is a row or a tombstone, the compacted offsets are offsets without a message."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tidemark_dev.generator import change_messages, order_changes
+
+    config, settings = fresh_table(settings, tmp_path, template="orders")
+    settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
+    topic = config.source.topic
+    compact = {
+        "cleanup.policy": "compact",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.0001",
+        "min.compaction.lag.ms": "0",
+    }
+    create_topic(kafka.listeners.plaintext, topic, 1, compact)
+    changes = order_changes(60, start=at(10), span=at(10, 50) - at(10), seed=5)
+    keyed: list[Message] = []
+    for m in change_messages(changes, partitions=1):
+        key = str(json.loads(m.value or b"{}")["order_id"]).encode()
+        keyed.append(replace(m, key=key))
+        if json.loads(m.value or b"{}")["op"] == "d":
+            keyed.append(Message(0, None, None, None, key=key))  # the tombstone after a delete
+    produce(kafka.listeners.plaintext, topic, keyed)
+
+    def survivors() -> tuple[int, int]:
+        """(messages the topic holds now, tombstones among them)."""
+        consumer = Consumer(
+            {"bootstrap.servers": kafka.listeners.plaintext, "group.id": "t", "enable.partition.eof": True}
+        )
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        n = tombstones = 0
+        try:
+            while (m := consumer.poll(5)) is not None and not m.error():
+                n += 1
+                tombstones += m.value() is None
+            return n, tombstones
+        finally:
+            consumer.close()
+
+    deadline = time.monotonic() + 90
+    while survivors()[0] >= len(keyed) and time.monotonic() < deadline:
+        produce(kafka.listeners.plaintext, topic, [replace(keyed[0], key=b"roll")])  # a new segment
+        time.sleep(1)
+    held, tombstones = survivors()
+    assert held < len(keyed), "the cleaner never compacted the topic"
+    assert tombstones, "no delete among the changes: no tombstone to keep"
+    done = run_dump(spark, config, settings, "run-1", at(11))
+    assert done.read == done.rows + done.dirty + done.tombstones + done.late
+    assert done.read < done.offsets[0][1]  # offsets without a message: the compacted ones
+    assert (done.read, done.tombstones) == (held, tombstones) and done.dirty == 0
