@@ -151,3 +151,61 @@ class _Any(dict[Any, Accessor]):
 
     def __missing__(self, key: Any) -> Accessor:
         return self.accessor
+
+
+def test_a_table_leaving_never_re_announces_and_a_member_that_cannot_load_holds_the_barrier(
+    tmp_path: Path,
+) -> None:
+    """Membership changes: a member whose YAML breaks holds every hour (its hours may not be
+    published: none is announced early); a table that leaves re-announces nothing; an amend
+    of a table still in the group does."""
+    settings = replace(Settings.from_env(), state_uri=str(tmp_path / "state"), warehouse=str(tmp_path / "wh"))
+    a, b, c = table("a", group="g"), table("b", group="g"), table("c", group="g")
+    journals = {t.table: HourJournal(settings.state_location, t.table) for t in (a, b, c)}
+    sealed_at = "2026-11-22T13:00:00+00:00"
+    for name in ("a", "b", "c"):
+        journals[name].append(journal_entry("2026-11-22T10", table=name, sealed_at=sealed_at))
+    for name in ("a", "b"):  # c has not sealed hour 11 yet
+        journals[name].append(journal_entry("2026-11-22T11", table=name, seq=1, sealed_at=sealed_at))
+    events = Events()
+
+    def attempt(configs: list[TableConfig], held: dict[str, str] | None = None) -> list[str]:
+        outlet = Accessor()
+        announced = announce_group(
+            "g", configs, settings, outlet_events=_Any(outlet), inlet_events=events, run_id="r", held=held
+        )
+        events.keep(outlet)
+        return announced
+
+    assert attempt([a, b, c]) == ["2026-11-22T10"]
+    # c's YAML breaks: it is held, not absent (absent, hour 11 would look complete)
+    assert attempt([a, b], held={"conf/tables/c.yaml": "invalid configuration"}) == []
+    assert attempt([a, b, c]) == []  # mended: nothing new, nothing again
+    # c leaves the group for good: hour 10 is not announced again; hour 11 is now complete
+    assert attempt([a, b]) == ["2026-11-22T11"]
+    assert attempt([a, b]) == []
+    journals["a"].append(journal_entry("2026-11-22T10", "amend", 2, seq=2, table="a", sealed_at=sealed_at))
+    assert attempt([a, b]) == ["2026-11-22T10"]  # an amend of a table still in the group
+    assert [e.partition_key for e in events.stored] == ["2026-11-22T10", "2026-11-22T11", "2026-11-22T10"]
+
+
+def test_a_member_whose_yaml_breaks_is_found_as_holding_its_group(tmp_path: Path) -> None:
+    from tidemark.group.members import unloadable_members
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    good = "\n".join(
+        [
+            "table: {name}",
+            "group: g",
+            "source: {{topic: {name}}}",
+            "schema: {{id: string, ts: timestamp}}",
+            "event_time: {{field: ts}}",
+        ]
+    )
+    (conf / "a.yaml").write_text(good.format(name="a"))
+    (conf / "b.yaml").write_text(good.format(name="b").replace("ts: timestamp}", "ts: timestampp}"))
+    (conf / "c.yaml").write_text(good.format(name="c").replace("group: g", "group: other").replace("}}", "}"))
+    settings = replace(Settings.from_env(), conf_dir=conf, state_uri=str(tmp_path / "state"))
+    held = unloadable_members("g", settings)
+    assert [Path(where).name for where in held] == ["b.yaml"]

@@ -126,13 +126,14 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
             from airflow.sdk.exceptions import AirflowSkipException
 
             from tidemark.group.barrier import announce_group as announce
-            from tidemark.group.members import group_members
+            from tidemark.group.members import group_members, unloadable_members
 
             current = Settings.from_env()
             announced = announce(
                 group,
                 group_members(group, current),
                 current,
+                held=unloadable_members(group, current),
                 outlet_events=context["outlet_events"],
                 inlet_events=context["inlet_events"],
                 run_id=context["run_id"],

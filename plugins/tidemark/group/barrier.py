@@ -10,6 +10,13 @@ Exactly once, the table announce's way (``tidemark.seal.announce``): Airflow kee
 events only when it succeeds, so the task reads the group asset's recent events and emits only
 (hour, digest) pairs Airflow does not hold yet; pairs seen there are recorded as confirmed in
 ``<state>/_groups/<group>/announced.json``, which keeps the next run's work small.
+
+Membership changes never announce an hour falsely or twice. A member whose config fails to load
+(a typo in its YAML) or disagrees with its group *holds* the barrier: nothing is announced
+until it is mended (its hours may not be published, so no hour can be said to be complete).
+A table that leaves the group does not re-announce its hours: an hour is announced again only
+when a table still in it has a newer version of it than was announced (an amend), or a table
+that joined has one.
 """
 
 from __future__ import annotations
@@ -63,14 +70,48 @@ def announce_group(
     outlet_events: Any,
     inlet_events: Any,
     run_id: str,
+    held: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Emit one event of the group asset per hour that became complete (or changed) since the
-    last confirmed announcement; the hours emitted."""
+    last confirmed announcement; the hours emitted. ``held``: members that cannot load (where
+    -> why): they hold the barrier, nothing is announced."""
+    if held:
+        log.warning(
+            "group %s: its barrier is held by members that cannot load (nothing announced until they "
+            "are mended): %s",
+            group,
+            "; ".join(f"{where}: {why.splitlines()[0]}" for where, why in sorted(held.items())),
+        )
+        return []
     journals = {c.table: HourJournal(settings.state_location, c.table).state() for c in configs}
     complete = complete_hours(journals)
     record = group_state_dir(settings, group) / "announced.json"
-    confirmed: dict[str, str] = (read_json(record) or {}).get("hours", {})
-    pending = {h: digest(v) for h, v in complete.items() if confirmed.get(h) != digest(v)}
+    stored = read_json(record) or {}
+    confirmed: dict[str, str] = stored.get("hours", {})
+    versions: dict[str, dict[str, int]] = stored.get("versions", {})
+    moved = {h: v for h, v in complete.items() if confirmed.get(h) != digest(v)}
+    # a digest that changed only because a table left (or an older record without versions
+    # for the hour, whose digest still matches) is no news: no table has a newer version
+    unchanged = {
+        h: v
+        for h, v in moved.items()
+        if h in versions and all(n <= versions[h].get(t, 0) for t, n in v.items())
+    }
+    if unchanged:
+        replace_atomically(
+            record,
+            {
+                "hours": {**confirmed, **{h: digest(v) for h, v in unchanged.items()}},
+                "versions": {**versions, **unchanged},
+            },
+        )
+        confirmed = {**confirmed, **{h: digest(v) for h, v in unchanged.items()}}
+        log.info(
+            "group %s: hours %s lost a table, none gained a version: not announced again",
+            group,
+            sorted(unchanged),
+        )
+    pending = {h: digest(v) for h, v in moved.items() if h not in unchanged}
     if not pending:
         log.info("group %s: no hour newly complete across %s tables", group, len(configs))
         return []
@@ -81,7 +122,13 @@ def announce_group(
     seen = announced_pairs(inlet_events[asset].after((since - LOOKBACK_SLACK).isoformat()), "digests")
     now_confirmed = {h: d for h, d in pending.items() if (h, d) in seen}
     if now_confirmed:
-        replace_atomically(record, {"hours": {**confirmed, **now_confirmed}})
+        replace_atomically(
+            record,
+            {
+                "hours": {**confirmed, **now_confirmed},
+                "versions": {**versions, **{h: complete[h] for h in now_confirmed}},
+            },
+        )
     todo = {h: d for h, d in pending.items() if (h, d) not in seen}
     if not todo:
         log.info("group %s: the %s complete hours were announced by an earlier attempt", group, len(pending))

@@ -64,6 +64,30 @@ def group_members(group: str, settings: Settings) -> list[TableConfig]:
     return [c for c in groups_of(configs).get(group, []) if c.table not in refused]
 
 
+def unloadable_members(group: str, settings: Settings) -> dict[str, str]:
+    """Members of ``group`` that cannot run (where -> why): a table YAML naming the group that
+    fails to load, or a table that disagrees with its group. They hold the group's barrier
+    (``barrier.announce_group``): absent is not the same as published."""
+    import re
+    from pathlib import Path
+
+    from tidemark.family.tables import table_configs
+
+    configs, problems = table_configs(settings)
+    disagree = dict(disagreements(configs))
+    held = {c.table: disagree[c.table] for c in configs if c.group == group and c.table in disagree}
+    for where, why in problems.items():
+        path = Path(where)  # a table file (a family member's problem names its family instead)
+        try:
+            text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        except OSError:
+            continue
+        named = re.search(r"^group:\s*['\"]?([A-Za-z0-9_]+)", text, re.MULTILINE)
+        if named and named.group(1) == group:
+            held[where] = why
+    return held
+
+
 def group_state_dir(settings: Settings, group: str) -> Location:
     """The group's own records (its announced hours), beside the tables' state."""
     return Location(settings.state_location) / GROUPS_DIR / group
