@@ -84,6 +84,18 @@ def test_an_hour_is_complete_when_every_table_published_it() -> None:
     assert digest({"a": 1, "b": 1}) != digest({"a": 2, "b": 1})
 
 
+def test_a_retired_member_stops_holding_the_barrier_once_its_last_hour_is_published() -> None:
+    """Its topic is gone: it seals its last record's hour and no later one; the others go on."""
+    t10, t11, t12 = "2026-11-22T10", "2026-11-22T11", "2026-11-22T12"
+    a = state(journal_entry(t10), journal_entry(t11), journal_entry(t12))
+    gone = state(journal_entry(t10))
+    assert t12 not in complete_hours({"a": a, "gone": gone})  # while active, it holds
+    after = complete_hours({"a": a, "gone": gone}, retired=frozenset({"gone"}))
+    assert after == {t10: {"a": 1, "gone": 1}, t11: {"a": 1}, t12: {"a": 1}}
+    quarantined = state(journal_entry(t10, "quarantine"))  # its last hour is not published yet
+    assert t10 not in complete_hours({"a": a, "gone": quarantined}, retired=frozenset({"gone"}))
+
+
 class Accessor:
     def __init__(self) -> None:
         self.extra: dict[str, Any] = {}

@@ -41,9 +41,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def complete_hours(journals: Mapping[str, JournalState]) -> dict[str, dict[str, int]]:
-    """Hour -> {table: version} of every hour all the tables have published (see the module)."""
-    frontiers = [s.sealed_through for s in journals.values()]
+def complete_hours(
+    journals: Mapping[str, JournalState], retired: frozenset[str] = frozenset()
+) -> dict[str, dict[str, int]]:
+    """Hour -> {table: version} of every hour all the tables have published (see the module).
+    A ``retired`` table (its topic is gone: ``source.retired``) never seals another hour: it
+    holds no frontier, its published hours still count (a retired table that never sealed
+    anything holds nothing either)."""
+    frontiers = [s.sealed_through for t, s in journals.items() if t not in retired]
+    if not frontiers:  # every table retired: their own hours are all there is
+        frontiers = [s.sealed_through for s in journals.values()]
     if not journals or any(f is None for f in frontiers):
         return {}
     frontier = min(datetime.fromisoformat(str(f)) for f in frontiers)
@@ -84,7 +91,7 @@ def announce_group(
         )
         return []
     journals = {c.table: HourJournal(settings.state_location, c.table).state() for c in configs}
-    complete = complete_hours(journals)
+    complete = complete_hours(journals, frozenset(c.table for c in configs if c.source.retired))
     record = group_state_dir(settings, group) / "announced.json"
     stored = read_json(record) or {}
     confirmed: dict[str, str] = stored.get("hours", {})
