@@ -26,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processing-time", help="ISO timestamp of the run (dump); default: now")
     parser.add_argument("--tables", default="", help="only these tables of the group (comma-separated)")
     parser.add_argument("--parallelism", type=int, default=DEFAULT_PARALLELISM, help="tables at a time")
+    parser.add_argument("--attempt", type=int, default=1, help="the group task's try number (Airflow)")
     parser.add_argument("--dry-run", type=lambda t: t.strip().lower() in ("1", "true", "yes"), default=False)
     parser.add_argument("--until-caught-up", action="store_true", help="stream: stop once caught up")
     parser.add_argument(
@@ -49,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parse_instant(args.processing_time) or started,
         started,
         args.dry_run,
+        args.attempt,
     )
     return in_session(
         f"tidemark-group-{args.job}-{args.group}",

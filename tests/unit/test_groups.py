@@ -43,6 +43,11 @@ def test_a_tables_task_reports_fails_or_runs_it_alone() -> None:
     assert next_step(None, 1) is Step.RUN_ALONE  # the group job died before this table
     for status in (OK, SKIPPED, FAILED):  # a retry, or a person clearing the task
         assert next_step(outcome(status), 2) is Step.RUN_ALONE
+    # the whole run cleared: the group job ran again (its try 2) and wrote fresh records; the
+    # tables' second tries report them instead of launching one application per table
+    fresh = replace(outcome(OK), attempt=2)
+    assert next_step(fresh, 2) is Step.REPORT
+    assert next_step(fresh, 3) is Step.RUN_ALONE  # that table's task cleared once more, alone
 
 
 def test_a_group_name_is_checked_and_its_tables_must_agree_on_schedule_and_zone() -> None:

@@ -32,7 +32,9 @@ def _submit(group: str, job: str, settings: Settings, args: list[str]) -> dict[s
     from tidemark.jobs import SparkJob
     from tidemark.spark import driver_class_path, driver_java_options
 
-    submit = SparkJob.of_group(group, job, ["--run-id", "{{ run_id }}", *args])
+    submit = SparkJob.of_group(
+        group, job, ["--run-id", "{{ run_id }}", "--attempt", "{{ ti.try_number }}", *args]
+    )
     return {
         "application": submit.application(settings),
         "conn_id": "spark_default",

@@ -4,8 +4,10 @@ The group job writes one record per table and run (in the table's own state, so 
 owns a table's records): ``ok`` with the job's result, ``skipped`` with why (a table written
 by the stream is not dumped), ``failed`` with its error. Each table then has its own task
 (``dump_table`` / ``seal_table``, mapped over the group's tables): it reports the record, or
-fails with the table's own error, or, on a retry or a clear, runs the job for that table alone
-with the same run id, which the job's idempotency makes safe.
+fails with the table's own error, or, on a retry or a clear of that task alone, runs the job
+for that table alone with the same run id, which the job's idempotency makes safe. Each record
+carries the try number of the group task that wrote it: clearing the whole run runs the group
+job again and its tables' tasks report its fresh records (one application, not one per table).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class TableOutcome:
     error_type: str = ""
     seconds: float = 0.0
     result: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 1  # the try number of the group task whose job wrote it
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,8 +65,10 @@ class Step(StrEnum):
 
 
 def next_step(outcome: TableOutcome | None, try_number: int) -> Step:
-    """A first try takes the group job's word for the table; any later try (Airflow's retry,
-    or a person clearing the table's task) runs the table's job alone."""
-    if try_number > 1 or outcome is None:
+    """A table's task takes the group job's word for the table when that job ran at least as
+    many times as the task (its first try; or the whole run cleared: the group job ran again
+    and wrote a fresh record); a later try of the table's task alone (Airflow's retry, or a
+    person clearing that task) runs the table's job alone."""
+    if outcome is None or outcome.attempt < try_number:
         return Step.RUN_ALONE
     return {OK: Step.REPORT, SKIPPED: Step.SKIP}.get(outcome.status, Step.FAIL)

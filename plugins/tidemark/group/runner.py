@@ -47,6 +47,7 @@ class GroupRun:
     processing_time: datetime
     planned_at: datetime
     dry_run: bool = False
+    attempt: int = 1  # the group task's try number: a table task's later try trusts a record this fresh
 
 
 def _dump(spark: SparkSession, config: TableConfig, settings: Settings, run: GroupRun) -> dict[str, Any]:
@@ -117,6 +118,7 @@ def run_table(spark: SparkSession, config: TableConfig, settings: Settings, run:
         error_type,
         round(time.perf_counter() - started, 3),
         result,
+        run.attempt,
     )
     record_outcome(settings.state_location, outcome)  # a dry run's too: its tasks report it
     log.info(
