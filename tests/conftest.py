@@ -96,10 +96,11 @@ def any_broker(request: pytest.FixtureRequest, settings: Settings) -> tuple[str,
     return own.kafka_bootstrap, own
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """The real Apache Kafka broker (KRaft, from jvm/pom.xml's jars: ``make jvm``), one for the
-    whole run, beside tansu: PLAINTEXT, SSL (mutual TLS) and SASL_SSL (SCRAM) listeners on four
+    """The real Apache Kafka broker (KRaft, from jvm/pom.xml's jars: ``make jvm``), one per test
+    module that needs it (two in the suite: its ~20 s start costs less than a JVM idling
+    through the whole run on 2 cores), beside tansu: PLAINTEXT, SSL (mutual TLS) and SASL_SSL (SCRAM) listeners on four
     ports of its own (``tidemark_dev.kafka``). For the tests about the broker, security and
     exactly once; tansu stays the fast source of the others."""
     from tidemark_dev.kafka import KafkaService
