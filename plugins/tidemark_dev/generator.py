@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -91,7 +91,17 @@ def produce(
     if one_per_request:
         conf["batch.num.messages"] = 1
     conf.update(producer_conf or {})
-    producer = Producer(conf)
+    delivered, errors, remaining = _send(Producer(conf), topic, messages)
+    if errors or remaining:
+        raise RuntimeError(f"produce to {topic} failed: {remaining} undelivered, errors {errors[:3]}")
+    return delivered
+
+
+def _send(
+    producer: Any, topic: str, messages: Iterable[Message]
+) -> tuple[list[tuple[int, int, Message]], list[str], int]:
+    """Produce and flush ``messages``: (partition, offset, message) from the delivery reports,
+    the delivery errors, and how many were left undelivered."""
     delivered: list[tuple[int, int, Message]] = []
     errors: list[str] = []
 
@@ -116,9 +126,7 @@ def produce(
                 producer.poll(0.1)
         producer.poll(0)
     remaining = producer.flush(60)
-    if errors or remaining:
-        raise RuntimeError(f"produce to {topic} failed: {remaining} undelivered, errors {errors[:3]}")
-    return delivered
+    return delivered, errors, remaining
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -278,30 +286,12 @@ def produce_in_transaction(
             "message.max.bytes": 16 * 1024 * 1024,  # oversized dirty records of the tests
         }
     )
-    delivered: list[tuple[int, int, Message]] = []
-    errors: list[str] = []
-
-    def report(err: Any, msg: Any, *, message: Message) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
-            delivered.append((msg.partition(), msg.offset(), message))
-
     producer.init_transactions(30)
     producer.begin_transaction()
-    for message in messages:
-        producer.produce(
-            topic,
-            value=message.value,
-            key=message.key,
-            partition=message.partition,
-            on_delivery=functools.partial(report, message=message),
-        )
-        producer.poll(0)
-    producer.flush(60)
-    if errors:
+    delivered, errors, remaining = _send(producer, topic, messages)
+    if errors or remaining:
         producer.abort_transaction(30)
-        raise RuntimeError(f"produce to {topic} failed: {errors[:3]}")
+        raise RuntimeError(f"produce to {topic} failed: {remaining} undelivered, errors {errors[:3]}")
     if commit:
         producer.commit_transaction(30)
         return delivered

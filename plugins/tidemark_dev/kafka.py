@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
-import shutil
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from typing import Any
 from tidemark.errors import ServiceError
 from tidemark.jvm_jars import require_jars
 from tidemark.settings import Settings
-from tidemark_dev.services import Service, kafka_answers
+from tidemark_dev.services import Service, java_binary, kafka_answers
 from tidemark_dev.tls import TestCertificates
 
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
@@ -45,16 +43,6 @@ class KafkaListeners:
     ssl: str
     sasl_ssl: str
     controller: str
-
-
-def java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    found = (
-        shutil.which("java", path=os.path.join(java_home, "bin")) if java_home else None
-    ) or shutil.which("java")
-    if found is None:
-        raise ServiceError("kafka: no java on PATH or under JAVA_HOME (Java 17+, scripts/check_java.sh)")
-    return found
 
 
 class KafkaService(Service):
@@ -136,7 +124,7 @@ class KafkaService(Service):
 
     def command(self) -> list[str]:
         return [
-            java(),
+            java_binary("kafka"),
             "-Xms128m",
             "-Xmx512m",
             "-XX:+UseSerialGC",
@@ -157,7 +145,7 @@ class KafkaService(Service):
         scram = [f"--add-scram={m}=[name={ADMIN},password={password}]" for m in MECHANISMS]
         done = subprocess.run(
             [
-                java(),
+                java_binary("kafka"),
                 "-cp",
                 self._class_path(),
                 "kafka.tools.StorageTool",

@@ -18,7 +18,7 @@ from xml.sax.saxutils import escape
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
 from tidemark.tablefs import hadoop_uri, is_object_store
-from tidemark_dev.services import Service
+from tidemark_dev.services import Service, java_binary
 
 log = logging.getLogger(__name__)
 
@@ -192,12 +192,7 @@ class MetastoreService(Service):
         """The java binary and the class path: conf first, the wheel's jars, the JDBC driver."""
         from tidemark.jobs import spark_home
 
-        java_home = os.environ.get("JAVA_HOME")
-        java = (
-            shutil.which("java", path=os.path.join(java_home, "bin")) if java_home else None
-        ) or shutil.which("java")
-        if java is None:
-            raise ServiceError("metastore: no java on PATH or under JAVA_HOME (scripts/check_java.sh)")
+        java = java_binary("metastore")
         from tidemark.spark import s3a_jars
 
         extra = s3a_jars(self.settings) if is_object_store(self.settings.warehouse) else []

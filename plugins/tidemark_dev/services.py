@@ -84,6 +84,19 @@ def http_answers(url: str, timeout: float = 3.0) -> bool:
         return False
 
 
+def java_binary(service: str) -> str:
+    """The java of ``JAVA_HOME``, else of PATH; a ServiceError naming ``service`` when none."""
+    import shutil
+
+    java_home = os.environ.get("JAVA_HOME")
+    found = (
+        shutil.which("java", path=os.path.join(java_home, "bin")) if java_home else None
+    ) or shutil.which("java")
+    if found is None:
+        raise ServiceError(f"{service}: no java on PATH or under JAVA_HOME (Java 17+, scripts/check_java.sh)")
+    return found
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 

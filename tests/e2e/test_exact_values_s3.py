@@ -15,12 +15,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.orc as orc
-import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers.exact import AVRO, SCHEMA, differences, expected, messages, refused_offsets
+from tests.helpers.exact import (
+    AVRO,
+    SCHEMA,
+    differences,
+    expected,
+    messages,
+    read_hour_files,
+    refused_offsets,
+)
 from tests.helpers.jobs import job_env, run_job_process
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.settings import Settings
@@ -67,15 +72,7 @@ def _by_name(settings: Settings, tables: list[str]) -> list[dict[str, dict[str, 
 def _files(settings: Settings, table: str) -> dict[str, dict[str, Any]]:
     """The rows of hour 10's current version (its journal entry's files), read by pyarrow."""
     entry = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
-    store = Store.of(settings.warehouse)
-    tables = []
-    for relative in entry.files:
-        with store.fs.open_input_file(store.path(relative)) as handle:
-            if relative.endswith(".orc"):
-                tables.append(orc.ORCFile(handle).read())
-            else:
-                tables.append(pq.read_table(handle, coerce_int96_timestamp_unit="us"))
-    return {r["event_id"]: r for r in pa.concat_tables(tables).to_pylist()}
+    return read_hour_files(Store.of(settings.warehouse), list(entry.files))
 
 
 def test_every_value_on_s3_is_read_exactly_or_refused(

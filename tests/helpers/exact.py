@@ -204,3 +204,20 @@ def differences(reader: str, got: dict[str, dict[str, Any]], want: dict[str, dic
 def refused_offsets(fmt: str) -> set[tuple[int, int]]:
     """(MQ partition, offset) of the records ``fmt`` must refuse (one message per offset)."""
     return {(0, int(event_id[1:])) for event_id in expected(fmt)[1]}
+
+
+def read_hour_files(store: Any, files: list[str]) -> dict[str, dict[str, Any]]:
+    """Rows of an hour's data files (warehouse-relative, Parquet or ORC) as pyarrow reads them,
+    by event id (INT96 timestamps at microseconds: years past 2262 too)."""
+    import pyarrow as pa
+    import pyarrow.orc as orc
+    import pyarrow.parquet as pq
+
+    tables = []
+    for relative in files:
+        with store.fs.open_input_file(store.path(relative)) as handle:
+            if relative.endswith(".orc"):
+                tables.append(orc.ORCFile(handle).read())
+            else:
+                tables.append(pq.read_table(handle, coerce_int96_timestamp_unit="us"))
+    return {r["event_id"]: r for r in pa.concat_tables(tables).to_pylist()}

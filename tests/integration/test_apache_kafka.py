@@ -57,6 +57,36 @@ def _event_ids(spark: Any, table: str) -> Counter[str]:
     return Counter(r[0] for r in spark.sql(f"SELECT event_id FROM `{table}`").collect())
 
 
+def _held(kafka: KafkaService, topic: str) -> list[tuple[int, bool]]:
+    """(offset, is a tombstone) of each message partition 0 of ``topic`` holds now."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": kafka.listeners.plaintext, "group.id": "t", "enable.partition.eof": True}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    held: list[tuple[int, bool]] = []
+    try:
+        while (m := consumer.poll(5)) is not None and not m.error():
+            held.append((int(m.offset() or 0), m.value() is None))
+        return held
+    finally:
+        consumer.close()
+
+
+def _after_the_cleaner(
+    kafka: KafkaService, topic: str, produced: int, roll: Message
+) -> list[tuple[int, bool]]:
+    """What a compacted topic holds once its cleaner removed some of the ``produced`` messages
+    (``roll`` is produced every second meanwhile: a new segment, so older ones may be cleaned)."""
+    deadline = time.monotonic() + 90
+    while len(held := _held(kafka, topic)) >= produced and time.monotonic() < deadline:
+        produce(kafka.listeners.plaintext, topic, [roll])
+        time.sleep(1)
+    assert len(held) < produced, "the cleaner never compacted the topic"
+    return held
+
+
 def test_transactions_committed_aborted_and_open_land_exactly(
     spark: Any, kafka: KafkaService, settings: Settings, tmp_path: Path
 ) -> None:
@@ -113,8 +143,6 @@ def test_a_compacted_topic_has_offsets_without_messages_inside_the_plan(
     spark: Any, kafka: KafkaService, settings: Settings, tmp_path: Path
 ) -> None:
     """The cleaner removes superseded keys: the planned range spans offsets no message holds."""
-    from confluent_kafka import Consumer, TopicPartition
-
     config, settings = fresh_table(settings, tmp_path)
     settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
     topic = config.source.topic
@@ -132,31 +160,11 @@ def test_a_compacted_topic_has_offsets_without_messages_inside_the_plan(
     ]
     produce(kafka.listeners.plaintext, topic, keyed)
 
-    def surviving() -> list[int]:
-        consumer = Consumer(
-            {"bootstrap.servers": kafka.listeners.plaintext, "group.id": "t", "enable.partition.eof": True}
-        )
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        offsets: list[int] = []
-        try:
-            while True:
-                m = consumer.poll(5)
-                if m is None or m.error():
-                    return offsets
-                offsets.append(int(m.offset() or 0))
-        finally:
-            consumer.close()
-
-    deadline = time.monotonic() + 90
-    while len(survivors := surviving()) == 12 and time.monotonic() < deadline:
-        produce(
-            kafka.listeners.plaintext, topic, [Message(0, keyed[-1].value, None, at(10, 59), key=b"roll")]
-        )
-        time.sleep(1)  # a new segment, so the cleaner may compact the older ones
-    assert len(survivors) < 12, "the cleaner never compacted the topic"
+    roll = Message(0, keyed[-1].value, None, at(10, 59), key=b"roll")
+    survivors = [o for o, _ in _after_the_cleaner(kafka, topic, len(keyed), roll)]
     done = run_dump(spark, config, settings, "run-1", at(11))
     assert done.offsets[0][0] == 0 and done.offsets[0][1] > max(survivors[:-1])
-    assert done.read == done.rows == len([o for o in surviving() if o < done.offsets[0][1]])
+    assert done.read == done.rows == len([o for o, _ in _held(kafka, topic) if o < done.offsets[0][1]])
     assert done.read < done.offsets[0][1] - done.offsets[0][0]  # offsets without a message
     rows, dirty, _ = landed(settings, config.table)
     assert not dirty and set(rows) <= {(0, o) for o in range(done.offsets[0][1])}
@@ -560,8 +568,6 @@ def test_a_compacted_cdc_topic_lands_the_surviving_changes_and_its_tombstones(
     """A CDC topic as Debezium's users run it: compacted, keyed by the row's key, a tombstone
     after each delete. After the cleaner ran, the dump reads what survives: every read message
     is a row or a tombstone, the compacted offsets are offsets without a message."""
-    from confluent_kafka import Consumer, TopicPartition
-
     from tidemark_dev.generator import change_messages, order_changes
 
     config, settings = fresh_table(settings, tmp_path, template="orders")
@@ -583,29 +589,10 @@ def test_a_compacted_cdc_topic_lands_the_surviving_changes_and_its_tombstones(
             keyed.append(Message(0, None, None, None, key=key))  # the tombstone after a delete
     produce(kafka.listeners.plaintext, topic, keyed)
 
-    def survivors() -> tuple[int, int]:
-        """(messages the topic holds now, tombstones among them)."""
-        consumer = Consumer(
-            {"bootstrap.servers": kafka.listeners.plaintext, "group.id": "t", "enable.partition.eof": True}
-        )
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        n = tombstones = 0
-        try:
-            while (m := consumer.poll(5)) is not None and not m.error():
-                n += 1
-                tombstones += m.value() is None
-            return n, tombstones
-        finally:
-            consumer.close()
-
-    deadline = time.monotonic() + 90
-    while survivors()[0] >= len(keyed) and time.monotonic() < deadline:
-        produce(kafka.listeners.plaintext, topic, [replace(keyed[0], key=b"roll")])  # a new segment
-        time.sleep(1)
-    held, tombstones = survivors()
-    assert held < len(keyed), "the cleaner never compacted the topic"
+    held = _after_the_cleaner(kafka, topic, len(keyed), replace(keyed[0], key=b"roll"))
+    tombstones = sum(1 for _, tombstone in held if tombstone)
     assert tombstones, "no delete among the changes: no tombstone to keep"
     done = run_dump(spark, config, settings, "run-1", at(11))
     assert done.read == done.rows + done.dirty + done.tombstones + done.late
     assert done.read < done.offsets[0][1]  # offsets without a message: the compacted ones
-    assert (done.read, done.tombstones) == (held, tombstones) and done.dirty == 0
+    assert (done.read, done.tombstones) == (len(_held(kafka, topic)), tombstones) and done.dirty == 0

@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.exact import AVRO, SCHEMA, differences, expected, messages, refused_offsets
+from tests.helpers.exact import (
+    AVRO,
+    SCHEMA,
+    differences,
+    expected,
+    messages,
+    read_hour_files,
+    refused_offsets,
+)
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.ingest.dump import run_dump
 from tidemark.seal.rebuild import run_rebuild
@@ -41,22 +49,11 @@ def _spark_rows(spark: Any, table: str, *, hive_serde: bool) -> dict[str, dict[s
 
 
 def _pyarrow_rows(spark: Any, table: str) -> dict[str, dict[str, Any]]:
-    import pyarrow as pa
-    import pyarrow.orc as orc
-    import pyarrow.parquet as pq
-
     described = spark.sql(f"DESCRIBE FORMATTED `{table}` PARTITION (dt='2026-11-22', hr='10')").collect()
     store = Store.of(next(r[1] for r in described if r[0] == "Location"))
     files = [f for f in store.all_files("") if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
     assert files, f"{table}: no visible file in the hour"
-    tables = []
-    for relative in files:
-        with store.fs.open_input_file(store.path(relative)) as handle:
-            if relative.endswith(".orc"):
-                tables.append(orc.ORCFile(handle).read())
-            else:
-                tables.append(pq.read_table(handle, coerce_int96_timestamp_unit="us"))
-    return {r["event_id"]: r for r in pa.concat_tables(tables).to_pylist()}
+    return read_hour_files(store, files)
 
 
 def _read_everywhere(spark: Any, table: str, want: dict[str, dict[str, Any]]) -> list[str]:

@@ -185,18 +185,7 @@ def _accept_loss(
         },
     )
     ranges = tuple(MqRange(p, first, first, state.end_offsets[p], first) for p, first in sorted(lost.items()))
-    plan = Plan(
-        config.table,
-        state.last_committed + 1,
-        f"resolve:accept-loss#{record.seq}",
-        config.source.topic,
-        at.isoformat(),
-        ranges,
-    )
-    commit_log.write_plan(plan)
-    _close(commit_log, plan, record, ranges)
-    log.warning("%s: %s", config.table, record.describe())
-    return record
+    return _move_ends(config, commit_log, state, record, ranges, at=at)
 
 
 def _rebase(
@@ -240,21 +229,31 @@ def _rebase(
         },
     )
     ranges = tuple(MqRange(p, start, start) for p, start in sorted(restarted.items()))
+    extra = {"dropped_mq_partitions": dropped, **({"topic_id": identity} if identity else {})}
+    return _move_ends(config, commit_log, state, record, ranges, at=at, extra=extra)
+
+
+def _move_ends(
+    config: TableConfig,
+    commit_log: CommitLog,
+    state: LogState,
+    record: AuditRecord,
+    ranges: tuple[MqRange, ...],
+    *,
+    at: datetime,
+    extra: dict[str, Any] | None = None,
+) -> AuditRecord:
+    """A decision that moves committed ends without a pending batch (rebase, accept-loss): a
+    plan of its own, closed at once, reading nothing."""
     plan = Plan(
         config.table,
         state.last_committed + 1,
-        f"resolve:rebase#{record.seq}",
+        f"resolve:{record.action}#{record.seq}",
         config.source.topic,
         at.isoformat(),
         ranges,
     )
     commit_log.write_plan(plan)
-    _close(
-        commit_log,
-        plan,
-        record,
-        ranges,
-        {"dropped_mq_partitions": dropped, **({"topic_id": identity} if identity else {})},
-    )
+    _close(commit_log, plan, record, ranges, extra)
     log.warning("%s: %s", config.table, record.describe())
     return record
