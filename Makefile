@@ -34,7 +34,7 @@ jvm: java  ## jvm/pom.xml's pinned JVM artifacts (Apache Kafka broker, hadoop-aw
 executor-env: venv  ## the venv archive Spark executors of a cluster unpack (TIDEMARK_EXECUTOR_ENV)
 	@scripts/build_executor_env.sh $(VENV)
 
-spark-classes: venv  ## the class-data-sharing archive that halves a Spark driver's start (after postgres: JDBC jars are on its class path)
+spark-classes: venv  ## the class-data-sharing archives that halve a Spark driver's start, one per driver class path (after postgres and jvm: the JDBC and s3a jars are on it)
 	@$(BIN)/python -m tidemark.jvm_classes
 
 lint: venv  ## ruff + mypy + the import layers (lint-imports), and docker-compose.yaml against the Compose spec (offline)
@@ -48,7 +48,7 @@ unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
 test: lint jvm browser postgres executor-env spark-classes  ## lint, then the whole test suite (README's test command; what CI runs)
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 demo: venv jvm spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
 	$(BIN)/tidemark demo

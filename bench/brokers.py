@@ -26,27 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dump_throughput import PROCESSING, Measured, bench_table, dump_command, produce_input, run_measured
 
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports on 127.0.0.1 (Kafka's four listeners)."""
-    import random
-    import socket
-
-    for _ in range(200):
-        base = random.randrange(30_000, 40_000)
-        taken = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                taken.append(sock)
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for sock in taken:
-                sock.close()
-        return base
-    raise SystemExit(f"no {count} consecutive free ports")
+from tidemark_dev.net import free_port_block
 
 
 def dump_once(bootstrap: str, topic: str, ends: dict[int, int], value_bytes: int, name: str) -> Measured:
@@ -86,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     tansu_here = not tansu.status().running
     tansu.start()
     kafka_home = Path(tempfile.mkdtemp(prefix="tidemark-bench-kafka-"))
-    kafka = KafkaService(replace(settings, home=kafka_home, kafka_bootstrap=f"127.0.0.1:{free_ports(4)}"))
+    kafka = KafkaService(
+        replace(settings, home=kafka_home, kafka_bootstrap=f"127.0.0.1:{free_port_block(4)}")
+    )
     kafka.start()
     try:
         brokers = {"tansu": settings.kafka_bootstrap, "kafka": kafka.listeners.plaintext}

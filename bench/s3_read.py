@@ -53,7 +53,7 @@ def main() -> int:
     from tidemark_dev.s3 import PORTS, S3Service, s3_environment
 
     sys.path.insert(0, str(ROOT))
-    from tests.helpers.net import free_port_block
+    from tidemark_dev.net import free_port_block
 
     settings = replace(Settings.from_env(), s3_port=free_port_block(PORTS))
     service = S3Service(settings)

@@ -11,13 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.net import free_port, free_port_block
 from tidemark.settings import Settings
+from tidemark_dev.net import free_port, free_port_block
 
 pytest_plugins = ["tests.tiers", "pytester"]
 
-# Airflow reads its config at import: give the test run its own home, no example DAGs.
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="tidemark-airflow-"))
+# Airflow reads its config at import: give the test run its own home, no example DAGs. Each
+# xdist worker gets its own (they inherit the controller's environment, and two workers on one
+# SQLite metadata DB would lock each other out).
+if os.environ.get("PYTEST_XDIST_WORKER") or "AIRFLOW_HOME" not in os.environ:
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="tidemark-airflow-")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
 # Many short Spark JVMs (every job a test runs as its own process): C1 only and the serial GC

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from tidemark import __version__
 from tidemark.cli_decisions import cmd_release, cmd_resolve, cmd_switch, cmd_unlock
+from tidemark.cli_fleet import add_fleet_commands
 from tidemark.cli_tables import cmd_schema, cmd_tables
 from tidemark.errors import TidemarkError
 
@@ -413,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--write", action="store_true", help="init: write conf/tables/<table>.yaml instead of printing it"
     )
     tables.set_defaults(func=cmd_tables)
+    add_fleet_commands(sub, _decision_arguments)
     return parser
 
 

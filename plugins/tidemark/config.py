@@ -116,6 +116,9 @@ class CdcConfig(_Strict):
     # delta: the table's delta.targetFileSize. A MERGE rewrites only the files holding changed
     # keys, and the bootstrap writes the state in key order, so smaller files cost less.
     snapshot_file_size: Size = 32 * 1024 * 1024
+    # delta: the newest labels kept readable (``<table>_snapshot_labels``, read_snapshot); an
+    # older label expires: out of the view, and the merge's VACUUM may delete its files
+    keep_labels: int = Field(default=48, ge=1)
 
 
 class StreamConfig(_Strict):

@@ -351,3 +351,9 @@ class GroupTableFailedError(TidemarkError):
             f"{table} (group {group}): the {job} of run {run_id} failed: {detail} -- the group's other "
             f"tables are not affected; retrying or clearing this table's task runs {table} alone"
         )
+
+
+class MembershipError(TidemarkError):
+    """A change of a family's or a group's members that cannot be made (an active topic
+    forgotten, a table that is not a member asked to leave): names the family or group, the
+    table and what to do instead."""

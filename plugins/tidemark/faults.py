@@ -51,7 +51,7 @@ REPLAY_POINTS = ("mid_retire",)
 # Between a commit record and the commit log's checkpoint (every CHECKPOINT_EVERY batches)
 STATE_POINTS = ("before_checkpoint",)
 # Faults of monitoring-only steps, which must never fail the job (used with TIDEMARK_FAIL_MODE=raise)
-MONITORING_POINTS = ("group_commit",)
+MONITORING_POINTS = ("group_commit", "snapshot_views")
 POINTS = (
     DUMP_POINTS
     + STREAM_POINTS

@@ -7,7 +7,9 @@ driver then gets ``-XX:SharedArchiveFile`` (``tidemark.spark.driver_java_options
 archive is only valid for the class path and JVM build it was written with; a JVM that
 differs (another JDK, an added jar, the s3a jars of an S3 warehouse) ignores it silently and
 starts as before, so a stale archive costs time, never correctness. ``ensure`` writes it again
-when its recorded fingerprint (class path, Java, pyspark) no longer matches.
+when its recorded fingerprint (class path, Java, pyspark) no longer matches. There are two,
+one per driver class path: the local warehouse's, and an S3 warehouse's (the s3a jars added:
+``spark-classes-s3a.jsa``, written when ``make jvm`` fetched them).
 
     python -m tidemark.jvm_classes        # make spark-classes
 """
@@ -58,10 +60,11 @@ def write_archive(settings: Settings, archive: Path) -> None:
     archive then), and move the archive into place."""
     from pyspark.sql import functions as F
 
-    from tidemark.spark import build_session
+    from tidemark.spark import build_session, driver_class_path
     from tidemark.sparkfiles import read_files
 
     archive.parent.mkdir(parents=True, exist_ok=True)
+    class_path = driver_class_path(settings)  # an S3 warehouse's jars, the session's own is local
     with tempfile.TemporaryDirectory(prefix="tidemark-classes-") as scratch:
         partial = Path(scratch) / "classes.jsa"
         own = replace(
@@ -71,7 +74,12 @@ def write_archive(settings: Settings, archive: Path) -> None:
             jvm_options=f"{settings.jvm_options} -XX:ArchiveClassesAtExit={partial} -Xlog:cds=off".strip(),
             jvm_class_archive="off",
         )
-        spark = build_session("tidemark-jvm-classes", own, hive=True)
+        spark = build_session(
+            "tidemark-jvm-classes",
+            own,
+            hive=True,
+            extra_conf={"spark.driver.extraClassPath": class_path} if class_path else None,
+        )
         gateway = spark.sparkContext._gateway
         if gateway is None or getattr(gateway, "proc", None) is None:
             raise RuntimeError("the session's JVM was not started by this process")
@@ -95,8 +103,9 @@ def write_archive(settings: Settings, archive: Path) -> None:
 
 
 def ensure(settings: Settings) -> Path | None:
-    """The archive, written first if missing or stale; None when off or when this JVM cannot
-    write one (jobs then start without it: slower, nothing else)."""
+    """The archive of ``settings``' driver class path, written first if missing or stale; None
+    when off or when this JVM cannot write one (jobs then start without it: slower, nothing
+    else)."""
     archive = settings.class_archive
     if archive is None:
         return None
@@ -109,8 +118,21 @@ def ensure(settings: Settings) -> Path | None:
     return archive
 
 
+def ensure_all(settings: Settings) -> list[Path]:
+    """Both archives (see the module): the local warehouse's, and an S3 warehouse's when the
+    s3a jars are fetched."""
+    from tidemark.spark import s3a_jars
+
+    variants = [replace(settings, warehouse=str(settings.home / "warehouse"))]
+    if s3a_jars(settings):
+        variants.append(replace(settings, warehouse="s3://tidemark-class-archive/warehouse"))
+    return [written for variant in variants if (written := ensure(variant)) is not None]
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    written = ensure(Settings.from_env())
-    print(f"tidemark: class archive {written or 'off (TIDEMARK_JVM_CLASS_ARCHIVE=off)'}")
+    written = ensure_all(Settings.from_env())
+    print(
+        f"tidemark: class archives {', '.join(map(str, written)) or 'off (TIDEMARK_JVM_CLASS_ARCHIVE=off)'}"
+    )
     sys.exit(0)

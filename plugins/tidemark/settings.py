@@ -149,12 +149,19 @@ class Settings:
 
     @property
     def class_archive(self) -> Path | None:
-        """Where the drivers' class-data-sharing archive lives, or None when turned off."""
+        """Where the drivers' class-data-sharing archive lives, or None when turned off: one
+        per driver class path (a warehouse on an object store adds the s3a jars, which a JVM
+        would not map from the other's archive: ``-s3a`` beside it)."""
         if self.jvm_class_archive == "off":
             return None
-        if self.jvm_class_archive:
-            return Path(self.jvm_class_archive)
-        return Path(self.python).parent.parent / "share" / "tidemark" / "spark-classes.jsa"
+        base = (
+            Path(self.jvm_class_archive)
+            if self.jvm_class_archive
+            else Path(self.python).parent.parent / "share" / "tidemark" / "spark-classes.jsa"
+        )
+        from tidemark.tablefs import is_object_store
+
+        return base.with_name(f"{base.stem}-s3a{base.suffix}") if is_object_store(self.warehouse) else base
 
     @property
     def state_dir(self) -> Path:

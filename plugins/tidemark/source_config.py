@@ -65,6 +65,9 @@ class SourceConfig(_Strict):
     # the topic is gone for good (a family's discovery sets it; a table may too): runs read no
     # broker, each commits an empty batch, and the hours up to the last record's seal
     retired: bool = False
+    # retired, and every hour up to its last record published (a family's discovery sets it):
+    # the table has no DAGs and is in no group's barrier; its data and state stay
+    done: bool = False
 
     @field_validator("writer_schema", mode="before")
     @classmethod

@@ -132,6 +132,9 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
+        # A group's application runs its tables' jobs side by side, each in a pool of its own
+        # (``TABLE_POOL``): one table's stalled or big job never holds the others' queue.
+        "spark.scheduler.mode": "FAIR",
         # The dump's classification compiles to generated methods over HotSpot's 8000-byte JIT
         # limit; left interpreted they made it 2.6x slower (docs/benchmarks.md).
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby_home} {driver_java_options(settings)}",

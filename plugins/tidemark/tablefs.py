@@ -144,6 +144,14 @@ class Store:
         )
         return sorted(i.path[len(base) :].lstrip("/") for i in infos if i.type == pafs.FileType.File)
 
+    def children(self, relative: str) -> list[str]:
+        """The names of the directories right under one, sorted: one delimited listing on S3,
+        not every object below (a Delta table's data files, every version's)."""
+        import pyarrow.fs as pafs
+
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(relative), allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
     def files(self, relative: str, suffix: str | tuple[str, ...] = DATA_SUFFIXES) -> list[str]:
         """Files under a directory (recursively; hidden ``_``/``.`` names below it skipped), as
         sorted warehouse-relative paths; data files (Parquet, ORC) unless ``suffix`` says."""
@@ -212,3 +220,24 @@ class Store:
     def delete_dir(self, relative: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.delete_dir(self.path(relative))
+
+
+def delta_storage_options(uri: str) -> dict[str, str]:
+    """delta-rs's settings for the table at ``uri``: on S3 the documented ``AWS_*``
+    environment (endpoint, region, keys), every commit a conditional PUT (``If-None-Match``,
+    never the unsafe rename), plain HTTP allowed only for an ``http://`` endpoint."""
+    if not is_object_store(uri):
+        return {}
+    names = {
+        "endpoint": "AWS_ENDPOINT_URL",
+        "region": "AWS_REGION",
+        "access_key": "AWS_ACCESS_KEY_ID",
+        "secret_key": "AWS_SECRET_ACCESS_KEY",
+        "session_token": "AWS_SESSION_TOKEN",
+    }
+    s3 = s3_from_environment()
+    options = {names[k]: v for k, v in s3.items()}
+    options.update(aws_conditional_put="etag", AWS_S3_ALLOW_UNSAFE_RENAME="false")
+    if s3.get("endpoint", "").startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return options

@@ -18,10 +18,10 @@ import psutil
 import pytest
 
 from tests.helpers.airflow_api import api
-from tests.helpers.net import free_port
 from tests.helpers.tables import ROOT
 from tidemark.settings import Settings
 from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, admin_password
+from tidemark_dev.net import free_port
 from tidemark_dev.services import AirflowService
 
 pytestmark = pytest.mark.e2e

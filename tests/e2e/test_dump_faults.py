@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.jobs import job_process
-from tests.helpers.net import free_port
 from tests.helpers.tables import PROCESSING, START, fresh_table, landed
 from tidemark.faults import DUMP_POINTS, EXIT_CODE
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.layout import Layout
 from tidemark_dev.generator import create_topic, events, produce
+from tidemark_dev.net import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -169,3 +169,57 @@ def wait_for(done: Any, app: Any, timeout: float = 180.0) -> None:
         assert app.is_running() and app.status() != "zombie", "the group's stream application ended"
         assert time.monotonic() < deadline, "the stream did not catch up"
         time.sleep(1)
+
+
+def test_a_groups_barrier_through_a_broken_member_a_mended_one_and_a_retired_one(
+    dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three YAML tables of one group, through the group DAG (dag.test): while one member's
+    YAML is broken the barrier announces nothing (its hours may be unpublished: none early);
+    mended, the group's hour is announced once and no earlier hour again; a member whose
+    topic is retired stops holding the barrier once its last hour is published."""
+    suffix = tmp_path.name[-6:].lower().replace("-", "_")
+    group = f"gy_{suffix}"
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(conf))
+    template = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
+    tables = [f"{group}_{n}" for n in ("a", "b", "c")]
+
+    def write(table: str, **changes: Any) -> None:
+        data = {**template, "table": table, "group": group, "retries": 0}
+        data["source"] = {**template["source"], "topic": table, **changes}
+        (conf / f"{table}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+    for table in tables:
+        write(table)
+        create_topic(broker, table, 2)
+        produce(broker, table, records(HOURS_10_AND_11))
+    dag_id, asset = f"tidemark_group_{group}", f"tidemark.group.{group}"
+    first = run_group_dag(dag_id, tables, at(12))
+    assert first["announce_group"][0] == "success" and events_of(asset) == ["2026-11-22T10"]
+
+    broken = tables[2]
+    (conf / f"{broken}.yaml").write_text(
+        (conf / f"{broken}.yaml").read_text().replace("event_time:", "event_tim:")
+    )
+    for table in tables[:2]:
+        produce(broker, table, records([(p, at(12, 40)) for p in (0, 1)], prefix="h12"))
+    second = run_group_dag(dag_id, tables[:2], at(13, 5))  # its DAG has only the loadable tables
+    assert second["announce_group"][0] == "skipped" and events_of(asset) == ["2026-11-22T10"]  # held
+
+    write(broken)  # mended: it seals hour 11 too; the group's hour 11 is announced, once
+    produce(broker, broken, records([(p, at(12, 40)) for p in (0, 1)], prefix="h12"))
+    third = run_group_dag(dag_id, tables, at(13, 10))
+    assert third["announce_group"][0] == "success"
+    assert events_of(asset) == ["2026-11-22T10", "2026-11-22T11"]
+
+    write(broken, retired=True)  # its topic is gone for good: it seals its last hour (12), no later
+    for table in tables[:2]:
+        produce(broker, table, records([(p, at(13, 50)) for p in (0, 1)], prefix="h13"))
+    run_group_dag(dag_id, tables, at(14, 20))  # its partitions idle: every table seals hour 12
+    assert events_of(asset) == ["2026-11-22T10", "2026-11-22T11", "2026-11-22T12"]
+    for table in tables[:2]:
+        produce(broker, table, records([(p, at(14, 30)) for p in (0, 1)], prefix="h14"))
+    run_group_dag(dag_id, tables, at(15, 30))  # the retired member never seals hour 13: not held
+    assert events_of(asset) == ["2026-11-22T10", "2026-11-22T11", "2026-11-22T12", "2026-11-22T13"]

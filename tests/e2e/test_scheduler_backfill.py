@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers.airflow_api import AirflowApi, wait_for
-from tests.helpers.net import free_port
 from tests.helpers.tables import fresh_table
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
@@ -32,6 +31,7 @@ from tidemark.state.layout import Layout
 from tidemark.time.hours import hour_of
 from tidemark_dev.airflow_env import admin_password, airflow_environment
 from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.net import free_port
 from tidemark_dev.services import AirflowService
 
 pytestmark = pytest.mark.e2e

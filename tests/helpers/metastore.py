@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from tests.helpers.net import free_port
 from tidemark.settings import Settings
+from tidemark_dev.net import free_port
 from tidemark_dev.postgres import MetastoreService
 
 

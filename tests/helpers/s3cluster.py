@@ -20,10 +20,10 @@ import pytest
 
 from tests.helpers.jobs import JOBS, job_env
 from tests.helpers.metastore import metastore_service
-from tests.helpers.net import free_port_block
 from tidemark.settings import Settings
 from tidemark.tablefs import Store
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
+from tidemark_dev.net import free_port_block
 from tidemark_dev.pgsource import psql
 from tidemark_dev.postgres import METASTORE_DATABASE
 

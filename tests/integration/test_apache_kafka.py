@@ -215,6 +215,7 @@ def test_a_dump_and_a_seal_through_sasl_ssl_and_mutual_tls_never_show_the_secret
     assert run_dump(spark, mtls_config, mtls_settings, "run-1", at(12)).rows == 8
 
     # a rebuild re-reads the hour's offsets through the same listener
+    from tidemark.observe.lineage import as_json, job_lineage
     from tidemark.observe.report import render_report, report_data
     from tidemark.observe.status import render
     from tidemark.seal.rebuild import run_rebuild
@@ -223,6 +224,13 @@ def test_a_dump_and_a_seal_through_sasl_ssl_and_mutual_tls_never_show_the_secret
     assert rebuilt["status"] == "rebuilt" and rebuilt["rows"] == 6
     shown = [render(table_status(config, sasl_settings)), str(table_status(config, sasl_settings))]
     shown.append(render_report(report_data(config, sasl_settings, as_of=at(13))))
+    # the lineage events the operators emit name the source by bootstrap and topic only
+    lineage = [
+        as_json(job_lineage(job, config, sasl_settings, run))
+        for job, run in (("dump", "run-1"), ("seal", "run-1"), ("rebuild", "rebuild-1"))
+    ]
+    assert all(d["inputs"] or d["outputs"] for d in lineage), lineage
+    shown += [json.dumps(d) for d in lineage]
     assert all(password not in text for text in shown)
 
     leaked = [str(p) for p in sasl_settings.home.rglob("*") if p.is_file() and _holds(p, password)]

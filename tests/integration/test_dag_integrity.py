@@ -264,4 +264,11 @@ def test_a_group_gets_one_dag_in_one_file_and_a_disagreeing_table_is_refused_alo
         assert mapped.expand_input.value["table"] == members
         assert {f"announce_{t}" for t in members} | {"announce_group", "every_table_ok"} <= set(dag.task_ids)
         assert dag.default_args["retries"] == template["retries"] and "group" in dag.tags
+        # a table's retries hold nothing back: the seal waits for the dump application only,
+        # each announce (and the barrier) for the seal application only
+        assert dag.get_task("seal").upstream_task_ids == {"dump"}
+        assert {frozenset(dag.get_task(f"announce_{t}").upstream_task_ids) for t in members} == {
+            frozenset({"seal"})
+        }
+        assert dag.get_task("announce_group").upstream_task_ids == {"seal"}
         assert all(t.on_failure_callback for t in dag.tasks)

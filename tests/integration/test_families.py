@@ -97,6 +97,7 @@ def test_discovery_makes_tables_of_new_topics_and_retires_a_deleted_one(
     first = run_dump(spark, retired, settings, "run-2", at(12, 20))
     assert first.status == "committed" and first.read == 0
     assert run_seal(spark, retired, settings, "run-2").sealed == []  # partitions not idle yet
+    assert discover_family("clicks", settings, at=at(12, 50)).done == []  # hour 11 is not published
     run_dump(spark, retired, settings, "run-3", at(13))
     assert run_seal(spark, retired, settings, "run-3").sealed == ["2026-11-22T11"]
     run_dump(spark, retired, settings, "run-4", at(16))
@@ -106,9 +107,32 @@ def test_discovery_makes_tables_of_new_topics_and_retires_a_deleted_one(
     assert rows == Counter((p, o) for p, o, _ in sent) and not dirty
     assert CommitLog(settings.state_dir, web_table).state().last_committed == 3
 
-    # The topic comes back: the member is read again.
+    # Every hour published: discovery marks it done; its DAGs go, its data and state stay.
+    assert discover_family("clicks", settings, at=at(16, 30)).done == [web]
+    assert load_table(web_table, settings).source.done
+    assert not [
+        d for d in all_dags(settings) if web_table in d
+    ] and f"tidemark_ingest_{prefix}_app" in all_dags(settings)
+    # Forgotten only by decision, only when done, with an audit record.
+    from tidemark.errors import ConfigError, MembershipError
+    from tidemark.family.retirement import forget_member
+    from tidemark.state.audit import AuditLog
+
+    with pytest.raises(MembershipError, match=f"topic {app} .* is active"):
+        forget_member("clicks", app, settings, reason="cleanup", by="ops", at=at(17))
+    with pytest.raises(MembershipError, match="needs a --reason"):
+        forget_member("clicks", web, settings, reason=" ", by="ops", at=at(17))
+    record = forget_member("clicks", web, settings, reason="web client retired", by="ops", at=at(17))
+    assert (record.action, record.detail["topic"]) == ("forget", web)
+    assert [r.action for r in AuditLog(settings.state_dir, web_table).records()] == ["forget"]
+    assert web not in read_members(settings, "clicks").topics
+    with pytest.raises(ConfigError):
+        load_table(web_table, settings)
+    assert registered(spark, web_table) == ["dt=2026-11-22/hr=10", "dt=2026-11-22/hr=11"]  # data stays
+
+    # The topic comes back: a member again (a new one: it was forgotten), read again.
     create_topic(broker, web, 2)
-    assert discover_family("clicks", settings, at=at(17)).returned == [web]
+    assert discover_family("clicks", settings, at=at(17)).new == [web]
     assert not load_table(web_table, settings).source.retired
 
 

@@ -102,5 +102,7 @@ def test_dump_seal_and_rebuild_report_topic_offsets_and_table_partitions(
 def test_the_bootstrap_source_is_named_without_credentials() -> None:
     jdbc = source_dataset("jdbc jdbc:postgresql://db.example:5432/shop public.orders")
     assert (jdbc.namespace, jdbc.name) == ("postgresql://db.example:5432", "shop.public.orders")
+    inline = source_dataset("jdbc jdbc:mysql://etl:s3cret@db.example:3306/shop orders")
+    assert (inline.namespace, inline.name) == ("mysql://db.example:3306", "shop.orders")
     files = source_dataset("files /data/orders.parquet")
     assert (files.namespace, files.name) == ("file", "/data/orders.parquet")

@@ -192,3 +192,72 @@ def test_one_hours_bad_file_fails_that_hour_named_and_the_hours_before_it_seal(
     journal = HourJournal(settings.state_location, config.table).state()
     assert sorted(journal.hours) == ["2026-11-22T10"]
     assert registered(spark, config.table) == ["dt=2026-11-22/hr=10"]
+
+
+def test_a_seal_paused_past_its_lease_never_writes_into_its_successors_hidden_hour(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The local disk's fence. A seal froze (no renewals) with its compacted files staged; the
+    next run's seal (the YAML's target file size lowered meanwhile: more files) took the
+    expired lock and quarantined the hour (a duplicate event), which leaves it in the hidden
+    ``_sealing`` directory. When the frozen one resumes, nothing of it may enter that
+    directory: its files would replace some of the successor's and sit beside the others, and a
+    release would register rows twice. It fails with a named error; the release registers each
+    row once."""
+    import threading
+    from contextlib import nullcontext
+
+    from tidemark.errors import TidemarkError
+    from tidemark.seal.hourfiles import HourFiles
+    from tidemark.seal.sealing import run_release
+    from tidemark.state.locks import Lease
+
+    config, settings = fresh_table(settings, tmp_path, output__target_file_size="4KiB")
+    create_topic(broker, config.source.topic, 1)
+    hour = records([(0, at(10) + timedelta(seconds=10 * m)) for m in range(300)], prefix="z")
+    hour.append(replace(hour[-1]))  # one event sent twice: hour 10 is quarantined
+    sent = produce(broker, config.source.topic, hour + records([(0, at(12, 30))], prefix="later"))
+    run_dump(spark, config, settings, "run-1", at(13))
+    size = sum(
+        f.stat().st_size
+        for f in (Layout(settings, config.table).open_dir / "dt=2026-11-22" / "hr=10").rglob("*.parquet")
+    )
+    frozen_config = config.model_copy(
+        update={"output": config.output.model_copy(update={"target_file_size": size // 2 + 1})}  # 2 files
+    )
+    config = config.model_copy(
+        update={"output": config.output.model_copy(update={"target_file_size": size // 6 + 1})}  # 6 files
+    )
+
+    monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "1")
+    monkeypatch.setattr(Lease, "renewing", lambda self: nullcontext())  # frozen: no renewals
+    frozen, resume = threading.Event(), threading.Event()
+    real_move = HourFiles.move_staged
+
+    def pausing_move(self: HourFiles, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "zombie" and not frozen.is_set():
+            frozen.set()
+            resume.wait(120)
+        return real_move(self, *args, **kwargs)
+
+    monkeypatch.setattr(HourFiles, "move_staged", pausing_move)
+    outcome: list[BaseException] = []
+
+    def zombie() -> None:
+        try:
+            run_seal(spark, frozen_config, settings, "run-1")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=zombie, name="zombie")
+    thread.start()
+    assert frozen.wait(120), "the first seal never reached its move"
+    with pytest.raises(QualityGateError, match="2026-11-22T10"):
+        run_seal(spark, config, settings, "run-2")  # waits out the lease, quarantines hour 10
+    resume.set()
+    thread.join(120)
+    assert len(outcome) == 1 and isinstance(outcome[0], TidemarkError), outcome
+    run_release(spark, config, settings, "2026-11-22T10", "release-10")
+    rows, _, _ = landed(settings, config.table)
+    assert rows == Counter((p, o) for p, o, _ in sent)  # hour 12's record in its batch file
+    assert "dt=2026-11-22/hr=10" in registered(spark, config.table)

@@ -8,9 +8,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers.net import free_port
 from tidemark.settings import Settings
 from tidemark_dev.local import resolve
+from tidemark_dev.net import free_port
 from tidemark_dev.services import BrokerService, kafka_answers
 
 pytestmark = pytest.mark.integration

@@ -429,3 +429,80 @@ def test_a_merge_source_is_the_newest_change_per_key_and_a_difference_names_dele
         (2, 1, "b", True),  # in the current state, not in the desired one
         (6, 1, "new", False),
     ]  # key 3 is equal in both (nulls included): left alone
+
+
+def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_ones_read(
+    spark: Any,
+    broker: str,
+    settings: Settings,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``cdc.keep_labels``: the labels view holds the newest labels only, an expired label is
+    refused by name, and the merge's VACUUM deletes the files no kept label reads (its own
+    commits name no snapshot: the next merge still finds its head). A views step that the
+    metastore refuses leaves the commit standing: logged, made good by the next merge."""
+    from deltalake import DeltaTable
+
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        template="orders",
+        cdc__snapshot_every="hour",
+        cdc__snapshot_format="delta",
+        cdc__keep_labels=2,
+    )
+    create_topic(broker, config.source.topic, 2)
+    before, source_state = history()
+    send(broker, config, before)
+    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
+    run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
+    after = order_changes(200, start=at(10), span=at(13, 30) - at(10), existing=source_state, seed=7)
+    send(broker, config, after)
+    ingest(spark, config, settings, "ingest-1", at(13, 40))
+    root = str(SnapshotStore(spark, config, settings).table_dir)
+    labels = ["2026-11-22T10", "2026-11-22T11", "2026-11-22T12"]
+    for label in labels:
+        run_merge(spark, config, settings, f"merge-{label}", label)
+        end = period_of(config, label).end
+        expected = state_after(
+            [c for c in after if datetime.fromisoformat(c["updated_at"]) < end], source_state
+        )
+        assert snapshot(spark, config, label, settings) == truth(expected)
+    shown = {
+        r[0]
+        for r in spark.sql(f"SELECT DISTINCT snapshot_dt FROM `{config.snapshot_table}_labels`").collect()
+    }
+    assert shown == set(labels[1:])
+    with pytest.raises(MergeError, match="'base' expired"):
+        snapshot(spark, config, "base", settings)
+    table = DeltaTable(root)
+    assert [c["operation"] for c in table.history(2)] == ["VACUUM END", "VACUUM START"]
+    live = SnapshotLog(settings.state_location, config.table).live()
+    needed = {
+        Path(f).name
+        for label in labels[1:]
+        for f in DeltaTable(root, version=live[label].delta_version).file_uris()
+    }
+    on_disk = {p.name for p in Path(root).glob("*.parquet")}
+    assert on_disk == needed  # base's and the first label's replaced files are gone
+
+    # The metastore refuses the views (as Derby refused a text past its limit): the merge stands.
+    send(
+        broker,
+        config,
+        order_changes(20, start=at(13, 30), span=at(14, 30) - at(13, 30), existing=expected, seed=8),
+    )
+    ingest(spark, config, settings, "ingest-2", at(14, 40))
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "snapshot_views")
+    merged = run_merge(spark, config, settings, "merge-13", "2026-11-22T13")
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    assert merged.version == 1 and "its views were not registered" in caplog.text
+    assert run_merge(spark, config, settings, "merge-13", "2026-11-22T13").already_done  # registers them
+    shown = {
+        r[0]
+        for r in spark.sql(f"SELECT DISTINCT snapshot_dt FROM `{config.snapshot_table}_labels`").collect()
+    }
+    assert shown == {"2026-11-22T12", "2026-11-22T13"}

@@ -9,7 +9,9 @@ import json
 import os
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -224,9 +226,9 @@ def test_commits_on_s3_are_conditional_and_a_store_ignoring_the_condition_is_ref
     from deltalake.exceptions import CommitFailedError
 
     from tidemark.errors import ConditionalWriteUnsupportedError
-    from tidemark.snapshot.delta import storage_options
     from tidemark.state import storage
     from tidemark.tablefs import Store
+    from tidemark.tablefs import delta_storage_options as storage_options
 
     uri = f"{s3}/delta-{uuid.uuid4().hex[:8]}/orders_snapshot"
     options = storage_options(uri)
@@ -258,21 +260,85 @@ def test_commits_on_s3_are_conditional_and_a_store_ignoring_the_condition_is_ref
     probes = Store.of(bucket_root.rstrip("/")).all_files(uri.removeprefix(bucket_root).rsplit("/", 1)[0])
     assert not [f for f in probes if "_tidemark_probes" in f]
 
-    def drop_condition(request: Any, **_: Any) -> None:
-        if "If-None-Match" in request.headers:
-            del request.headers["If-None-Match"]
-
     # the same store once its PUTs lose the condition: a Delta commit and a state record
     # (a commit record of the commit log) are refused, never written as if they were created
-    shared.client.meta.events.register("before-sign.s3.PutObject", drop_condition)
-    shared._honoured.clear()
-    try:
+    with ignoring_the_condition():
         with pytest.raises(ConditionalWriteUnsupportedError, match="orders: the object store of s3://"):
             storage.require_conditional_create("orders", uri)
         record = Location(f"{s3}/{uuid.uuid4().hex}/state/events/commits/0000000000.json")
         with pytest.raises(ConditionalWriteUnsupportedError, match="state record s3://"):
             storage.create_only(record, {"batch_id": 0})
         assert storage.read_json(record) is None
+
+
+@contextmanager
+def ignoring_the_condition() -> Iterator[None]:
+    """The test's S3 client as a store that ignores If-None-Match: its PUTs lose the header on
+    the way; every bucket is probed again."""
+    from tidemark.state import storage
+
+    shared = storage._s3_storage()
+
+    def drop_condition(request: Any, **_: Any) -> None:
+        if "If-None-Match" in request.headers:
+            del request.headers["If-None-Match"]
+
+    shared.client.meta.events.register("before-sign.s3.PutObject", drop_condition)
+    shared._honoured.clear()
+    try:
+        yield
     finally:
         shared.client.meta.events.unregister("before-sign.s3.PutObject", drop_condition)
         shared._honoured.clear()
+
+
+def test_a_delta_merge_on_s3_probes_the_store_and_refuses_one_ignoring_the_condition(
+    spark: Any, s3: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Not only the bootstrap: a MERGE into a Delta snapshot on S3 probes its bucket first (in a
+    process whose state records live elsewhere, nothing else would), and on a store whose PUTs
+    lose If-None-Match it commits nothing."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from tidemark.errors import ConditionalWriteUnsupportedError
+    from tidemark.snapshot.delta import DELETE_FLAG, DeltaSnapshot
+    from tidemark.snapshot.snapshots import SnapshotRecord
+
+    config, own = fresh_table(settings, tmp_path, template="orders", cdc__snapshot_format="delta")
+    own = replace(own, warehouse=f"{s3}/wh-{uuid.uuid4().hex[:8]}")
+    delta = DeltaSnapshot(spark, config, own)
+    write_deltalake(delta.uri, delta.arrow_schema().empty_table(), storage_options=delta.storage_options)
+    row = {name: [None] for name in delta.names} | {
+        config.primary_key[0]: [1],
+        config.cdc.version_field if config.cdc else "": [1],
+        DELETE_FLAG: [False],
+    }
+    source = pa.table(row, schema=delta.arrow_schema(with_flag=True))
+    pending = SnapshotRecord(1, config.table, "h1", "merge", 1, "run-1", "", "", -1, (), "")
+
+    with (
+        ignoring_the_condition(),
+        pytest.raises(ConditionalWriteUnsupportedError, match=f"{config.table}: the object store"),
+    ):
+        delta.merge(source, pending, only_newer=True)
+    assert delta.table().version() == 0
+    merged = delta.merge(source, pending, only_newer=True)  # the honest store: probed, then merged
+    assert merged.delta_version == 1 and delta.table().to_pyarrow_table().num_rows == 1
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_stores_children_are_the_directories_right_under_one(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """What ``drop_staging`` lists under a Delta table: its top-level directories (one
+    delimited listing on S3), never the data files of every version below them."""
+    from tidemark.tablefs import Store
+
+    root = str(tmp_path) if where == "local" else f"{request.getfixturevalue('s3')}/{uuid.uuid4().hex[:8]}"
+    store = Store.of(root)
+    for name in ("t/snapshot_dt=a/_versions/s1/part-0.parquet", "t/_delta_log/0.json", "t/part-1.parquet"):
+        store.write_json(name, {})
+    assert store.children("t") == ["_delta_log", "snapshot_dt=a"]
+    assert store.children("t/snapshot_dt=a") == ["_versions"]
+    assert store.children("missing") == []

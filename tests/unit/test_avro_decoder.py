@@ -148,7 +148,7 @@ def test_a_registry_that_accepts_and_never_answers_fails_the_block_in_bounded_ti
     """Under the default client settings (the client's own have no timeout: it hung forever)."""
     import time
 
-    from tests.helpers.net import SilentServer
+    from tidemark_dev.net import SilentServer
 
     values = avro_events(schema_registry, [{}], topic="t")
     with SilentServer() as hung:

@@ -62,7 +62,7 @@ def test_minimal_table_gets_sane_defaults(tmp_path: Path) -> None:
 def test_unknown_key_names_key_and_allowed_keys(tmp_path: Path) -> None:
     _, problems = problems_of(tmp_path, variant(source__topik="x"))
     assert problems == [
-        "source.topik: unknown key; expected one of: consumer_group, conversions, format, kafka_properties, "
+        "source.topik: unknown key; expected one of: consumer_group, conversions, done, format, kafka_properties, "
         "max_message_bytes, max_records_per_partition, on_data_loss, retired, schema_registry, "
         "starting_offsets, topic, writer_schema"
     ]
@@ -303,3 +303,8 @@ def test_only_the_driver_maps_the_class_archive_and_only_when_it_is_there(tmp_pa
     assert off.class_archive is None and "SharedArchiveFile" not in driver_java_options(off)
     default = Settings.from_env({"PYSPARK_PYTHON": "/opt/venv/bin/python"})
     assert default.class_archive == Path("/opt/venv/share/tidemark/spark-classes.jsa")
+    # a warehouse on S3 puts the s3a jars on the driver's class path: an archive of its own
+    on_s3 = Settings.from_env(
+        {"PYSPARK_PYTHON": "/opt/venv/bin/python", "TIDEMARK_WAREHOUSE": "s3://lake/wh"}
+    )
+    assert on_s3.class_archive == Path("/opt/venv/share/tidemark/spark-classes-s3a.jsa")

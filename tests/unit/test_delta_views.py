@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.records import snapshot_record as record
-from tidemark.snapshot.delta import storage_options
 from tidemark.snapshot.delta_views import views_sql
+from tidemark.tablefs import delta_storage_options
 
 pytestmark = pytest.mark.unit
 
@@ -18,7 +18,8 @@ def test_a_view_reads_exactly_its_versions_files_cast_to_the_table_types_and_quo
     head = record("2026-11-22T11", "merge", files=("part-2.parquet", "odd`name.parquet"), delta_version=2)
     base = record("base", "bootstrap", files=("part-0.parquet",), delta_version=0)
     empty = record("it's", "merge", files=(), delta_version=1)
-    current, labels = views_sql("s3://lake/wh/orders_snapshot", COLUMNS, head, [head, empty, base])
+    current, labels, left_out = views_sql("s3://lake/wh/orders_snapshot", COLUMNS, head, [head, empty, base])
+    assert left_out == []
     assert current == (
         "SELECT CAST(`order_id` AS bigint) AS `order_id`, CAST(`status` AS string) AS `status`, "
         "'2026-11-22T11' AS `snapshot_dt` FROM parquet.`s3a://lake/wh/orders_snapshot/part-2.parquet` "
@@ -36,6 +37,27 @@ def test_a_view_reads_exactly_its_versions_files_cast_to_the_table_types_and_quo
     assert branches[1].endswith("WHERE false") and "CAST(NULL AS bigint) AS `order_id`" in branches[1]
 
 
+def test_the_labels_view_keeps_the_newest_labels_that_fit_in_the_metastores_limit() -> None:
+    """200 labels of one file each pass the embedded Derby's 32,700 characters (a merge once
+    failed after its commit there): the oldest are left out, named, and the head's stays."""
+    labels = [
+        record(
+            f"2026-11-{1 + i // 24:02d}T{i % 24:02d}",
+            "merge",
+            files=(f"part-{i:05d}-0123456789abcdef.parquet",),
+            delta_version=i,
+        )
+        for i in range(200)
+    ]
+    current, text, left_out = views_sql("s3://lake/wh/orders_snapshot", COLUMNS, labels[-1], labels)
+    kept = text.count(" AS `snapshot_dt`")
+    assert len(text) <= 32_000 and 0 < kept < 200 and len(left_out) == 200 - kept
+    assert left_out == [r.label for r in labels[: 200 - kept]]  # the oldest, in order
+    assert f"'{labels[-1].label}' AS `snapshot_dt`" in text and "part-00199" in current
+    one, text_one, none_left = views_sql("s3://x/t", COLUMNS, labels[0], labels[:1], limit=10)
+    assert none_left == [] and text_one == one  # the head's label is never left out
+
+
 def test_delta_rs_gets_the_aws_environment_and_conditional_puts_only_for_s3(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -44,8 +66,8 @@ def test_delta_rs_gets_the_aws_environment_and_conditional_puts_only_for_s3(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    assert storage_options("/data/warehouse/orders_snapshot") == {}
-    assert storage_options("s3://lake/wh/orders_snapshot") == {
+    assert delta_storage_options("/data/warehouse/orders_snapshot") == {}
+    assert delta_storage_options("s3://lake/wh/orders_snapshot") == {
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
         "AWS_ACCESS_KEY_ID": "key",
         "AWS_SECRET_ACCESS_KEY": "secret",
@@ -56,5 +78,5 @@ def test_delta_rs_gets_the_aws_environment_and_conditional_puts_only_for_s3(
     }
     monkeypatch.setenv("AWS_ENDPOINT_URL", "https://s3.example.com")
     monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # never taken over: the option wins
-    options = storage_options("s3a://lake/wh/orders_snapshot")
+    options = delta_storage_options("s3a://lake/wh/orders_snapshot")
     assert "AWS_ALLOW_HTTP" not in options and options["AWS_S3_ALLOW_UNSAFE_RENAME"] == "false"

@@ -3,6 +3,7 @@ broker's listing into the members record (new, missing, retired, back)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -93,9 +94,11 @@ def test_discovery_adds_new_topics_retires_after_the_grace_and_takes_back_a_retu
     gone = reconcile(members, "c_{topic}", ["a"], T0 + timedelta(hours=3), grace)
     assert gone.retired == ["b"] and members.topics["b"].retired_at == (T0 + timedelta(hours=3)).isoformat()
     assert reconcile(members, "c_{topic}", ["a"], T0 + timedelta(hours=4), grace).retired == []
+    members.topics["b"] = replace(members.topics["b"], done_at=(T0 + timedelta(hours=4)).isoformat())
     back = reconcile(members, "c_{topic}", ["a", "b", "c"], T0 + timedelta(hours=5), grace)
     assert (back.new, back.returned, back.members) == (["c"], ["b"], 3)
     assert members.topics["b"].retired_at is None and members.topics["b"].table == "c_b"
+    assert members.topics["b"].done_at is None  # a done member whose topic is back runs again
     assert Members.from_json(members.to_json()) == members
 
 

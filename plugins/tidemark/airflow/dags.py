@@ -108,6 +108,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     from tidemark.evolution import SchemaHistory
 
     loaded, problems = table_configs(settings)
+    loaded = [c for c in loaded if not c.source.done]  # a done family member: nothing left to run
     for where, problem in problems.items():
         log.error("tidemark: %s has no DAGs: %s", where, problem)
     configs: list[TableConfig] = []

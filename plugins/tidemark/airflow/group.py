@@ -71,8 +71,10 @@ Tables: {", ".join(f"`{t}`" for t in tables)}.
 complete hours in one. Each table keeps its own plan, commit log and lease: one table's failure
 (a refused batch, a broker error on its topic, a refused schema change) is its own.
 `dump_table` and `seal_table` (one mapped task per table) report each table's part; **a
-retry or a clear of one of them runs that table alone**, same run id, nothing else.
-`announce_<table>` emits the table's hours; `announce_group` emits an event of asset
+retry or a clear of one of them runs that table alone**, same run id, nothing else. The
+group's `seal` waits for the group's `dump` only, and the announces for the group's `seal`: one
+table's retries hold no other table back (hours its own retry seals are announced by the next
+run). `announce_<table>` emits the table's hours; `announce_group` emits an event of asset
 `{asset.name}` for an hour only when every table of the group has published it (the barrier
 for jobs that join these tables). `every_table_ok` fails the run when any table failed.
 
@@ -127,15 +129,22 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
             none: a successful task with an outlet would emit a keyless event)."""
             from airflow.sdk.exceptions import AirflowSkipException
 
+            from tidemark.family.tables import table_configs
             from tidemark.group.barrier import announce_group as announce
             from tidemark.group.members import group_members, unloadable_members
+            from tidemark.group.roster import roster_holds
 
             current = Settings.from_env()
+            members = group_members(group, current)
+            every, _ = table_configs(current)
+            held = unloadable_members(group, current)
+            if not held:  # a broken YAML first: the roster is never formed or changed without it
+                held = roster_holds(group, members, current, every=every, at=context["data_interval_end"])
             announced = announce(
                 group,
-                group_members(group, current),
+                members,
                 current,
-                held=unloadable_members(group, current),
+                held=held,
                 outlet_events=context["outlet_events"],
                 inlet_events=context["inlet_events"],
                 run_id=context["run_id"],
@@ -144,8 +153,13 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
                 raise AirflowSkipException(f"group {group}: no hour newly complete in every table")
             return announced
 
-        dump >> dump_table >> seal >> seal_table
-        seal_table >> announces >> announce_group()
+        # One table's retries never hold the others back: the group's seal waits for the group's
+        # dump only (not for a failing table's dump_table retries), and each announce for the
+        # group's seal (a table sealed by its own seal_table retry is announced by the next run).
+        dump >> [dump_table, seal]
+        [dump_table, seal] >> seal_table
+        seal >> announces
+        seal >> announce_group()
         seal_table >> [metrics_task(map_index_template="{{ table }}").expand(table=tables)]
         seal_table >> [deadlines_task(map_index_template="{{ table }}").expand(table=tables)]
         [dump_table, seal_table] >> EmptyOperator(task_id="every_table_ok")

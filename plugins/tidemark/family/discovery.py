@@ -3,7 +3,8 @@
 The only place a family talks to the broker; the DAG files and jobs read the record. A new
 topic becomes a table at the next DAG-file parse (no deploy); a topic gone for the family's
 ``retire_after`` retires its table (``source.retired``: its runs read no broker, commit empty
-batches, and its hours up to the last record seal as usual).
+batches, and its hours up to the last record seal as usual); a retired table whose hours are
+all published is done (``family.retirement``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tidemark.family.members import Discovered, Members, read_members, reconcile, record_members
+from tidemark.family.retirement import mark_done, members_lock
 from tidemark.family.tables import Family, load_family
 
 if TYPE_CHECKING:
@@ -31,10 +33,14 @@ def discover_family(name: str, settings: Settings, *, at: datetime, dry_run: boo
         settings.kafka_bootstrap, family.template["source"].get("kafka_properties") or {}
     )
     matching = [t for t in list_topics(conf) if family.matches(t)]
-    members = read_members(settings, name)
-    found = reconcile(members, family.table_template, matching, at, family.retire_after)
-    if family.schema_from_registry:
-        found.schemas.extend(read_subjects(family, members))
+    with members_lock(settings, name).hold(f"discover:{at.isoformat()}", wait=60):
+        members = read_members(settings, name)
+        found = reconcile(members, family.table_template, matching, at, family.retire_after)
+        if family.schema_from_registry:
+            found.schemas.extend(read_subjects(family, members))
+        found.done.extend(mark_done(family, members, settings, at))
+        if not dry_run:
+            record_members(settings, members)
     missing = sorted(t for t, m in members.topics.items() if m.missing_since)
     log.info(
         "family %s: %s topics match %s; new: %s; retired: %s; back: %s; missing, not retired yet: %s",
@@ -48,8 +54,13 @@ def discover_family(name: str, settings: Settings, *, at: datetime, dry_run: boo
     )
     if found.schemas:
         log.info("family %s: columns read from the registry for %s", name, ", ".join(found.schemas))
-    if not dry_run:
-        record_members(settings, members)
+    if found.done:
+        log.info(
+            "family %s: retired topics done (every hour published; no DAGs from now on; "
+            "tidemark family forget drops them): %s",
+            name,
+            ", ".join(found.done),
+        )
     return found
 
 

@@ -37,6 +37,7 @@ class Member:
     # schema's id (read again by each discovery; a new id updates the columns)
     columns: dict[str, str] | None = None
     schema_id: int | None = None
+    done_at: str | None = None  # retired, and every hour published (``family.retirement``)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Discovered:
     returned: list[str]
     members: int
     schemas: list[str] = field(default_factory=list)  # members whose columns changed
+    done: list[str] = field(default_factory=list)  # retired members with every hour published
 
     def to_json(self) -> dict[str, Any]:
         return vars(self)
@@ -121,7 +123,7 @@ def reconcile(
         if topic in present:
             if member.retired_at is not None:
                 returned.append(topic)
-            members.topics[topic] = replace(member, retired_at=None, missing_since=None)
+            members.topics[topic] = replace(member, retired_at=None, missing_since=None, done_at=None)
         elif member.retired_at is None:
             since = member.missing_since or at.isoformat()
             if at - datetime.fromisoformat(since) >= retire_after:

@@ -134,6 +134,7 @@ def member_config(family: Family, member: Member) -> TableConfig:
     source["topic"] = member.topic
     if member.retired_at is not None:
         source["retired"] = True
+        source["done"] = member.done_at is not None
     registry = source.get("schema_registry")
     if isinstance(registry, dict) and isinstance(registry.get("subject"), str):
         registry["subject"] = registry["subject"].replace("{topic}", member.topic)

@@ -17,6 +17,12 @@ until it is mended (its hours may not be published, so no hour can be said to be
 A table that leaves the group does not re-announce its hours: an hour is announced again only
 when a table still in it has a newer version of it than was announced (an amend), or a table
 that joined has one.
+
+The record stays small: it keeps the newest ``KEEP_HOURS`` confirmed hours. Older ones are
+folded into ``settled``: the first kept hour and, per table, the last journal sequence number
+of the folded hours' entries. An hour before it counts as announced until a table writes a
+newer entry for it (an amend: its sequence number is higher) or a table that was not there
+has one.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from tidemark.faults import crash_point
 from tidemark.group.members import group_asset, group_state_dir
 from tidemark.seal.announce import LOOKBACK_SLACK, announced_pairs
 from tidemark.state.journal import HourJournal, JournalState
-from tidemark.state.storage import read_json, replace_atomically
+from tidemark.state.storage import Location, read_json, replace_atomically
 
 if TYPE_CHECKING:
     from tidemark.config import TableConfig
@@ -40,15 +46,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+KEEP_HOURS = 24 * 35  # confirmed hours kept by name in announced.json (see the module)
+
 
 def complete_hours(
-    journals: Mapping[str, JournalState], retired: frozenset[str] = frozenset()
+    journals: Mapping[str, JournalState],
+    retired: frozenset[str] = frozenset(),
+    quiet: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, int]]:
     """Hour -> {table: version} of every hour all the tables have published (see the module).
     A ``retired`` table (its topic is gone: ``source.retired``) never seals another hour: it
     holds no frontier, its published hours still count (a retired table that never sealed
-    anything holds nothing either)."""
-    frontiers = [s.sealed_through for t, s in journals.items() if t not in retired]
+    anything holds nothing either). ``quiet``: the frontier of each table that has committed
+    batches but never a row (its ready time: it has nothing to seal before it, so it would
+    otherwise hold every hour of the group forever)."""
+    quiet = quiet or {}
+    frontiers = [s.sealed_through or quiet.get(t) for t, s in journals.items() if t not in retired]
     if not frontiers:  # every table retired: their own hours are all there is
         frontiers = [s.sealed_through for s in journals.values()]
     if not journals or any(f is None for f in frontiers):
@@ -61,6 +74,29 @@ def complete_hours(
         if end <= frontier and all(e.published for e in entries.values()):
             complete[hour] = {t: e.version for t, e in sorted(entries.items())}
     return complete
+
+
+def quiet_frontiers(
+    configs: list[TableConfig], journals: Mapping[str, JournalState], settings: Settings
+) -> dict[str, str]:
+    """Table -> the instant its hours are complete through, for each table that has sealed
+    nothing because it never committed a row (its seal limit: the global ready time, and
+    processing time, minus the commit delay). A table that never committed a batch has none:
+    it holds the barrier (it may be broken, not quiet)."""
+    from tidemark.seal.sealing import seal_limit
+    from tidemark.state.commitlog import CommitLog
+
+    found = {}
+    for config in configs:
+        if journals[config.table].sealed_through is not None:
+            continue
+        state = CommitLog(settings.state_location, config.table).state()
+        if any(state.rows_per_hour.values()) or state.late:
+            continue  # rows waiting for their seal: it holds, as any table does
+        limit = seal_limit(config, state)
+        if limit is not None:
+            found[config.table] = limit.isoformat()
+    return found
 
 
 def digest(versions: Mapping[str, int]) -> str:
@@ -91,28 +127,21 @@ def announce_group(
         )
         return []
     journals = {c.table: HourJournal(settings.state_location, c.table).state() for c in configs}
-    complete = complete_hours(journals, frozenset(c.table for c in configs if c.source.retired))
+    retired = frozenset(c.table for c in configs if c.source.retired)
+    complete = complete_hours(journals, retired, quiet_frontiers(configs, journals, settings))
     record = group_state_dir(settings, group) / "announced.json"
-    stored = read_json(record) or {}
-    confirmed: dict[str, str] = stored.get("hours", {})
-    versions: dict[str, dict[str, int]] = stored.get("versions", {})
-    moved = {h: v for h, v in complete.items() if confirmed.get(h) != digest(v)}
+    known = _Announced.read(record)
+    moved = {h: v for h, v in complete.items() if not known.holds(h, v, journals)}
     # a digest that changed only because a table left (or an older record without versions
     # for the hour, whose digest still matches) is no news: no table has a newer version
     unchanged = {
         h: v
         for h, v in moved.items()
-        if h in versions and all(n <= versions[h].get(t, 0) for t, n in v.items())
+        if h in known.versions and all(n <= known.versions[h].get(t, 0) for t, n in v.items())
     }
     if unchanged:
-        replace_atomically(
-            record,
-            {
-                "hours": {**confirmed, **{h: digest(v) for h, v in unchanged.items()}},
-                "versions": {**versions, **unchanged},
-            },
-        )
-        confirmed = {**confirmed, **{h: digest(v) for h, v in unchanged.items()}}
+        known.confirm(unchanged, journals)
+        known.write(record)
         log.info(
             "group %s: hours %s lost a table, none gained a version: not announced again",
             group,
@@ -129,13 +158,8 @@ def announce_group(
     seen = announced_pairs(inlet_events[asset].after((since - LOOKBACK_SLACK).isoformat()), "digests")
     now_confirmed = {h: d for h, d in pending.items() if (h, d) in seen}
     if now_confirmed:
-        replace_atomically(
-            record,
-            {
-                "hours": {**confirmed, **now_confirmed},
-                "versions": {**versions, **{h: complete[h] for h in now_confirmed}},
-            },
-        )
+        known.confirm({h: complete[h] for h in now_confirmed}, journals)
+        known.write(record)
     todo = {h: d for h, d in pending.items() if (h, d) not in seen}
     if not todo:
         log.info("group %s: the %s complete hours were announced by an earlier attempt", group, len(pending))
@@ -153,3 +177,59 @@ def announce_group(
     )
     crash_point("after_announce")
     return sorted(todo)
+
+
+class _Announced:
+    """announced.json: the confirmed (hour, digest) pairs and versions of the newest
+    ``KEEP_HOURS`` hours, and ``settled`` for the older ones (see the module)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.hours: dict[str, str] = dict(data.get("hours", {}))
+        self.versions: dict[str, dict[str, int]] = dict(data.get("versions", {}))
+        settled = data.get("settled") or {}
+        self.before: str = str(settled.get("before", ""))
+        self.seqs: dict[str, int] = dict(settled.get("seqs", {}))
+
+    @classmethod
+    def read(cls, record: Location) -> _Announced:
+        return cls(read_json(record) or {})
+
+    def holds(self, hour: str, versions: Mapping[str, int], journals: Mapping[str, JournalState]) -> bool:
+        """Whether ``hour`` with these table versions was announced already."""
+        if hour in self.hours:
+            return self.hours[hour] == digest(versions)
+        if hour < self.before:  # folded: announced unless a table has a newer entry for it
+            return all(journals[t].hours[hour].seq <= self.seqs.get(t, -1) for t in versions)
+        return False
+
+    def confirm(self, hours: Mapping[str, Mapping[str, int]], journals: Mapping[str, JournalState]) -> None:
+        """Record ``hours`` (hour -> table versions) as announced; fold the oldest beyond
+        ``KEEP_HOURS`` into ``settled``."""
+        for hour, versions in hours.items():
+            self.hours[hour], self.versions[hour] = digest(versions), dict(versions)
+        # never fold past an hour a table holds that is not announced (quarantined, or not
+        # complete yet): everything before ``before`` was announced when it was folded
+        present = {h for state in journals.values() for h in state.hours}
+        open_hours = [h for h in present if h >= self.before and h not in self.hours]
+        limit = min(open_hours, default=None)
+        oldest = sorted(self.hours)[: max(0, len(self.hours) - KEEP_HOURS)]
+        folded = [h for h in oldest if limit is None or h < limit]
+        for hour in folded:
+            for table in self.versions.get(hour, {}):
+                entry = journals.get(table, JournalState()).hours.get(hour)
+                if entry is not None:
+                    self.seqs[table] = max(self.seqs.get(table, -1), entry.seq)
+            del self.hours[hour]
+            self.versions.pop(hour, None)
+        if folded:
+            self.before = max(self.before, min([*self.hours, *([limit] if limit else [])]))
+
+    def write(self, record: Location) -> None:
+        replace_atomically(
+            record,
+            {
+                "hours": dict(sorted(self.hours.items())),
+                "versions": dict(sorted(self.versions.items())),
+                "settled": {"before": self.before, "seqs": dict(sorted(self.seqs.items()))},
+            },
+        )

@@ -61,7 +61,7 @@ def group_members(group: str, settings: Settings) -> list[TableConfig]:
 
     configs, _ = table_configs(settings)
     refused = {table for table, _ in disagreements(configs)}
-    return [c for c in groups_of(configs).get(group, []) if c.table not in refused]
+    return [c for c in groups_of(configs).get(group, []) if c.table not in refused and not c.source.done]
 
 
 def unloadable_members(group: str, settings: Settings) -> dict[str, str]:

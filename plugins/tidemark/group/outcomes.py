@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from tidemark.state.layout import run_key
-from tidemark.state.storage import Location, read_json, replace_atomically
+from tidemark.state.storage import Location, delete, read_json, replace_atomically
 
 OK, SKIPPED, FAILED = "ok", "skipped", "failed"
 
@@ -41,13 +41,29 @@ class TableOutcome:
         return asdict(self)
 
 
+KEEP_OUTCOMES = 200  # records kept per table and job; an older run's task finds none and runs alone
+
+
+def _runs_dir(state_dir: Location | Any, table: str) -> Location:
+    return Location(state_dir) / table / "group_runs"
+
+
 def outcome_file(state_dir: Location | Any, table: str, job: str, run_id: str) -> Location:
-    return Location(state_dir) / table / "group_runs" / f"{job}-{run_key(run_id)}.json"
+    return _runs_dir(state_dir, table) / f"{job}-{run_key(run_id)}.json"
 
 
 def record_outcome(state_dir: Location | Any, outcome: TableOutcome) -> None:
-    """Last write wins: a later run of the same job and run id (a retry) says what happened."""
-    replace_atomically(outcome_file(state_dir, outcome.table, outcome.job, outcome.run_id), outcome.to_json())
+    """Last write wins: a later run of the same job and run id (a retry) says what happened.
+    The newest ``KEEP_OUTCOMES`` runs' records are kept (an index of them beside; the older
+    ones deleted first, so a crash in between leaves nothing unlisted): a cleared task of an
+    older run finds no record and runs its table alone, which is safe."""
+    table, job = outcome.table, outcome.job
+    replace_atomically(outcome_file(state_dir, table, job, outcome.run_id), outcome.to_json())
+    index = _runs_dir(state_dir, table) / f"{job}-index.json"
+    runs = [r for r in (read_json(index) or {}).get("runs", []) if r != outcome.run_id] + [outcome.run_id]
+    for old in runs[:-KEEP_OUTCOMES]:
+        delete(outcome_file(state_dir, table, job, old))
+    replace_atomically(index, {"runs": runs[-KEEP_OUTCOMES:]})
 
 
 def read_outcome(state_dir: Location | Any, table: str, job: str, run_id: str) -> TableOutcome | None:

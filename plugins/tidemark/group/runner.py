@@ -1,8 +1,8 @@
 """One job body over every table of a group, in one Spark application, each table isolated.
 
 The tables run side by side on a small thread pool (Spark schedules the jobs of several
-threads at once): a table that waits on its broker or fails does not hold the others' commit
-or seal back. Each table's body is exactly the per-table job's (``run_dump``, ``run_seal``),
+threads at once, each table's in a fair-scheduler pool of its own): a table that waits on its
+broker, runs a big job or fails does not hold the others' commit or seal back. Each table's body is exactly the per-table job's (``run_dump``, ``run_seal``),
 with its own schema check, lease, plan and commit log; an exception is that table's failure,
 recorded for its own Airflow task, and never the group's. Only what breaks the shared session
 itself fails the job (its tables' tasks then run each table alone).
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_PARALLELISM = 4
+TABLE_POOL = "spark.scheduler.pool"  # the local property naming a thread's fair-scheduler pool
 GROUP_JOBS = ("dump", "seal")
 
 
@@ -99,6 +100,7 @@ def run_table(spark: SparkSession, config: TableConfig, settings: Settings, run:
 
     started = time.perf_counter()
     spark.sparkContext.setJobDescription(f"{config.table}: {run.job} of run {run.run_id}")
+    spark.sparkContext.setLocalProperty(TABLE_POOL, config.table)  # its own fair-scheduler pool
     try:
         ensure_schema(config, settings, run.run_id, dry_run=run.dry_run)
         result = BODIES[run.job](spark, config, settings, run)

@@ -66,7 +66,8 @@ def source_dataset(described: str) -> LineageDataset:
         url = urlparse(location.removeprefix("jdbc:"))
         database = url.path.strip("/")
         table = what.split(",")[0].strip() or "query"
-        return LineageDataset(f"{url.scheme}://{url.netloc}", f"{database}.{table}" if database else table)
+        host = url.netloc.rpartition("@")[2]  # never the user:password@ some JDBC URLs carry
+        return LineageDataset(f"{url.scheme}://{host}", f"{database}.{table}" if database else table)
     return LineageDataset("file", location)
 
 

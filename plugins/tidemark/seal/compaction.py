@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidemark.errors import ReconciliationError
+from tidemark.errors import ReconciliationError, VersionConflictError
 from tidemark.faults import crash_point
 from tidemark.seal.checks import ArrowChecks, CheckResult
 from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, arrow_schema, compact_hours
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SCRATCH_OWNER = "_owner.json"  # the lease token of a seal's scratch directory (local disk)
 Compacted = tuple[list[str], int, Path]  # files (warehouse-relative), rows, the hour's directory now
 
 
@@ -114,9 +115,9 @@ class Compactor:
         if layout.object_store:
             directory = claim_version(store, named, self.lease)
         else:
-            for residue in (hidden, target):  # of a crashed attempt; never registered
+            for residue in (hidden, target):  # a crashed attempt's; never registered
                 shutil.rmtree(residue, ignore_errors=True)
-            directory = layout.relative(hidden)
+            directory = layout.relative(self._scratch("compacted", hour))
         return HourTask(hour.key, tuple(relative), directory, hour.start, hour.end, size)
 
     def _keep(self, hour: Hour, task: HourTask, written: HourWritten, expected: int) -> None:
@@ -138,6 +139,8 @@ class Compactor:
                 self._defaults[hour.key] = written.checks.results(self.config, hour)
         for problem in written.problems:
             log.info("%s hour %s: default checks left to Spark: %s", self.config.table, hour.key, problem)
+        if not self.layout.object_store:
+            home = self._enter(home, self.layout.sealing_dir / hour.path, hour)
         self._prepared[hour.key] = (files, written.rows, home)
         self._log_compacted(
             hour, inputs=len(task.inputs), size=task.size, files=len(files), rows=written.rows, home=home
@@ -179,11 +182,12 @@ class Compactor:
             )
             return list(done["files"]), int(done["rows"]), home
         if done is None:
-            for residue in (hidden, target):  # of a crashed attempt; never registered
+            for residue in (hidden, target):  # a crashed attempt's; never registered
                 if residue.exists():
                     shutil.rmtree(residue)
-            files, rows = self._compact_into(hour, hidden, target)
-            return files, rows, hidden
+            private = self._scratch("compacted", hour)
+            files, rows = self._compact_into(hour, private, target)
+            return files, rows, self._enter(private, hidden, hour)
         log.warning(
             "%s: hour %s was compacted with %s rows by a seal that failed before its journal entry; "
             "batches committed since hold %s rows for it: compacting again",
@@ -192,10 +196,11 @@ class Compactor:
             done["rows"],
             expected,
         )
-        scratch = self.layout.step_staging("recompact", hour.key, self.run_id)
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch = self._scratch("recompact", hour)
         new_dir = scratch / "hour"
         files, rows = self._compact_into(hour, new_dir, target)
+        if self.lease is not None:
+            self.lease.check()  # a seal past its lease never swaps its version in
         exchange_directories(new_dir, home)
         shutil.rmtree(scratch, ignore_errors=True)  # now holds the stale version
         return files, rows, home
@@ -248,14 +253,14 @@ class Compactor:
         if inputs:
             size = sum(p.stat().st_size for p in inputs)
             frame = self.files.read_hour(source)
-            staging = self.layout.step_staging("seal", hour.key, self.run_id)
-            shutil.rmtree(staging, ignore_errors=True)
+            staging = self._scratch("seal", hour) / "files"  # Spark's output: it must not exist yet
             from tidemark.sparkfiles import into_files
 
             self.files.write_staged(into_files(frame, self.config.output.files_for(size)), staging)
             crash_point("mid_compaction")
-            rows = self.files.staged_rows(staging)
             moved = self.files.move_staged(staging, directory, sealed_file_prefix(1))
+            shutil.rmtree(staging.parent, ignore_errors=True)
+            rows = self.files.staged_rows(directory)  # what arrived: its marker never claims more
             files = [
                 self.layout.relative(target / (self.layout.warehouse / m).relative_to(directory))
                 for m in moved
@@ -263,6 +268,51 @@ class Compactor:
             self._log_compacted(hour, inputs=len(inputs), size=size, files=len(files), rows=rows, home=target)
         replace_atomically(compaction_marker(directory), {"files": files, "rows": rows})
         return files, rows
+
+    # -- the local disk's fence ------------------------------------------------------------
+    @property
+    def _writer(self) -> str:
+        """This seal among the writers of an hour: its run and lease token (a retry of the
+        same run, or a seal paused past its lease, has another)."""
+        return f"{self.run_id}-t{self.lease.token}" if self.lease is not None else self.run_id
+
+    def _scratch(self, step: str, hour: Hour) -> Path:
+        """An empty scratch directory of this seal's own for ``step`` of ``hour``, marked with
+        its lease token; the scratch of older leases of the hour (crashed attempts, or a seal
+        paused past its lease: whatever it still writes, its marker counts only what arrived)
+        is removed first."""
+        token = self.lease.token if self.lease is not None else -1
+        for kind in ("seal", "recompact", "compacted"):
+            for old in self.layout.staging_root.glob(f"{kind}-{hour.key}-*"):
+                owner = read_json(old / SCRATCH_OWNER) or {}
+                if int(owner.get("token", -1)) < token:
+                    shutil.rmtree(old, ignore_errors=True)
+        scratch = self.layout.step_staging(step, hour.key, self._writer)
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        replace_atomically(scratch / SCRATCH_OWNER, {"token": token, "run_id": self.run_id})
+        return scratch
+
+    def _enter(self, private: Path, hidden: Path, hour: Hour) -> Path:
+        """Make this seal's complete directory the hour's hidden one: one rename, which a
+        directory already there refuses. So a seal paused past its lease never writes into the
+        directory its successor compacted (or quarantined) the hour in; object stores get the
+        same fence from directories owned by a lease (``versions.claim_version``)."""
+        import errno
+
+        hidden.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            private.rename(hidden)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            shutil.rmtree(private, ignore_errors=True)  # its own: nobody else reads it
+            raise VersionConflictError(
+                f"{self.config.table} hour {hour.key}: {hidden} was written by another seal meanwhile; "
+                f"nothing of run {self.run_id}'s entered it (its lease may have expired): retry"
+            ) from None
+        (hidden / SCRATCH_OWNER).unlink(missing_ok=True)  # the scratch's mark, not the hour's
+        return hidden
 
     def _local_batch_files(self, hour: Hour) -> list[Path]:
         """The hour's batch files on the local disk (all committed: published on commit)."""

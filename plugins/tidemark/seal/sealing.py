@@ -353,7 +353,8 @@ class Sealer:
             home.rename(target)
 
     def _sweep_sealed_leftovers(self, partitions: JournalState) -> None:
-        """Batch files of hours already sealed (a crash between journal and cleanup)."""
+        """Batch files of hours already sealed (a crash between journal and cleanup), and a
+        hidden directory beside a published hour (a seal paused past its lease entered it)."""
         if not partitions.sealed_through:
             return
         frontier = datetime.fromisoformat(partitions.sealed_through)
@@ -365,6 +366,18 @@ class Sealer:
                 if hour.end <= frontier and hour.key in partitions.hours:
                     self.layout.store.delete(relative)
             return
+        for hidden in self.layout.sealing_dir.glob("dt=*/hr=*"):  # a published hour's is a zombie's
+            entry = partitions.hours.get(
+                parse_path(str(hidden.relative_to(self.layout.sealing_dir)), self.zone).key
+            )
+            if entry is not None and entry.published:
+                log.warning(
+                    "%s: removing %s, left beside the published hour %s",
+                    self.config.table,
+                    hidden,
+                    entry.hour,
+                )
+                shutil.rmtree(hidden, ignore_errors=True)
         if not self.layout.open_dir.exists():
             return
         for hour_dir in self.layout.open_dir.glob("dt=*/hr=*"):

@@ -323,7 +323,7 @@ def run_bootstrap(
                 with TableLock(settings.state_location, config.table, snapshot_lock(config, label)).hold(
                     run_id
                 ):
-                    delta.publish_views(snapshots)
+                    delta.after_commit(snapshots)
             return _result(record, already_done=True)
     store = SnapshotStore(spark, config, settings)
     with TableLock(settings.state_location, config.table, snapshot_lock(config, label)).hold(run_id) as lease:
@@ -331,7 +331,7 @@ def run_bootstrap(
             for record in delta.recover(snapshots):
                 if record.run_id == run_id:
                     store.drop_staging(label, run_id)
-                    delta.publish_views(snapshots)
+                    delta.after_commit(snapshots)
                     return _result(record)
         margin = config.watermark.max_out_of_orderness
         plan = snapshots.save_plan(
@@ -383,7 +383,7 @@ def run_bootstrap(
             record = snapshots.append(committed)
             store.drop_staging(label, run_id)
             lease.check()
-            delta.publish_views(snapshots)
+            delta.after_commit(snapshots)
             atomic = True
         else:
             atomic = store.publish(staged)

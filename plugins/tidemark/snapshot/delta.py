@@ -39,12 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import MergeError
+from tidemark.faults import crash_point
 from tidemark.ingest.columns import arrow_fields
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
 from tidemark.state.layout import Layout
 from tidemark.state.storage import require_conditional_create
-from tidemark.tablefs import filesystem, is_object_store, s3_from_environment
+from tidemark.tablefs import delta_storage_options, filesystem
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -87,7 +88,7 @@ class DeltaSnapshot:
         self.cdc = config.cdc
         self.layout = Layout(settings, config.snapshot_table)
         self.uri = self.layout.uri(self.layout.table_dir)
-        self.storage_options = storage_options(self.uri)
+        self.storage_options = delta_storage_options(self.uri)
         self.store = SnapshotStore(spark, config, settings)
         self.columns = self.store.columns()
         self.names = [name for name, _ in self.columns]
@@ -173,31 +174,97 @@ class DeltaSnapshot:
         return recovered
 
     def head(self, records: Sequence[SnapshotRecord]) -> SnapshotRecord | None:
-        """The record of the Delta table's current version (after ``recover``)."""
+        """The record of the Delta table's current version (after ``recover``): the one naming
+        it, or the newest record when only tidemark's VACUUM committed after it."""
         if not self.exists():
             return None
-        version = self.table().version()
+        table = self.table()
+        version = table.version()
         for record in records:
             if record.delta_version == version:
                 return record
+        newest = max(records, key=lambda r: r.delta_version, default=None)
+        if newest is not None and version > newest.delta_version:
+            after = table.history(version - newest.delta_version)
+            if all(
+                str(c.get("operation", "")).startswith("VACUUM")
+                for c in after
+                if c["version"] > newest.delta_version
+            ):
+                return newest
         raise MergeError(
             f"{self.config.table}: {self.uri} is at Delta version {version}, which no snapshot record "
             "names (was it written by something other than tidemark?); bootstrap again "
             f"(tidemark bootstrap --table {self.config.table}) to start a new state"
         )
 
-    def publish_views(self, snapshots: SnapshotLog) -> None:
-        """Register the SQL views of the current version and of every live label
-        (tidemark.snapshot.delta_views); call under the snapshot lock, after the record."""
+    def kept(self, snapshots: SnapshotLog) -> list[SnapshotRecord]:
+        """The labels still readable, oldest first: the newest ``cdc.keep_labels`` live ones
+        by Delta version (an older label has expired)."""
+        live = sorted(
+            (r for r in snapshots.live().values() if r.delta_version >= 0), key=lambda r: r.delta_version
+        )
+        return live[-self.cdc.keep_labels :]
+
+    def after_commit(self, snapshots: SnapshotLog) -> str:
+        """The views of the kept labels, then a VACUUM of what no kept label reads; call under
+        the snapshot lock, after the record. Both are derived state and housekeeping, made good
+        by the next merge or bootstrap: a failure is logged and returned (``views stale: ...``),
+        never the commit's failure."""
         from tidemark.snapshot.delta_views import publish_views
 
-        live = [r for r in snapshots.live().values() if r.delta_version >= 0]
-        head = self.head(live)  # the newest record of all: the live one of its label
+        kept = self.kept(snapshots)
+        head = self.head(kept)  # the newest record of all: the live one of its label
         if head is None:
-            return
-        publish_views(
-            self.spark, self.config.snapshot_table, root=self.uri, columns=self.columns, head=head, live=live
-        )
+            return "no Delta table"
+        try:
+            crash_point("snapshot_views")
+            publish_views(
+                self.spark,
+                self.config.snapshot_table,
+                root=self.uri,
+                columns=self.columns,
+                head=head,
+                live=kept,
+            )
+        except Exception as exc:  # the metastore's or Spark's (Py4J) refusal: the commit stands
+            log.error(
+                "%s: snapshot %s is committed (Delta version %s), but its views were not registered: %s "
+                "-- readers of %s see the previous version until the next merge registers them",
+                self.config.table,
+                head.ref,
+                head.delta_version,
+                str(exc).splitlines()[0][:500],
+                self.config.snapshot_table,
+            )
+            return f"views stale: {type(exc).__name__}"
+        self.vacuum(kept)
+        return "views registered"
+
+    def vacuum(self, kept: Sequence[SnapshotRecord]) -> list[str]:
+        """Delete the files that only expired labels and replaced versions read (a VACUUM
+        keeping every kept label's Delta version; no clock involved). Its own two commits carry
+        no snapshot record: ``head`` knows them. A failure is logged: the files wait for the
+        next merge."""
+        table = self.table()
+        keep = sorted({r.delta_version for r in kept} | {table.version()})
+        try:
+            removable = self._vacuum(table, keep, dry_run=True)
+            if removable:
+                self._vacuum(table, keep, dry_run=False)
+                log.info(
+                    "%s: VACUUM of %s removed %s file(s) no kept label reads (kept Delta versions %s)",
+                    self.config.table,
+                    self.uri,
+                    len(removable),
+                    keep,
+                )
+        except Exception as exc:  # delta-rs' or the store's error: housekeeping waits, nothing is lost
+            log.warning(
+                "%s: VACUUM of %s failed, retried by the next merge: %s", self.config.table, self.uri, exc
+            )
+            return []
+        return list(removable)
 
     # -- writing ---------------------------------------------------------------------------
     def overwrite(self, files: Sequence[str], pending: SnapshotRecord) -> SnapshotRecord:
@@ -226,6 +293,7 @@ class DeltaSnapshot:
         """One MERGE of ``source`` (snapshot columns + ``_tm_delete``, one row per key).
         ``only_newer``: a row applies only when its version is at least the target's (the
         increment path); otherwise it applies as is (a difference already computed)."""
+        self._require_safe_commits()
         table = self.table()
         key = self.config.primary_key
         on = " AND ".join(f"t.{sql_name(k)} = s.{sql_name(k)}" for k in key)
@@ -267,6 +335,14 @@ class DeltaSnapshot:
         if self.layout.object_store:
             require_conditional_create(self.config.table, self.uri)
 
+    @staticmethod
+    def _vacuum(table: DeltaTable, keep: list[int], *, dry_run: bool) -> list[str]:
+        return list(
+            table.vacuum(
+                retention_hours=0, dry_run=dry_run, enforce_retention_duration=False, keep_versions=keep
+            )
+        )
+
     def _commit(self, pending: SnapshotRecord, version: int) -> Any:
         from deltalake import CommitProperties, Transaction
 
@@ -302,27 +378,6 @@ MERGE_COUNTS = {
 }
 
 
-def storage_options(uri: str) -> dict[str, str]:
-    """delta-rs's settings for the table at ``uri``: on S3 the documented ``AWS_*``
-    environment (endpoint, region, keys), every commit a conditional PUT (``If-None-Match``,
-    never the unsafe rename), plain HTTP allowed only for an ``http://`` endpoint."""
-    if not is_object_store(uri):
-        return {}
-    names = {
-        "endpoint": "AWS_ENDPOINT_URL",
-        "region": "AWS_REGION",
-        "access_key": "AWS_ACCESS_KEY_ID",
-        "secret_key": "AWS_SECRET_ACCESS_KEY",
-        "session_token": "AWS_SESSION_TOKEN",
-    }
-    s3 = s3_from_environment()
-    options = {names[k]: v for k, v in s3.items()}
-    options.update(aws_conditional_put="etag", AWS_S3_ALLOW_UNSAFE_RENAME="false")
-    if s3.get("endpoint", "").startswith("http://"):
-        options["AWS_ALLOW_HTTP"] = "true"
-    return options
-
-
 def _batches(files: Sequence[str], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The staged files' rows in the Delta schema (Spark's timestamps may be INT96)."""
     import pyarrow as pa
@@ -339,7 +394,13 @@ def _batches(files: Sequence[str], schema: pa.Schema) -> Iterator[pa.RecordBatch
 
 def read_snapshot(spark: SparkSession, config: TableConfig, settings: Settings, label: str) -> DataFrame:
     """Snapshot ``label`` of a Delta-format table as Spark reads it without delta-spark."""
-    live = SnapshotLog(settings.state_location, config.table).live()
+    snapshots = SnapshotLog(settings.state_location, config.table)
+    live, delta = snapshots.live(), DeltaSnapshot(spark, config, settings)
     if label not in live:
         raise MergeError(f"{config.table}: no snapshot {label!r} (tidemark status --table {config.table})")
-    return DeltaSnapshot(spark, config, settings).read(live[label])
+    if live[label].delta_version not in {r.delta_version for r in delta.kept(snapshots)}:
+        raise MergeError(
+            f"{config.table}: snapshot {label!r} expired: only the newest cdc.keep_labels "
+            f"({delta.cdc.keep_labels}) labels are kept"
+        )
+    return delta.read(live[label])

@@ -9,7 +9,8 @@ Delta version's files), under the table's snapshot lock:
 
 - ``<table>_snapshot``: the current version (the Delta table's head), with the label it
   holds in ``snapshot_dt``;
-- ``<table>_snapshot_labels``: every live label, one per ``snapshot_dt`` value, so
+- ``<table>_snapshot_labels``: every kept label (``cdc.keep_labels``, and as many as fit in
+  the metastore's limit on a view's text), one per ``snapshot_dt`` value, so
   ``SELECT ... FROM <table>_snapshot_labels WHERE snapshot_dt = 'L'`` is label ``L`` (the
   same query as a Parquet-format ``<table>_snapshot``); Spark prunes the other labels' files
   from the plan, but resolving the view reads one footer per file of every live label.
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LABELS_SUFFIX = "_labels"
+# The embedded Derby metastore keeps a view's text in a LONG VARCHAR (32,700 characters): a
+# longer text is refused. The labels view keeps the newest labels that fit.
+VIEW_TEXT_LIMIT = 32_000
 
 
 def version_sql(root: str, columns: Sequence[tuple[str, str]], record: SnapshotRecord) -> str:
@@ -65,11 +69,20 @@ def _nulls(columns: Sequence[tuple[str, str]]) -> str:
 
 
 def views_sql(
-    root: str, columns: Sequence[tuple[str, str]], head: SnapshotRecord, live: Sequence[SnapshotRecord]
-) -> tuple[str, str]:
-    """The queries of the current version's view and of every live label's."""
+    root: str,
+    columns: Sequence[tuple[str, str]],
+    head: SnapshotRecord,
+    live: Sequence[SnapshotRecord],
+    limit: int = VIEW_TEXT_LIMIT,
+) -> tuple[str, str, list[str]]:
+    """The queries of the current version's view and of the newest live labels whose text
+    fits in ``limit`` characters (the head's label always), and the labels left out."""
     labels = sorted(live, key=lambda r: r.delta_version)
-    return version_sql(root, columns, head), " UNION ALL ".join(version_sql(root, columns, r) for r in labels)
+    parts = [version_sql(root, columns, r) for r in labels]
+    while len(parts) > 1 and sum(map(len, parts)) + len(" UNION ALL ") * (len(parts) - 1) > limit:
+        parts.pop(0)
+    left_out = [r.label for r in labels[: len(labels) - len(parts)]]
+    return version_sql(root, columns, head), " UNION ALL ".join(parts), left_out
 
 
 def register_view(spark: SparkSession, view: str, columns: Sequence[tuple[str, str]], text: str) -> None:
@@ -149,8 +162,18 @@ def publish_views(
     head: SnapshotRecord,
     live: Sequence[SnapshotRecord],
 ) -> None:
-    """Point ``view`` at ``head`` and ``view``_labels at every live label (see the module)."""
-    current, labels = views_sql(root, columns, head, live)
+    """Point ``view`` at ``head`` and ``view``_labels at the live labels (see the module)."""
+    current, labels, left_out = views_sql(root, columns, head, live)
+    if left_out:
+        log.warning(
+            "%s: %s%s leaves out the older labels %s: their text would pass the metastore's %s-character "
+            "limit on a view (lower cdc.keep_labels, or bigger cdc.snapshot_file_size for fewer files)",
+            head.table,
+            view,
+            LABELS_SUFFIX,
+            ", ".join(left_out),
+            VIEW_TEXT_LIMIT,
+        )
     register_view(spark, view, columns, current)
     register_view(spark, view + LABELS_SUFFIX, columns, labels)
     log.info(

@@ -92,7 +92,7 @@ class Merger:
                 delta = DeltaSnapshot(self.spark, self.config, self.settings)
                 result = self._merge_delta(period, delta)
                 self._fence()
-                delta.publish_views(self.snapshots)  # also after a retry: its job may have died first
+                delta.after_commit(self.snapshots)  # also after a retry: its job may have died first
                 return result
         live = self.snapshots.live()
         current = live.get(period.label)
@@ -144,6 +144,14 @@ class Merger:
         if isinstance(planned, SnapshotRecord):
             return self._result(planned, [], already_done=True)
         plan, anchor = planned, planned.base
+        if anchor.ref != head.ref and anchor.delta_version not in {
+            r.delta_version for r in delta.kept(self.snapshots)
+        }:
+            raise MergeError(
+                f"{table}: late changes reach back to snapshot {anchor.ref} (Delta version {anchor.delta_version}), "
+                f"which expired (cdc.keep_labels = {self.cdc.keep_labels}) and whose files VACUUM may have "
+                f"removed: raise cdc.keep_labels, or bootstrap again (tidemark bootstrap --table {table})"
+            )
         log.info(
             "%s: Delta snapshot %s = %s + %s increment hour(s) %s..%s, %s",
             table,

@@ -267,8 +267,7 @@ class SnapshotStore:
             shutil.rmtree(self.staging_root / f"{label}-{run_key(run_id)}", ignore_errors=True)
             return
         store, root = self.layout.store, self.layout.relative(self.table_dir)
-        staged = {f.split("/")[0] for f in (path[len(root) + 1 :] for path in store.all_files(root))}
-        for name in sorted(d for d in staged if d.startswith(f"{PARTITION_COLUMN}=")):
+        for name in (d for d in store.children(root) if d.startswith(f"{PARTITION_COLUMN}=")):
             log.info("%s: removing staged rows copied into the Delta table: %s", self.table, name)
             store.delete_dir(f"{root}/{name}")
 

@@ -3,8 +3,10 @@
 Each table in stream mode gets its own thread running :func:`run_stream` (its own query,
 checkpoint, lease, commit log and status record), so a table whose query fails stops alone;
 the application restarts it after ``RESTART_AFTER_S`` while the table stays in stream mode.
-Every ``POLL_S`` the application looks again at the group: a table switched to stream joins,
-a table switched back to batch leaves (its query stops after its micro-batch). It holds the
+Every ``POLL_S`` the application looks again at the group's tables' modes: a table switched to
+stream joins, a table switched back to batch leaves (its query stops after its micro-batch).
+Who the group's tables are (every YAML and family, parsed and checked) is read again only every
+``MEMBERS_REFRESH_S``: a fleet's configs are not re-read every few seconds. It holds the
 group's stream lock, so a second launch for the same group exits at once; it ends when no
 table of the group is in stream mode any more (or, ``until_caught_up``, when every table's
 query has caught up).
@@ -36,6 +38,28 @@ log = logging.getLogger(__name__)
 
 POLL_S = 5.0
 RESTART_AFTER_S = 60.0
+MEMBERS_REFRESH_S = 60.0
+
+
+class GroupMembership:
+    """The group's runnable tables, read again at most every ``refresh_s`` of ``clock``
+    (monotonic seconds)."""
+
+    def __init__(
+        self,
+        load: Callable[[], list[TableConfig]],
+        refresh_s: float = MEMBERS_REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._load, self._refresh_s, self._clock = load, refresh_s, clock
+        self._members: list[TableConfig] = []
+        self._read_at: float | None = None
+
+    def members(self) -> list[TableConfig]:
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= self._refresh_s:
+            self._members, self._read_at = self._load(), now
+        return self._members
 
 
 def group_stream_lock(settings: Settings, group: str) -> TableLock:
@@ -64,13 +88,18 @@ def run_group_streams(
     trigger_interval_s: float | None = None,
     poll_s: float = POLL_S,
     restart_after_s: float = RESTART_AFTER_S,
+    members_refresh_s: float = MEMBERS_REFRESH_S,
 ) -> dict[str, Any]:
     """Host the streams of ``group``'s tables in this session until none is in stream mode."""
     from tidemark.stream.runner import run_stream
 
     streams: dict[str, _TableStream] = {}
+    membership = GroupMembership(lambda: group_members(group, settings), members_refresh_s)
 
     def host(config: TableConfig, entry: _TableStream) -> None:
+        from tidemark.group.runner import TABLE_POOL
+
+        spark.sparkContext.setLocalProperty(TABLE_POOL, config.table)  # its own fair-scheduler pool
         try:
             entry.result = run_stream(
                 spark,
@@ -91,7 +120,8 @@ def run_group_streams(
         log.info("group %s: hosting the streams of its tables in stream mode (run %s)", group, run_id)
         while True:
             now = time.monotonic()
-            for config in group_members(group, settings):
+            members = membership.members()
+            for config in members:
                 if TableState(settings.state_location, config.table).writer.current().mode != STREAM:
                     continue
                 entry = streams.get(config.table)
@@ -104,7 +134,7 @@ def run_group_streams(
                 log.info("group %s: starting the stream of %s", group, config.table)
                 thread.start()
             alive = [t for t, e in streams.items() if e.thread.is_alive()]
-            if not alive and (until_caught_up or not _any_in_stream_mode(group, settings)):
+            if not alive and (until_caught_up or not _any_in_stream_mode(members, settings)):
                 break
             time.sleep(poll_s)
     failed = sorted(t for t, e in streams.items() if e.error)
@@ -118,8 +148,5 @@ def run_group_streams(
     }
 
 
-def _any_in_stream_mode(group: str, settings: Settings) -> bool:
-    return any(
-        TableState(settings.state_location, c.table).writer.current().mode == STREAM
-        for c in group_members(group, settings)
-    )
+def _any_in_stream_mode(members: list[TableConfig], settings: Settings) -> bool:
+    return any(TableState(settings.state_location, c.table).writer.current().mode == STREAM for c in members)

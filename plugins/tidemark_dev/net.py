@@ -1,4 +1,5 @@
-"""Network helpers of the tests."""
+"""Network helpers of the tests and benchmarks: free ports on 127.0.0.1, and a server that
+accepts connections and never answers (a hung broker or registry)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,141 @@
+"""The end of a family member: retired (its topic is gone), then done (every hour up to its last
+record is published), then, by an operator's decision, forgotten.
+
+A retired member still runs: each run commits an empty batch so its watermark moves past its
+last record and its last hours seal. Once those hours are published there is nothing left to
+do, so discovery marks it done (``Member.done_at``): from then on it has no DAGs, runs no job
+and is in no group's barrier. ``tidemark family forget`` drops a done member from the family's
+record, with an audit record in the table's audit log; its files and state stay where they
+are. A topic that comes back is a member again (discovery): a done one runs again, a
+forgotten one is found as a new member of the same table, whose first dump stops with
+``TopicRecreatedError`` (its offsets started again) until it is rebased.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from tidemark.errors import ConfigError, MembershipError
+from tidemark.family.members import FAMILIES_DIR, Member, Members, read_members, record_members
+from tidemark.group.roster import drop_member
+from tidemark.state.locks import TableLock
+from tidemark.state.storage import Location
+from tidemark.table_state import TableState
+from tidemark.time.hours import parse_path
+
+if TYPE_CHECKING:
+    from tidemark.config import TableConfig
+    from tidemark.family.tables import Family
+    from tidemark.settings import Settings
+    from tidemark.state.audit import AuditRecord
+
+log = logging.getLogger(__name__)
+
+
+def members_lock(settings: Settings, family: str) -> TableLock:
+    """Serialises the writers of a family's record: discovery and ``family forget``."""
+    return TableLock(Location(settings.state_location) / FAMILIES_DIR, family, "members")
+
+
+def unfinished_hours(config: TableConfig, settings: Settings) -> list[str]:
+    """The hours of a table that still have work: committed rows in an hour that is not
+    published, or late rows not folded into their hour yet (empty: nothing left to do)."""
+    state = TableState(settings.state_location, config.table)
+    log_state, journal = state.commit_log.state(), state.journal.state()
+    zone = config.event_time.time_zone
+    left = []
+    for path in sorted({*log_state.rows_per_hour, *log_state.late_per_hour}):
+        key = parse_path(path, zone).key
+        entry = journal.hours.get(key)
+        if not log_state.rows_per_hour.get(path) and not log_state.late_per_hour.get(path):
+            continue
+        if entry is None or not entry.published:
+            left.append(key)
+            continue
+        batches = log_state.batches_of_hour(path) or [log_state.last_committed]
+        if log_state.late_per_hour.get(path) and entry.folded_through_batch < max(batches):
+            left.append(key)
+    return left
+
+
+def mark_done(family: Family, members: Members, settings: Settings, at: datetime) -> list[str]:
+    """Mark each retired member with nothing left to do as done (changed in place); the
+    topics marked. A member whose config cannot load is left as it is (logged)."""
+    from tidemark.family.tables import member_config
+
+    done = []
+    for topic, member in sorted(members.topics.items()):
+        if member.retired_at is None or member.done_at is not None:
+            continue
+        try:
+            left = unfinished_hours(member_config(family, member), settings)
+        except ConfigError as exc:
+            log.warning("family %s: retired topic %s not checked: %s", family.name, topic, exc)
+            continue
+        if left:
+            log.info(
+                "family %s: retired topic %s (table %s) still has hours to publish: %s",
+                family.name,
+                topic,
+                member.table,
+                ", ".join(left[:5]) + (" ..." if len(left) > 5 else ""),
+            )
+            continue
+        members.topics[topic] = replace(member, done_at=at.isoformat())
+        done.append(topic)
+    return done
+
+
+def forget_member(
+    family: str, topic: str, settings: Settings, *, reason: str, by: str, at: datetime
+) -> AuditRecord:
+    """Drop a done member from the family's record (see the module); the audit record."""
+    if not reason.strip():
+        raise MembershipError(f"family {family}: forgetting topic {topic} needs a --reason")
+    with members_lock(settings, family).hold(f"forget:{topic}", wait=60):
+        members = read_members(settings, family)
+        member = members.topics.get(topic)
+        if member is None:
+            known = ", ".join(sorted(members.topics)) or "none"
+            raise MembershipError(f"family {family}: no member for topic {topic} (its topics: {known})")
+        if member.done_at is None:
+            state = "active" if member.retired_at is None else "retired, with hours left to publish"
+            raise MembershipError(
+                f"family {family}: topic {topic} (table {member.table}) is {state}; only a done member is "
+                "forgotten (discovery marks a retired member done once its last hour is published: "
+                f"tidemark status --table {member.table})"
+            )
+        record = TableState(settings.state_location, member.table).audit.append(
+            action="forget",
+            reason=reason,
+            by=by,
+            at=at.isoformat(),
+            batch_id=None,
+            offsets=f"{topic}: every offset committed",
+            detail={
+                "family": family,
+                "topic": topic,
+                "retired_at": member.retired_at,
+                "done_at": member.done_at,
+            },
+        )
+        group = _group_of(family, member, settings)
+        if group is not None:  # its hours no longer hold the group's barrier
+            drop_member(group, member.table, settings, reason=f"forgotten: {reason}", by=by, at=at)
+        del members.topics[topic]
+        record_members(settings, members)
+    log.info("family %s: topic %s (table %s) forgotten by %s: %s", family, topic, member.table, by, reason)
+    return record
+
+
+def _group_of(family: str, member: Member, settings: Settings) -> str | None:
+    """The group a member's config names (None: none, or the family YAML does not load)."""
+    from tidemark.family.tables import load_family, member_config
+
+    try:
+        return member_config(load_family(settings.conf_dir / "families" / f"{family}.yaml"), member).group
+    except ConfigError:
+        return None
