@@ -118,19 +118,36 @@ def ensure(settings: Settings) -> Path | None:
     return archive
 
 
+VARIANTS = {"local": "", "s3a": "s3://tidemark-class-archive/warehouse"}  # a warehouse of each class path
+
+
+def variant(settings: Settings, name: str) -> Settings:
+    return replace(settings, warehouse=VARIANTS[name] or str(settings.home / "warehouse"))
+
+
 def ensure_all(settings: Settings) -> list[Path]:
     """Both archives (see the module): the local warehouse's, and an S3 warehouse's when the
-    s3a jars are fetched."""
+    s3a jars are fetched. Each is written by a process of its own: a PySpark process starts
+    one JVM gateway, and a second session after the first one's JVM exited cannot reach it."""
     from tidemark.spark import s3a_jars
 
-    variants = [replace(settings, warehouse=str(settings.home / "warehouse"))]
-    if s3a_jars(settings):
-        variants.append(replace(settings, warehouse="s3://tidemark-class-archive/warehouse"))
-    return [written for variant in variants if (written := ensure(variant)) is not None]
+    written = []
+    for name in ("local", "s3a") if s3a_jars(settings) else ("local",):
+        archive = variant(settings, name).class_archive
+        if archive is None:
+            continue
+        if not is_current(variant(settings, name)):
+            subprocess.run([sys.executable, "-m", "tidemark.jvm_classes", name], check=False)
+        if is_current(variant(settings, name)):
+            written.append(archive)
+    return written
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if len(sys.argv) > 1:  # one archive, in this process
+        ensure(variant(Settings.from_env(), sys.argv[1]))
+        sys.exit(0)
     written = ensure_all(Settings.from_env())
     print(
         f"tidemark: class archives {', '.join(map(str, written)) or 'off (TIDEMARK_JVM_CLASS_ARCHIVE=off)'}"
