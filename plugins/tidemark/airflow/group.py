@@ -135,11 +135,11 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
             from tidemark.group.roster import roster_holds
 
             current = Settings.from_env()
-            members = group_members(group, current)
-            every, _ = table_configs(current)
-            held = unloadable_members(group, current)
+            loaded = table_configs(current)  # every YAML read once for the three questions
+            members = group_members(group, current, loaded)
+            held = unloadable_members(group, current, loaded)
             if not held:  # a broken YAML first: the roster is never formed or changed without it
-                held = roster_holds(group, members, current, every=every, at=context["data_interval_end"])
+                held = roster_holds(group, members, current, every=loaded[0], at=context["data_interval_end"])
             announced = announce(
                 group,
                 members,

@@ -47,11 +47,10 @@ def unfinished_hours(config: TableConfig, settings: Settings) -> list[str]:
     log_state, journal = state.commit_log.state(), state.journal.state()
     zone = config.event_time.time_zone
     left = []
-    for path in sorted({*log_state.rows_per_hour, *log_state.late_per_hour}):
+    with_rows = {p for p, n in log_state.rows_per_hour.items() if n}
+    for path in sorted(with_rows | {p for p, n in log_state.late_per_hour.items() if n}):
         key = parse_path(path, zone).key
         entry = journal.hours.get(key)
-        if not log_state.rows_per_hour.get(path) and not log_state.late_per_hour.get(path):
-            continue
         if entry is None or not entry.published:
             left.append(key)
             continue

@@ -53,18 +53,21 @@ def disagreements(configs: list[TableConfig]) -> list[tuple[str, str]]:
     return problems
 
 
-def group_members(group: str, settings: Settings) -> list[TableConfig]:
+Loaded = tuple[list["TableConfig"], dict[str, str]]  # table_configs(): the configs, and the problems
+
+
+def group_members(group: str, settings: Settings, loaded: Loaded | None = None) -> list[TableConfig]:
     """The tables of ``group`` that can run: every valid table YAML (or family member) naming
     it that agrees with the group (a broken or disagreeing table is left out: the DAG files
-    show why)."""
+    show why). ``loaded``: the configs already read by the caller (else read here)."""
     from tidemark.family.tables import table_configs
 
-    configs, _ = table_configs(settings)
+    configs, _ = loaded or table_configs(settings)
     refused = {table for table, _ in disagreements(configs)}
     return [c for c in groups_of(configs).get(group, []) if c.table not in refused and not c.source.done]
 
 
-def unloadable_members(group: str, settings: Settings) -> dict[str, str]:
+def unloadable_members(group: str, settings: Settings, loaded: Loaded | None = None) -> dict[str, str]:
     """Members of ``group`` that cannot run (where -> why): a table YAML naming the group that
     fails to load, or a table that disagrees with its group. They hold the group's barrier
     (``barrier.announce_group``): absent is not the same as published."""
@@ -73,7 +76,7 @@ def unloadable_members(group: str, settings: Settings) -> dict[str, str]:
 
     from tidemark.family.tables import table_configs
 
-    configs, problems = table_configs(settings)
+    configs, problems = loaded or table_configs(settings)
     disagree = dict(disagreements(configs))
     held = {c.table: disagree[c.table] for c in configs if c.group == group and c.table in disagree}
     for where, why in problems.items():
