@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -111,6 +112,7 @@ def test_airflow_standalone_up_login_and_clean_down(
                 "tables/orders/docs/index.html",
             ):
                 assert refused(f"{scoped}/tidemark/{path}", viewer)[0] == 403, path
+        wait_for_parsed_dags(base, token, "tidemark_ingest_events", "tidemark_bootstrap_orders")
         see_the_ui(base, password, tmp_path / "screenshots")
         root = psutil.Process(status.pid)
         family = [root, *root.children(recursive=True)]
@@ -120,6 +122,20 @@ def test_airflow_standalone_up_login_and_clean_down(
     alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert alive == [], f"processes left behind: {alive}"
     assert not service.status().running
+
+
+def wait_for_parsed_dags(base: str, token: str, *dag_ids: str, timeout: float = 240.0) -> None:
+    """The DAG processor parses the DAG folder in its own time after the API server answers (a
+    minute or more on a loaded machine): the UI lists a DAG only once it is serialized."""
+    deadline = time.monotonic() + timeout
+    listed: set[str] = set()
+    while time.monotonic() < deadline:
+        dags = api(f"{base}/api/v2/dags?tags=tidemark&limit=100", token)["dags"]
+        listed = {str(d["dag_id"]) for d in dags}
+        if set(dag_ids) <= listed:
+            return
+        time.sleep(2)
+    raise AssertionError(f"the DAG processor did not list {sorted(set(dag_ids) - listed)} in {timeout} s")
 
 
 def see_the_ui(base: str, password: str, shots: Path) -> None:
