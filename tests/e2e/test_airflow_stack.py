@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ import pytest
 
 from tests.helpers.airflow_api import api
 from tests.helpers.tables import ROOT
+from tidemark.seal.data_docs import record
 from tidemark.settings import Settings
+from tidemark.state.layout import data_docs_dir
 from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, admin_password
 from tidemark_dev.net import free_port
 from tidemark_dev.services import AirflowService
@@ -79,6 +82,17 @@ def test_airflow_standalone_up_login_and_clean_down(
         assert views == {("nav", "tidemark/"), ("dag", "tidemark/dags/{DAG_ID}/health")}
         index = page(f"{base}/tidemark/", token)
         assert 'href="tables/events/health"' in index and 'href="tables/orders/health"' in index
+        # an hour's Data Docs page, kept by a seal and rendered on its first request
+        hour_page = record(
+            data_docs_dir(service.settings.state_dir, "events"),
+            "events",
+            "2026-11-22T10",
+            datetime(2026, 11, 22, 10, tzinfo=UTC),
+            [{"type": "expect_column_values_to_be_unique", "kwargs": {"column": "event_id"},
+              "success": False, "result": {"unexpected_count": 2, "partial_unexpected_list": ["e-7"]}}],
+        )  # fmt: skip
+        rendered = page(f"{base}/tidemark/tables/events/docs/{hour_page}", token)
+        assert "event_id" in rendered and "e-7" in rendered
         health = page(f"{base}/tidemark/tables/events/health", token)
         assert "Ingestion health: events" in health and health.count('class="plot"') == 4
         for kind in ("ingest", "seal", "rebuild"):
@@ -158,6 +172,8 @@ def see_the_ui(base: str, password: str, shots: Path) -> None:
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 1000})
             page.set_default_timeout(60_000)
+            # a loaded machine answers the DAG list's query in seconds, not the 5 s assertions wait
+            expect.set_options(timeout=60_000)
 
             def show(name: str) -> str:
                 page.wait_for_load_state("networkidle")

@@ -12,6 +12,7 @@ from tests.helpers.tables import AMOUNT_AT_MOST_100, at, fresh_table, registered
 from tidemark.errors import QualityGateError, ReleaseError
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.status import explain_hour, render_hour
+from tidemark.seal.data_docs import render_pending
 from tidemark.seal.sealing import run_release, run_seal
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
@@ -104,6 +105,8 @@ def test_warn_registers_the_hour_and_records_the_failures(
     }
     docs = settings.state_dir / config.table / "data_docs"
     page = docs / hours["2026-11-22T10"].quality["data_docs"]
-    assert "/2026-11-22T10/" in str(page) and page.exists()
+    assert "/2026-11-22T10/" in str(page) and not page.exists()  # rendered later, not by the seal
+    assert sorted(render_pending(docs)) == sorted(h.quality["data_docs"] for h in hours.values())
+    assert page.exists() and render_pending(docs) == []
     text = page.read_text()
     assert "event_id" in text and "amount" in text and "unique" in text.lower()

@@ -6,7 +6,8 @@ Pages are rendered on request from the state store, so they are always current:
 - ``/tidemark/``: the tables, with links;
 - ``/tidemark/tables/<table>/health``: the table's health page (``tidemark report``);
 - ``/tidemark/dags/<dag id>/health``: the same, reached from a DAG's page;
-- ``/tidemark/tables/<table>/docs/<path>``: the hour's GX Data Docs pages.
+- ``/tidemark/tables/<table>/docs/<path>``: the hour's GX Data Docs pages (a page not yet
+  rendered is rendered on its first request, with every other pending one).
 
 Every route is behind Airflow's login, through the API server's auth manager (the same JWT
 the UI holds in its cookie, or an ``Authorization: Bearer`` token): an anonymous browser is sent
@@ -28,6 +29,7 @@ from tidemark.airflow.common import dag_id_of, table_of_dag
 from tidemark.config import load_tables
 from tidemark.errors import ConfigError
 from tidemark.observe.report import render_report, report_data
+from tidemark.seal.data_docs import render_pending
 from tidemark.settings import Settings
 from tidemark.state.layout import data_docs_dir
 
@@ -120,6 +122,8 @@ def create_app(settings: Settings | None = None) -> Any:
         config = readable(user, table)
         root = data_docs_dir(current().state_dir, config.table).resolve()
         target = (root / path).resolve()
+        if target.is_relative_to(root) and not target.is_file() and target.suffix == ".html":
+            render_pending(root)  # an hour sealed since the last render: every pending page at once
         if not target.is_relative_to(root) or not target.is_file():
             raise HTTPException(status_code=404, detail="no such Data Docs page")
         return FileResponse(Path(target))

@@ -23,6 +23,7 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.observe.status import render_snapshot, render_stream, snapshots, stream_summary
+from tidemark.seal.data_docs import render_pending
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
@@ -277,9 +278,11 @@ section.plot {{ max-width: 1100px; }}
 def write_report(
     config: TableConfig, settings: Settings, out: Path | None = None, as_of: datetime | None = None
 ) -> Path:
-    """Gather, render and write the page (default ``<state>/<table>/reports/health.html``)."""
+    """Gather, render and write the page (default ``<state>/<table>/reports/health.html``),
+    after the hours' Data Docs pages it links to that are not rendered yet."""
     target = out or report_path(settings, config.table)
     docs = data_docs_dir(settings.state_dir, config.table)
+    render_pending(docs)
     prefix = Path(_relative(docs, target.parent)).as_posix() + "/"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_report(report_data(config, settings, as_of), docs_prefix=prefix))

@@ -63,7 +63,8 @@ class HourFiles:
     def warm_up(self) -> None:
         """Pay the fixed costs of the first hour while Spark compacts it: the Hive client's
         start (Derby's boot or the metastore connection, ~3 s) and Great Expectations' import
-        (~4 s, when the gate needs it). Each runs in a daemon thread, and the compaction's
+        (~4 s, only for a table with its own expectations: the Data Docs pages are rendered
+        later). Each runs in a daemon thread, and the compaction's
         work is the JVM's, so they overlap; a failure there is left for the real call to
         raise, with its own message (imports and the Hive client are safe to start from two
         threads: the second waits for the first)."""
@@ -72,7 +73,7 @@ class HourFiles:
         from tidemark.seal.quality import needs_gx, warm_gx
 
         work = [self.metastore.connect]
-        if needs_gx(self.config, self.docs_dir):
+        if needs_gx(self.config):
             work.append(warm_gx)
         for task in work:
             threading.Thread(

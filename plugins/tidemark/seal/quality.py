@@ -1,6 +1,7 @@
 """The quality gate run on an hour before it is registered: the default expectations in one
 Spark pass (``checks.py``), the table's own with Great Expectations 1.x on the hour's rows in
-Spark, and one GX Data Docs page per hour with both.
+Spark; the results of both are kept for the hour's GX Data Docs page, rendered later
+(``seal/data_docs.py``).
 
 Every table gets default expectations unless ``quality.default_expectations`` is false:
 
@@ -19,24 +20,21 @@ announced, until ``tidemark release``), ``warn`` registers it and records the fa
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig, expectation_columns
 from tidemark.errors import ConfigError
+from tidemark.seal import data_docs
 from tidemark.seal.checks import CheckResult, default_results
+from tidemark.seal.data_docs import gx_module
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
-
-DOCS_SITE = "tidemark"
 
 
 @dataclass(frozen=True)
@@ -92,24 +90,6 @@ def _describe(kind: str, kwargs: dict[str, Any], result: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-# GX logs dozens of INFO lines about its own start-up in every task ("Skipping registering
-# function ...", "Multiple declarations of metric ..."); its warnings still come through.
-GX_STARTUP_LOGGERS = (
-    "great_expectations._docs_decorators",
-    "great_expectations.expectations.registry",
-    "great_expectations.data_context.types.base",
-    "great_expectations.datasource.fluent.config",
-)
-
-
-def quiet_gx_import_logs() -> None:
-    """Before importing GX, and after (one of its modules forces INFO on itself at import)."""
-    for name in GX_STARTUP_LOGGERS:
-        logger = logging.getLogger(name)
-        if logger.level in (logging.NOTSET, logging.INFO):  # a level the user configured wins
-            logger.setLevel(logging.WARNING)
-
-
 def validate(
     config: TableConfig,
     hour: Hour,
@@ -119,9 +99,8 @@ def validate(
 ) -> tuple[bool, list[str], int, str | None]:
     """The hour's expectations on ``frame``: the defaults in one pass (``checks.py``; or
     ``defaults``, computed where the hour was compacted), the table's own with GX; (success,
-    failure lines, count, the hour's Data Docs page, relative to ``docs_dir``, if one was
-    written). GX is not even imported for a table with only the defaults and no docs to
-    write."""
+    failure lines, count, the hour's Data Docs page, relative to ``docs_dir``, if its results
+    were kept there). GX is not even imported for a table with only the defaults."""
     if defaults is None:
         assert frame is not None, "the defaults need the hour's rows"
         defaults = default_results(frame, config, hour)
@@ -135,36 +114,26 @@ def validate(
             expectation = r.expectation_config
             kind, kwargs = (expectation.type, dict(expectation.kwargs)) if expectation else ("unknown", {})
             failures.append(_describe(kind, kwargs, dict(r.result or {})))
-    page = _write_docs(config, hour, defaults, own, docs_dir) if docs_dir is not None else None
+    page = _record_docs(config, hour, defaults, own, docs_dir) if docs_dir is not None else None
     return not failures, failures, len(defaults) + len(customs), page
 
 
-def needs_gx(config: TableConfig, docs_dir: Path | None) -> bool:
-    """Whether the gate of ``config`` imports GX: for the table's own expectations, or to
-    render the Data Docs."""
-    return bool(config.quality.expectations) or docs_dir is not None
+def needs_gx(config: TableConfig) -> bool:
+    """Whether the gate of ``config`` imports GX: only for the table's own expectations (the
+    Data Docs pages are rendered later, ``seal/data_docs.py``)."""
+    return bool(config.quality.expectations)
 
 
 def warm_gx() -> None:
     """Import GX ahead of its first use (``HourFiles.warm_up``)."""
-    _gx()
-
-
-def _gx() -> Any:
-    """Great Expectations, imported quietly (its import takes seconds: only when needed)."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    quiet_gx_import_logs()
-    import great_expectations as gx
-
-    quiet_gx_import_logs()
-    return gx
+    gx_module()
 
 
 def _run_gx(
     config: TableConfig, hour: Hour, frame: DataFrame, specs: list[tuple[str, dict[str, Any]]]
 ) -> list[Any]:
     """The table's own expectations, run by GX on the Spark frame: GX's results."""
-    gx = _gx()
+    gx = gx_module()
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
@@ -196,72 +165,25 @@ def _run_gx(
     return list(next(iter(run.run_results.values())).results)
 
 
-def _write_docs(
+def _record_docs(
     config: TableConfig, hour: Hour, defaults: list[CheckResult], own: list[Any], docs_dir: Path
-) -> str | None:
-    """The hour's Data Docs page, rendered by GX from every result (the defaults' as GX
-    results), into a scratch site whose page is then copied into the table's docs dir (GX's
-    site builder removes pages its ephemeral store does not know)."""
-    gx = _gx()
-    from great_expectations.core import ExpectationSuiteValidationResult, ExpectationValidationResult
-    from great_expectations.core.run_identifier import RunIdentifier
-    from great_expectations.data_context.types.resource_identifiers import (
-        ExpectationSuiteIdentifier,
-        ValidationResultIdentifier,
-    )
-    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
-
+) -> str:
+    """Keep the hour's results for its Data Docs page (rendered later, without this job);
+    the page's path relative to ``docs_dir``."""
     results = [
-        ExpectationValidationResult(
-            success=r.success,
-            expectation_config=ExpectationConfiguration(type=r.kind, kwargs=r.kwargs),
-            result=r.result,
+        {"type": r.kind, "kwargs": r.kwargs, "success": r.success, "result": r.result} for r in defaults
+    ]
+    for r in own:
+        expectation = r.expectation_config
+        results.append(
+            {
+                "type": expectation.type if expectation else "unknown",
+                "kwargs": dict(expectation.kwargs) if expectation else {},
+                "success": bool(r.success),
+                "result": dict(r.result or {}),
+            }
         )
-        for r in defaults
-    ] + own
-    passed = sum(1 for r in results if r.success)
-    run_id = RunIdentifier(run_name=hour.key, run_time=hour.start)
-    validation = ExpectationSuiteValidationResult(
-        success=passed == len(results),
-        results=results,
-        suite_name=config.table,
-        statistics={
-            "evaluated_expectations": len(results),
-            "successful_expectations": passed,
-            "unsuccessful_expectations": len(results) - passed,
-            "success_percent": 100.0 * passed / len(results) if results else 100.0,
-        },
-        meta={"run_id": run_id, "active_batch_definition": {"table": config.table, "hour": hour.key}},
-    )
-    scratch = Path(tempfile.mkdtemp(prefix="tidemark-gx-docs-"))
-    try:
-        context = gx.get_context(mode="ephemeral")
-        site: Any = {
-            "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(scratch)},
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-        }
-        context.add_data_docs_site(site_name=DOCS_SITE, site_config=site)
-        key = ValidationResultIdentifier(ExpectationSuiteIdentifier(config.table), run_id, "hour")
-        context.validation_results_store.set(key, validation)
-        context.build_data_docs(site_names=[DOCS_SITE])
-        return _keep_pages(scratch, docs_dir, config.table, hour)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _keep_pages(scratch: Path, docs_dir: Path, table: str, hour: Hour) -> str | None:
-    """Copy the hour's validation page (and the shared static assets, once) into ``docs_dir``,
-    keeping GX's relative layout so the page's links work; return its relative path."""
-    if not (docs_dir / "static").exists() and (scratch / "static").exists():
-        shutil.copytree(scratch / "static", docs_dir / "static")
-    page = None
-    for source in sorted(scratch.glob(f"validations/{table}/{hour.key}/*/*.html")):
-        relative = source.relative_to(scratch)
-        (docs_dir / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, docs_dir / relative)
-        page = str(relative)
-    return page
+    return data_docs.record(docs_dir, config.table, hour.key, hour.start, results)
 
 
 def gate(
@@ -273,7 +195,8 @@ def gate(
     defaults: list[CheckResult] | None = None,
 ) -> QualityOutcome:
     """Validate an hour's rows (``frame``; ``None`` and no ``defaults``: the hour was sealed
-    empty, nothing to judge); with ``docs_dir``, also render its GX Data Docs page there."""
+    empty, nothing to judge); with ``docs_dir``, also keep its results there for its GX Data
+    Docs page."""
     policy = config.quality.policy
     if frame is None and defaults is None:
         return QualityOutcome(status="empty", policy=policy)
