@@ -42,14 +42,17 @@ def hours_of(spark: Any, table: str) -> dict[str, list[tuple[Any, ...]]]:
     return found
 
 
-@pytest.mark.parametrize("where", ["driver", "spark job"])
+@pytest.mark.parametrize("where", ["driver", "driver threads", "spark job"])
 def test_due_hours_are_compacted_together_and_read_back_exactly(
     where: str, spark: Any, broker: str, settings: Settings, tmp_path: Path, caplog: Any, monkeypatch: Any
 ) -> None:
-    """Small hours are compacted in the driver; past ``IN_DRIVER_BYTES``, by one Spark job
-    (forced here): the same files either way."""
-    if where == "spark job":
+    """Small hours are compacted in the driver; past ``IN_DRIVER_BYTES``, by threads of the
+    driver on a local master, by one Spark job on a cluster (both forced here): the same files
+    every way."""
+    if where != "driver":
         monkeypatch.setattr(hour_tasks, "IN_DRIVER_BYTES", 0)
+    if where == "spark job":
+        monkeypatch.setattr(hour_tasks, "executors_share_the_driver", lambda context: False)
     config, settings = fresh_table(settings, tmp_path, partitioning__columns=["app"])
     create_topic(broker, config.source.topic, 2)
     times = [at(h, m) + MICROS for h in (9, 10, 11) for m in (5, 35)]
@@ -70,9 +73,12 @@ def test_due_hours_are_compacted_together_and_read_back_exactly(
         shared[0]
         == f"{config.table}: compacting 3 hours together (2026-11-22T09, 2026-11-22T10, 2026-11-22T11)"
     )
-    assert shared[1].startswith("3 hours (") and shared[1].endswith(
-        "compacted in the driver" if where == "driver" else "compacted by one Spark job of 2 tasks"
-    ), shared
+    ending = {
+        "driver": "compacted in the driver (1 thread(s))",
+        "driver threads": "compacted in the driver (2 thread(s))",
+        "spark job": "compacted by one Spark job of 2 tasks",
+    }
+    assert shared[1].startswith("3 hours (") and shared[1].endswith(ending[where]), shared
 
     # Spark reads through the metastore exactly what was produced, each hour in its partitions
     found = hours_of(spark, config.table)

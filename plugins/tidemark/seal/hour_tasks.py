@@ -6,8 +6,9 @@ Why: an hour sealed on its own paid two Spark jobs (the compaction, then the che
 aggregation) plus the rows' trip through the JVM both ways; the floor (one pyarrow process
 reading, writing and checking an hour) is several times faster. Here an hour's rows never
 leave the Python process that reads them, and every due hour of a run is compacted together.
-Up to ``IN_DRIVER_BYTES`` of batch files the driver does it (a Spark job would first start
-its Python workers: ~1.5 s here); above, one Spark job of as many tasks as there are cores,
+Up to ``IN_DRIVER_BYTES`` of batch files, or on a ``local`` master at any size (the executors
+share the driver's machine), the driver does it (a Spark job would first start its Python
+workers: ~1.5 s here); above, on a cluster, one Spark job of as many tasks as there are cores,
 each taking its share of the hours in turn (a Python task costs ~0.1 s to start here).
 
 Only hours written as one file take this path (their batch files total at most
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -32,6 +34,7 @@ from tidemark.tablefs import Store
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -149,21 +152,37 @@ IN_DRIVER_BYTES = 64 * 1024 * 1024
 
 def compact_hours(spark: SparkSession, writer: HourWriter, tasks: list[HourTask]) -> dict[str, HourWritten]:
     """Every hour of ``tasks`` compacted: in this process when they are small together
-    (``IN_DRIVER_BYTES``), else in one Spark job, the hours spread over as many Spark tasks
-    as the application has cores."""
+    (``IN_DRIVER_BYTES``) or the executors run on this machine anyway (a ``local`` master:
+    one thread per core, pyarrow releases the GIL, and no Python worker is started), else in
+    one Spark job, the hours spread over as many Spark tasks as the application has cores."""
     if not tasks:
         return {}
     size = sum(t.size for t in tasks)
-    if size <= IN_DRIVER_BYTES:
-        log.info("%s hours (%s bytes of batch files) compacted in the driver", len(tasks), size)
-        return {t.key: writer.compact_alone(t) for t in tasks}
-    slices = min(len(tasks), spark.sparkContext.defaultParallelism)
+    context = spark.sparkContext
+    if size <= IN_DRIVER_BYTES or executors_share_the_driver(context):
+        threads = 1 if size <= IN_DRIVER_BYTES else min(len(tasks), context.defaultParallelism)
+        log.info(
+            "%s hours (%s bytes of batch files) compacted in the driver (%s thread(s))",
+            len(tasks),
+            size,
+            threads,
+        )
+        if threads == 1:
+            return {t.key: writer.compact_alone(t) for t in tasks}
+        with ThreadPoolExecutor(threads, thread_name_prefix="compact") as pool:
+            return {w.key: w for w in pool.map(writer.compact_alone, tasks)}
+    slices = min(len(tasks), context.defaultParallelism)
     log.info(
         "%s hours (%s bytes of batch files) compacted by one Spark job of %s tasks", len(tasks), size, slices
     )
     job = functools.partial(_compact_task, writer)
-    written = spark.sparkContext.parallelize(tasks, slices).map(job).collect()
+    written = context.parallelize(tasks, slices).map(job).collect()
     return {w.key: w for w in written}
+
+
+def executors_share_the_driver(context: SparkContext) -> bool:
+    """A ``local`` master: its executors are threads of the driver's JVM on the same cores."""
+    return str(context.master).startswith("local")
 
 
 def _compact_task(writer: HourWriter, task: HourTask) -> HourWritten:
