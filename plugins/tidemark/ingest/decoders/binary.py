@@ -33,10 +33,19 @@ def typed_column(
     writer lacks it) in the table's type, and the mask of values that could not be converted."""
     import pyarrow as pa
 
-    n = len(values)
-    if source is None:
+    array = pa.array(values, type=source) if source is not None else None
+    return typed_array(array, len(values), column, conversion)
+
+
+def typed_array(
+    array: pa.Array | None, n: int, column: Column, conversion: Conversion | None
+) -> tuple[pa.Array, pa.Array]:
+    """:func:`typed_column` of values already in their Arrow type (None: ``n`` rows of a
+    column the writer lacks)."""
+    import pyarrow as pa
+
+    if array is None:
         return pa.nulls(n, column.type.to_arrow()), pa.array([False] * n, pa.bool_())
-    array = pa.array(values, type=source)
     if conversion is not None:
         return convert(array, conversion, column)
     return cast_each(array, column.type.to_arrow())
