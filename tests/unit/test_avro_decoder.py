@@ -245,3 +245,39 @@ def test_a_table_from_the_registry_then_validated_against_its_versions(
     out = capsys.readouterr().out
     assert "shop.clicks-value v1 (schema id 1): reads into the table" in out
     assert "shop.clicks-value v2 (schema id 2): REFUSED: field event_time" in out
+
+
+def test_a_writer_schema_with_references_is_read_with_them_inlined(schema_registry: str) -> None:
+    """The producer's schema takes its enum from another subject (a registry reference): both
+    reads get one self-contained schema, the referenced type defined at its first use."""
+    from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tidemark.ingest.decoders import avro
+
+    client = SchemaRegistryClient({"url": schema_registry})
+    kind = {"type": "enum", "name": "Kind", "namespace": "shop.events", "symbols": ["click", "view", "buy"]}
+    client.register_schema("shop.events.Kind", Schema(json.dumps(kind), "AVRO"))
+    fields = [
+        f if f["name"] != "event_type" else {"name": "event_type", "type": "shop.events.Kind"}
+        for f in EVENT_V1["fields"]
+    ]
+    referencing = Schema(
+        json.dumps({**EVENT_V1, "fields": fields}),
+        "AVRO",
+        [SchemaReference("shop.events.Kind", "shop.events.Kind", 1)],
+    )
+    serialize = AvroSerializer(client, referencing)
+    context = SerializationContext("t", MessageField.VALUE)
+    values = [serialize({**GOOD_EVENT, "event_id": f"r{i}", "event_type": "buy"}, context) for i in range(3)]
+    for vectorised in (True, False):
+        avro.VECTORISED = vectorised
+        try:
+            good, dirty = verdicts(avro_config(schema_registry), values)
+        finally:
+            avro.VECTORISED = True
+        assert not dirty, dirty
+        assert [(good[100 + i]["event_id"], good[100 + i]["event_type"]) for i in range(3)] == [
+            (f"r{i}", "buy") for i in range(3)
+        ]

@@ -31,7 +31,7 @@ from typing import Any, cast
 from tidemark.conversions import Conversion
 from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.ingest.decoders.avro_block import NotVectorisable, conform, decode_records
-from tidemark.ingest.decoders.avro_schema import ReadPlan, Unresolvable, read_plan
+from tidemark.ingest.decoders.avro_schema import ReadPlan, Unresolvable, inline_references, read_plan
 from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_array, typed_column
 from tidemark.ingest.envelopes import flat_record
 from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas
@@ -107,7 +107,7 @@ class AvroDecoder:
         cannot vouch for every message (it is then decoded record by record)."""
         if self.debezium is not None or not VECTORISED:
             return None
-        table = decode_records(self.schemas.schema(schema_id).text, bodies)
+        table = decode_records(plan.writer_text, bodies)
         if table is None:
             return None
         try:
@@ -215,7 +215,10 @@ class AvroDecoder:
                 written = self.schemas.schema(schema_id)
                 if written.schema_type != "AVRO":
                     raise Unresolvable(f"a {written.schema_type} schema on an Avro topic")
-                plan = read_plan(written.text, self.columns, self.conversions, debezium=self.debezium)
+                text = written.text
+                if written.references:
+                    text = inline_references(text, self.schemas.imports(written))
+                plan = read_plan(text, self.columns, self.conversions, debezium=self.debezium)
             except UnknownSchemaIdError:
                 plan = ("unknown_schema_id", f"schema_id={schema_id}")
             except Unresolvable as exc:

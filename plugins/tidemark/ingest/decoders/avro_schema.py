@@ -70,10 +70,70 @@ def require_nullable(column: Column, where: str) -> None:
 @dataclass(frozen=True)
 class ReadPlan:
     """How records of one writer schema are read: ``schema`` is what fastavro decodes with,
-    ``sources`` the Arrow type of each column's decoded values (None: not in the writer)."""
+    ``sources`` the Arrow type of each column's decoded values (None: not in the writer),
+    ``writer_text`` the writer schema itself, self-contained (references inlined)."""
 
     schema: Any
     sources: dict[str, pa.DataType | None]
+    writer_text: str = ""
+
+
+def inline_references(writer_text: str, imports: dict[str, str]) -> str:
+    """The writer schema with every named type it takes from a referenced schema (a registry
+    reference: ``imports``, full name -> schema text) defined in place at its first use, as
+    Avro requires a name to be defined before it is used: one self-contained schema that any
+    reader (fastavro, the columnar one) takes alone."""
+    if not imports:
+        return writer_text
+    referenced: dict[str, Any] = {}
+    for name, text in imports.items():
+        try:
+            schema = json.loads(text)
+        except ValueError as exc:
+            raise Unresolvable(f"referenced schema {name}: not JSON: {exc}") from None
+        referenced[name] = schema
+        if isinstance(schema, dict) and "name" in schema:
+            space = schema.get("namespace", "")
+            full = schema["name"] if "." in schema["name"] or not space else f"{space}.{schema['name']}"
+            referenced.setdefault(full, schema)
+    try:
+        writer = json.loads(writer_text)
+    except ValueError as exc:
+        raise Unresolvable(f"not an Avro schema: {exc}") from None
+    defined: set[str] = set()
+
+    def walk(node: Any, namespace: str) -> Any:
+        if isinstance(node, str):
+            full = node if "." in node or not namespace else f"{namespace}.{node}"
+            for key in (node, full):
+                if key in referenced and key not in defined and node not in _PRIMITIVES:
+                    definition = copy.deepcopy(referenced[key])
+                    return walk(definition, definition.get("namespace", namespace))
+            return node
+        if isinstance(node, list):
+            return [walk(branch, namespace) for branch in node]
+        if not isinstance(node, dict):
+            return node
+        kind = node.get("type")
+        if kind in {"record", "error", "enum", "fixed"} and "name" in node:
+            space = node.get("namespace", namespace)
+            name = node["name"]
+            defined.update({name, name if "." in name or not space else f"{space}.{name}"})
+            namespace = space
+        out = dict(node)
+        if isinstance(kind, dict | list) or (isinstance(kind, str) and kind not in _PRIMITIVES and kind not in {
+            "record", "error", "enum", "fixed", "array", "map",
+        }):  # fmt: skip
+            out["type"] = walk(kind, namespace)
+        if "fields" in node:
+            out["fields"] = [{**f, "type": walk(f["type"], namespace)} for f in node["fields"]]
+        if "items" in node:
+            out["items"] = walk(node["items"], namespace)
+        if "values" in node:
+            out["values"] = walk(node["values"], namespace)
+        return out
+
+    return json.dumps(walk(writer, writer.get("namespace", "") if isinstance(writer, dict) else ""))
 
 
 def read_plan(
@@ -115,7 +175,7 @@ def read_plan(
         parsed = fastavro.parse_schema(_numbers_only(writer))
     except Exception as exc:  # fastavro's SchemaParseException and friends
         raise Unresolvable(f"not a valid Avro schema: {exc}") from None
-    return ReadPlan(parsed, sources)
+    return ReadPlan(parsed, sources, writer_text)
 
 
 def _envelope_fields(
