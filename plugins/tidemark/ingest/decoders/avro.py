@@ -32,7 +32,15 @@ from tidemark.conversions import Conversion
 from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.ingest.decoders.avro_block import NotVectorisable, conform, decode_records
 from tidemark.ingest.decoders.avro_schema import ReadPlan, Unresolvable, inline_references, read_plan
-from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_array, typed_column
+from tidemark.ingest.decoders.binary import (
+    HEADER_BYTES,
+    Group,
+    assemble,
+    confluent_header,
+    of,
+    typed_array,
+    typed_column,
+)
 from tidemark.ingest.envelopes import flat_record
 from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas
 from tidemark.schema import Column
@@ -67,19 +75,7 @@ class AvroDecoder:
 
     def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
         rejected: dict[int, Verdict] = {}
-        framed: dict[int | None, tuple[list[int], list[bytes]]] = {}
-        for i, value in zip(index, values, strict=True):
-            schema_id, body = self._frame(value)
-            if isinstance(body, tuple):
-                rejected[i] = body
-                continue
-            plan = self._plan(schema_id)
-            if isinstance(plan, tuple):
-                rejected[i] = plan
-                continue
-            rows, bodies = framed.setdefault(schema_id, ([], []))
-            rows.append(i)
-            bodies.append(body)
+        framed = self._by_writer(values, index, rejected)
         groups: list[Group] = []
         for schema_id, (rows, bodies) in framed.items():
             plan = self._plans[schema_id]
@@ -99,6 +95,42 @@ class AvroDecoder:
             }
             groups.append((good, typed))
         return assemble(self.columns, groups, rejected)
+
+    def _by_writer(
+        self, values: Sequence[bytes], index: Sequence[int], rejected: dict[int, Verdict]
+    ) -> dict[int | None, tuple[list[int], list[bytes]]]:
+        """The records and bodies of each writer schema (one pass that only slices: most
+        blocks have one or two headers); the messages refused whole go to ``rejected``."""
+        if not self.framed:
+            plan = self._plan(None)
+            if isinstance(plan, tuple):
+                rejected.update(dict.fromkeys(index, plan))
+                return {}
+            return {None: (list(index), list(values))}
+        by_header: dict[bytes, tuple[list[int], list[bytes]]] = {}
+        for i, value in zip(index, values, strict=True):
+            head = value[:HEADER_BYTES]
+            entry = by_header.get(head)
+            if entry is None:
+                entry = by_header[head] = ([], [])
+            entry[0].append(i)
+            entry[1].append(value)
+        framed: dict[int | None, tuple[list[int], list[bytes]]] = {}
+        for head, (rows, messages) in by_header.items():
+            header = confluent_header(head)
+            if isinstance(header[0], str) or len(head) < HEADER_BYTES:  # not framed: each its own detail
+                for i, value in zip(rows, messages, strict=True):
+                    schema_id, body = self._frame(value)
+                    assert isinstance(body, tuple)
+                    rejected[i] = body
+                continue
+            schema_id = int(header[0])
+            plan = self._plan(schema_id)
+            if isinstance(plan, tuple):
+                rejected.update(dict.fromkeys(rows, plan))
+                continue
+            framed[schema_id] = (rows, [m[HEADER_BYTES:] for m in messages])
+        return framed
 
     def _vectorised(
         self, schema_id: int | None, plan: ReadPlan, rows: list[int], bodies: list[bytes]

@@ -32,7 +32,6 @@ import io
 import json
 import logging
 from collections.abc import Sequence
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -267,15 +266,31 @@ def _varint_sizes(values: np.ndarray) -> np.ndarray:
 
 def _decimal_sizes(array: pa.Array, scale: int) -> np.ndarray:
     """A decimal in bytes: the length prefix and the unscaled value's two's complement in the
-    fewest bytes (as every Avro library writes it)."""
+    fewest bytes (as every Avro library writes it), read from the 128-bit words themselves."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not pa.types.is_decimal128(array.type):
+        raise NotVectorisable(f"a decimal read as {array.type}")
+    words = np.frombuffer(array.buffers()[1], dtype="<i8").reshape(-1, 2)[
+        array.offset : array.offset + len(array)
+    ]
+    low, high = words[:, 0], words[:, 1]
+    fits = high == (low >> 63)  # the value is a long: its bytes are the low word's
+    out = np.where(fits, _twos_complement_bytes(low), 8 + _twos_complement_bytes(high))
+    out = np.where(np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool), out, 0)
+    return _varint_sizes(out) + out
+
+
+def _twos_complement_bytes(values: np.ndarray) -> np.ndarray:
+    """The fewest bytes of each long in two's complement (Java's ``BigInteger.toByteArray``)."""
     import numpy as np
 
-    lengths = [
-        0 if value is None else int(Decimal(value).scaleb(scale)).bit_length() // 8 + 1
-        for value in array.to_pylist()
-    ]
-    out = np.asarray(lengths, dtype=np.int64)
-    return _varint_sizes(out) + out
+    magnitude = np.where(values < 0, ~values, values)  # the bits besides the sign
+    out = np.ones(len(values), dtype=np.int64)
+    for bits in range(7, 63, 8):
+        out += magnitude >= (np.int64(1) << np.int64(bits))
+    return out
 
 
 def conform(array: pa.Array, target: pa.DataType) -> pa.Array:
