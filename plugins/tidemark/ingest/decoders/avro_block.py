@@ -118,7 +118,6 @@ def decode_records(schema_text: str, bodies: Sequence[bytes]) -> pa.Table | None
     reader gives them; None where the block fails or cannot vouch for every boundary (the
     caller decodes record by record)."""
     import numpy as np
-    import polars as pl
 
     try:
         writer = json.loads(schema_text)
@@ -126,7 +125,7 @@ def decode_records(schema_text: str, bodies: Sequence[bytes]) -> pa.Table | None
     except (ValueError, KeyError, TypeError):
         return None
     try:
-        table = pl.read_avro(io.BytesIO(container(schema_text, bodies))).to_arrow()
+        table = read_container(container(schema_text, bodies))
     except BaseException as exc:  # polars raises, or panics (a BaseException) on what it lacks
         if isinstance(exc, KeyboardInterrupt | SystemExit | MemoryError):
             raise
@@ -143,6 +142,25 @@ def decode_records(schema_text: str, bodies: Sequence[bytes]) -> pa.Table | None
     if not np.array_equal(sizes, lengths):
         return None
     return table
+
+
+def read_container(data: bytes) -> pa.Table:
+    """An Avro container file read by polars' reader. Its native extension alone imports in
+    ~10 ms, the polars package around it in ~1 s, in every Python worker of every job; so the
+    extension's reader is called directly where its layout is the one pinned (requirements.txt;
+    the tests of this module read through it), the package's public ``read_avro`` otherwise."""
+    import pyarrow as pa
+
+    try:
+        from _polars_runtime_32._polars_runtime import PyDataFrame
+    except ImportError:
+        PyDataFrame = None
+    if PyDataFrame is not None and hasattr(PyDataFrame, "read_avro") and hasattr(PyDataFrame, "to_arrow"):
+        frame = PyDataFrame.read_avro(io.BytesIO(data), None, None, None)
+        return pa.Table.from_batches(frame.to_arrow(False))  # compat level False: large_string, not views
+    import polars as pl
+
+    return pl.read_avro(io.BytesIO(data)).to_arrow()
 
 
 def record_sizes(table: pa.Table, record: dict[str, Any], names: dict[str, Any]) -> np.ndarray:
