@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from tidemark.ingest.decoders.binary import varint
+
 EVENT_V1: dict[str, Any] = {
     "type": "record",
     "name": "Event",
@@ -173,7 +175,7 @@ def _with_kind(header: bytes, body: bytes, index: int) -> bytes:
     head = {**EVENT_V1, "fields": EVENT_V1["fields"][:3]}
     schemaless_writer(prefix, parse_schema({**head, "name": "Head"}), record)
     rest = body[len(prefix.getvalue()) + 1 :]
-    return header + prefix.getvalue() + _zigzag(index) + rest
+    return header + prefix.getvalue() + varint(index) + rest
 
 
 def _long_millis_event(body: bytes, millis: int) -> bytes:
@@ -189,13 +191,3 @@ def _long_millis_event(body: bytes, millis: int) -> bytes:
     out = io.BytesIO()
     schemaless_writer(out, parsed, {**record, "event_time": millis})
     return out.getvalue()
-
-
-def _zigzag(n: int) -> bytes:
-    value = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)

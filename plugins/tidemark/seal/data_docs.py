@@ -92,22 +92,31 @@ def record(
 
 def pending(docs_dir: Path) -> list[Path]:
     """The results files whose page is missing or older than them."""
+    return [path for path, _ in _pending_results(docs_dir)]
+
+
+def _pending_results(docs_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Each pending results file with its body (read once, for the check and the render)."""
     found = []
     for path in sorted((docs_dir / RESULTS).glob("*.json")):
         body = json.loads(path.read_text())
-        page = docs_dir / page_of(body["table"], body["hour"], datetime.fromisoformat(body["hour_start"]))
+        page = docs_dir / _page(body)
         if not page.exists() or page.stat().st_mtime < path.stat().st_mtime:
-            found.append(path)
+            found.append((path, body))
     return found
+
+
+def _page(body: dict[str, Any]) -> str:
+    """The page of a results body."""
+    return page_of(body["table"], body["hour"], datetime.fromisoformat(body["hour_start"]))
 
 
 def render_pending(docs_dir: Path) -> list[str]:
     """Render every pending page of the table whose docs dir this is, in one GX site build;
     the pages written (relative paths). GX is imported only when a page is pending."""
-    todo = pending(docs_dir) if (docs_dir / RESULTS).is_dir() else []
-    if not todo:
+    bodies = [body for _, body in _pending_results(docs_dir)]
+    if not bodies:
         return []
-    bodies = [json.loads(p.read_text()) for p in todo]
     pages = _render(docs_dir, bodies)
     log.info("%s: %s Data Docs page(s) rendered into %s", bodies[0]["table"], len(pages), docs_dir)
     return pages
@@ -181,7 +190,7 @@ def _keep_page(scratch: Path, docs_dir: Path, body: dict[str, Any]) -> str:
             os.rename(assets, docs_dir / "static")
         except OSError:  # a second render put them there first
             shutil.rmtree(assets, ignore_errors=True)
-    relative = page_of(body["table"], body["hour"], datetime.fromisoformat(body["hour_start"]))
+    relative = _page(body)
     source, target = scratch / relative, docs_dir / relative
     if not source.is_file():
         raise FileNotFoundError(f"GX rendered no page {relative} for {body['table']} hour {body['hour']}")

@@ -28,7 +28,6 @@ from tidemark.config import TableConfig, expectation_columns
 from tidemark.errors import ConfigError
 from tidemark.seal import data_docs
 from tidemark.seal.checks import CheckResult, default_results
-from tidemark.seal.data_docs import gx_module
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -126,14 +125,14 @@ def needs_gx(config: TableConfig) -> bool:
 
 def warm_gx() -> None:
     """Import GX ahead of its first use (``HourFiles.warm_up``)."""
-    gx_module()
+    data_docs.gx_module()
 
 
 def _run_gx(
     config: TableConfig, hour: Hour, frame: DataFrame, specs: list[tuple[str, dict[str, Any]]]
 ) -> list[Any]:
     """The table's own expectations, run by GX on the Spark frame: GX's results."""
-    gx = gx_module()
+    gx = data_docs.gx_module()
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration

@@ -26,7 +26,7 @@ import io
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tidemark.conversions import Conversion
 from tidemark.ingest.decoders import Decoded, Verdict
@@ -44,6 +44,9 @@ from tidemark.ingest.decoders.binary import (
 from tidemark.ingest.envelopes import flat_record
 from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas
 from tidemark.schema import Column
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -142,18 +145,14 @@ class AvroDecoder:
         table = decode_records(plan.writer_text, bodies)
         if table is None:
             return None
+        conformed: dict[str, pa.Array | None] = {}
         try:
-            conformed = {
-                c.name: conform(table.column(c.name), source) if source is not None else None
-                for c in self.columns
-                for source in (plan.sources[c.name],)
-            }
-        except (
-            NotVectorisable,
-            KeyError,
-            ValueError,
-            TypeError,
-        ) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            for column in self.columns:
+                source = plan.sources[column.name]
+                conformed[column.name] = (
+                    conform(table.column(column.name), source) if source is not None else None
+                )
+        except (NotVectorisable, KeyError, ValueError, TypeError) as exc:  # ArrowInvalid is a ValueError
             log.debug("%sthe vectorised read does not conform (%s): record by record", of(schema_id), exc)
             return None
         typed = {

@@ -38,26 +38,17 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
+from tidemark.ingest.decoders.avro_schema import named_types
+from tidemark.ingest.decoders.binary import varint
+
 log = logging.getLogger(__name__)
 
 SYNC = b"tidemark-avro-bk"  # 16 bytes: the container's sync marker
 _LOGICAL_SKIPPED = {"timestamp-nanos", "local-timestamp-nanos"}  # the reader gives their longs
-_NAMED = {"record", "error", "enum", "fixed"}
 
 
 class NotVectorisable(ValueError):
     """A writer schema the columnar reader cannot take, or whose sizes cannot be computed."""
-
-
-def varint(n: int) -> bytes:
-    """Avro's zig-zag varint of a long."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
 
 
 def container(schema_text: str, bodies: Sequence[bytes]) -> bytes:
@@ -73,27 +64,26 @@ def container(schema_text: str, bodies: Sequence[bytes]) -> bytes:
 
 
 def screen(writer: Any) -> dict[str, Any]:
-    """The writer schema's named types, or :class:`NotVectorisable` for what the reader
-    cannot take."""
-    names: dict[str, Any] = {}
-    _walk(writer, names, "")
-    return names
+    """The writer schema's named types (``avro_schema.named_types``), or
+    :class:`NotVectorisable` for what the reader cannot take."""
+    _walk(writer)
+    return named_types(writer)
 
 
-def _walk(schema: Any, names: dict[str, Any], namespace: str) -> None:
+def _walk(schema: Any) -> None:
     if isinstance(schema, str):
         return
     if isinstance(schema, list):
         if len([b for b in schema if b != "null"]) != 1 or len(schema) > 2:
             raise NotVectorisable("a union of several types")
         for branch in schema:
-            _walk(branch, names, namespace)
+            _walk(branch)
         return
     if not isinstance(schema, dict):
         raise NotVectorisable(f"unexpected schema {schema!r}"[:80])
     kind = schema.get("type")
     if isinstance(kind, dict | list):
-        _walk(kind, names, namespace)
+        _walk(kind)
         return
     logical = schema.get("logicalType")
     if kind == "map":
@@ -102,15 +92,11 @@ def _walk(schema: Any, names: dict[str, Any], namespace: str) -> None:
         raise NotVectorisable("a decimal of more than 38 digits")
     if logical == "uuid" and kind == "fixed":
         raise NotVectorisable("a uuid in a fixed")
-    if kind in _NAMED:
-        space = schema.get("namespace", namespace)
-        name = schema["name"]
-        names[name if "." in name else (f"{space}.{name}" if space else name)] = schema
-        names[name.rsplit(".", 1)[-1]] = schema
+    if kind in ("record", "error"):
         for field in schema.get("fields", []):
-            _walk(field["type"], names, space)
+            _walk(field["type"])
     elif kind == "array":
-        _walk(schema["items"], names, namespace)
+        _walk(schema["items"])
 
 
 def decode_records(schema_text: str, bodies: Sequence[bytes]) -> pa.Table | None:

@@ -194,6 +194,13 @@ def _envelope_fields(
     return fields
 
 
+def named_types(schema: Any) -> dict[str, Any]:
+    """Every named type a schema defines, by full and by given name."""
+    names: dict[str, Any] = {}
+    _named(schema, names, "")
+    return names
+
+
 def _named(schema: Any, names: dict[str, Any], namespace: str) -> Any:
     """``schema`` with named references resolved at the top; registers every named type."""
     if isinstance(schema, str):

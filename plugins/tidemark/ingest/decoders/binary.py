@@ -26,6 +26,18 @@ def confluent_header(value: bytes) -> tuple[int, bytes] | tuple[str, str]:
     return int.from_bytes(value[1:HEADER_BYTES], "big"), value[HEADER_BYTES:]
 
 
+def varint(n: int) -> bytes:
+    """The zig-zag varint of a long, as Avro writes every int and long (and Confluent's
+    Protobuf framing its message indexes)."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
 def typed_column(
     values: list[Any], source: pa.DataType | None, column: Column, conversion: Conversion | None
 ) -> tuple[pa.Array, pa.Array]:
