@@ -51,16 +51,16 @@ test: lint jvm browser postgres executor-env spark-classes  ## lint, then the wh
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=25
 
 demo: venv jvm spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
-	$(BIN)/tidemark demo
+	$(BIN)/tidemark-dev demo
 
 up: venv jvm  ## start the broker and Airflow standalone (UI on 127.0.0.1:8080)
-	$(BIN)/tidemark services start broker airflow
+	$(BIN)/tidemark-dev services start broker airflow
 
 down: venv  ## stop everything `make up` started
-	$(BIN)/tidemark services stop all
+	$(BIN)/tidemark-dev services stop all
 
 status: venv  ## what is running
-	$(BIN)/tidemark services status all
+	$(BIN)/tidemark-dev services status all
 
 lock:  ## re-resolve requirements.in into the pinned requirements.txt
 	@test -x $(BIN)/uv || scripts/ensure_venv.sh

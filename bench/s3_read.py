@@ -4,7 +4,7 @@
 
 The pyspark wheel has no hadoop-aws, so Spark cannot read ``s3a://`` here; tidemark's jobs read
 table files through ``tidemark.tablefs`` (a Spark Python data source over ``pyarrow.fs``). In
-a scratch TIDEMARK_HOME it starts SeaweedFS (``tidemark services start s3``), writes N rows of
+a scratch TIDEMARK_HOME it starts SeaweedFS (``tidemark-dev services start s3``), writes N rows of
 events-like columns as F Parquet files to local disk and to ``s3://bench``, then, in one Spark
 session (local[2]), times a full scan that touches every column (count + sums + a string
 length) three ways, best of three each:

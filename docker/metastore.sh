@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Hive 2.3 Thrift metastore of Spark's own jars, on the compose stack's PostgreSQL: what
-# `tidemark services start metastore` runs natively (plugins/tidemark_dev/postgres.py).
+# `tidemark-dev services start metastore` runs natively (plugins/tidemark_dev/postgres.py).
 #   metastore.sh init    create the schema, whole, once (a no-op when it validates)
 #   metastore.sh serve   run the service on port 9083
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # PostgreSQL server and its JDBC driver (Debian's postgresql + libpostgresql-jdbc-java), for the
 # JDBC bootstrap tests and the demo's orders source; installed when missing. tidemark starts
-# its own cluster on its own port (`tidemark services start postgres`), never the system one.
+# its own cluster on its own port (`tidemark-dev services start postgres`), never the system one.
 set -euo pipefail
 have_server() { compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; }
 have_driver() { [[ -f /usr/share/java/postgresql.jar ]]; }

@@ -1,4 +1,5 @@
-"""The ``tidemark`` command line: local services, table configs, and (growing) pipeline jobs."""
+"""The ``tidemark`` command line: table configs, jobs, status and operator decisions (the local
+services and the demo of a development machine: ``tidemark-dev``)."""
 
 from __future__ import annotations
 
@@ -22,15 +23,11 @@ by event time, with Airflow orchestrating idempotent Spark jobs.
 
 Deployment settings come from TIDEMARK_* environment variables (TIDEMARK_HOME,
 TIDEMARK_KAFKA_BOOTSTRAP, TIDEMARK_SPARK_MASTER, ...); tables from conf/tables/*.yaml.
+Local services (broker, Airflow, PostgreSQL, metastore, S3, Spark) and the demo: tidemark-dev.
 """
 
 EPILOG = """\
 examples:
-  tidemark services start            start the local tansu broker
-  tidemark services start broker airflow
-                                     broker + Airflow standalone (what `make up` runs)
-  tidemark services start postgres   a PostgreSQL of tidemark's own (JDBC bootstrap source)
-  tidemark services status all       which local services run and answer
   tidemark tables validate           check every table YAML, listing all problems
   tidemark tables show events        the effective configuration, defaults included
   tidemark tables init --from-registry clicks-value --registry-url http://registry:8081 --write
@@ -48,35 +45,6 @@ examples:
   tidemark replay --table events --batches all --reason "schema fixed, INC-43"
                                      land the dirty records that are valid now
 """
-
-
-def _cmd_services(args: argparse.Namespace) -> int:
-    from tidemark.settings import Settings
-    from tidemark_dev.local import SERVICES, resolve
-    from tidemark_dev.services import AirflowService
-
-    settings = Settings.from_env()
-    names = resolve(args.names)
-    if args.action == "start":
-        for name in names:
-            service = SERVICES[name](settings)
-            print(f"starting {name} ...", flush=True)
-            print(service.start().line())
-            if isinstance(service, AirflowService):
-                print(service.login_hint())
-    elif args.action == "stop":
-        for name in reversed(names):
-            stopped = SERVICES[name](settings).stop()
-            print(f"{name:8} {'stopped' if stopped else 'was not running'}")
-    else:
-        statuses = [SERVICES[n](settings).status() for n in names]
-        if args.json:
-            print(json.dumps([{**s.__dict__, "log_file": str(s.log_file)} for s in statuses], indent=2))
-        else:
-            for status in statuses:
-                print(status.line())
-        return 0 if all(s.answering for s in statuses) else 3
-    return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -181,12 +149,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from tidemark_dev.demo import run_demo
-
-    return run_demo(scale=args.scale)
-
-
 def _decision_arguments(parser: argparse.ArgumentParser) -> None:
     """Why and who, of an operator decision kept in the table's audit log."""
     parser.add_argument("--reason", required=True, help="why: kept in the audit log")
@@ -203,17 +165,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    services = sub.add_parser(
-        "services",
-        help="start, stop or check the local broker and Airflow",
-        description="Manage local services (pid and log files under $TIDEMARK_HOME). "
-        "Names: broker (default), airflow, all.",
-    )
-    services.add_argument("action", choices=["start", "stop", "status"])
-    services.add_argument("names", nargs="*", metavar="NAME", help="broker | airflow | all (default: broker)")
-    services.add_argument("--json", action="store_true", help="status as JSON")
-    services.set_defaults(func=_cmd_services)
 
     dump = sub.add_parser(
         "dump",
@@ -377,12 +328,6 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--table", required=True)
     report.add_argument("--out", help="output file (default under the state dir)")
     report.set_defaults(func=_cmd_report)
-
-    demo = sub.add_parser(
-        "demo", help="the ingest DAG through Airflow end to end on embedded defaults (what `make demo` runs)"
-    )
-    demo.add_argument("--scale", type=int, default=6_000, help="messages of the first run (default 6000)")
-    demo.set_defaults(func=_cmd_demo)
 
     schema = sub.add_parser(
         "schema", help="a table's schema history, and whether its YAML's schema is a compatible change"

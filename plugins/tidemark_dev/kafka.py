@@ -1,4 +1,4 @@
-"""Apache Kafka as a local service (``tidemark services start kafka``): the real broker, single
+"""Apache Kafka as a local service (``tidemark-dev services start kafka``): the real broker, single
 node KRaft, from jvm/pom.xml's ``kafka`` jars (``make jvm``), data under ``$TIDEMARK_HOME/kafka``.
 
 Listeners, all on 127.0.0.1, from the port of ``TIDEMARK_KAFKA_BOOTSTRAP`` (p):

@@ -1,4 +1,4 @@
-"""The local services by name, as `tidemark services start|stop|status NAME` takes them."""
+"""The local services by name, as `tidemark-dev services start|stop|status NAME` takes them."""
 
 from __future__ import annotations
 

@@ -131,7 +131,7 @@ class PostgresService(Service):
 
 METASTORE_DATABASE = "hive_metastore"
 HIVE_SITE = """<?xml version="1.0"?>
-<!-- written by tidemark services start metastore: a Hive 2.3 Thrift metastore on tidemark's own
+<!-- written by tidemark-dev services start metastore: a Hive 2.3 Thrift metastore on tidemark's own
      PostgreSQL (a throwaway local cluster: its published password, never a real one's) -->
 <configuration>
 {properties}
@@ -225,7 +225,7 @@ class MetastoreService(Service):
         if not postgres.status().answering:
             raise ServiceError(
                 f"metastore: PostgreSQL does not answer on {postgres.address()}; start it first "
-                "(tidemark services start postgres metastore)"
+                "(tidemark-dev services start postgres metastore)"
             )
         if not Path(POSTGRES_JDBC_JAR).is_file():
             raise ServiceError(

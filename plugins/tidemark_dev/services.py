@@ -254,7 +254,7 @@ class NoidaBrokerService(BrokerService):
     """A second, independent Kafka-protocol broker: noida-db's Kafka service (real high
     watermark and last stable offset, transactions, CreatePartitions), on the port of
     ``TIDEMARK_KAFKA_BOOTSTRAP`` like tansu; data under ``$TIDEMARK_HOME/noida``. tansu stays
-    the default; ``tidemark services start noida`` instead of ``broker`` picks this one."""
+    the default; ``tidemark-dev services start noida`` instead of ``broker`` picks this one."""
 
     name = "noida"
     stop_signal = signal.SIGINT  # its Ctrl-C: a clean stop that saves the data

@@ -1,5 +1,5 @@
 """The Hive metastore as a service (the Thrift metastore of the pyspark wheel's jars on
-tidemark's own PostgreSQL, `tidemark services start postgres metastore`): jobs that embedded
+tidemark's own PostgreSQL, `tidemark-dev services start postgres metastore`): jobs that embedded
 Derby admits one at a time run at once. A seal of one table, a rebuild of another's hour and
 the merge of a third (CDC) table's snapshot, three spark-submit processes through the CLI at
 once, all register their partitions, exactly."""

@@ -125,7 +125,7 @@ def metadata(consumer: Any, errors: ClientErrors, conf: Mapping[str, Any], topic
 def _unavailable(conf: Mapping[str, Any], topic: str, exc: BaseException) -> BrokerUnavailableError:
     return BrokerUnavailableError(
         f"broker not reachable at {conf['bootstrap.servers']} (topic {topic}): {exc}; "
-        "check TIDEMARK_KAFKA_BOOTSTRAP / the broker (`tidemark services status`)"
+        "check TIDEMARK_KAFKA_BOOTSTRAP / the broker (`tidemark-dev services status`)"
     )
 
 
