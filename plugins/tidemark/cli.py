@@ -48,7 +48,7 @@ examples:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.observe.status import explain_hour, render, render_hour, table_status
     from tidemark.settings import Settings
 
@@ -67,7 +67,7 @@ def _spark_submit(table: str, job: str, job_args: list[str]) -> int:
     """spark-submit ``spark_jobs/<job>.py`` with the configured master (what the DAGs run)."""
     import subprocess
 
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.jobs import SparkJob, spark_environment
     from tidemark.settings import Settings
 
@@ -139,7 +139,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.observe.report import write_report
     from tidemark.settings import Settings
 

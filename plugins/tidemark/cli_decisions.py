@@ -12,7 +12,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     import getpass
     from datetime import UTC, datetime
 
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.ingest.resolve import resolve
     from tidemark.settings import Settings
 
@@ -36,7 +36,7 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     import getpass
     from datetime import UTC, datetime
 
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.settings import Settings
     from tidemark.state.audit import AuditLog
     from tidemark.state.locks import TableLock
@@ -66,7 +66,7 @@ def cmd_switch(args: argparse.Namespace) -> int:
     import getpass
     from datetime import UTC, datetime
 
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.settings import Settings
     from tidemark.state.mode import STREAM, TableWriter
 
@@ -92,7 +92,7 @@ def cmd_switch(args: argparse.Namespace) -> int:
 
 def cmd_release(args: argparse.Namespace) -> int:
     """Register a quarantined hour in-process (a Hive-enabled Spark session, ~10 s to start)."""
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.seal.sealing import run_release
     from tidemark.settings import Settings
     from tidemark.spark import build_session

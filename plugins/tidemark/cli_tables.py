@@ -12,7 +12,8 @@ from typing import Any
 def cmd_tables(args: argparse.Namespace) -> int:
     import yaml
 
-    from tidemark.config import effective_config, load_table, load_table_file, table_files
+    from tidemark.catalog import load_table
+    from tidemark.config import effective_config, load_table_file, table_files
     from tidemark.errors import ConfigError, SchemaEvolutionError, SchemaRegistryUnavailableError
     from tidemark.evolution import SchemaHistory
     from tidemark.ingest.registry_tables import subject_versions
@@ -114,7 +115,7 @@ def _init_from_registry(args: argparse.Namespace, settings: Any) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.evolution import SchemaHistory, SchemaVersion, evolution
     from tidemark.ingest.registry_tables import subject_versions
     from tidemark.settings import Settings

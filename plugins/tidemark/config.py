@@ -368,57 +368,12 @@ def table_files(settings: Settings | None = None) -> list[Path]:
     return sorted(settings.conf_dir.glob("*.yaml"))
 
 
-def load_table(name: str, settings: Settings | None = None) -> TableConfig:
-    """Load table ``name`` from the configured conf dir."""
-    settings = settings or Settings.from_env()
-    path = settings.conf_dir / f"{name}.yaml"
-    if not path.is_file():
-        from tidemark.family.tables import find_member
-
-        member = find_member(name, settings)
-        if member is not None:
-            return member
-        known = ", ".join(p.stem for p in table_files(settings)) or "none"
-        raise ConfigError(str(path), [f"(file): no such table config; known tables: {known}"])
-    return load_table_file(path)
-
-
 def expectation_columns(kwargs: dict[str, Any]) -> list[str]:
     """The columns an expectation's kwargs name (column, column_list, column_A/B)."""
     named = [kwargs.get(k) for k in ("column", "column_A", "column_B")] + list(
         kwargs.get("column_list") or []
     )
     return [c for c in named if isinstance(c, str)]
-
-
-def load_tables(settings: Settings | None = None) -> list[TableConfig]:
-    """All table configs (the YAML files and the families' recorded members), sorted by
-    name; a table named like another's side table (``__late``, ``__dirty``, ``_snapshot``)
-    or a broken family is refused."""
-    from tidemark.family.tables import family_tables
-
-    tables = [load_table_file(p) for p in table_files(settings)]
-    members, broken = family_tables(settings or Settings.from_env())
-    tables += [m for m in members if m.table not in {t.table for t in tables}]
-    problems = [problem for _, problem in collisions(tables)] + list(broken.values())
-    if problems:
-        raise ConfigError("conf/tables", problems)
-    return sorted(tables, key=lambda t: t.table)
-
-
-def collisions(tables: list[TableConfig]) -> list[tuple[str, str]]:
-    """(table, problem) of each table named like another's side table."""
-    names = {t.table for t in tables}
-    return [
-        (name, f"{other.table}: table {name!r} collides with {kind} of table {other.table!r}")
-        for other in tables
-        for kind, name in (
-            ("the late table", other.late_table),
-            ("the dirty table", other.dirty_table),
-            ("the snapshot table", other.snapshot_table),
-        )
-        if name in names
-    ]
 
 
 def effective_config(config: TableConfig) -> dict[str, Any]:

@@ -128,7 +128,7 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
     """Parse ``argv``, build the session, run ``body`` and print its result as JSON."""
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.settings import Settings
 
     settings = Settings.from_env()

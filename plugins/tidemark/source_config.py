@@ -128,7 +128,7 @@ def source_problems(
             "or writer_schema (plain binary records)"
         )
     elif source.writer_schema:
-        from tidemark.ingest.decoders.avro_schema import Unresolvable, read_plan
+        from tidemark.avro_schema import Unresolvable, read_plan
 
         try:
             read_plan(source.writer_schema, list(columns.values()), source.conversions, debezium=debezium)

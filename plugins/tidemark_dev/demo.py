@@ -185,7 +185,7 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
 def _run_events(console: Console, demo: Settings, dag: Any, scale: int) -> int:
     """Three ingest runs of the events table, each explained in a line or two, then its
     status; returns the number of messages produced."""
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.observe.status import render, table_status
     from tidemark.state.commitlog import CommitLog
     from tidemark.state.journal import HourJournal
@@ -236,7 +236,7 @@ def _run_stream(console: Console, demo: Settings, dag: Any, scale: int) -> int:
     import subprocess
     import time
 
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.jobs import SparkJob, spark_environment
     from tidemark.state.commitlog import CommitLog
     from tidemark.state.journal import HourJournal
@@ -318,7 +318,7 @@ def _records(state: Any) -> int:
 
 
 def _check_events(console: Console, demo: Settings, produced: int) -> bool:
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
 
     console.say("")
     with console.step("events-check", "events: reading the registered hours back (Spark SQL)"):
@@ -433,7 +433,7 @@ def _run_orders(
     console: Console, demo: Settings, base: Settings, scale: int
 ) -> tuple[Any, dict[int, dict[str, Any]]]:
     """The orders DAG runs; returns the config and the source's final state to check against."""
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark_dev.generator import change_messages, order_changes, state_after
 
     say = console.say

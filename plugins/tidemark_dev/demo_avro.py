@@ -78,7 +78,7 @@ def avro_messages(registry_url: str, topic: str, messages: list[Message]) -> lis
 
 def run_avro(console: Console, demo: Settings, dag: Any, start: datetime, scale: int) -> bool:
     """One ingest run of the Avro table; True when produced == rows + dirty + late."""
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.state.commitlog import CommitLog
     from tidemark.state.journal import HourJournal
 

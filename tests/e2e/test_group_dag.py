@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.helpers.tables import at, landed
-from tidemark.config import load_tables
+from tidemark.catalog import load_tables
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.mode import TableWriter

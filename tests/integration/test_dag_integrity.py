@@ -48,7 +48,7 @@ def test_every_dag_file_imports_and_each_table_lives_in_its_shard(dagbag: Any) -
     table's DAGs come from the one shard file its name hashes to."""
     from tidemark.airflow.common import table_of_dag
     from tidemark.airflow.dags import SHARDS, shard_of
-    from tidemark.config import load_tables
+    from tidemark.catalog import load_tables
 
     assert dagbag.import_errors == {}
     shards = {f"tidemark_tables_{i}.py" for i in range(SHARDS)}
@@ -93,7 +93,7 @@ def test_no_db_or_connection_access_at_parse_time(dagbag: Any) -> None:
 
 
 def test_ingest_seal_and_rebuild_dags_per_table(dagbag: Any) -> None:
-    from tidemark.config import load_tables
+    from tidemark.catalog import load_tables
 
     kinds = ("ingest", "seal", "rebuild")
     expected = {f"tidemark_{kind}_{t.table}" for t in load_tables() for kind in kinds}
@@ -212,7 +212,7 @@ def test_every_dag_builds_on_an_s3_warehouse_and_s3_state(
     monkeypatch.setenv("TIDEMARK_STATE_DIR", f"{s3}/state")
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
-    from tidemark.config import load_tables
+    from tidemark.catalog import load_tables
 
     tables = load_tables()
     assert {f"tidemark_ingest_{t.table}" for t in tables} <= set(bag.dag_ids)

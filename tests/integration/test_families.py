@@ -16,7 +16,7 @@ import yaml
 
 from tests.helpers.tables import at, landed, registered
 from tidemark.airflow.dags import all_dags
-from tidemark.config import load_table, load_tables
+from tidemark.catalog import load_table, load_tables
 from tidemark.family.discovery import discover_family
 from tidemark.family.members import read_members
 from tidemark.ingest.dump import run_dump

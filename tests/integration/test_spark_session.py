@@ -6,7 +6,7 @@ from typing import Any
 import pyspark
 import pytest
 
-from tidemark.config import load_tables
+from tidemark.catalog import load_tables
 from tidemark.schema import to_struct
 from tidemark.settings import Settings
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tidemark.config import effective_config, load_table, load_table_file, load_tables
+from tidemark.catalog import load_table, load_tables
+from tidemark.config import effective_config, load_table_file
 from tidemark.errors import ConfigError
 from tidemark.settings import DEFAULT_BOOTSTRAP, Settings
 
@@ -235,7 +236,7 @@ def test_inconsistent_watermark_tolerances_are_refused_naming_them() -> None:
 def test_a_table_named_like_another_tables_side_table_is_refused(tmp_path: Path) -> None:
     from dataclasses import replace as replace_settings
 
-    from tidemark.config import load_tables
+    from tidemark.catalog import load_tables
     from tidemark.errors import ConfigError
     from tidemark.settings import Settings
 

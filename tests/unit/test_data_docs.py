@@ -67,7 +67,7 @@ def test_the_gate_of_a_table_with_only_default_checks_never_imports_gx(tmp_path:
         import json, sys
         from datetime import datetime, UTC
         from pathlib import Path
-        from tidemark.config import load_table
+        from tidemark.catalog import load_table
         from tidemark.seal.checks import CheckResult
         from tidemark.seal.quality import gate
         from tidemark.settings import Settings

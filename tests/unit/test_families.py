@@ -139,8 +139,8 @@ def test_topics_that_read_as_one_table_name_get_tables_of_their_own() -> None:
 def test_two_families_whose_topics_read_as_one_table_keep_it_for_the_first(tmp_path: Path) -> None:
     from dataclasses import replace as replaced
 
+    from tidemark.catalog import table_configs
     from tidemark.family.members import record_members
-    from tidemark.family.tables import table_configs
     from tidemark.settings import Settings
 
     settings = replaced(Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), conf_dir=tmp_path)

@@ -334,7 +334,7 @@ def test_joining_and_leaving_a_group_are_decisions_with_audit_records(
     """The roster: formed at the first announce; a YAML that starts naming the group holds the
     barrier until joined; a member no config names any more holds it until mended or left;
     each change is an audit record of the group."""
-    from tidemark.family.tables import table_configs
+    from tidemark.catalog import table_configs
     from tidemark.group.members import group_members
     from tidemark.group.roster import group_audit, join_group, leave_group, roster, roster_holds
 

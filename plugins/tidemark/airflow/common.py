@@ -179,7 +179,7 @@ def announce_task(table: str, asset: Any, task_id: str = "announce", **task_kwar
 def table_context(table: str) -> tuple[TableConfig, Settings]:
     """The table's config and the deployment settings, read when a task runs (never at parse
     time): what every Python task of a tidemark DAG starts from."""
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
 
     settings = Settings.from_env()
     return load_table(table, settings), settings

@@ -27,8 +27,9 @@ from tidemark.airflow.ingest import ingest_dag
 from tidemark.airflow.seal import rebuild_dag, seal_dag
 from tidemark.airflow.snapshot import bootstrap_dag, merge_dag
 from tidemark.airflow.stream import stream_dag
-from tidemark.config import TableConfig, collisions
-from tidemark.family.tables import family_files, load_family, origin, table_configs
+from tidemark.catalog import collisions, table_configs
+from tidemark.config import TableConfig
+from tidemark.family.tables import family_files, load_family, origin
 from tidemark.group.members import disagreements, groups_of
 from tidemark.settings import Settings
 

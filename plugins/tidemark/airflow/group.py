@@ -129,7 +129,7 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
             none: a successful task with an outlet would emit a keyless event)."""
             from airflow.sdk.exceptions import AirflowSkipException
 
-            from tidemark.family.tables import table_configs
+            from tidemark.catalog import table_configs
             from tidemark.group.barrier import announce_group as announce
             from tidemark.group.members import group_members, unloadable_members
             from tidemark.group.roster import roster_holds

@@ -46,7 +46,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """What the job read and wrote, from the records it left in state (OpenLineage
         provider hook; ``tidemark.observe.lineage``)."""
-        from tidemark.config import load_table
+        from tidemark.catalog import load_table
         from tidemark.observe.lineage import JobLineage, job_lineage
         from tidemark.settings import Settings
 

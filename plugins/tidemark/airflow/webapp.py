@@ -26,7 +26,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from tidemark.airflow.common import dag_id_of, table_of_dag
-from tidemark.config import load_tables
+from tidemark.catalog import load_tables
 from tidemark.errors import ConfigError
 from tidemark.observe.report import render_report, report_data
 from tidemark.seal.data_docs import render_pending

@@ -160,47 +160,6 @@ def family_tables(settings: Settings) -> tuple[list[TableConfig], dict[str, str]
     return configs, problems
 
 
-def table_configs(settings: Settings) -> tuple[list[TableConfig], dict[str, str]]:
-    """Every table config that loads: the table YAMLs, then the families' members (a member
-    named like a table file is refused: the file wins), and for each one that does not, why
-    (where -> problem)."""
-    from tidemark.config import load_table_file, table_files
-
-    configs: list[TableConfig] = []
-    problems: dict[str, str] = {}
-    for path in table_files(settings):
-        try:
-            configs.append(load_table_file(path))
-        except ConfigError as exc:
-            problems[str(path)] = str(exc)
-    members, problems_of_families = family_tables(settings)
-    problems.update(problems_of_families)
-    explicit = {c.table for c in configs}
-    claimed: dict[str, TableConfig] = {}  # table -> the member of another family that holds it
-    for member in members:
-        where = origin(member, settings)
-        if member.table in explicit:
-            problems[where] = str(
-                ConfigError(where, [f"table {member.table!r}: a table file of that name exists"])
-            )
-        elif member.table in claimed:  # two families' topics read as one table: the first holds it
-            holder = claimed[member.table]
-            problems[where] = str(
-                ConfigError(
-                    where,
-                    [
-                        f"table {member.table!r} of topic {member.source.topic!r} is already the table of "
-                        f"topic {holder.source.topic!r} ({origin(holder, settings)}): one table per topic; "
-                        "narrow one family's pattern or change its table template"
-                    ],
-                )
-            )
-        else:
-            claimed[member.table] = member
-            configs.append(member)
-    return configs, problems
-
-
 def find_member(name: str, settings: Settings) -> TableConfig | None:
     """The config of family member table ``name``, if a family recorded one."""
     for path in family_files(settings):

@@ -60,7 +60,7 @@ def group_members(group: str, settings: Settings, loaded: Loaded | None = None) 
     """The tables of ``group`` that can run: every valid table YAML (or family member) naming
     it that agrees with the group (a broken or disagreeing table is left out: the DAG files
     show why). ``loaded``: the configs already read by the caller (else read here)."""
-    from tidemark.family.tables import table_configs
+    from tidemark.catalog import table_configs
 
     configs, _ = loaded or table_configs(settings)
     refused = {table for table, _ in disagreements(configs)}
@@ -74,7 +74,7 @@ def unloadable_members(group: str, settings: Settings, loaded: Loaded | None = N
     import re
     from pathlib import Path
 
-    from tidemark.family.tables import table_configs
+    from tidemark.catalog import table_configs
 
     configs, problems = loaded or table_configs(settings)
     disagree = dict(disagreements(configs))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tidemark.ingest.decoders.avro_schema import Unresolvable, read_plan
+from tidemark.avro_schema import Unresolvable, read_plan
 from tidemark.ingest.registry import RegisteredSchema, SchemaRegistry
 
 if TYPE_CHECKING:

@@ -45,10 +45,12 @@ import json
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tidemark.settings import Settings
 from tidemark.tablefs import Store, hadoop_uri, is_object_store
+
+if TYPE_CHECKING:
+    from tidemark.settings import Settings
 
 SUCCESS = "_SUCCESS"
 COMPACTED_MARKER = "_tidemark_compacted.json"

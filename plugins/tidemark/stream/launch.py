@@ -17,7 +17,7 @@ def launch_stream(settings: Settings, table: str, run_id: str) -> dict[str, Any]
     starts it returns at once; the sensor watches its status record). A table of a group is
     hosted by its group's application (``tidemark.stream.group``): started here unless it
     runs already (it then picks the table up within its poll). Returns what was launched."""
-    from tidemark.config import load_table
+    from tidemark.catalog import load_table
     from tidemark.jobs import SparkJob
 
     config = load_table(table, settings)

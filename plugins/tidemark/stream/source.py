@@ -94,7 +94,7 @@ class StreamOffsetsReader(DataSourceStreamReader):
         from dataclasses import replace
         from pathlib import Path
 
-        from tidemark.config import load_table
+        from tidemark.catalog import load_table
         from tidemark.settings import Settings
         from tidemark.state.commitlog import CommitLog
         from tidemark.state.storage import Location

@@ -7,44 +7,22 @@ values, late rows, hour labels, lineage) is the classifier's and the same for ev
 each format keeps the guarantees of the others: one message is one row or one dirty record,
 rebuilds and replays classify as the first run did, the stream decodes as the batch does.
 
-Where to add a format: a module here with a class that satisfies :class:`Decoder`, its name in
+Where to add a format: a module here with a class that satisfies ``base.Decoder``, its name in
 ``DECODERS``, the value in ``source.format`` (``config.py``), and its reason codes in
 ``ingest/columns.REASONS`` and docs/configuration.md (docs/how-tidemark-is-built.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tidemark.ingest.decoders.base import Decoded, Decoder, Verdict
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from tidemark.conversions import Conversion
     from tidemark.ingest.spec import ClassifySpec
     from tidemark.schema import Column
-
-Verdict = tuple[str, str | None]  # (reason, detail) of a rejected record
-
-
-@dataclass
-class Decoded:
-    """A decoded block: ``columns`` holds every schema column in its table Arrow type, one row
-    per accepted record (``accepted[i]``: the record index of row ``i``); ``mismatched`` marks
-    rows whose value of a column could not be converted (dirty ``type_mismatch``); ``rejected``
-    gives the records the format refused whole, by record index."""
-
-    columns: dict[str, pa.Array]
-    accepted: list[int]
-    mismatched: dict[str, pa.Array] = field(default_factory=dict)
-    rejected: dict[int, Verdict] = field(default_factory=dict)
-
-
-class Decoder(Protocol):
-    def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
-        """Decode ``values`` (the messages of records ``index``, in order)."""
-        ...
 
 
 def decoder_for(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:
@@ -92,3 +70,5 @@ DECODERS: dict[str, Callable[[ClassifySpec, list[Column], dict[str, Conversion]]
     "avro": _avro,
     "protobuf": _protobuf,
 }
+
+__all__ = ["DECODERS", "Decoded", "Decoder", "Verdict", "decoder_for"]

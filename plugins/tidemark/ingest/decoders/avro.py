@@ -28,10 +28,10 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from tidemark.avro_schema import ReadPlan, Unresolvable, inline_references, read_plan
 from tidemark.conversions import Conversion
-from tidemark.ingest.decoders import Decoded, Verdict
 from tidemark.ingest.decoders.avro_block import NotVectorisable, conform, decode_records
-from tidemark.ingest.decoders.avro_schema import ReadPlan, Unresolvable, inline_references, read_plan
+from tidemark.ingest.decoders.base import Decoded, Verdict
 from tidemark.ingest.decoders.binary import (
     HEADER_BYTES,
     Group,

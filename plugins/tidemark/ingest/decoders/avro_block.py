@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-from tidemark.ingest.decoders.avro_schema import named_types
+from tidemark.avro_schema import named_types
 from tidemark.ingest.decoders.binary import varint
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tidemark.conversions import Conversion, convert
-from tidemark.ingest.decoders import Decoded, Verdict
+from tidemark.ingest.decoders.base import Decoded, Verdict
 from tidemark.schema import Column
 
 if TYPE_CHECKING:

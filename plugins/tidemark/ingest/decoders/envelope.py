@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidemark.ingest.decoders import Decoded, Decoder, Verdict
+from tidemark.ingest.decoders.base import Decoded, Decoder, Verdict
 from tidemark.ingest.envelopes import flat_message
 
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidemark.conversions import Conversion, convert, source_type
-from tidemark.ingest.decoders import Decoded, Verdict
+from tidemark.ingest.decoders.base import Decoded, Verdict
 from tidemark.ingest.jsonlines import (
     JsonLinesReader,
     message_line,

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tidemark.avro_schema import Unresolvable
 from tidemark.conversions import Conversion
-from tidemark.ingest.decoders import Decoded, Verdict
-from tidemark.ingest.decoders.avro_schema import Unresolvable
+from tidemark.ingest.decoders.base import Decoded, Verdict
 from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_column
 from tidemark.ingest.decoders.protobuf_schema import ProtoPlan, message_descriptor, proto_plan
 from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas

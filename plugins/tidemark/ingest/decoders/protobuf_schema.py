@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tidemark.ingest.decoders.avro_schema import Unresolvable, require_nullable
+from tidemark.avro_schema import Unresolvable, require_nullable
 from tidemark.schema import Column, SqlType
 
 if TYPE_CHECKING:

@@ -1,0 +1,59 @@
+"""The house's rules that a linter does not state by itself: every library module has a layer
+(import-linter checks only the modules its contracts name)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBRARY = ROOT / "plugins" / "tidemark"
+
+
+def layered_names() -> list[str]:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    return [name for layer in layers for name in re.split(r"\s*[|:]\s*", layer.strip())]
+
+
+def library_modules() -> list[str]:
+    """Every module of the library; a package's ``__init__`` only where it holds code (those
+    of ``family/`` and ``group/``, whose modules lie in different layers, are docstrings)."""
+    modules = []
+    for path in sorted(LIBRARY.rglob("*.py")):
+        parts = path.relative_to(LIBRARY.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            body = ast.parse(path.read_text()).body
+            if all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body):
+                continue
+            parts = parts[:-1]
+        modules.append(".".join(parts))
+    return [m for m in modules if m != "tidemark"]
+
+
+def test_the_root_package_holds_no_code_of_a_layer() -> None:
+    """``tidemark`` itself, above every layer by its name, holds the version only."""
+    body = ast.parse((LIBRARY / "__init__.py").read_text()).body
+    imports: list[ast.stmt] = [n for n in body if isinstance(n, ast.Import)]
+    imports += [n for n in body if isinstance(n, ast.ImportFrom) and n.module != "__future__"]
+    assert not imports
+
+
+def test_every_library_module_lies_in_a_layer() -> None:
+    names = layered_names()
+    outside = [m for m in library_modules() if not any(m == n or m.startswith(f"{n}.") for n in names)]
+    assert outside == [], f"modules in no import-linter layer (pyproject.toml): {outside}"
+    assert len(names) == len(set(names)), "a name in two layers"
+
+
+def test_the_check_finds_the_modules_it_covers() -> None:
+    modules = library_modules()
+    assert {"tidemark.cli", "tidemark.ingest.decoders", "tidemark.ingest.decoders.base"} <= set(modules)
+    assert "tidemark.family" not in modules and "tidemark.family.tables" in modules
+    assert len(modules) > 100
