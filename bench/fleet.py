@@ -105,7 +105,8 @@ def commit_log_ages(counts: list[int], home: Path) -> None:
     about 3 million commits a year)."""
     from dataclasses import replace as changed
 
-    from tidemark.state.commitlog import Commit, CommitLog, MqRange
+    from tidemark.state.batches import Commit, MqRange
+    from tidemark.state.commitlog import CommitLog
 
     for n in counts:
         log = CommitLog(home / f"commits-{n}", "aged")

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -31,6 +33,8 @@ from tidemark.tableformat import DATA_SUFFIXES, file_rows
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.fs as pafs
+
+log = logging.getLogger(__name__)
 
 OBJECT_STORE_SCHEMES = ("s3", "s3a")
 
@@ -241,3 +245,40 @@ def delta_storage_options(uri: str) -> dict[str, str]:
     if s3.get("endpoint", "").startswith("http://"):
         options["AWS_ALLOW_HTTP"] = "true"
     return options
+
+
+# -- local data directories: an hour's version swapped in one step (the filesystem warehouse) --
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange_directories(new: Path, current: Path) -> bool:
+    """Swap two directories so readers of ``current`` see the old files or the new ones, never
+    a mix; ``new`` then holds the old version. Returns whether the swap was atomic.
+
+    Linux ``renameat2(RENAME_EXCHANGE)`` swaps both names in one step. Where the call or the
+    filesystem does not support it, two renames leave ``current`` missing for an instant
+    (readers see an empty hour, never duplicates) and ``False`` is returned.
+    """
+    import ctypes
+    import errno
+
+    if not current.exists():
+        new.rename(current)
+        new.mkdir()
+        return True
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        rc = renameat2(_AT_FDCWD, os.fsencode(new), _AT_FDCWD, os.fsencode(current), _RENAME_EXCHANGE)
+        if rc == 0:
+            return True
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(code, f"renameat2(RENAME_EXCHANGE) {new} <-> {current}: {os.strerror(code)}")
+    aside = new.with_name(f"{new.name}.old-{uuid.uuid4().hex[:8]}")
+    current.rename(aside)
+    new.rename(current)
+    aside.rename(new)
+    log.warning("swapped %s with two renames (no atomic exchange on this filesystem)", current)
+    return False

@@ -517,7 +517,7 @@ def _status_through(demo: Settings, batch_id: int, stream: Any) -> dict[str, Any
     its commit and seal, so read right after the commit it still names the previous one."""
     import time
 
-    from tidemark.stream.runner import StreamStatus
+    from tidemark.stream.status import StreamStatus
 
     deadline = time.monotonic() + 60
     while True:

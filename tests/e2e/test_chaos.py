@@ -26,8 +26,9 @@ from tidemark.ingest.dump import run_dump
 from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
-from tidemark.snapshot.bootstrap import BootstrapSource, run_bootstrap
+from tidemark.snapshot.bootstrap import run_bootstrap
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
+from tidemark.snapshot.sources import BootstrapSource
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout

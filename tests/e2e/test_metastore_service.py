@@ -25,8 +25,9 @@ from tidemark.config import load_table_file
 from tidemark.ingest.dump import run_dump
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
-from tidemark.snapshot.bootstrap import BootstrapSource, run_bootstrap
+from tidemark.snapshot.bootstrap import run_bootstrap
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
+from tidemark.snapshot.sources import BootstrapSource
 from tidemark.state.journal import HourJournal
 from tidemark_dev.generator import create_topic, order_changes, produce, records, state_after
 from tidemark_dev.pgsource import psql

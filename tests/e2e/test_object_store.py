@@ -37,8 +37,8 @@ from tests.helpers.tables import PROCESSING, START, at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.faults import EXIT_CODE
 from tidemark.settings import Settings
-from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
 from tidemark.snapshot.snapshots import SnapshotLog
+from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout, batch_of_file

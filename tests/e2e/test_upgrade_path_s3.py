@@ -39,13 +39,13 @@ from tidemark.observe.metrics import emit_metrics
 from tidemark.observe.report import render_report, report_data
 from tidemark.observe.status import render, table_status
 from tidemark.settings import Settings
-from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
 from tidemark.snapshot.snapshots import SnapshotLog
+from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout
 from tidemark.state.mode import TableWriter
-from tidemark.stream.runner import StreamStatus, checkpoint_location
+from tidemark.stream.status import StreamStatus, checkpoint_location
 from tidemark.tablefs import delta_storage_options as storage_options
 from tidemark_dev.generator import create_topic, events, order_changes, produce, state_after
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, replace_table

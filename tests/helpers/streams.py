@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
-from tidemark.stream.runner import checkpoint_location
+from tidemark.stream.status import checkpoint_location
 from tidemark.tablefs import Store
 
 # a micro-batch's kill points, in the order of a micro-batch (the seal's inside)

@@ -30,11 +30,12 @@ from tidemark.observe.metrics import emit_metrics
 from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
-from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV, BootstrapSource, run_bootstrap
+from tidemark.snapshot.bootstrap import run_bootstrap
 from tidemark.snapshot.delta import is_delta
 from tidemark.snapshot.merge import run_merge
 from tidemark.snapshot.merge_plan import preview_merge, stale_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
+from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV, BootstrapSource
 from tidemark_dev.generator import create_topic, order_changes, state_after
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, apply_order_changes, replace_table
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER

@@ -15,7 +15,8 @@ from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.mode import TableWriter
-from tidemark.stream.runner import StreamError, StreamStatus, run_stream
+from tidemark.stream.runner import run_stream
+from tidemark.stream.status import StreamError, StreamStatus
 from tidemark_dev.generator import create_topic, events, produce
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ from tidemark.ingest.counts import StagedCount, check_files, fold_stats, reconci
 from tidemark.ingest.publish import Publisher
 from tidemark.ingest.replay import ReplayError, ReplayRequest
 from tidemark.settings import Settings
-from tidemark.state.commitlog import Commit, LogState, MqRange, Plan
+from tidemark.state.batches import Commit, MqRange, Plan
+from tidemark.state.commitlog import LogState
 from tidemark.state.layout import Layout, batch_file_name, batch_of_file, run_key, sealed_file_prefix
 from tidemark.state.storage import Location
 from tidemark.time.watermarks import ReadyTime

@@ -7,7 +7,8 @@ import pytest
 from tidemark.config import TableConfig, parse_table
 from tidemark.errors import BatchConflictError, DataLossError
 from tidemark.ingest.planner import next_ranges
-from tidemark.state.commitlog import CHECKPOINT_EVERY, Commit, CommitLog, MqRange, Plan
+from tidemark.state.batches import Commit, MqRange, Plan
+from tidemark.state.commitlog import CHECKPOINT_EVERY, CommitLog
 from tidemark.state.layout import run_key
 
 pytestmark = pytest.mark.unit
@@ -139,7 +140,7 @@ def test_a_crash_between_a_commit_record_and_its_checkpoint_loses_only_the_check
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tidemark.errors import InjectedFault
-    from tidemark.state.commitlog import MqPartitionStats
+    from tidemark.state.batches import MqPartitionStats
 
     log = CommitLog(tmp_path, "t")
 

@@ -15,7 +15,8 @@ from tidemark.ingest.planner import next_ranges
 from tidemark.ingest.resolve import resolve
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog
-from tidemark.state.commitlog import Commit, CommitLog, MqPartitionStats, MqRange, Plan
+from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
+from tidemark.state.commitlog import CommitLog
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,8 @@ from tidemark.errors import DataLossError, RebuildError
 from tidemark.observe.alerts import overdue_hours, recent_failures, record_failure
 from tidemark.seal.rebuild_plan import check_offsets, hour_range, hours_between, plan_rebuild
 from tidemark.settings import Settings
-from tidemark.state.commitlog import Commit, CommitLog, MqPartitionStats, MqRange, Plan
+from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
+from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.time.watermarks import ReadyTime
 

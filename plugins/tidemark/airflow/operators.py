@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from tidemark.snapshot.bootstrap import PASSWORD_ENV, USER_ENV
+from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV
 
 log = logging.getLogger(__name__)
 

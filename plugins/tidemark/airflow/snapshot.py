@@ -14,7 +14,7 @@ from tidemark.airflow.common import (
 )
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
-from tidemark.snapshot.bootstrap import SOURCE_ARGUMENTS
+from tidemark.snapshot.sources import SOURCE_ARGUMENTS
 
 
 def source_params() -> dict[str, Any]:

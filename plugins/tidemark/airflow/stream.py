@@ -22,7 +22,7 @@ from tidemark.airflow.common import (
 )
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
-from tidemark.stream.runner import stream_health
+from tidemark.stream.status import stream_health
 
 POLL_S = 5.0
 
@@ -112,7 +112,7 @@ class StreamHealthSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        from tidemark.stream.runner import StreamError
+        from tidemark.stream.status import StreamError
 
         verdict = event["verdict"]
         self.log.info(
@@ -221,7 +221,7 @@ Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{tabl
             from tidemark.state.locks import TableLock
             from tidemark.state.mode import STREAM, TableWriter
             from tidemark.stream.launch import launch_stream
-            from tidemark.stream.runner import STREAM_LOCK
+            from tidemark.stream.status import STREAM_LOCK
 
             _, current = table_context(table)
             if TableWriter(current.state_location, table).current().mode != STREAM:

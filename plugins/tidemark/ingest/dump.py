@@ -39,7 +39,8 @@ from tidemark.ingest.replay import ReplayRequest, plan_replay, replay_and_stage
 from tidemark.ingest.staged import Staged, stage_classified
 from tidemark.masking import masked
 from tidemark.settings import Settings
-from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, Plan
+from tidemark.state.batches import Commit, MqPartitionStats, Plan
+from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.layout import Layout
 from tidemark.state.mode import BATCH
 from tidemark.state.partition_values import PartitionValues

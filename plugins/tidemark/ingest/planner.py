@@ -11,7 +11,8 @@ from tidemark.errors import OffsetsLostToRetentionError, OffsetsWentBackError, T
 from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
 from tidemark.ingest.kafka import partition_offsets, topic_id
-from tidemark.state.commitlog import CommitLog, MqRange, Plan
+from tidemark.state.batches import MqRange, Plan
+from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from tidemark.errors import TidemarkError
 from tidemark.ingest.columns import DIRTY_FIELDS, TOMBSTONE
 from tidemark.ingest.counts import check_files, fold_stats, reconcile_reads
 from tidemark.ingest.spec import ClassifySpec
-from tidemark.state.commitlog import Plan
+from tidemark.state.batches import Plan
 from tidemark.state.layout import Layout
 from tidemark.table_state import TableState
 

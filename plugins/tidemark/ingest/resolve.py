@@ -31,7 +31,8 @@ from tidemark.ingest.kafka import client_properties, partition_offsets, topic_id
 from tidemark.ingest.publish import Publisher
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog, AuditRecord
-from tidemark.state.commitlog import Commit, CommitLog, LogState, MqPartitionStats, MqRange, Plan
+from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
+from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.layout import Layout
 from tidemark.state.locks import TableLock
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tidemark.config import TableConfig
-    from tidemark.state.commitlog import Plan
+    from tidemark.state.batches import Plan
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.ingest import cardinality
 from tidemark.ingest.counts import FoldedCounts, StagedCount
-from tidemark.state.commitlog import LogState, MqPartitionStats
+from tidemark.state.batches import MqPartitionStats
+from tidemark.state.commitlog import LogState
 from tidemark.state.partition_values import PartitionValues, merge
 from tidemark.stopwatch import Stopwatch
 

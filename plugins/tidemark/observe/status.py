@@ -98,7 +98,7 @@ def stream_summary(config: TableConfig, settings: Settings) -> dict[str, Any]:
     """Who writes the table, and how its stream is doing (``stream/runner.stream_health``)."""
     from datetime import UTC, datetime, timedelta
 
-    from tidemark.stream.runner import stream_health
+    from tidemark.stream.status import stream_health
 
     stale = max(timedelta(minutes=2), 6 * config.stream.trigger_interval)
     health = stream_health(config.table, settings, stale_after=stale, now=datetime.now(UTC))

@@ -25,7 +25,8 @@ from tidemark.seal.versions import claim_version, mark_version, version_written,
 from tidemark.state.commitlog import LogState
 from tidemark.state.layout import compaction_marker, sealed_file_prefix
 from tidemark.state.locks import Lease
-from tidemark.state.storage import exchange_directories, read_json, replace_atomically
+from tidemark.state.storage import read_json, replace_atomically
+from tidemark.tablefs import exchange_directories
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:

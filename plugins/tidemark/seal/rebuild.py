@@ -50,8 +50,8 @@ from tidemark.state.layout import (
     write_success,
 )
 from tidemark.state.locks import Lease
-from tidemark.state.storage import exchange_directories, replace_atomically
-from tidemark.tablefs import Store
+from tidemark.state.storage import replace_atomically
+from tidemark.tablefs import Store, exchange_directories
 from tidemark.time.hours import Hour, parse_key
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ from typing import Any
 from tidemark.config import TableConfig
 from tidemark.errors import DataLossError, RebuildError
 from tidemark.settings import Settings
-from tidemark.state.commitlog import CommitLog, MqRange
+from tidemark.state.batches import MqRange
+from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal, JournalState
 from tidemark.time.hours import Hour, hour_of, parse_key
 

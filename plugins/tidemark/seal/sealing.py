@@ -46,9 +46,9 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.locks import Lease
-from tidemark.state.storage import exchange_directories
 from tidemark.stopwatch import Stopwatch
 from tidemark.table_state import TableState
+from tidemark.tablefs import exchange_directories
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
 from tidemark.time.instants import parse_instant
 

@@ -40,7 +40,8 @@ from tidemark.seal.metastore import (
 from tidemark.settings import Settings
 from tidemark.state.layout import Layout, run_key
 from tidemark.state.seqlog import SequentialLog
-from tidemark.state.storage import Location, create_only, exchange_directories, read_json
+from tidemark.state.storage import Location, create_only, read_json
+from tidemark.tablefs import exchange_directories
 from tidemark.time.hours import HourKeyError, parse_key
 from tidemark.time.instants import parse_instant
 
