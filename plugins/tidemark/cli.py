@@ -7,7 +7,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from tidemark import __version__
 from tidemark.cli_decisions import cmd_release, cmd_resolve, cmd_switch, cmd_unlock
@@ -155,6 +156,19 @@ def _decision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", help="who decides (default: the current user)")
 
 
+def _table_command(
+    sub: Any, name: str, func: Callable[[argparse.Namespace], int], *, decision: bool = False, **texts: str
+) -> argparse.ArgumentParser:
+    """A subcommand about one table: ``--table``, its handler, and for an operator decision
+    ``--reason`` and ``--by``."""
+    command: argparse.ArgumentParser = sub.add_parser(name, **texts)
+    command.add_argument("--table", required=True)
+    if decision:
+        _decision_arguments(command)
+    command.set_defaults(func=func)
+    return command
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark",
@@ -166,44 +180,45 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    dump = sub.add_parser(
+    dump = _table_command(
+        sub,
         "dump",
+        _cmd_dump,
         help="run one exactly-once micro-batch of a table (spark-submit)",
         description="Dump the next micro-batch of TABLE, keyed by RUN_ID: re-running the same run id "
         "re-does (or confirms) the same batch, never a second one.",
     )
-    dump.add_argument("--table", required=True)
     dump.add_argument("--run-id", required=True, help="idempotency key (the Airflow run id)")
     dump.add_argument("--processing-time", help="ISO timestamp recorded in the plan (default: now)")
-    dump.set_defaults(func=_cmd_dump)
 
-    switch = sub.add_parser(
+    switch = _table_command(
+        sub,
         "switch",
+        cmd_switch,
         help="hand a table to the batch DAG or to the continuous stream (audited)",
         description="Make the batch DAG (--to batch) or the stream (--to stream) the only writer of TABLE. "
         "Both run the same commit protocol on the same commit log, so the other side goes on exactly where "
         "this one stopped. Switching to batch stops a running stream after its current micro-batch.",
+        decision=True,
     )
-    switch.add_argument("--table", required=True)
     switch.add_argument("--to", required=True, choices=["batch", "stream"])
-    _decision_arguments(switch)
-    switch.set_defaults(func=cmd_switch)
 
-    stream = sub.add_parser(
+    stream = _table_command(
+        sub,
         "stream",
+        _cmd_stream,
         help="run a table's continuous writer in the foreground (spark-submit spark_jobs/stream.py)",
         description="Micro-batches every stream.trigger_interval through the dump protocol, sealing hours as "
         "the ready time passes them, until the table is switched to batch (or, with --until-caught-up, "
         "until everything the broker had at the start is committed). Needs tidemark switch --to stream.",
     )
-    stream.add_argument("--table", required=True)
     stream.add_argument("--run-id", help="the stream's run id (default: host and start time)")
     stream.add_argument("--until-caught-up", action="store_true", help="stop once caught up (a catch-up run)")
     stream.add_argument("--trigger-interval", help="override stream.trigger_interval, e.g. 5s")
-    stream.set_defaults(func=_cmd_stream)
 
-    status = sub.add_parser("status", help="batches, committed offsets, lag and dirty counts of a table")
-    status.add_argument("--table", required=True)
+    status = _table_command(
+        sub, "status", _cmd_status, help="batches, committed offsets, lag and dirty counts of a table"
+    )
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument(
         "--hour",
@@ -212,72 +227,73 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="YYYY-MM-DDTHH",
         help="explain one hour: sealed or not, and if not which MQ partition's watermark holds it",
     )
-    status.set_defaults(func=_cmd_status)
 
-    seal = sub.add_parser(
+    seal = _table_command(
+        sub,
         "seal",
+        _cmd_seal,
         help="seal, register and amend the complete hours (spark-submit spark_jobs/seal.py; what the DAGs run)",
         description="Compact, reconcile and check every hour the global ready time (and processing time) "
         "has passed by commit_delay, register it in the metastore, write its _SUCCESS and journal it; fold "
         "late rows per late_policy. Safe to repeat: an hour is sealed once.",
     )
-    seal.add_argument("--table", required=True)
     seal.add_argument("--run-id", help="recorded in the hour journal (default seal__<now>)")
     seal.add_argument(
         "--dry-run", action="store_true", help="list the hours a seal would register; change nothing"
     )
     seal.add_argument("--release", default="", help="comma-separated quarantined hours to register first")
-    seal.set_defaults(func=_cmd_seal)
 
-    rebuild = sub.add_parser(
+    rebuild = _table_command(
+        sub,
         "rebuild",
+        _cmd_rebuild,
         help="rebuild sealed hours from the broker (spark-submit spark_jobs/rebuild.py; what the rebuild DAG runs)",
     )
-    rebuild.add_argument("--table", required=True)
     rebuild.add_argument(
         "--hours", required=True, help="comma-separated hour keys, e.g. 2026-11-22T10,2026-11-22T11"
     )
     rebuild.add_argument("--run-id", help="idempotency key (default rebuild__<hours>)")
-    rebuild.set_defaults(func=_cmd_rebuild)
 
-    bootstrap = sub.add_parser(
+    bootstrap = _table_command(
+        sub,
         "bootstrap",
+        _cmd_bootstrap,
         help="bulk-load a full snapshot of a CDC table (spark-submit spark_jobs/bootstrap.py)",
         description="Record the CDC topic's end offsets, read the source, publish the snapshot. Source "
         "arguments go to the job, after --: --source-kind jdbc|parquet|csv --source URL_OR_PATH [--source-table T | "
         "--query SQL] [--partition-column C --num-partitions N] [--label L]. Credentials: "
         "TIDEMARK_SOURCE_USER / TIDEMARK_SOURCE_PASSWORD in the environment.",
     )
-    bootstrap.add_argument("--table", required=True)
     bootstrap.add_argument("--run-id", help="idempotency key (default bootstrap__<as-of>)")
     bootstrap.add_argument("--as-of", help="ISO instant the snapshot stands for (default: now)")
     bootstrap.add_argument("source_args", nargs=argparse.REMAINDER, help="the job's source arguments")
-    bootstrap.set_defaults(func=_cmd_bootstrap)
 
-    merge = sub.add_parser(
+    merge = _table_command(
+        sub,
         "merge",
+        _cmd_merge,
         help="merge sealed increment hours into a snapshot (spark-submit spark_jobs/merge.py)",
     )
-    merge.add_argument("--table", required=True)
     merge.add_argument("--snapshot", required=True, help="a day (2026-11-22) or an hour (2026-11-22T13)")
     merge.add_argument("--run-id", help="idempotency key (default merge__<snapshot>)")
-    merge.set_defaults(func=_cmd_merge)
 
-    release = sub.add_parser(
+    release = _table_command(
+        sub,
         "release",
+        cmd_release,
         help="register an hour the quality gate quarantined, after checking its data",
         description="Register a quarantined hour of TABLE in the metastore and journal the release, so "
         "the next announce emits its Asset event. Refuses hours that are not quarantined.",
     )
-    release.add_argument("--table", required=True)
     release.add_argument(
         "--hour", "--partition", dest="hour", required=True, metavar="YYYY-MM-DDTHH", help="the hour key"
     )
     release.add_argument("--run-id", help="recorded in the journal (default release__<hour>)")
-    release.set_defaults(func=cmd_release)
 
-    resolve = sub.add_parser(
+    resolve = _table_command(
+        sub,
         "resolve",
+        cmd_resolve,
         help="decide about a stuck batch: replan, skip (a recorded gap), accept (past the dirty gate) or rebase",
         description="Every run completes the pending batch before planning a new one, so a failure that "
         "repeats on the same offsets stops the table until somebody decides. replan: close the pending "
@@ -285,56 +301,55 @@ def build_parser() -> argparse.ArgumentParser:
         "accept: the next run commits it although its dirty records exceed max_dirty_ratio; rebase: after "
         "OffsetsWentBackError (topic recreated or truncated), restart the affected MQ partitions at the "
         "broker's earliest offsets. Each decision is kept in the table's audit log (tidemark status).",
+        decision=True,
     )
-    resolve.add_argument("--table", required=True)
     resolve.add_argument(
         "--action", required=True, choices=["replan", "skip", "accept", "rebase", "accept-loss"]
     )
-    _decision_arguments(resolve)
-    resolve.set_defaults(func=cmd_resolve)
 
-    replay = sub.add_parser(
+    replay = _table_command(
+        sub,
         "replay",
+        _cmd_replay,
         help="classify dirty records again and land those valid now (after a schema or producer fix)",
         description="A batch of its own: the dirty records of the chosen batches are classified again by "
         "today's config and clock; the valid ones become rows (late rows if their hour is sealed), the "
         "others stay in <table>__dirty with today's reason. The replayed records move to the hidden "
         "<table>__dirty/_replayed, so every record stays in exactly one place. Kept in the audit log.",
+        decision=True,
     )
-    replay.add_argument("--table", required=True)
     replay.add_argument("--batches", default="all", help="'all' (default) or batch ids, e.g. 3,5")
     replay.add_argument("--run-id", help="idempotency key: rerun with it to finish a failed replay")
-    _decision_arguments(replay)
-    replay.set_defaults(func=_cmd_replay)
 
-    unlock = sub.add_parser(
+    unlock = _table_command(
+        sub,
         "unlock",
+        cmd_unlock,
         help="free a table lock left by a lost host (recorded in the audit log)",
         description="A lock whose holder's process is gone on this host is broken by the next job; one "
         "of another host once its lease expires (TIDEMARK_LOCK_LEASE_S, default 600). Use this when that "
         "host is known to be gone for good: a holder that comes back finds its lease lost and stops.",
+        decision=True,
     )
-    unlock.add_argument("--table", required=True)
     unlock.add_argument("--lock", default="batch", help="the lock's name (default batch)")
-    _decision_arguments(unlock)
-    unlock.set_defaults(func=cmd_unlock)
 
-    report = sub.add_parser(
+    report = _table_command(
+        sub,
         "report",
+        _cmd_report,
         help="write the table's ingestion health page (static HTML with plots)",
         description="Watermarks, rows, late and dirty rates, freshness and quality per hour, from the "
         "state store. Default output: $TIDEMARK_HOME/state/<table>/reports/health.html.",
     )
-    report.add_argument("--table", required=True)
     report.add_argument("--out", help="output file (default under the state dir)")
-    report.set_defaults(func=_cmd_report)
 
-    schema = sub.add_parser(
-        "schema", help="a table's schema history, and whether its YAML's schema is a compatible change"
+    schema = _table_command(
+        sub,
+        "schema",
+        cmd_schema,
+        help="a table's schema history, and whether its YAML's schema is a compatible change",
     )
-    schema.add_argument("--table", required=True)
     schema.add_argument("--json", action="store_true")
-    schema.set_defaults(func=cmd_schema)
 
     tables = sub.add_parser("tables", help="list, validate or show table configs")
     tables.add_argument("action", choices=["list", "validate", "show", "init"])

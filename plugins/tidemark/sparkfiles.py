@@ -15,6 +15,7 @@ from pyspark.sql.types import StructType
 
 from tidemark.tableformat import PARQUET, TableFormat
 from tidemark.tablefs import Store, filesystem, s3_from_environment
+from tidemark.task_runtime import task_body
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -243,6 +244,7 @@ def write_partitioned(
 
     parts = list(partition_by)
 
+    @task_body
     def write_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 

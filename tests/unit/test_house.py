@@ -57,3 +57,52 @@ def test_the_check_finds_the_modules_it_covers() -> None:
     assert {"tidemark.cli", "tidemark.ingest.decoders", "tidemark.ingest.decoders.base"} <= set(modules)
     assert "tidemark.family" not in modules and "tidemark.family.tables" in modules
     assert len(modules) > 100
+
+
+def documented_packages() -> dict[str, set[str]]:
+    """The package table of docs/how-tidemark-is-built.md: package -> the modules its row names
+    (``(top)``: the top-level modules; a sub-package as ``name/``)."""
+    page = (ROOT / "docs" / "how-tidemark-is-built.md").read_text()
+    rows: dict[str, set[str]] = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 4 or not (cells[1] == "(top)" or re.fullmatch(r"`\w+/`", cells[1])):
+            continue
+        package = "" if cells[1] == "(top)" else cells[1].strip("`/")
+        rows[package] = {name.rstrip("/") for name in re.findall(r"`([\w/]+)`", cells[2])}
+    return rows
+
+
+def test_the_house_page_names_every_module_of_each_package() -> None:
+    """docs/how-tidemark-is-built.md's table against the code: each package's modules (and
+    sub-packages) in its row, no row naming a module that is gone."""
+    rows = documented_packages()
+    actual: dict[str, set[str]] = {}
+    for path in LIBRARY.iterdir():
+        if path.is_dir() and (path / "__init__.py").is_file():
+            actual[path.name] = {
+                p.stem if p.is_file() else p.name
+                for p in path.iterdir()
+                if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+            }
+        elif path.suffix == ".py" and path.stem != "__init__":
+            actual.setdefault("", set()).add(path.stem)
+    assert sorted(rows) == sorted(actual), "a package without its row, or a row without its package"
+    for package, modules in actual.items():
+        named = rows[package]
+        assert modules <= named, f"{package or '(top)'}: not in the house page: {sorted(modules - named)}"
+        assert named <= modules, f"{package or '(top)'}: named but gone: {sorted(named - modules)}"
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test code lives in tests/helpers/; a test module importing another runs its
+    fixtures and tests twice and ties the two together."""
+    importing = [
+        f"{path.relative_to(ROOT)}: {node.module}"
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom)
+        and node.module
+        and re.match(r"tests\.(unit|integration|e2e)\.", node.module)
+    ]
+    assert importing == []

@@ -37,6 +37,7 @@ from tidemark.ingest.spec import ClassifySpec
 from tidemark.state.batches import Plan
 from tidemark.state.layout import Layout
 from tidemark.table_state import TableState
+from tidemark.task_runtime import task_body
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -158,6 +159,7 @@ def classified_again(spark: SparkSession, files: Sequence[str], spec: ClassifySp
     return dirty_frame(spark, files).mapInArrow(task, classified_ddl(spec))
 
 
+@task_body
 def _classify_partitions(batches: Iterator[pa.RecordBatch], *, spec_json: str) -> Iterator[pa.RecordBatch]:
     """One task: rebuild each MQ partition's raw records (in offset order) and classify them."""
     import pyarrow as pa

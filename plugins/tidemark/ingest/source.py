@@ -37,6 +37,7 @@ from tidemark.ingest.reader import DEFAULT_SUBRANGE, RangeConsumer, SubRange, sp
 from tidemark.ingest.spec import ClassifySpec
 from tidemark.ingest.staging import StagingTargets, TaskStager
 from tidemark.tablefs import Store
+from tidemark.task_runtime import task_body
 
 SOURCE_NAME = "tidemark_kafka"
 
@@ -72,6 +73,7 @@ class KafkaRangeReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return list(split_ranges(self.ranges, self.subrange))
 
+    @task_body
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from tidemark.faults import crash_point
         from tidemark.ingest.classify import Classifier
@@ -88,6 +90,7 @@ class KafkaRangeReader(DataSourceReader):
         reader.write_receipt(self.receipts, "")
 
 
+@task_body
 def stage_subranges(
     subs: Iterable[SubRange],
     *,

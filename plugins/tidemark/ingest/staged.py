@@ -1,6 +1,7 @@
-"""Staging a classified frame, as the dump of a table with partition columns and every replay
-do it: the per-hour bound on partition values over the whole batch, then rows, late rows and
-dirty records in one pass of tasks; and what the staged files hold once reconciled."""
+"""Staging a batch: reading the plan's ranges and staging what they hold (``read_and_stage``);
+a classified frame staged as the dump of a table with partition columns and every replay do
+it (the per-hour bound on partition values over the whole batch, then rows, late rows and
+dirty records in one pass of tasks); and what the staged files hold once reconciled."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.ingest import cardinality
-from tidemark.ingest.counts import FoldedCounts, StagedCount
+from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_stats, reconcile
 from tidemark.state.batches import MqPartitionStats
 from tidemark.state.commitlog import LogState
 from tidemark.state.partition_values import PartitionValues, merge
 from tidemark.stopwatch import Stopwatch
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from tidemark.ingest.publish import Publisher
     from tidemark.ingest.spec import ClassifySpec
+    from tidemark.state.batches import Plan
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,56 @@ def stage_classified(
         return counts, admitted
     finally:
         parsed.unpersist()
+
+
+def read_and_stage(
+    spark: SparkSession,
+    *,
+    config: TableConfig,
+    plan: Plan,
+    publisher: Publisher,
+    kafka_conf: dict[str, Any],
+    state: LogState,
+    stopwatch: Stopwatch,
+) -> Staged:
+    """Read the plan's ranges, classify, stage rows and dirty records; return reconciled stats.
+
+    Tables without data-derived partition columns stage in the read tasks themselves
+    (``staging.py``); the others go through a Spark frame, because bounding partition values
+    needs the whole batch (``cardinality.py``)."""
+    from tidemark.ingest.reader import read_receipts
+    from tidemark.ingest.source import read_ranges, stage_ranges
+    from tidemark.ingest.spec import ClassifySpec
+    from tidemark.ingest.staging import staged_rows
+    from tidemark.tablefs import Store
+
+    targets = publisher.staging_targets()
+    spec = ClassifySpec.of_plan(config, plan)
+    ranges = [r.__dict__ for r in plan.ranges]
+    admitted: PartitionValues = {}
+    if config.partitioning.columns:
+        receipts = Store(targets.store.uri(targets.receipts), targets.store.s3)
+        counts, admitted = stage_classified(
+            read_ranges(spark, plan.topic, ranges, kafka_conf=kafka_conf, receipts=receipts, spec=spec),
+            spec,
+            config=config,
+            publisher=publisher,
+            state=state,
+            stopwatch=stopwatch,
+        )
+    else:
+        with stopwatch.phase("read_stage"):  # the tasks read, classify and write
+            counts = stage_ranges(
+                spark,
+                plan.topic,
+                ranges,
+                kafka_conf=kafka_conf,
+                spec=spec,
+                targets=targets,
+            )
+            crash_point("after_staging")
+    with stopwatch.phase("reconcile"):
+        folded = fold_stats(counts)
+        stats = reconcile(plan, read_receipts(targets.store, targets.receipts), folded.per_mq_partition)
+        check_files(plan, staged_rows(publisher.store, publisher.written()), stats)
+    return Staged(stats, folded, admitted)

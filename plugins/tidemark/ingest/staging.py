@@ -31,6 +31,7 @@ from tidemark.ingest.counts import StagedCount
 from tidemark.ingest.spec import Classified, ClassifySpec
 from tidemark.state.layout import attempt_file_name, batch_task_file_name
 from tidemark.tablefs import Store
+from tidemark.task_runtime import task_body
 from tidemark.time.hours import hour_path
 from tidemark.time.instants import aware
 
@@ -155,6 +156,7 @@ def stage_frame(frame: DataFrame, targets: StagingTargets, spec: ClassifySpec) -
     return [count for row in payloads for count in pickle.loads(row["counts"])]
 
 
+@task_body
 def _stage_task(
     batches: Iterator[pa.RecordBatch], *, targets: StagingTargets, spec_json: str
 ) -> Iterator[pa.RecordBatch]:

@@ -138,6 +138,15 @@ def _hour_label(path_key: str) -> str:
 
 def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -> str:
     """The health page as one HTML document (plotly.js inlined)."""
+    plots = "\n".join(
+        f'<section class="plot">{_figure(f, i == 0)}</section>' for i, f in enumerate(_figures(data))
+    )
+    return _page(data, plots, _hour_rows(data, docs_prefix), _alerts(data))
+
+
+def _figures(data: dict[str, Any]) -> list[Any]:
+    """The plots: watermarks and the ready time, rows and late rows, late and dirty rates,
+    freshness."""
     import plotly.graph_objects as go
 
     figures = []
@@ -198,8 +207,11 @@ def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -
     )
     freshness.update_layout(title="Freshness: minutes from hour end to registration", xaxis_type="category")
     figures.append(freshness)
+    return figures
 
-    plots = "\n".join(f'<section class="plot">{_figure(f, i == 0)}</section>' for i, f in enumerate(figures))
+
+def _hour_rows(data: dict[str, Any], docs_prefix: str) -> str:
+    """The hours table's rows, the newest first, each with its Data Docs link."""
     rows = []
     for h in reversed(data["hours"]):
         docs = (
@@ -213,6 +225,11 @@ def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -
             f"<td>{'' if h['freshness_minutes'] is None else h['freshness_minutes']}</td>"
             f"<td>{html.escape(h['quality'])}</td><td>{html.escape('; '.join(h['failures']))}</td><td>{docs}</td></tr>"
         )
+    return "".join(rows)
+
+
+def _alerts(data: dict[str, Any]) -> str:
+    """Overdue hours, the pending batch, recent task failures and operator decisions."""
     e = html.escape
     overdue = data["overdue"]
     overdue_line = (
@@ -238,6 +255,12 @@ def render_report(data: dict[str, Any], docs_prefix: str = f"../{DATA_DOCS}/") -
         )
         + "</section>"
     )
+    return alerts
+
+
+def _page(data: dict[str, Any], plots: str, rows: str, alerts: str) -> str:
+    """The document around the parts: the summary line, the writer, the snapshots."""
+    e = html.escape
     writer = "<br>".join(e(line.strip()) for line in data.get("writer", []))
     snapshot_lines = "<br>".join(e(line) for line in data.get("snapshots", []))
     summary = (
@@ -269,7 +292,7 @@ section.plot {{ max-width: 1100px; }}
 <thead><tr><th>hour</th><th>state</th><th>rows</th><th>late</th><th>freshness (min)</th><th>quality</th>
 <th>failures</th><th>report</th></tr></thead>
 <tbody>
-{"".join(rows)}
+{rows}
 </tbody></table>
 </body></html>
 """

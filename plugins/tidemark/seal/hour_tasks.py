@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from tidemark.seal.checks import ArrowChecks, ArrowSummary
 from tidemark.tableformat import TableFormat, arrow_batches, format_of
 from tidemark.tablefs import Store
+from tidemark.task_runtime import task_body
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -185,5 +186,6 @@ def executors_share_the_driver(context: SparkContext) -> bool:
     return str(context.master).startswith("local")
 
 
+@task_body
 def _compact_task(writer: HourWriter, task: HourTask) -> HourWritten:
     return writer.compact_alone(task)
