@@ -21,6 +21,7 @@ import pytest
 
 from tests.helpers.airflow_api import api
 from tests.helpers.tables import ROOT
+from tests.helpers.timeouts import HEAVY
 from tidemark.seal.data_docs import record
 from tidemark.settings import Settings
 from tidemark.state.layout import data_docs_dir
@@ -50,6 +51,7 @@ def refused(url: str, token: str | None = None, accept: str = "application/json"
         return exc.code, url
 
 
+@HEAVY
 def test_airflow_standalone_up_login_and_clean_down(
     tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,6 +26,7 @@ import pytest
 from tests.helpers.chaos import JobClock, killed_at_random
 from tests.helpers.jobs import job_process
 from tests.helpers.tables import AMOUNT_AT_MOST_100, PROCESSING, START, fresh_table, landed, read_pairs
+from tests.helpers.timeouts import HEAVY
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
@@ -66,6 +67,7 @@ def hour_rows(hour: int, r: int, rng: random.Random) -> list[Any]:
     )
 
 
+@HEAVY
 def test_random_kills_on_s3_with_rebuilds_amends_releases_and_collection_interleaved(
     broker: str, s3: str, settings: Settings, tmp_path: Path
 ) -> None:

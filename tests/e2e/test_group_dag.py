@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.helpers.tables import at, landed
+from tests.helpers.timeouts import HEAVY
 from tidemark.catalog import load_tables
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
@@ -171,6 +172,7 @@ def wait_for(done: Any, app: Any, timeout: float = 180.0) -> None:
         time.sleep(1)
 
 
+@HEAVY
 def test_a_groups_barrier_through_a_broken_member_a_mended_one_and_a_retired_one(
     dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,7 @@ from tests.helpers.s3cluster import (
     why,
 )
 from tests.helpers.tables import PROCESSING, START, at, fresh_table
+from tests.helpers.timeouts import HEAVY
 from tidemark.config import TableConfig
 from tidemark.faults import EXIT_CODE
 from tidemark.settings import Settings
@@ -178,6 +179,7 @@ def snapshot_rows(settings: Settings, location: str) -> list[Row]:
     return keyed_once(found, location)
 
 
+@HEAVY
 def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
     broker: str, postgres: str, cluster: Settings, tmp_path: Path
 ) -> None:

@@ -33,6 +33,7 @@ from tests.helpers.orders import Row, keyed_once, late_update, normal, send, tru
 from tests.helpers.s3cluster import cluster, job, lake, offsets, outcome, registered, s3_metastore, why
 from tests.helpers.streams import KILLS, STREAM_ARGS, assert_the_kill_stands, restart_words, tiled
 from tests.helpers.tables import at, fresh_table
+from tests.helpers.timeouts import HEAVY
 from tidemark.faults import EXIT_CODE
 from tidemark.observe.lineage import job_lineage
 from tidemark.observe.metrics import emit_metrics
@@ -81,6 +82,7 @@ def read_by_name(settings: Settings, *relations: str) -> list[list[Row]]:
     ]
 
 
+@HEAVY
 def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_name(
     broker: str, postgres: str, cluster: Settings, tmp_path: Path
 ) -> None:
@@ -228,6 +230,7 @@ def readable(settings: Settings, table: str) -> Counter[tuple[int, int]]:
     )
 
 
+@HEAVY
 def test_the_stream_on_s3_and_the_cluster_killed_at_every_point_is_exact_and_hands_back(
     broker: str, cluster: Settings, tmp_path: Path
 ) -> None:

@@ -122,7 +122,7 @@ class DumpSteps:
                 self.table_state.writer.require(writer)
                 self._plan = plan_batch(
                     self.config,
-                    commit_log,
+                    self.table_state,
                     self.run_id,
                     processing_time.isoformat(),
                     self.kafka_conf,

@@ -8,12 +8,11 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import OffsetsLostToRetentionError, OffsetsWentBackError, TopicRecreatedError
-from tidemark.evolution import SchemaHistory
 from tidemark.faults import crash_point
 from tidemark.ingest.kafka import partition_offsets, topic_id
 from tidemark.state.batches import MqRange, Plan
 from tidemark.state.commitlog import CommitLog
-from tidemark.state.journal import HourJournal
+from tidemark.table_state import TableState
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ def capped_offsets(
 
 def plan_batch(
     config: TableConfig,
-    commit_log: CommitLog,
+    table_state: TableState,
     run_id: str,
     processing_time: str,
     client_conf: dict[str, Any],
@@ -100,6 +99,7 @@ def plan_batch(
 
     ``until`` (the stream's micro-batch: its end offset per MQ partition) caps a new plan's
     ends; an MQ partition it lacks reads nothing in this batch."""
+    commit_log = table_state.commit_log
     bound = commit_log.batch_of_run(run_id)
     if bound is not None:
         plan = commit_log.plan(bound)
@@ -128,7 +128,7 @@ def plan_batch(
             raise TopicRecreatedError(config.table, config.source.topic, state.topic_id, identity)
     if until is not None:
         offsets = capped_offsets(offsets, until, state.end_offsets)
-    sealed_through = HourJournal(commit_log.state_dir, config.table).state().sealed_through
+    sealed_through = table_state.journal.state().sealed_through
     plan = Plan(
         table=config.table,
         batch_id=state.last_committed + 1,
@@ -138,7 +138,7 @@ def plan_batch(
         ranges=tuple(next_ranges(config, state.end_offsets, offsets)),
         sealed_through=sealed_through,
         planned_at=planned_at,
-        schema_version=SchemaHistory(commit_log.state_dir, config.table).ensure(config, run_id).version,
+        schema_version=table_state.schema_history.ensure(config, run_id).version,
         topic_id=identity,
     )
     commit_log.write_plan(plan)
