@@ -1,0 +1,271 @@
+"""tidemark against the system a data team would run instead, on the same topic, in one sitting.
+
+    .venv/bin/python bench/peers.py [--messages 2000000] [--partitions 4] [--runs 3]
+
+Produces M JSON events (the bench's generator, ~200 B, large producer batches) over one
+event-time hour, plus one record per MQ partition past it so the hour seals, to a topic of
+Apache Kafka 4.1 (``make jvm``; its own home and ports, PLAINTEXT). Then, alternating, runs
+times each:
+
+- **tidemark**: the dump and the seal as the ingest DAG runs them (``spark_jobs/dump.py``, then
+  ``spark_jobs/seal.py``, local warehouse and state, its defaults), a fresh table each run;
+- **flink**: PyFlink's SQL job of ``bench/peer_jobs/flink_job.py`` (Kafka source, hourly Parquet
+  partitions committed with a success file once the watermark passes the hour's end, files
+  compacted before the commit, exactly once through checkpoints), in its own venv
+  (``~/.cache/tidemark/peers/flink-<version>``, made once from
+  ``bench/peer_jobs/flink-requirements.txt``) with the Kafka connector and the Parquet format
+  from ``jvm/pom.xml``'s ``flink`` profile.
+
+Per run it prints records/s end to end (the first job's start to the hour visible: tidemark's
+partition registered, Flink's success file; the events are all produced before), the CPU
+seconds of the whole process tree (sampled from /proc every 0.2 s), and the peak RSS of the
+tree; then each system's settings, and last ``tidemark/flink = X.XX``: the median ratio of
+records per CPU-second. The Iceberg Kafka Connect sink is not run yet (its Iceberg catalog
+comes with the Iceberg issue). Not a test: the figures are for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dump_throughput import ROOT, START, bench_table, dump_command, produce_sealable
+
+from tidemark_dev.net import free_port_block
+
+FLINK_VERSION = "2.3.0"  # bench/peer_jobs/flink-requirements.txt and jvm/pom.xml's flink.version
+FLINK_SETTINGS: dict[str, str] = {}  # as the job printed them
+PEERS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tidemark" / "peers"
+
+
+@dataclass
+class Run:
+    system: str
+    records: int
+    wall_s: float
+    processing_s: float  # reading to visible, the processes' starts excluded
+    cpu_s: float
+    peak_rss_mb: float
+    detail: dict[str, Any]
+
+    def line(self) -> str:
+        return (
+            f"{self.system:9} {self.records / self.processing_s:>9,.0f} rec/s processing ({self.processing_s:6.1f} s), "
+            f"{self.records / self.wall_s:>9,.0f} end to end ({self.wall_s:6.1f} s), "
+            f"{self.cpu_s:6.1f} CPU-s ({self.records / self.cpu_s:>8,.0f} rec per CPU-s), "
+            f"peak RSS {self.peak_rss_mb:,.0f} MB; {self.detail}"
+        )
+
+
+def run_tree(command: list[str], env: dict[str, str]) -> tuple[str, float, float, float]:
+    """Run ``command``; return its stdout, wall seconds, the CPU seconds of its process tree
+    (each process's last sample) and the tree's peak RSS in MB."""
+    import psutil
+
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cpu: dict[tuple[int, float], float] = {}
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return
+            rss = 0
+            for p in tree:
+                try:
+                    with p.oneshot():
+                        times = p.cpu_times()
+                        cpu[(p.pid, p.create_time())] = times.user + times.system
+                        rss += p.memory_info().rss
+                except psutil.Error:
+                    continue
+            peak = max(peak, rss)
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        sys.stderr.write(err[-6000:])
+        raise SystemExit(f"{command[:3]} failed with exit code {proc.returncode}")
+    return out, wall, sum(cpu.values()), peak / 1e6
+
+
+def last_json(out: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    return result
+
+
+def tidemark_run(bootstrap: str, topic: str, total: int, per_partition: int, home: Path) -> Run:
+    """The dump and the seal of a fresh table on the topic; the hour is visible once the seal
+    registered it."""
+    bench_table(home / "conf", topic, per_partition)
+    env = {
+        **os.environ,
+        "TIDEMARK_HOME": str(home / "run"),
+        "TIDEMARK_CONF_DIR": str(home / "conf"),
+        "TIDEMARK_KAFKA_BOOTSTRAP": bootstrap,
+    }
+    seal = [sys.executable, str(ROOT / "spark_jobs" / "seal.py"), "--table", "bench", "--run-id", "seal-0"]
+    run_tree(seal, env)  # the embedded metastore's schema, made once per deployment (not measured)
+    out, dump_wall, dump_cpu, dump_rss = run_tree(dump_command(START + timedelta(hours=3)), env)
+    dumped = last_json(out)
+    if dumped["read"] != total:
+        raise SystemExit(f"tidemark's dump read {dumped['read']} records, expected {total}")
+    out, seal_wall, seal_cpu, seal_rss = run_tree([*seal[:-1], "seal-1"], env)
+    sealed = last_json(out)
+    processing = sum(dumped["timings"].values()) - dumped["timings"].get("plan", 0.0)
+    processing += seal_wall - sealed["session_start_s"]
+    return Run(
+        "tidemark",
+        total,
+        dump_wall + seal_wall,
+        processing,
+        dump_cpu + seal_cpu,
+        max(dump_rss, seal_rss),
+        {"dump_s": round(dump_wall, 1), "seal_s": round(seal_wall, 1), "sealed": sealed["sealed"]},
+    )
+
+
+def flink_python() -> Path:
+    """The PyFlink venv's interpreter, made once from the pinned requirements."""
+    venv = PEERS / f"flink-{FLINK_VERSION}"
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        requirements = ROOT / "bench" / "peer_jobs" / "flink-requirements.txt"
+        pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(requirements)]
+        subprocess.run(pip, check=True)
+        (venv / ".complete").touch()
+    return python
+
+
+def flink_jars() -> str:
+    subprocess.run([str(ROOT / "scripts" / "ensure_jvm.sh"), "flink"], check=True)
+    cache = Path(os.environ.get("TIDEMARK_JVM_CACHE", Path.home() / ".cache" / "tidemark" / "jvm")) / "flink"
+    return ";".join(f"file://{jar.resolve()}" for jar in sorted(cache.glob("*.jar")))
+
+
+def flink_run(
+    python: Path, jars: str, bootstrap: str, topic: str, total: int, *, home: Path, cores: int
+) -> Run:
+    """The Flink job over the whole topic; the hour is visible once its success file is."""
+    out_dir = home / "flink-out"
+    job = ROOT / "bench" / "peer_jobs" / "flink_job.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PYSPARK"))}
+    env["_python_worker_execution_mode"] = "process"  # SQL only: no loopback server for Python UDFs
+    out, wall, cpu, rss = run_tree(
+        [str(python), str(job), bootstrap, topic, str(out_dir), jars, str(cores)], env
+    )
+    result = last_json(out)
+    jars_used = [Path(j).name for j in result["settings"].pop("pipeline.jars").split(";")]
+    result["settings"]["pipeline.jars"] = ", ".join(jars_used)
+    committed = sorted(str(p.parent.relative_to(out_dir)) for p in out_dir.rglob("_SUCCESS"))
+    rows = _parquet_rows(out_dir)
+    FLINK_SETTINGS.update(result["settings"])
+    return Run(
+        "flink",
+        total,
+        wall,
+        result["job_wall_s"],
+        cpu,
+        rss,
+        {"job_s": result["job_wall_s"], "committed": committed, "rows": rows},
+    )
+
+
+def _parquet_rows(directory: Path) -> int:
+    import pyarrow.parquet as pq
+
+    files = [p for p in directory.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--systems", default="tidemark,flink", help="comma-separated; the ratio needs both")
+    args = parser.parse_args(argv)
+    systems = args.systems.split(",")
+
+    from tidemark.settings import Settings
+    from tidemark_dev.kafka import KafkaService
+
+    cores = os.cpu_count() or 2
+    python, jars = flink_python(), flink_jars()
+    settings = Settings.from_env()
+    scratch = Path(tempfile.mkdtemp(prefix="tidemark-bench-peers-"))
+    kafka = KafkaService(
+        replace(settings, home=scratch / "kafka", kafka_bootstrap=f"127.0.0.1:{free_port_block(4)}")
+    )
+    kafka.start()
+    try:
+        bootstrap = kafka.listeners.plaintext
+        topic = f"bench_{uuid.uuid4().hex[:8]}"
+        ends, value_bytes = produce_sealable(bootstrap, topic, args.messages, args.partitions)
+        total = sum(ends.values())
+        print(
+            f"{total:,} events ({value_bytes / 1e6:.0f} MB) to {topic} on Apache Kafka; offsets {ends}",
+            flush=True,
+        )
+        runs: dict[str, list[Run]] = {"tidemark": [], "flink": []}
+        for i in range(args.runs):
+            for system in systems if i % 2 == 0 else reversed(systems):
+                home = scratch / f"{system}-{i}"
+                if system == "tidemark":
+                    run = tidemark_run(bootstrap, topic, total, max(ends.values()), home)
+                else:
+                    run = flink_run(
+                        python, jars, bootstrap, topic, total, home=home, cores=min(cores, args.partitions)
+                    )
+                runs[system].append(run)
+                print(run.line(), flush=True)
+                shutil.rmtree(home, ignore_errors=True)
+        if not (runs["tidemark"] and runs["flink"]):
+            return 0
+        print("tidemark settings: conf/tables/events.yaml's defaults; local[*] Spark, embedded metastore")
+        print(
+            f"flink settings: {FLINK_SETTINGS}; PyFlink {FLINK_VERSION}, local MiniCluster; SQL of bench/peer_jobs/"
+        )
+        per_cpu = [
+            (t.records / t.cpu_s) / (f.records / f.cpu_s)
+            for t, f in zip(runs["tidemark"], runs["flink"], strict=True)
+        ]
+        print("kc-iceberg: not run (the Iceberg Kafka Connect sink needs the Iceberg catalog of issue 46)")
+        print(
+            f"tidemark/flink = {statistics.median(per_cpu):.2f} (runs: {', '.join(f'{r:.2f}' for r in per_cpu)})"
+        )
+        return 0
+    finally:
+        kafka.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
