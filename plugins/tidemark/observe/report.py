@@ -25,10 +25,10 @@ from tidemark.config import TableConfig
 from tidemark.observe.status import render_snapshot, render_stream, snapshots, stream_summary
 from tidemark.seal.data_docs import render_pending
 from tidemark.settings import Settings
-from tidemark.state.audit import AuditLog
-from tidemark.state.commitlog import CommitLog
-from tidemark.state.journal import HourJournal
+from tidemark.state.commitlog import CommitLog, LogState
+from tidemark.state.journal import JournalState
 from tidemark.state.layout import DATA_DOCS, data_docs_dir
+from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
 
 log = logging.getLogger(__name__)
@@ -47,13 +47,55 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
     from tidemark.observe.alerts import describe_overdue, overdue_hours, recent_failures
 
     as_of = as_of or datetime.now(UTC)
-    commit_log = CommitLog(settings.state_location, config.table)
+    table_state = TableState(settings.state_location, config.table)
+    commit_log = table_state.commit_log
     state = commit_log.state()
-    first = max(0, state.last_committed + 1 - MAX_BATCHES)
+    watermarks, ready, dirty_by_hour = _batch_series(commit_log, state)
+    journal = table_state.journal.state()
+    return {
+        "table": config.table,
+        "topic": config.source.topic,
+        "batches": state.batches,
+        "last_batch": state.last_committed,
+        "rows": state.rows,
+        "dirty": state.dirty,
+        "tombstones": state.tombstones,
+        "lost_to_retention": state.lost_to_retention,
+        "without_message": state.without_message,
+        "late": state.late,
+        "ready_time": state.ready.time if state.ready else None,
+        "sealed_through": journal.sealed_through,
+        "watermarks": {p: watermarks[p] for p in sorted(watermarks)},
+        "ready": ready,
+        "rows_per_hour": dict(sorted(state.rows_per_hour.items())),
+        "late_per_hour": dict(sorted(state.late_per_hour.items())),
+        "dirty_rate": {h: (d / r if r else 0.0) for h, (d, r) in sorted(dirty_by_hour.items())},
+        "late_rate": {
+            h: late / (late + state.rows_per_hour.get(h, 0))
+            for h, late in sorted(state.late_per_hour.items())
+            if late
+        },
+        "hours": _hours(config, journal, state),
+        "as_of": as_of.isoformat(),
+        "overdue": (overdue := overdue_hours(config, settings, as_of)),
+        "overdue_ranges": describe_overdue(config, overdue),
+        "failures": recent_failures(settings, config.table)[:MAX_FAILURES_SHOWN],
+        "pending": pending.describe() if (pending := commit_log.pending_plan(state)) else None,
+        "writer": render_stream(stream_summary(config, settings)),
+        "snapshots": [render_snapshot(snap) for snap in snapshots(config, settings)],
+        "decisions": [r.describe() for r in table_state.audit.records()][-MAX_FAILURES_SHOWN:],
+    }
+
+
+def _batch_series(
+    commit_log: CommitLog, state: LogState
+) -> tuple[dict[int, list[tuple[str, str]]], list[tuple[str, str]], dict[str, list[int]]]:
+    """Over the last ``MAX_BATCHES`` commits: each MQ partition's watermark and the global
+    ready time against processing time, and (dirty, read) per processing hour."""
     watermarks: dict[int, list[tuple[str, str]]] = defaultdict(list)
     ready: list[tuple[str, str]] = []
     dirty_by_hour: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for commit in commit_log.iter_commits(first):
+    for commit in commit_log.iter_commits(max(0, state.last_committed + 1 - MAX_BATCHES)):
         for w in commit.watermarks:
             if w.watermark:
                 watermarks[w.mq_partition].append((commit.processing_time, w.watermark))
@@ -62,7 +104,11 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         processing_hour = commit.processing_time[:13]
         dirty_by_hour[processing_hour][0] += commit.dirty
         dirty_by_hour[processing_hour][1] += sum(p.read for p in commit.mq_partitions)
-    journal = HourJournal(settings.state_location, config.table).state()
+    return watermarks, ready, dirty_by_hour
+
+
+def _hours(config: TableConfig, journal: JournalState, state: LogState) -> list[dict[str, Any]]:
+    """The journal's hours, oldest first: state, version, rows, late rows, freshness, quality."""
     hours = []
     zone = config.event_time.time_zone
     for key, entry in sorted(journal.hours.items(), key=lambda kv: kv[1].hour_start):
@@ -87,41 +133,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
                 "data_docs": entry.quality.get("data_docs"),
             }
         )
-    return {
-        "table": config.table,
-        "topic": config.source.topic,
-        "batches": state.batches,
-        "last_batch": state.last_committed,
-        "rows": state.rows,
-        "dirty": state.dirty,
-        "tombstones": state.tombstones,
-        "lost_to_retention": state.lost_to_retention,
-        "without_message": state.without_message,
-        "late": state.late,
-        "ready_time": state.ready.time if state.ready else None,
-        "sealed_through": journal.sealed_through,
-        "watermarks": {p: watermarks[p] for p in sorted(watermarks)},
-        "ready": ready,
-        "rows_per_hour": dict(sorted(state.rows_per_hour.items())),
-        "late_per_hour": dict(sorted(state.late_per_hour.items())),
-        "dirty_rate": {h: (d / r if r else 0.0) for h, (d, r) in sorted(dirty_by_hour.items())},
-        "late_rate": {
-            h: late / (late + state.rows_per_hour.get(h, 0))
-            for h, late in sorted(state.late_per_hour.items())
-            if late
-        },
-        "hours": hours,
-        "as_of": as_of.isoformat(),
-        "overdue": (overdue := overdue_hours(config, settings, as_of)),
-        "overdue_ranges": describe_overdue(config, overdue),
-        "failures": recent_failures(settings, config.table)[:MAX_FAILURES_SHOWN],
-        "pending": pending.describe() if (pending := commit_log.pending_plan(state)) else None,
-        "writer": render_stream(stream_summary(config, settings)),
-        "snapshots": [render_snapshot(snap) for snap in snapshots(config, settings)],
-        "decisions": [r.describe() for r in AuditLog(settings.state_location, config.table).records()][
-            -MAX_FAILURES_SHOWN:
-        ],
-    }
+    return hours
 
 
 def _figure(fig: Any, first: bool) -> str:
