@@ -71,29 +71,31 @@ class Measured:
         )
 
 
-def _tree_rss(proc: psutil.Process) -> int:
-    total = 0
-    for p in [proc, *proc.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):  # a child may exit between listing and reading
-            total += p.memory_info().rss
-    return total
-
-
-def run_measured(command: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float, float]:
-    """Run ``command``; return its last stdout JSON line, wall seconds and peak tree RSS (MB)."""
+def run_tree(command: list[str], env: dict[str, str]) -> tuple[str, float, float, float]:
+    """Run ``command``; return its stdout, wall seconds, the CPU seconds of its process tree
+    (each process's last sample, every 0.2 s) and the tree's peak RSS in MB."""
     started = time.perf_counter()
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cpu: dict[tuple[int, float], float] = {}
     peak = 0
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak
-        handle = psutil.Process(proc.pid)
+        root = psutil.Process(proc.pid)
         while not done.is_set():
             try:
-                peak = max(peak, _tree_rss(handle))
+                tree = [root, *root.children(recursive=True)]
             except psutil.Error:
                 return
+            rss = 0
+            for p in tree:
+                # a child may exit between listing and reading
+                with contextlib.suppress(psutil.Error), p.oneshot():
+                    times = p.cpu_times()
+                    cpu[(p.pid, p.create_time())] = times.user + times.system
+                    rss += p.memory_info().rss
+            peak = max(peak, rss)
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -103,10 +105,21 @@ def run_measured(command: list[str], env: dict[str, str]) -> tuple[dict[str, Any
     done.set()
     sampler.join()
     if proc.returncode != 0:
-        sys.stderr.write(err[-4000:])
+        sys.stderr.write(err[-6000:])
         raise SystemExit(f"{command[:3]} failed with exit code {proc.returncode}")
-    last = [line for line in out.splitlines() if line.startswith("{")][-1]
-    return json.loads(last), wall, peak / 1e6
+    return out, wall, sum(cpu.values()), peak / 1e6
+
+
+def last_json(out: str) -> dict[str, Any]:
+    """A job's result: the last line of its stdout that is a JSON object."""
+    result: dict[str, Any] = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    return result
+
+
+def run_measured(command: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float, float]:
+    """Run ``command``; return its last stdout JSON line, wall seconds and peak tree RSS (MB)."""
+    out, wall, _, peak_mb = run_tree(command, env)
+    return last_json(out), wall, peak_mb
 
 
 # -- workers (run in their own process) ------------------------------------------------------

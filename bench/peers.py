@@ -27,15 +27,12 @@ comes with the Iceberg issue). Not a test: the figures are for docs/benchmarks.m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -43,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dump_throughput import ROOT, START, bench_table, dump_command, produce_sealable
+from dump_throughput import ROOT, START, bench_table, dump_command, last_json, produce_sealable, run_tree
 
 from tidemark_dev.net import free_port_block
 
@@ -69,54 +66,6 @@ class Run:
             f"{self.cpu_s:6.1f} CPU-s ({self.records / self.cpu_s:>8,.0f} rec per CPU-s), "
             f"peak RSS {self.peak_rss_mb:,.0f} MB; {self.detail}"
         )
-
-
-def run_tree(command: list[str], env: dict[str, str]) -> tuple[str, float, float, float]:
-    """Run ``command``; return its stdout, wall seconds, the CPU seconds of its process tree
-    (each process's last sample) and the tree's peak RSS in MB."""
-    import psutil
-
-    started = time.perf_counter()
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    cpu: dict[tuple[int, float], float] = {}
-    peak = 0
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        root = psutil.Process(proc.pid)
-        while not done.is_set():
-            try:
-                tree = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                return
-            rss = 0
-            for p in tree:
-                try:
-                    with p.oneshot():
-                        times = p.cpu_times()
-                        cpu[(p.pid, p.create_time())] = times.user + times.system
-                        rss += p.memory_info().rss
-                except psutil.Error:
-                    continue
-            peak = max(peak, rss)
-            time.sleep(0.2)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = proc.communicate()
-    wall = time.perf_counter() - started
-    done.set()
-    sampler.join()
-    if proc.returncode != 0:
-        sys.stderr.write(err[-6000:])
-        raise SystemExit(f"{command[:3]} failed with exit code {proc.returncode}")
-    return out, wall, sum(cpu.values()), peak / 1e6
-
-
-def last_json(out: str) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
-    return result
 
 
 def tidemark_run(bootstrap: str, topic: str, total: int, per_partition: int, home: Path) -> Run:

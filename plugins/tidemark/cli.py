@@ -379,7 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    return run_command(build_parser(), argv)
+
+
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse ``argv``, log at INFO (``-v``: DEBUG) and run the chosen command; a named error
+    becomes its message and exit code 2 (``tidemark`` and ``tidemark-dev`` alike)."""
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -388,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except TidemarkError as exc:
-        print(f"tidemark: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 2
 
 

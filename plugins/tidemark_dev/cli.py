@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Sequence
 
 from tidemark import __version__
-from tidemark.errors import TidemarkError
+from tidemark.cli import run_command
 from tidemark.settings import Settings
 from tidemark_dev.demo import run_demo
 from tidemark_dev.local import SERVICES, resolve
@@ -91,16 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        return int(args.func(args))
-    except TidemarkError as exc:
-        print(f"tidemark-dev: {exc}", file=sys.stderr)
-        return 2
+    return run_command(build_parser(), argv)
 
 
 if __name__ == "__main__":
