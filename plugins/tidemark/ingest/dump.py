@@ -32,7 +32,8 @@ from tidemark.errors import DirtyRatioExceededError, LeaseLostError
 from tidemark.faults import crash_point
 from tidemark.ingest.batch_time import batch_watermarks
 from tidemark.ingest.counts import FoldedCounts
-from tidemark.ingest.kafka import client_properties, record_group_commit
+from tidemark.ingest.group_offsets import record_group_commit
+from tidemark.ingest.kafka import client_properties
 from tidemark.ingest.planner import plan_batch
 from tidemark.ingest.publish import Publisher
 from tidemark.ingest.registry import registry_failures
@@ -173,9 +174,8 @@ class DumpSteps:
                 [MqPartitionStats(r.mq_partition, 0, 0, 0) for r in plan.ranges], FoldedCounts(), {}
             )
         if self.spark is None:
-            raise ValueError(
-                f"a Spark session is required to {'replay' if plan.replay else 'read'} batch records"
-            )
+            needed = "replay dirty records" if plan.replay else "read a non-empty batch"
+            raise ValueError(f"a Spark session is required to {needed}")
         with registry_failures(config.table):
             if plan.replay:
                 return replay_and_stage(
