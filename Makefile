@@ -48,7 +48,7 @@ unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
 test: lint jvm browser postgres executor-env spark-classes  ## lint, then the whole test suite (README's test command; what CI runs)
-	$(BIN)/pytest -q -n 2 --dist loadfile --durations=25
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 demo: venv jvm spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
 	$(BIN)/tidemark-dev demo
