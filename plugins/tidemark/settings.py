@@ -159,9 +159,9 @@ class Settings:
             if self.jvm_class_archive
             else Path(self.python).parent.parent / "share" / "tidemark" / "spark-classes.jsa"
         )
-        from tidemark.tablefs import is_object_store
+        from tidemark.tablefs import needs_s3a
 
-        return base.with_name(f"{base.stem}-s3a{base.suffix}") if is_object_store(self.warehouse) else base
+        return base.with_name(f"{base.stem}-s3a{base.suffix}") if needs_s3a(self.warehouse) else base
 
     @property
     def state_dir(self) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemark.settings import Settings
-from tidemark.tablefs import is_object_store
+from tidemark.tablefs import needs_s3a
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,7 +66,7 @@ def driver_class_path(settings: Settings) -> str:
     driver's metastore client needs it; executors never load the 640 MB SDK bundle). spark-submit
     takes it as ``--driver-class-path``; a session started in-process as conf."""
     jars = [jar for jar in JDBC_DRIVER_JARS if Path(jar).is_file()]
-    if is_object_store(settings.warehouse):
+    if needs_s3a(settings.warehouse):
         jars += s3a_jars(settings)
     return ":".join(jars)
 
@@ -149,7 +149,7 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
         "spark.sql.parquet.writeLegacyFormat": "true",
         "spark.sql.parquet.outputTimestampType": "INT96",
     }
-    if is_object_store(settings.warehouse):
+    if needs_s3a(settings.warehouse):
         conf.update(s3a_conf(settings))
     if settings.executor_python != settings.python:  # executors run the shipped venv
         from tidemark.executor_env import CACHE_ENV, shipped_files

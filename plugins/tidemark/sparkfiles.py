@@ -8,13 +8,14 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from tidemark.tableformat import PARQUET, TableFormat
-from tidemark.tablefs import Store, filesystem, s3_from_environment
+from tidemark.tableformat import PARQUET, TableFormat, format_of, is_data_file
+from tidemark.tablefs import Store, filesystem, s3_from_environment, spark_reads
 from tidemark.task_runtime import task_body
 
 if TYPE_CHECKING:
@@ -132,6 +133,40 @@ def read_files(spark: SparkSession, files: Sequence[str], ddl: str, per_task: in
     )
 
 
+def read_parquet_files(spark: SparkSession, files: Sequence[str], ddl: str) -> DataFrame:
+    """Parquet ``files`` (paths or URIs of one store) as one frame of ``ddl``: Spark's own
+    reader where its Hadoop filesystems reach them, else tidemark's pyarrow data source."""
+    if files and not spark_reads(files[0]):
+        return read_files(spark, files, ddl)
+    return spark.read.schema(ddl).parquet(*files)
+
+
+def read_table_files(
+    spark: SparkSession, store: Store, base: Path, files: Sequence[Path] | None, ddl: str
+) -> DataFrame:
+    """Table files under ``base`` (or just ``files``), all under the warehouse ``store``, as
+    one frame of ``ddl`` with the partition columns read back from the paths below ``base``.
+    Spark's own reader where its Hadoop filesystems reach the store (local disk, HDFS), else
+    tidemark's pyarrow data source (S3: no s3a on the executors)."""
+    root = Path(store.root)
+    if not store.spark_reads:
+        chosen = (
+            [str(f.relative_to(root)) for f in files]
+            if files is not None
+            else store.files(str(base.relative_to(root)))
+        )
+        return read_files(spark, [store.uri(f) for f in chosen], ddl)
+    paths = [str(f) for f in files] if files is not None else [str(base)]
+    # a directory never mixes formats: sealed hours are the table's, batch files Parquet
+    sample = (
+        paths[0]
+        if files is not None
+        else next((str(p) for p in sorted(base.rglob("*")) if is_data_file(p.name)), "")
+    )
+    reader = spark.read.schema(ddl).option("basePath", str(base))
+    return format_of(sample).spark_read(reader, *paths)
+
+
 def write_files(
     frame: DataFrame,
     store: Store,
@@ -209,8 +244,7 @@ class PartitionedFiles:
                 below = "/".join(f"{c}={v}" for c, v in zip(parts, values, strict=True))
                 relative = "/".join(x for x in (self.directory, below, self.name) if x)
                 target = self.store.path(relative)
-                if not self.store.object_store:
-                    self.store.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                self.store.make_parent(target)
                 out = self.store.fs.open_output_stream(target)
                 writer = self.fmt.arrow_writer(out, data.schema)
                 self._open[values] = (out, writer, relative)

@@ -44,6 +44,27 @@ def is_object_store(uri: str) -> bool:
     return urlparse(uri).scheme in OBJECT_STORE_SCHEMES
 
 
+def spark_reads(uri: str) -> bool:
+    """Whether Spark's own Hadoop filesystems read files at ``uri`` here (local disk, HDFS:
+    yes; S3: no s3a on the executors, tidemark's pyarrow data source reads them)."""
+    return not is_object_store(uri)
+
+
+def needs_s3a(uri: str) -> bool:
+    """Whether the Hive client registers this warehouse's locations as ``s3a://``
+    (``hadoop_uri``): its session then needs hadoop-aws on the class path and the s3a
+    settings, whoever reads the files."""
+    return hadoop_uri(uri).startswith("s3a://")
+
+
+def storage_kind(uri: str) -> str:
+    """``object_store`` (no rename: a file is written once where it stays) or ``filesystem``
+    (local disk, HDFS: staged files are renamed into place). The commit protocols
+    (``tidemark.hourcommit``, the batch publisher, the snapshot store) pick their
+    implementation by it, once per table."""
+    return "object_store" if is_object_store(uri) else "filesystem"
+
+
 def hadoop_uri(uri: str) -> str:
     """The URI Hive and Spark's Hadoop filesystems know the location by (``s3://`` is ``s3a://``
     there; the metastore needs a FileSystem class for every registered location)."""
@@ -116,6 +137,22 @@ class Store:
     @property
     def object_store(self) -> bool:
         return is_object_store(self.root)
+
+    @property
+    def spark_reads(self) -> bool:
+        """Whether Spark's own Hadoop filesystems read this store here (``spark_reads``)."""
+        return spark_reads(self.root)
+
+    def make_parent(self, path: str) -> None:
+        """Create the directory a file at ``path`` (a filesystem path) goes into, where
+        directories exist (an object store has none)."""
+        if not self.object_store:
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+
+    def metastore_location(self, relative: str, local: str) -> str:
+        """A warehouse path as the metastore registers it: ``s3a://`` on S3 (Hive knows s3 by
+        the s3a FileSystem), the local path (``local``) elsewhere."""
+        return hadoop_uri(self.uri(relative)) if self.object_store else local
 
     @cached_property
     def _fs(self) -> tuple[pafs.FileSystem, str]:

@@ -185,7 +185,7 @@ def test_an_attempt_that_lost_its_batch_never_deletes_nor_adds_to_the_committed_
     commit record lists, the dirty table shows only the committed dirty records, and the
     zombie's files are gone once the hour is sealed."""
     from tidemark.faults import EXIT_CODE
-    from tidemark.ingest.publish import Publisher
+    from tidemark.ingest.publishers import publisher
     from tidemark.state.layout import token_of_file
 
     lake = f"{s3}/{uuid.uuid4().hex[:10]}"
@@ -225,7 +225,7 @@ def test_an_attempt_that_lost_its_batch_never_deletes_nor_adds_to_the_committed_
     hidden_dirty = f"{layout.relative(layout.open_dirty_dir(0))}/p0-000000000000-t{zombie_token:010d}.parquet"
     visible_dirty = next(f for f in commit.files if "__dirty/" in f)
     store.copy(visible_dirty, hidden_dirty)
-    Publisher(layout, 0, zombie_token).rollback()
+    publisher(layout, 0, zombie_token).rollback()
     assert all(store.exists(f) for f in commit.files)  # nothing committed deleted
     assert store.exists(late_row) and store.exists(hidden_dirty)  # its own leftovers: not read
     finish(own, JobClock(8.0), "seal", table, "seal-1")

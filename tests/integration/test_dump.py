@@ -234,16 +234,15 @@ def test_a_dump_paused_past_its_lease_before_rollback_deletes_nothing_committed(
     monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "1")
     monkeypatch.setattr(Lease, "renewing", lambda self: nullcontext())  # frozen: no renewals
     frozen, resume = threading.Event(), threading.Event()
-    real = dump.Publisher
+    real = dump.publisher
 
-    class PausingPublisher(real):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            if threading.current_thread().name == "zombie" and not frozen.is_set():
-                frozen.set()
-                resume.wait(120)
-            super().__init__(*args, **kwargs)
+    def pausing_publisher(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "zombie" and not frozen.is_set():
+            frozen.set()
+            resume.wait(120)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(dump, "Publisher", PausingPublisher)
+    monkeypatch.setattr(dump, "publisher", pausing_publisher)
     outcome: list[BaseException] = []
 
     def zombie() -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from tidemark.errors import ReconciliationError
 from tidemark.ingest.counts import StagedCount, check_files, fold_stats, reconcile, reconcile_reads
-from tidemark.ingest.publish import Publisher
+from tidemark.ingest.publishers import publisher
+from tidemark.ingest.publishers.renaming import RenamingPublisher
 from tidemark.ingest.replay import ReplayError, ReplayRequest
 from tidemark.settings import Settings
 from tidemark.state.batches import Commit, MqRange, Plan
@@ -87,7 +88,8 @@ def test_staged_file_footers_must_hold_the_counted_rows() -> None:
 
 def test_publisher_targets_are_deterministic_and_rollback_removes_published_files(tmp_path: Path) -> None:
     layout = Layout(replace(Settings.from_env(), warehouse=str(tmp_path)), "t")
-    first = Publisher(layout, 7)
+    first = publisher(layout, 7)
+    assert isinstance(first, RenamingPublisher)  # a local warehouse: staged, then moved
     for kind, hour in (
         ("rows", "dt=2026-11-22/hr=10"),
         ("rows", "dt=2026-11-22/hr=11"),
@@ -115,23 +117,23 @@ def test_publisher_targets_are_deterministic_and_rollback_removes_published_file
     assert [t for t in published if (tmp_path / t).exists()] == targets[:4]
     assert not (tmp_path / "t__late").exists() and not (tmp_path / "t__dirty").exists()
     # a retry of the uncommitted batch undoes exactly what the first attempt moved
-    assert Publisher(layout, 7).rollback() == 4
+    assert publisher(layout, 7).rollback() == 4
     assert not any((tmp_path / t).exists() for t in published)
     assert not layout.batch_staging(7).exists()
 
 
 def test_after_the_commit_record_finish_makes_late_and_dirty_files_visible(tmp_path: Path) -> None:
     layout = Layout(replace(Settings.from_env(), warehouse=str(tmp_path)), "t")
-    publisher = Publisher(layout, 3)
+    attempt = publisher(layout, 3)
     for kind, sub in (("rows", "dt=2026-11-22/hr=10/"), ("late", "dt=2026-11-22/hr=09/"), ("dirty", "")):
-        path = publisher.attempt_dir / kind / f"{sub}p0-000000000000.parquet"
+        path = attempt.attempt_dir / kind / f"{sub}p0-000000000000.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    published = publisher.publish()
-    assert Publisher(layout, 3).finish() == 2  # e.g. by the next job, after a crash
+    published = attempt.publish()
+    assert publisher(layout, 3).finish() == 2  # e.g. by the next job, after a crash
     assert all((tmp_path / t).exists() for t in published)
     assert not layout.batch_staging(3).exists()
-    assert Publisher(layout, 3).finish() == 0
+    assert publisher(layout, 3).finish() == 0
 
 
 def test_file_names_are_built_and_parsed_in_one_place() -> None:
@@ -246,13 +248,13 @@ def test_finish_hides_the_replayed_dirty_records_before_showing_the_replays_own(
     old = layout.dirty_file(2, 0)
     old.parent.mkdir(parents=True)
     old.write_bytes(b"old")
-    publisher = Publisher(layout, 5)
-    staged = publisher.attempt_dir / "dirty" / "p0-000000000000.parquet"
+    attempt = publisher(layout, 5)
+    staged = attempt.attempt_dir / "dirty" / "p0-000000000000.parquet"
     staged.parent.mkdir(parents=True)
     staged.write_bytes(b"new")
-    publisher.publish(retire=(2,))
+    attempt.publish(retire=(2,))
     assert old.exists()  # nothing changes before the commit record
-    assert Publisher(layout, 5).finish() == 1
+    assert publisher(layout, 5).finish() == 1
     assert not layout.dirty_batch_dir(2).exists()
     assert (layout.replayed_dirty_dir(2) / old.name).read_bytes() == b"old"
     assert layout.dirty_file(5, 0).read_bytes() == b"new"

@@ -106,3 +106,19 @@ def test_no_test_module_imports_another() -> None:
         and re.match(r"tests\.(unit|integration|e2e)\.", node.module)
     ]
     assert importing == []
+
+
+def test_no_module_asks_whether_the_warehouse_is_an_object_store() -> None:
+    """The kind of warehouse is chosen once per table (``tablefs.storage_kind``, the factories of
+    ``hourcommit`` and ``ingest/publishers``); every other module calls the implementation it
+    was handed, so a third kind of table is one more implementation, not one more branch."""
+    allowed = {"tablefs.py", "hourcommit", "publishers"}
+    asking = re.compile(r"\bobject_store\b|\bis_object_store\(")
+    found = [
+        f"{path.relative_to(LIBRARY)}:{number}"
+        for path in sorted(LIBRARY.rglob("*.py"))
+        if not allowed & set(path.relative_to(LIBRARY).parts)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if asking.search(line.split("#", 1)[0])
+    ]
+    assert not found, f"branches on the kind of warehouse outside its implementations: {found}"

@@ -12,8 +12,8 @@ import pytest
 
 from tests.helpers.tables import fresh_table
 from tidemark.config import TableConfig
+from tidemark.hourcommit.versions import VersionCollector, version_dirs, write_version_once
 from tidemark.seal.hourfiles import step_entry
-from tidemark.seal.versions import VersionCollector, version_dirs, write_version_once
 from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalState
@@ -196,7 +196,7 @@ def test_scopes_sharing_one_record_keep_each_others_replaced_versions(tmp_path: 
     first one's replaced version was first seen (it would never be deleted)."""
     from datetime import timedelta
 
-    from tidemark.seal.versions import collect_unreferenced
+    from tidemark.hourcommit.versions import collect_unreferenced
     from tidemark.state.storage import Location, read_json
 
     store = Store.of(str(tmp_path / "wh"))
@@ -235,7 +235,7 @@ def test_an_outage_does_not_collect_a_version_readers_listed_seconds_ago(tmp_pat
     seen unreferenced just now (wall clock) stays for the retention of real time."""
     from datetime import timedelta
 
-    from tidemark.seal.versions import collect_unreferenced
+    from tidemark.hourcommit.versions import collect_unreferenced
     from tidemark.state.storage import Location
 
     store = Store.of(str(tmp_path / "wh"))
@@ -263,7 +263,7 @@ def test_a_directory_a_live_lease_writes_is_neither_emptied_nor_collected(tmp_pa
     from datetime import timedelta
 
     from tidemark.errors import VersionConflictError
-    from tidemark.seal.versions import OWNER_RECORD, claim_version, collect_unreferenced
+    from tidemark.hourcommit.versions import OWNER_RECORD, claim_version, collect_unreferenced
     from tidemark.state.locks import TableLock
     from tidemark.state.storage import Location
 
@@ -297,7 +297,7 @@ def test_a_retry_reuses_a_whole_version_under_a_taken_over_name_never_a_half_del
 ) -> None:
     """A writer that took over from a dead one wrote ``<name>-<owner>``: a later retry reuses it
     (the journal entry's files name it); a marker whose files are gone is not a version."""
-    from tidemark.seal.versions import claim_version, entry_directory
+    from tidemark.hourcommit.versions import claim_version, entry_directory
     from tidemark.state.journal import EntryKind, JournalEntry
     from tidemark.state.locks import TableLock
 

@@ -13,7 +13,7 @@ Protocol (seeds 000/003: commit, rollback and recommit of an in-flight instant):
 6. publish: write the manifest of deterministic target names, then move the rows into the
    hidden ``_open`` directory (after checking the lock's lease);
 7. write the commit record (create-only): the batch is now visible to sealing;
-8. move the late rows and dirty records to their visible directories (``Publisher.finish``,
+8. move the late rows and dirty records to their visible directories (``BatchPublisher.finish``,
    rolled forward by the next dump or seal if this job dies first);
 9. commit consumer-group offsets (lag monitoring only; a failure is a warning).
 A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry finishes step 8.
@@ -35,7 +35,7 @@ from tidemark.ingest.counts import FoldedCounts
 from tidemark.ingest.group_offsets import record_group_commit
 from tidemark.ingest.kafka import client_properties
 from tidemark.ingest.planner import plan_batch
-from tidemark.ingest.publish import Publisher
+from tidemark.ingest.publishers import publisher
 from tidemark.ingest.registry import registry_failures
 from tidemark.ingest.replay import ReplayRequest, plan_replay, replay_and_stage
 from tidemark.ingest.staged import Staged, read_and_stage
@@ -143,7 +143,7 @@ class DumpSteps:
             done.run_id,
         )
         self.lease.check()  # finishing shows files: only the holder does it
-        Publisher(self.layout, done.batch_id).finish(done.files)
+        publisher(self.layout, done.batch_id).finish(done.files)
 
     def roll_back(self) -> None:
         """Finish the previous batch if its job died after its commit record, then undo what an
@@ -154,8 +154,8 @@ class DumpSteps:
         self.lease.check()  # a job paused past its lease deletes and shows nothing
         if plan.batch_id > 0:  # a crash right after the previous commit record: finish it first
             previous = commit_log.commit(plan.batch_id - 1)
-            Publisher(self.layout, plan.batch_id - 1).finish(previous.files if previous else ())
-        self.publisher = Publisher(self.layout, plan.batch_id, self.lease.token)
+            publisher(self.layout, plan.batch_id - 1).finish(previous.files if previous else ())
+        self.publisher = publisher(self.layout, plan.batch_id, self.lease.token)
         with self.watch.phase("rollback"):
             self.lease.check()
             if commit_log.commit(plan.batch_id) is not None:  # committed by the lease's next holder

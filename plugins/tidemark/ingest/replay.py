@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from tidemark.ingest.publish import Publisher
+    from tidemark.ingest.publishers.base import BatchPublisher
     from tidemark.ingest.staged import Staged
     from tidemark.state.commitlog import LogState
     from tidemark.stopwatch import Stopwatch
@@ -89,10 +89,10 @@ def plan_replay(
         raise ReplayError(f"{table}: say why (--reason): a replay is kept in the audit log")
     state = commit_log.state()
     if state.last_committed >= 0:  # a replay killed after its commit record retires its input first
-        from tidemark.ingest.publish import Publisher
+        from tidemark.ingest.publishers import publisher
 
         last = commit_log.commit(state.last_committed)
-        Publisher(layout, state.last_committed).finish(last.files if last else ())
+        publisher(layout, state.last_committed).finish(last.files if last else ())
     pending = commit_log.pending_plan(state)
     if pending is not None:
         raise ReplayError(
@@ -140,14 +140,10 @@ def plan_replay(
 
 def dirty_frame(spark: SparkSession, files: Sequence[str]) -> DataFrame:
     """The dirty records in ``files`` (paths or URIs), as written (``DIRTY_FIELDS``)."""
-    from tidemark.tablefs import is_object_store
+    from tidemark.sparkfiles import read_parquet_files
 
     ddl = ", ".join(f"{name} {kind}" for name, kind, _ in DIRTY_FIELDS)
-    if files and is_object_store(files[0]):  # no Hadoop filesystem for the data: pyarrow reads it
-        from tidemark.sparkfiles import read_files
-
-        return read_files(spark, files, ddl)
-    return spark.read.schema(ddl).parquet(*files)
+    return read_parquet_files(spark, files, ddl)
 
 
 def classified_again(spark: SparkSession, files: Sequence[str], spec: ClassifySpec) -> DataFrame:
@@ -193,7 +189,7 @@ def replay_and_stage(
     *,
     config: TableConfig,
     plan: Plan,
-    publisher: Publisher,
+    publisher: BatchPublisher,
     state: LogState,
     stopwatch: Stopwatch,
 ) -> Staged:

@@ -28,7 +28,7 @@ from typing import Any
 from tidemark.config import TableConfig
 from tidemark.errors import ResolveError
 from tidemark.ingest.kafka import client_properties, partition_offsets, topic_id
-from tidemark.ingest.publish import Publisher
+from tidemark.ingest.publishers import publisher
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog, AuditRecord
 from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
@@ -109,7 +109,7 @@ def resolve(
             detail={"run_id": run_id} if run_id else {},
         )
         if action != "accept":
-            Publisher(Layout(settings, config.table), pending.batch_id, lease.token).rollback()
+            publisher(Layout(settings, config.table), pending.batch_id, lease.token).rollback()
             _close(commit_log, pending, record, _closed_ranges(pending, gap=action == "skip"))
         log.warning("%s: %s", config.table, record.describe())
         return record

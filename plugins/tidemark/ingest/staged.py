@@ -20,7 +20,7 @@ from tidemark.stopwatch import Stopwatch
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from tidemark.ingest.publish import Publisher
+    from tidemark.ingest.publishers.base import BatchPublisher
     from tidemark.ingest.spec import ClassifySpec
     from tidemark.state.batches import Plan
 
@@ -40,7 +40,7 @@ def stage_classified(
     spec: ClassifySpec,
     *,
     config: TableConfig,
-    publisher: Publisher,
+    publisher: BatchPublisher,
     state: LogState,
     stopwatch: Stopwatch,
 ) -> tuple[list[StagedCount], PartitionValues]:
@@ -71,7 +71,7 @@ def read_and_stage(
     *,
     config: TableConfig,
     plan: Plan,
-    publisher: Publisher,
+    publisher: BatchPublisher,
     kafka_conf: dict[str, Any],
     state: LogState,
     stopwatch: Stopwatch,

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
+from tidemark.hourcommit import hour_commit
+from tidemark.hourcommit.renaming import data_files
 from tidemark.ingest.columns import data_fields
 from tidemark.seal.checks import CheckResult
 from tidemark.seal.metastore import Metastore, quote_identifier
@@ -21,22 +23,15 @@ from tidemark.seal.quality import QualityOutcome, gate
 from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
-from tidemark.state.layout import SUCCESS, Layout, batch_of_file, data_docs_dir, write_success
+from tidemark.state.layout import Layout, data_docs_dir
 from tidemark.table_state import TableState
-from tidemark.tableformat import file_rows, format_of, is_data_file, table_format
+from tidemark.tableformat import file_rows, table_format
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-
-def data_files(directory: Path) -> list[Path]:
-    """The data files (Parquet, ORC) under a local directory, sorted; none if it is missing."""
-    if not directory.exists():
-        return []
-    return sorted(p for p in directory.rglob("*") if is_data_file(p.name) and p.is_file())
 
 
 class HourFiles:
@@ -46,6 +41,7 @@ class HourFiles:
         self.spark = spark
         self.config = config
         self.layout = Layout(settings, config.table)
+        self.commit = hour_commit(self.layout)  # how a version of an hour becomes visible
         self.metastore = Metastore(spark, config)
         self.extra_columns = list(config.partitioning.columns)
         self.format = table_format(config)  # of the sealed hours; batch files are Parquet
@@ -103,22 +99,9 @@ class HourFiles:
         columns read back from the path, under the config's schema (or an older version's):
         files of an older version read a new column as null and a widened one promoted (the
         compaction of an hour whose batches span a schema change)."""
-        schema = self.ddl(config)
-        if self.layout.object_store:  # no Hadoop filesystem for the data: pyarrow reads it
-            from tidemark.sparkfiles import read_files
+        from tidemark.sparkfiles import read_table_files
 
-            store = self.layout.store
-            relative = (
-                [self.layout.relative(f) for f in files]
-                if files is not None
-                else store.files(self.layout.relative(hour_dir))
-            )
-            return read_files(self.spark, [store.uri(f) for f in relative], schema)
-        paths = [str(f) for f in files] if files is not None else [str(hour_dir)]
-        # a directory never mixes formats: sealed hours are the table's, batch files Parquet
-        sample = paths[0] if files is not None else next((str(p) for p in data_files(hour_dir)), "")
-        reader = self.spark.read.schema(schema).option("basePath", str(hour_dir))
-        return format_of(sample).spark_read(reader, *paths)
+        return read_table_files(self.spark, self.layout.store, hour_dir, files, self.ddl(config))
 
     def write_staged(self, frame: DataFrame, staging: Path) -> None:
         """Local disk: an hour's rows written by Spark into ``staging`` in the table's format
@@ -149,23 +132,11 @@ class HourFiles:
         )
 
     def batch_files(self, directory: Path, *, through: int, after: int = -1) -> list[Path]:
-        """Batch files under a warehouse directory of batches ``after`` < b <= ``through``
-        (committed ones, not yet folded in), sorted."""
-        if self.layout.object_store:
-            store = self.layout.store
-            found = [self.layout.warehouse / f for f in store.files(self.layout.relative(directory))]
-        else:
-            found = data_files(directory)
-        chosen = [
-            p for p in found if (batch := batch_of_file(p.name)) is not None and after < batch <= through
-        ]
-        if not self.layout.object_store:
-            return chosen
-        # an attempt that lost its batch (paused past its lease) may have left files beside the
-        # committed attempt's: only those its commit record lists are the batch
-        return [
-            p for p in chosen if self.layout.relative(p) in self._committed_files(batch_of_file(p.name) or 0)
-        ]
+        """Committed batch files under a warehouse directory of batches ``after`` < b <= ``through``
+        (not yet folded in), sorted."""
+        return self.commit.batch_files(
+            directory, through=through, after=after, committed=self._committed_files
+        )
 
     def _committed_files(self, batch_id: int) -> frozenset[str]:
         if batch_id not in self._commits:
@@ -189,13 +160,7 @@ class HourFiles:
         """(spec, location) of the metastore partitions of an hour: one per extra-column value."""
         if not self.extra_columns:
             return [(hour.spec, target)]
-        if self.layout.object_store:  # no directories there: the values its files lie under
-            base = self.layout.relative(target)
-            below = {f[len(base) + 1 :].rsplit("/", 1)[0] for f in self.layout.store.files(base)}
-            leaves = sorted(target / b for b in below if b.count("/") == len(self.extra_columns) - 1)
-        else:
-            pattern = "/".join("*" for _ in self.extra_columns)
-            leaves = sorted(p for p in target.glob(pattern) if p.is_dir())
+        leaves = self.commit.partition_leaves(target, len(self.extra_columns))
         specs = []
         for leaf in leaves:
             values = dict(part.split("=", 1) for part in leaf.relative_to(target).parts)
@@ -224,13 +189,7 @@ class HourFiles:
     def register(self, table: str, location: Path, hour: Hour, target: Path) -> None:
         """Create ``table`` at ``location`` if missing and add the hour's partitions at ``target``
         (on an object store: point them at ``target``, a new version of the hour)."""
-        if self.layout.object_store:
-            self.metastore.ensure_table(table, self.layout.location(location))
-            specs = [(spec, self.layout.location(leaf)) for spec, leaf in self.partition_specs(hour, target)]
-            self.metastore.switch_partitions(table, hour.spec, specs)
-            return
-        self.metastore.ensure_table(table, location)
-        self.metastore.add_partitions(table, self.partition_specs(hour, target))
+        self.commit.register(self.metastore, table, location, hour, self.partition_specs(hour, target))
 
     def publish(self, hour: Hour, target: Path, rows: int, *, version: int, refresh: bool = False) -> None:
         """Register the hour's partitions, then mark the directory complete for path readers."""
@@ -243,11 +202,7 @@ class HourFiles:
 
     def mark_complete(self, target: Path, hour: Hour, rows: int, version: int) -> None:
         """``_SUCCESS`` in an hour's directory (or its version's, on an object store)."""
-        if self.layout.object_store:
-            record = {"hour": hour.key, "rows": rows, "version": version}
-            self.layout.store.write_json(f"{self.layout.relative(target)}/{SUCCESS}", record)
-        else:
-            write_success(target, hour.key, rows, version)
+        self.commit.mark_complete(target, hour.key, rows, version)
 
 
 def _quietly(task: Any) -> None:

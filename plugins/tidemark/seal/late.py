@@ -12,18 +12,16 @@ re-reads the hour's batches from the topic, never the late files.
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
+from tidemark.hourcommit.base import Writer
 from tidemark.seal.hourfiles import HourFiles, step_entry
-from tidemark.seal.versions import write_version_once
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
-from tidemark.state.layout import batch_of_file, sealed_file_prefix
+from tidemark.state.layout import batch_of_file
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.time.hours import Hour, parse_path
 
@@ -50,6 +48,8 @@ class LateRows:
         self.layout = files.layout
         self.run_id = run_id
         self.zone = self.config.event_time.time_zone
+        self.commit = files.commit
+        self.writer = Writer(run_id, lease)
 
     def hours(self, state: LogState) -> list[Hour]:
         return sorted(parse_path(p, self.zone) for p, n in state.late_per_hour.items() if n)
@@ -68,11 +68,9 @@ class LateRows:
             return []
         late_table = self.config.late_table
         for hour in todo:
-            if self.layout.object_store:
-                target = self._late_version(hour, state)
-                locations[hour.key] = self.layout.relative(target)
-            else:
-                target = self.layout.late_dir / hour.path
+            target, location = self.commit.late_partition(hour, state, self.files, self.writer)
+            if location is not None:
+                locations[hour.key] = location
             self.fence()
             self.files.register(late_table, self.layout.late_dir, hour, target)
             registered[hour.key] = state.late_per_hour[hour.path]
@@ -91,62 +89,6 @@ class LateRows:
     def locations(self, journal: HourJournal) -> dict[str, str]:
         """Object stores: the version directory each late partition points at."""
         return dict((read_json(self.registry_file(journal)) or {}).get("locations", {}))
-
-    def _amend_in_place(
-        self, hour: Hour, current: JournalEntry | None, new_files: list[Path], version: int, through: int
-    ) -> tuple[Path, list[str], int]:
-        """Object stores: the hour's current files and its new late rows written once as the
-        hour's next version directory (the whole hour: a registered directory never changes),
-        which the partition is then pointed at. Returns (directory, files, late rows added)."""
-        store = self.layout.store
-        named = self.layout.hour_version(hour.path, version, through)
-        before = current.rows if current else 0
-
-        def rewrite(directory: str) -> list[tuple[str, int]]:
-            home = self.layout.warehouse / directory
-            inputs = [*(self.layout.warehouse / f for f in (current.files if current else ())), *new_files]
-            late = sum(store.rows(self.layout.relative(p)) for p in new_files)
-            size = sum(store.size(self.layout.relative(p)) for p in inputs)
-            n_files = self.config.output.files_for(size)
-            written = self.files.write_version(
-                self.files.read_hour(home, inputs), home, sealed_file_prefix(1), n_files
-            )
-            rows = sum(n for _, n in written)
-            if rows != before + late:
-                raise ReconciliationError(
-                    f"{self.config.table} hour {hour.key}: amend to v{version} wrote {rows} rows != {before} "
-                    f"sealed + {late} late rows of batches <= {through}; not registered"
-                )
-            return written
-
-        written = write_version_once(store, self.layout.relative(named), rewrite, self.lease)
-        return self.layout.warehouse / written.directory, written.files, written.rows - before
-
-    def _late_version(self, hour: Hour, state: LogState) -> Path:
-        """Object stores: the committed late rows of an hour (hidden batch files in
-        ``<table>__late/_open``) written once as a new directory of the late partition, named by
-        its rows and last batch; the partition is then pointed at it, so readers never see a
-        late file before its batch commits, nor half a version."""
-        store = self.layout.store
-        count = state.late_per_hour[hour.path]
-        named = self.layout.versioned_hour(self.layout.late_dir, hour.path, count, state.last_committed)
-
-        def gather(directory: str) -> list[tuple[str, int]]:
-            home = self.layout.warehouse / directory
-            inputs = self.files.batch_files(
-                self.layout.late_open_dir / hour.path, through=state.last_committed
-            )
-            written = self.files.write_version(self.files.read_hour(home, inputs), home, "part", 1)
-            rows = sum(n for _, n in written)
-            if rows != count:
-                raise ReconciliationError(
-                    f"{self.config.late_table} hour {hour.key}: {rows} late rows in the batch files != {count} "
-                    f"committed by batches <= {state.last_committed}; not registered"
-                )
-            return written
-
-        written = write_version_once(store, self.layout.relative(named), gather, self.lease)
-        return self.layout.warehouse / written.directory
 
     def _drop_folded(self, late_dir: Path, through: int) -> None:
         """Delete the late files of batches <= ``through``: the hour's version holds their rows."""
@@ -167,30 +109,22 @@ class LateRows:
             if current is not None and current.quarantined:
                 continue  # its late rows wait for the release
             folded = current.folded_through_batch if current else -1
-            late_dir = (
-                self.layout.late_open_dir if self.layout.object_store else self.layout.late_dir
-            ) / hour.path
+            late_dir = self.commit.late_inputs(hour)
             self._drop_folded(late_dir, folded)  # a kill after the last amend's journal entry
             new_files = self.files.batch_files(late_dir, through=state.last_committed, after=folded)
             if not new_files:
                 continue
             version = (current.version if current else 0) + 1
             through = max(batch_of_file(p.name) or 0 for p in new_files)
-            if self.layout.object_store:
-                target, files, added = self._amend_in_place(hour, current, new_files, version, through)
-            else:
-                target = self.layout.table_dir / hour.path
-                staging = self.layout.step_staging("amend", hour.key, f"v{version}")
-                shutil.rmtree(staging, ignore_errors=True)
-                frame = self.files.read_hour(late_dir, new_files)
-                self.files.write_staged(frame.coalesce(1), staging)  # the table's format
-                added = self.files.staged_rows(staging)
-                # One rename per file: readers see the old version or the new one, never half.
-                self.fence()
-                files = [
-                    *(current.files if current else ()),
-                    *self.files.move_staged(staging, target, sealed_file_prefix(version)),
-                ]
+            target, files, added = self.commit.amend(
+                hour,
+                current,
+                new_files,
+                version=version,
+                through=through,
+                files=self.files,
+                writer=self.writer,
+            )
             crash_point("after_amend_files")
             self.fence()
             self.files.register(self.config.table, self.layout.table_dir, hour, target)

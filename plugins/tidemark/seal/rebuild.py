@@ -28,7 +28,6 @@ Two rebuilds of one hour at once: the second fails cleanly on the hour's rebuild
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,22 +35,17 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, RebuildError, ReconciliationError
 from tidemark.faults import crash_point
+from tidemark.hourcommit.base import Writer
 from tidemark.ingest.registry import registry_failures
-from tidemark.seal.hourfiles import HourFiles, data_files, step_entry
+from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
-from tidemark.seal.versions import entry_directory, write_version_once
 from tidemark.settings import Settings
 from tidemark.state.journal import EntryKind
 from tidemark.state.layout import (
-    COMPACTED_MARKER,
     batch_dir_name,
-    compaction_marker,
-    sealed_file_prefix,
-    write_success,
 )
 from tidemark.state.locks import Lease
-from tidemark.state.storage import replace_atomically
-from tidemark.tablefs import Store, exchange_directories
+from tidemark.tablefs import Store
 from tidemark.time.hours import Hour, parse_key
 
 if TYPE_CHECKING:
@@ -80,10 +74,10 @@ class Rebuilder:
         self.run_id = run_id
         self.files = HourFiles(spark, config, settings)
         self.layout = self.files.layout
+        self.commit = self.files.commit
         self.state = self.files.state
         self.journal = self.state.journal
         self.commit_log = self.state.commit_log
-        self.hour_lease: Lease | None = None
 
     def run(self, hour_keys: list[str]) -> RebuildResult:
         result = RebuildResult(self.config.table, self.run_id)
@@ -98,7 +92,6 @@ class Rebuilder:
         table = self.config.table
         hour = parse_key(hour_key, self.config.event_time.time_zone)
         with self.state.lock(f"rebuild-{hour.key}").hold(self.run_id) as hour_lease:
-            self.hour_lease = hour_lease  # owns the version directory it writes
             partitions = self.journal.state()
             current = partitions.hours.get(hour.key)
             if current is not None and current.kind is EntryKind.REBUILD and current.run_id == self.run_id:
@@ -128,15 +121,22 @@ class Rebuilder:
                 check_offsets(
                     plan, self.config.source.topic, partition_offsets(kafka_conf, self.config.source.topic)
                 )
-            staging = self._staging(hour)
             written_with = current.schema_version if current is not None else 0
             hour_config = self.files.history.config_at(self.config, written_with)
-            if self.layout.object_store:
-                version = (current.version if current is not None else 0) + 1
-                new_dir, files, rows = self._stage_version(hour, plan, version, kafka_conf, hour_config)
-            else:
-                shutil.rmtree(staging, ignore_errors=True)
-                new_dir, files, rows = self._stage(hour, plan, staging, kafka_conf, hour_config)
+            with registry_failures(table):  # a registry down fails the rebuild, named
+                new_dir, files, rows = self.commit.stage_rebuild(
+                    hour,
+                    version=(current.version if current is not None else 0) + 1,
+                    through=plan.through_batch,
+                    scratch=self._staging(hour),
+                    files=self.files,
+                    writer=Writer(self.run_id, hour_lease),
+                    rows_of=lambda receipts: (
+                        self._rows(hour, plan, receipts, kafka_conf, hour_config) if plan.sources else None
+                    ),
+                    reconcile=lambda receipts, rows: self._reconcile(hour, plan, receipts, rows),
+                    n_files=self._file_count(hour),
+                )
             quality = self.files.quality_of(hour, new_dir, rows, hour_config)
             if quality.blocks:
                 self._drop_staging(hour)
@@ -180,55 +180,7 @@ class Rebuilder:
 
     def _drop_staging(self, hour: Hour) -> None:
         """The run's scratch (local: the swapped-out previous version; object store: receipts)."""
-        staging = self._staging(hour)
-        if self.layout.object_store:
-            self.layout.store.delete_dir(self.layout.relative(staging))
-        else:
-            shutil.rmtree(staging, ignore_errors=True)
-
-    def _stage_version(
-        self,
-        hour: Hour,
-        plan: RebuildPlan,
-        version: int,
-        kafka_conf: dict[str, Any],
-        hour_config: TableConfig,
-    ) -> tuple[Path, list[str], int]:
-        """Object stores: write the hour's rows once into the directory of its next version
-        (``Layout.hour_version``: named by the version and the last batch it holds), marker
-        last; a retry reuses a directory with a marker and rewrites one without. Returns (dir,
-        files relative to the warehouse, rows)."""
-        named = self.layout.relative(self.layout.hour_version(hour.path, version, plan.through_batch))
-
-        def reread(directory: str) -> list[tuple[str, int]]:
-            if not plan.sources:
-                return []
-            home = self.layout.warehouse / directory
-            receipts = self._staging(hour) / "receipts"
-            frame = self._rows(hour, plan, receipts, kafka_conf, hour_config)
-            with registry_failures(self.config.table):  # a registry down fails the rebuild, named
-                written = self.files.write_version(
-                    frame,
-                    home,
-                    sealed_file_prefix(1),
-                    self._file_count(hour),
-                    sort_by=("_mq_partition", "_mq_offset"),
-                )
-            crash_point("mid_rebuild")
-            self._reconcile(hour, plan, receipts, sum(n for _, n in written))
-            return written
-
-        written = write_version_once(self.layout.store, named, reread, self.hour_lease)
-        home = self.layout.warehouse / written.directory
-        if written.reused:
-            log.info(
-                "%s: hour %s v%s already written in %s",
-                self.config.table,
-                hour.key,
-                version,
-                self.layout.uri(home),
-            )
-        return home, written.files, written.rows
+        self.layout.store.delete_dir(self.layout.relative(self._staging(hour)))
 
     def _file_count(self, hour: Hour) -> int:
         """As many files as the hour's current version, by the target file size."""
@@ -236,52 +188,9 @@ class Rebuilder:
         size = sum(store.size(self.layout.relative(p)) for p in self._current_files(hour))
         return self.config.output.files_for(size)
 
-    def _stage(
-        self,
-        hour: Hour,
-        plan: RebuildPlan,
-        staging: Path,
-        kafka_conf: dict[str, Any],
-        hour_config: TableConfig,
-    ) -> tuple[Path, list[str], int]:
-        """Write the hour's rows into ``staging/hour`` under the schema the hour was written
-        with (``hour_config``); returns (dir, files relative to the warehouse once swapped in,
-        rows)."""
-        new_dir = staging / "hour"
-        new_dir.mkdir(parents=True)
-        rows = 0
-        if plan.sources:
-            frame = self._rows(hour, plan, staging / "receipts", kafka_conf, hour_config)
-            written = staging / "write"
-            from tidemark.sparkfiles import into_files
-
-            ordered = into_files(frame, self._file_count(hour)).sortWithinPartitions(
-                "_mq_partition", "_mq_offset"
-            )
-            with registry_failures(self.config.table):  # a registry down fails the rebuild, named
-                self.files.write_staged(ordered, written)
-            crash_point("mid_rebuild")
-            rows = self.files.staged_rows(written)
-            self._reconcile(hour, plan, staging / "receipts", rows)
-            self.files.move_staged(written, new_dir, sealed_file_prefix(1))
-        target = self.layout.table_dir / hour.path
-        files = [
-            str((target / p.relative_to(new_dir)).relative_to(self.layout.warehouse))
-            for p in data_files(new_dir)
-        ]
-        replace_atomically(compaction_marker(new_dir), {"files": files, "rows": rows})
-        return new_dir, files, rows
-
     def _current_files(self, hour: Hour) -> list[Path]:
-        """The files readers see for the hour now (its registered version on an object store)."""
-        if self.layout.object_store:
-            entry = self.journal.state().hours.get(hour.key)
-            if entry is None:
-                return []
-            current = entry_directory(self.layout, hour.path, entry)
-            return [self.layout.warehouse / f for f in self.layout.store.files(current)]
-        target = self.layout.table_dir / hour.path
-        return data_files(target)
+        """The files readers see for the hour now."""
+        return self.commit.current_files(hour, self.journal.state().hours.get(hour.key))
 
     def _rows(
         self,
@@ -377,21 +286,6 @@ class Rebuilder:
                 + "; ".join(problems)
             )
 
-    def _verify_complete(self, hour: Hour, new_dir: Path, files: list[str]) -> None:
-        """Object stores: the directory about to be registered is whole: its marker names the
-        files written, and every one of them is there (not deleted under a paused rebuild)."""
-        store = self.layout.store
-        directory = self.layout.relative(new_dir)
-        marker = store.read_json(f"{directory}/{COMPACTED_MARKER}")
-        present = set(store.files(directory))
-        missing = sorted(set(files) - present)
-        if marker is None or sorted(marker["files"]) != sorted(files) or missing:
-            raise RebuildError(
-                f"{self.config.table} hour {hour.key}: {self.layout.uri(new_dir)} is not whole "
-                f"({'no marker' if marker is None else f'{len(missing)} files missing'}); nothing was "
-                "switched: retry the rebuild (it writes the version again)"
-            )
-
     def _swap_and_record(
         self,
         lease: Lease,
@@ -409,27 +303,18 @@ class Rebuilder:
         partitions = self.journal.state()
         current = partitions.hours[hour.key]
         version = current.version + 1
-        if self.layout.object_store:  # point the partition at the new version's directory
-            named = self.layout.hour_version(hour.path, version, plan.through_batch).name
-            if new_dir.name != named and not new_dir.name.startswith(f"{named}-"):
-                raise RebuildError(
-                    f"{self.config.table} hour {hour.key} changed to v{current.version} while it was rebuilt "
-                    f"into {new_dir}; nothing was switched: retry the rebuild"
-                )
-            self._verify_complete(hour, new_dir, files)
-            lease.check()
-            self.files.register(self.config.table, self.layout.table_dir, hour, new_dir)
-            crash_point("after_swap")
-            self.files.mark_complete(new_dir, hour, rows, version)
-            atomic = True  # one SET LOCATION
-        else:
-            write_success(new_dir, hour.key, rows, version)
-            target = self.layout.table_dir / hour.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            lease.check()
-            atomic = exchange_directories(new_dir, target)
-            crash_point("after_swap")
-            self.files.register(self.config.table, self.layout.table_dir, hour, target)
+        atomic = self.commit.publish_rebuilt(
+            hour,
+            current_version=current.version,
+            through=plan.through_batch,
+            staged=new_dir,
+            written=files,
+            rows=rows,
+            writer=Writer(self.run_id, lease),
+            register=lambda target: self.files.register(
+                self.config.table, self.layout.table_dir, hour, target
+            ),
+        )
         self.spark.catalog.refreshTable(self.config.table)
         entry = step_entry(
             self.config,

@@ -28,27 +28,24 @@ version of its files (``amend``), which re-announces it.
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, ReconciliationError, ReleaseError
 from tidemark.faults import crash_point
-from tidemark.ingest.publish import Publisher
+from tidemark.hourcommit.base import Writer
+from tidemark.ingest.publishers import publisher
 from tidemark.seal.compaction import Compactor
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.late import LateRows
-from tidemark.seal.versions import VersionCollector, entry_directory
 from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.locks import Lease
 from tidemark.stopwatch import Stopwatch
 from tidemark.table_state import TableState
-from tidemark.tablefs import exchange_directories
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
 from tidemark.time.instants import parse_instant
 
@@ -133,6 +130,8 @@ class Sealer:
         self.zone = config.event_time.time_zone
         self.late = LateRows(self.files, run_id, fence=self._fence, lease=lease)
         self.compactor = Compactor(spark, self.files, run_id, lease)
+        self.commit = self.files.commit
+        self.writer = Writer(run_id, lease)
         self.watch = Stopwatch()
 
     def entry(self, hour: Hour, state: LogState, journal: JournalState, **step: Any) -> JournalEntry:
@@ -148,7 +147,7 @@ class Sealer:
         if state.last_committed >= 0:  # late and dirty files of a batch whose dump died after committing
             self._fence()
             last = self.commit_log.commit(state.last_committed)
-            Publisher(self.layout, state.last_committed).finish(last.files if last else ())
+            publisher(self.layout, state.last_committed).finish(last.files if last else ())
         pending = self.commit_log.pending_plan(state)
         result = SealResult(self.config.table, self.run_id, "nothing_to_seal")
         result.ready_time = state.ready.time if state.ready else None
@@ -198,18 +197,8 @@ class Sealer:
                     partitions.apply(entry)
                     result.amended.append(entry.hour)
         result.sealed_through = partitions.sealed_through
-        if self.layout.object_store:
-            collector = VersionCollector(self.config, self.layout, self.journal)
-            metastore = self.files.metastore
-            registered = [
-                *metastore.partition_locations(self.config.table),
-                *metastore.partition_locations(self.config.late_table),
-            ]
-            self._fence()  # a zombie's collection would judge by a journal another holder moved on
-            with self.watch.phase("collect"):
-                result.versions_deleted = collector.collect(
-                    state, partitions, self.late.locations(self.journal), registered
-                )
+        with self.watch.phase("collect"):
+            result.versions_deleted = self._collect(state, partitions)
         result.timings = self.watch.rounded()
         self._fail_on_quarantine(partitions)
         log.info(
@@ -246,14 +235,12 @@ class Sealer:
         self, hour: Hour, state: LogState, partitions: JournalState, watch: Stopwatch
     ) -> JournalEntry:
         expected = state.rows_per_hour.get(hour.path, 0)
-        target = self.layout.table_dir / hour.path
         log.info(
             "%s: sealing hour %s (%s rows expected from the commit log)", self.config.table, hour, expected
         )
         with watch.phase("compact"):
             files, rows, home = self.compactor.compact(hour, state, expected)
-            if self.layout.object_store:
-                target = home
+            target = self.commit.published_dir(hour, home)
         if rows != expected:
             raise ReconciliationError(
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
@@ -273,7 +260,7 @@ class Sealer:
         else:
             self._fence()
             with watch.phase("register"):
-                self._reveal(home, target)
+                self.commit.reveal(home, target, self.writer)
                 self.files.publish(hour, target, rows, version=1)
         kind, version = (EntryKind.QUARANTINE, 0) if quality.blocks else (EntryKind.SEAL, 1)
         entry = self.entry(
@@ -295,11 +282,24 @@ class Sealer:
 
     def _drop_batch_files(self, hour: Hour) -> None:
         """The hour's batch files, once its journal entry is written."""
-        if self.layout.object_store:
-            for relative in self.layout.store.files(self.layout.relative(self.layout.open_dir / hour.path)):
-                self.layout.store.delete(relative)
-        else:
-            shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
+        self.commit.drop_batch_files(hour)
+
+    def _collect(self, state: LogState, partitions: JournalState) -> list[str]:
+        """Versions no partition points at, past the retention (object stores keep them so
+        long: a query may still list one). The metastore's locations count as pointed at."""
+        metastore = self.files.metastore
+        return self.commit.collect(
+            self.config,
+            self.journal,
+            state=state,
+            partitions=partitions,
+            late_locations=self.late.locations(self.journal),
+            writer=self.writer,
+            registered=lambda: [
+                *metastore.partition_locations(self.config.table),
+                *metastore.partition_locations(self.config.late_table),
+            ],
+        )
 
     # -- release of a quarantined hour ----------------------------------------------------
     def release(self, hour_key: str) -> JournalEntry:
@@ -313,12 +313,9 @@ class Sealer:
                 f"{self.config.table} hour {hour_key} is not quarantined: {now}; nothing released"
             )
         hour = parse_key(hour_key, self.zone)
-        if self.layout.object_store:  # its version directory was written, only not registered
-            target = self.layout.warehouse / entry_directory(self.layout, hour.path, current)
-        else:
-            target = self.layout.table_dir / hour.path
-            self._fence()
-            self._reveal(self.layout.sealing_dir / hour.path, target)
+        home, target = self.commit.release_dirs(hour, current)
+        self._fence()
+        self.commit.reveal(home, target, self.writer)
         self._fence()
         self.files.publish(hour, target, current.rows, version=1)
         quality = {**current.quality, "released_by_run": self.run_id}
@@ -340,51 +337,12 @@ class Sealer:
         log.info("%s: hour %s released and registered (%s rows)", self.config.table, hour_key, current.rows)
         return entry
 
-    def _reveal(self, home: Path, target: Path) -> None:
-        """Move a checked hour from the hidden ``_sealing`` directory to its place (one
-        rename; nothing to do when it is there already)."""
-        if home == target or not home.exists():
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():  # a directory left by an older version: swap, then drop it
-            exchange_directories(home, target)
-            shutil.rmtree(home, ignore_errors=True)
-        else:
-            home.rename(target)
-
     def _sweep_sealed_leftovers(self, partitions: JournalState) -> None:
         """Batch files of hours already sealed (a crash between journal and cleanup), and a
         hidden directory beside a published hour (a seal paused past its lease entered it)."""
         if not partitions.sealed_through:
             return
-        frontier = datetime.fromisoformat(partitions.sealed_through)
-        if self.layout.object_store:
-            open_dir = self.layout.relative(self.layout.open_dir)
-            for relative in self.layout.store.files(open_dir):
-                dt, hr = relative[len(open_dir) + 1 :].split("/")[:2]  # then any value dirs
-                hour = parse_path(f"{dt}/{hr}", self.zone)
-                if hour.end <= frontier and hour.key in partitions.hours:
-                    self.layout.store.delete(relative)
-            return
-        for hidden in self.layout.sealing_dir.glob("dt=*/hr=*"):  # a published hour's is a zombie's
-            entry = partitions.hours.get(
-                parse_path(str(hidden.relative_to(self.layout.sealing_dir)), self.zone).key
-            )
-            if entry is not None and entry.published:
-                log.warning(
-                    "%s: removing %s, left beside the published hour %s",
-                    self.config.table,
-                    hidden,
-                    entry.hour,
-                )
-                shutil.rmtree(hidden, ignore_errors=True)
-        if not self.layout.open_dir.exists():
-            return
-        for hour_dir in self.layout.open_dir.glob("dt=*/hr=*"):
-            hour = parse_path(str(hour_dir.relative_to(self.layout.open_dir)), self.zone)
-            if hour.end <= frontier and hour.key in partitions.hours:
-                log.warning("%s: removing batch files left by a sealed hour %s", self.config.table, hour.key)
-                shutil.rmtree(hour_dir)
+        self.commit.sweep_sealed(partitions, datetime.fromisoformat(partitions.sealed_through), self.zone)
 
 
 def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:

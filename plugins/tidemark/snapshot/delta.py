@@ -132,12 +132,9 @@ class DeltaSnapshot:
         files = list(table.file_uris())
         if not files:
             return self.spark.createDataFrame([], ddl)
-        if self.layout.object_store:  # pyarrow reads them in Spark's tasks (no s3a needed)
-            from tidemark.sparkfiles import read_files
+        from tidemark.sparkfiles import read_parquet_files
 
-            frame = read_files(self.spark, files, ddl)
-        else:
-            frame = self.spark.read.schema(ddl).parquet(*files)
+        frame = read_parquet_files(self.spark, files, ddl)
         return frame.select(*(F.col(quote_identifier(n)) for n in self.names))
 
     # -- the log follows the Delta commits -------------------------------------------------
@@ -332,8 +329,7 @@ class DeltaSnapshot:
         """Two writers must never both commit one Delta version: on S3 every commit is a
         conditional PUT, so refuse a store that does not honour one (a paused writer past its
         lease is not fenced by tidemark's lock, only by the store)."""
-        if self.layout.object_store:
-            require_conditional_create(self.config.table, self.uri)
+        require_conditional_create(self.config.table, self.uri)  # other schemes: atomic create
 
     @staticmethod
     def _vacuum(table: DeltaTable, keep: list[int], *, dry_run: bool) -> list[str]:

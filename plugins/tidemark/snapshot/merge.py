@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import MergeError
 from tidemark.faults import crash_point
+from tidemark.hourcommit.base import PublishedHour
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
@@ -269,24 +270,11 @@ class Merger:
             )
             return self.spark.createDataFrame([], schema).select(*wanted)
         zone = self.config.event_time.time_zone
-        if self.hours.layout.object_store:  # each hour's registered version directory
-            layout = self.hours.layout
-            files = [
-                layout.warehouse / f
-                for k in hour_keys
-                for f in layout.store.files(
-                    plan.directories.get(k)
-                    or layout.relative(
-                        layout.hour_version(parse_key(k, zone).path, plan.hours[k], plan.folded[k])
-                    )
-                )
-            ]
-            return self.hours.read_hour(layout.table_dir, files).select(*wanted)
-        table_dir = self.hours.layout.table_dir
-        dirs = [str(table_dir / parse_key(k, zone).path) for k in hour_keys]
-        self.spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-        frame = self.hours.format.spark_read(self.spark.read.option("basePath", str(table_dir)), *dirs)
-        return frame.select(*wanted)
+        published = [
+            PublishedHour(parse_key(k, zone).path, plan.hours[k], plan.folded[k], plan.directories.get(k, ""))
+            for k in hour_keys
+        ]
+        return self.hours.commit.read_published(self.hours, published).select(*wanted)
 
     def _result(
         self,

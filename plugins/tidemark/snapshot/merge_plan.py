@@ -15,7 +15,7 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import MergeError, UnsealedHoursError
-from tidemark.seal.versions import version_dirs
+from tidemark.hourcommit.versions import version_dirs
 from tidemark.settings import Settings
 from tidemark.snapshot.delta import is_delta
 from tidemark.snapshot.snapshots import Period, SnapshotLog, SnapshotRecord, base_for, period_of

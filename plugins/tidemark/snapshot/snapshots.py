@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -29,10 +28,10 @@ from zoneinfo import ZoneInfo
 
 from tidemark.config import TableConfig
 from tidemark.errors import BatchConflictError, MergeError
-from tidemark.faults import crash_point
+from tidemark.hourcommit import snapshot_commit
+from tidemark.hourcommit.snapshot_commit import Retention, StagedSnapshot
 from tidemark.seal.metastore import (
     Metastore,
-    add_partition_sql,
     evolve_table,
     external_parquet_sql,
     quote_identifier,
@@ -41,7 +40,6 @@ from tidemark.settings import Settings
 from tidemark.state.layout import Layout, run_key
 from tidemark.state.seqlog import SequentialLog
 from tidemark.state.storage import Location, create_only, read_json
-from tidemark.tablefs import exchange_directories
 from tidemark.time.hours import HourKeyError, parse_key
 from tidemark.time.instants import parse_instant
 
@@ -204,18 +202,6 @@ def base_for(live: dict[str, SnapshotRecord], period: Period) -> SnapshotRecord 
 
 
 # -- files and the metastore -------------------------------------------------------------------
-@dataclass(frozen=True)
-class StagedSnapshot:
-    """A snapshot version written and not yet live: on local disk a staging directory (swapped
-    in by directory exchange), on an object store its own version directory (pointed at)."""
-
-    label: str
-    directory: Path
-    rows: int
-    files: tuple[str, ...]
-    location: str = ""  # object stores: the warehouse-relative version directory
-
-
 class SnapshotStore:
     """Where snapshot files live and how a staged version replaces the live one.
 
@@ -233,6 +219,7 @@ class SnapshotStore:
         self.layout = Layout(settings, self.table)
         self.table_dir = self.layout.table_dir
         self.staging_root = self.layout.staging_root
+        self.commit = snapshot_commit(self.layout, PARTITION_COLUMN)
 
     def columns(self) -> list[tuple[str, str]]:
         """(name, type) of the snapshot: the table's columns without the CDC operation."""
@@ -261,16 +248,11 @@ class SnapshotStore:
         return frame.select(*(F.col(quote_identifier(n)) for n, _ in self.columns()))
 
     def drop_staging(self, label: str, run_id: str) -> None:
-        """After a Delta commit (or its recovery): the rows it copied from. Local disk: the
-        run's staging of ``label``; object store: every staged version under the Delta table
-        (only the holder of its one snapshot lock stages there, and Delta reads none of them)."""
-        if not self.layout.object_store:
-            shutil.rmtree(self.staging_root / f"{label}-{run_key(run_id)}", ignore_errors=True)
-            return
-        store, root = self.layout.store, self.layout.relative(self.table_dir)
-        for name in (d for d in store.children(root) if d.startswith(f"{PARTITION_COLUMN}=")):
-            log.info("%s: removing staged rows copied into the Delta table: %s", self.table, name)
-            store.delete_dir(f"{root}/{name}")
+        """After a Delta commit (or its recovery): the rows it copied from."""
+        self.commit.drop_staging(self._scratch(label, run_id))
+
+    def _scratch(self, label: str, run_id: str) -> Path:
+        return self.staging_root / f"{label}-{run_key(run_id)}"
 
     def staged_uris(self, staged: StagedSnapshot) -> list[str]:
         """The staged version's files, as pyarrow opens them."""
@@ -285,66 +267,28 @@ class SnapshotStore:
         ``content`` names what the run reads (its base and hours): on an object store a retry
         of the run reusing a complete version directory of the same content writes nothing;
         ``lease`` (the label's lock) owns the directory while it is written."""
-        if self.layout.object_store:
-            return self._stage_version(frame, label, run_id, content, lease)
-        staging = self.staging_root / f"{label}-{run_key(run_id)}"
-        if staging.exists():
-            log.info("%s: removing the staging of an earlier attempt: %s", self.table, staging)
-            shutil.rmtree(staging)
-        data = staging / "data"
-        frame.write.mode("overwrite").parquet(str(data))
-        names = tuple(sorted(p.name for p in data.glob("*.parquet")))
-        rows = self.spark.read.parquet(str(data)).count() if names else 0
-        return StagedSnapshot(label, staging, rows, names)
-
-    def _stage_version(
-        self, frame: DataFrame, label: str, run_id: str, content: str, lease: Lease | None
-    ) -> StagedSnapshot:
-        from tidemark.seal.versions import write_version_once
-        from tidemark.sparkfiles import write_files
-
-        named = self.layout.relative(self.layout.snapshot_version(self.partition_dir(label), run_id, content))
-        # one file per task of the frame's last stage (JDBC ranges, the merge's shuffle)
-        version = write_version_once(
-            self.layout.store,
-            named,
-            lambda directory: write_files(
-                frame, self.layout.store, directory, "part", frame.rdd.getNumPartitions()
-            ),
-            lease,
+        return self.commit.stage(
+            self.spark,
+            frame,
+            label,
+            self.partition_dir(label),
+            self._scratch(label, run_id),
+            run_id=run_id,
+            content=content,
+            lease=lease,
         )
-        directory = version.directory
-        home = self.layout.warehouse / directory
-        if version.reused:
-            log.info(
-                "%s: snapshot %s of run %s already written in %s",
-                self.table,
-                label,
-                run_id,
-                self.layout.uri(home),
-            )
-        names = tuple(path.rsplit("/", 1)[-1] for path in version.files)
-        return StagedSnapshot(label, home, version.rows, names, directory)
 
     def publish(self, staged: StagedSnapshot) -> bool:
         """Make the staged version the label's partition and register it; True if atomic."""
         label = staged.label
         spec = {PARTITION_COLUMN: label}
-        if self.layout.object_store:
-            target = staged.directory
-            self.ensure_table()
-            Metastore(self.spark, self.config).switch_partitions(
-                self.table, spec, [(spec, self.layout.location(target))]
-            )
-            crash_point("after_snapshot_swap")  # the swap here is the metastore's alter
-            atomic = True
-        else:
-            target = self.partition_dir(label)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic = exchange_directories(staged.directory / "data", target)
-            crash_point("after_snapshot_swap")
-            self.ensure_table()
-            self.spark.sql(add_partition_sql(self.table, spec, target))
+        target, atomic = self.commit.publish(
+            staged,
+            self.partition_dir(label),
+            metastore=Metastore(self.spark, self.config),
+            spec=spec,
+            ensure_table=self.ensure_table,
+        )
         self.spark.catalog.refreshTable(self.table)
         log.info(
             "%s: partition %s=%s is live at %s", self.table, PARTITION_COLUMN, label, self.layout.uri(target)
@@ -355,34 +299,22 @@ class SnapshotStore:
         """After the record: the previous version's files (local: now in the staging directory;
         object store: replaced version directories of the label past the retention, which only
         this label's lock holder writes). Returns the version directories deleted."""
-        if not self.layout.object_store:
-            shutil.rmtree(staged.directory, ignore_errors=True)
-            return []
-        from tidemark.seal.versions import collect_unreferenced
         from tidemark.state.commitlog import CommitLog
 
-        state = CommitLog(self.settings.state_location, self.config.table).state()
-        now = parse_instant(state.ready.processing_time) if state.ready else None
-        if now is None:  # no processing time yet (a bootstrap before the first dump)
-            return []
-        partition = self.layout.relative(self.partition_dir(staged.label))
-        return collect_unreferenced(
-            self.layout.store,
+        def processing_time() -> datetime | None:
+            state = CommitLog(self.settings.state_location, self.config.table).state()
+            return parse_instant(state.ready.processing_time) if state.ready else None
+
+        retention = Retention(
             # one record per label: labels are cleaned under their own locks, concurrently
             SnapshotLog(self.settings.state_location, self.config.table).root
             / f"replaced_versions-{staged.label}.json",
-            scope=partition,
-            current={live.location},
-            now=now,
-            retention=self.config.output.version_retention,
-            owner=self.table,
+            processing_time,
+            self.config.output.version_retention,
         )
+        return self.commit.discard(staged, live.location, self.partition_dir(staged.label), retention)
 
     def ensure_table(self) -> None:
-        if self.layout.object_store:
-            location: Path | str = self.layout.location(self.table_dir)
-        else:
-            self.table_dir.mkdir(parents=True, exist_ok=True)
-            location = self.table_dir
+        location = self.commit.table_location()
         self.spark.sql(external_parquet_sql(self.table, self.columns(), [PARTITION_COLUMN], location))
         evolve_table(self.spark, self.table, self.columns(), [PARTITION_COLUMN])

@@ -47,7 +47,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.tablefs import Store, hadoop_uri, is_object_store
+from tidemark.tablefs import Store, hadoop_uri
 
 if TYPE_CHECKING:
     from tidemark.settings import Settings
@@ -178,10 +178,6 @@ class Layout:
         return Store.of(self.warehouse_uri)
 
     @property
-    def object_store(self) -> bool:
-        return is_object_store(self.warehouse_uri)
-
-    @property
     def late_open_dir(self) -> Path:
         """Object stores: late rows of committed batches, hidden until a late partition version
         takes them in."""
@@ -252,7 +248,7 @@ class Layout:
 
     def location(self, path: Path) -> str:
         """A warehouse path as the metastore registers it (``s3a://`` on S3)."""
-        return hadoop_uri(self.store.uri(self.relative(path))) if self.object_store else str(path)
+        return self.store.metastore_location(self.relative(path), str(path))
 
     def uri(self, path: Path) -> str:
         """A warehouse path as pyarrow and tidemark's readers address it (``s3://...`` on S3)."""

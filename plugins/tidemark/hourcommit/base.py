@@ -1,0 +1,268 @@
+"""``HourCommit``: the one protocol for "make a new version of an hour visible", whatever the
+warehouse is (Paimon's ``SnapshotCommit``: one interface, an implementation chosen once per
+table, no caller asking which one it holds).
+
+A version of an hour goes through the same five stages on every store; only how each is done
+differs, and only the implementations know:
+
+- **stage**: where writers put its files (a hidden scratch directory renamed into place, or a
+  version directory written once under a name of its content);
+- **complete**: whether a staged version is whole (a marker written last, naming its files);
+- **publish**: making it the hour readers see (a rename or directory exchange + ``_SUCCESS``;
+  or one metastore switch to the version directory + ``_SUCCESS`` in it);
+- **drop inputs**: the batch files (or late files) a published version holds;
+- **collect**: versions no partition points at any more.
+
+Two implementations: ``renaming.RenamingHourCommit`` (a filesystem with rename: local disk,
+HDFS) and ``versioned.VersionedHourCommit`` (an object store: no rename). The crash points of
+each stage are inside them. The compactor, sealer, late rows, rebuild and merge call this
+interface; a third table format is a third implementation.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tidemark.state.layout import Layout
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from tidemark.config import TableConfig
+    from tidemark.state.commitlog import LogState
+    from tidemark.state.journal import HourJournal, JournalEntry, JournalState
+    from tidemark.state.locks import Lease
+    from tidemark.tableformat import TableFormat
+    from tidemark.time.hours import Hour
+
+log = logging.getLogger(__name__)
+
+Compacted = tuple[list[str], int, Path]  # files (warehouse-relative, as readers see them), rows, home
+Written = list[tuple[str, int]]  # (warehouse-relative file, rows) per file a writer wrote
+
+
+class HourWriting(Protocol):
+    """What a step hands the commit to read and write an hour's files (``seal.hourfiles``)."""
+
+    spark: SparkSession
+    config: TableConfig
+    format: TableFormat
+
+    def read_hour(
+        self, hour_dir: Path, files: list[Path] | None = None, config: TableConfig | None = None
+    ) -> DataFrame: ...
+
+    def write_version(
+        self, frame: DataFrame, home: Path, prefix: str, n_files: int, *, sort_by: tuple[str, ...] = ()
+    ) -> Written: ...
+
+    def write_staged(self, frame: DataFrame, staging: Path) -> None: ...
+
+    def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]: ...
+
+    def staged_rows(self, staging: Path) -> int: ...
+
+    def batch_files(self, directory: Path, *, through: int, after: int = -1) -> list[Path]: ...
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Who writes a version: the step's run and the lease that fences it (None: unfenced tools)."""
+
+    run_id: str
+    lease: Lease | None = None
+
+    @property
+    def token(self) -> int:
+        return self.lease.token if self.lease is not None else -1
+
+    def check(self) -> None:
+        """A writer past its lease never makes anything visible."""
+        if self.lease is not None:
+            self.lease.check()
+
+
+@dataclass(frozen=True)
+class PublishedHour:
+    """An hour as a reader of the table sees it now: its journal's version, the last batch it
+    folded in, and the version directory its files lie in (object stores; "" if unknown)."""
+
+    path: str
+    version: int
+    folded_through: int
+    directory: str = ""
+
+
+class HourCommit(ABC):
+    """Stages, completes, publishes, drops and collects the versions of one table's hours."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.store = layout.store
+
+    # -- stage and complete: compaction at seal -------------------------------------------
+    @abstractmethod
+    def batch_files(
+        self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
+    ) -> list[Path]:
+        """Committed batch files under a warehouse directory of batches ``after`` < b <= ``through``."""
+
+    @abstractmethod
+    def compaction_done(self, hour: Hour, through: int) -> bool:
+        """Whether the hour's compaction through batch ``through`` is already complete."""
+
+    @abstractmethod
+    def hour_inputs(self, hour: Hour, through: int, files: HourWriting) -> list[Path]:
+        """The hour's batch files a compaction reads."""
+
+    @abstractmethod
+    def claim_compaction(self, hour: Hour, through: int, writer: Writer) -> str:
+        """The directory (warehouse-relative) this writer compacts the hour into, its own."""
+
+    @abstractmethod
+    def keep_compacted(
+        self, hour: Hour, directory: str, written: Written, *, complete: bool, writer: Writer
+    ) -> tuple[list[str], Path]:
+        """Mark what a shared compaction wrote for the hour (when ``complete``: it holds the
+        committed rows); returns its files as readers will see them, and where they are now."""
+
+    @abstractmethod
+    def compact_hour(
+        self,
+        hour: Hour,
+        through: int,
+        expected: int,
+        *,
+        files: HourWriting,
+        writer: Writer,
+        logged: Callable[..., None],
+    ) -> Compacted:
+        """The hour compacted alone by Spark (a retry reuses a complete version)."""
+
+    # -- publish ----------------------------------------------------------------------------
+    @abstractmethod
+    def partition_leaves(self, target: Path, depth: int) -> list[Path]:
+        """The directories ``depth`` levels of ``col=value`` below a version (data-derived
+        partition columns)."""
+
+    @abstractmethod
+    def register(
+        self, metastore: Any, table: str, location: Path, hour: Hour, specs: list[tuple[dict[str, str], Path]]
+    ) -> None:
+        """Create ``table`` at ``location`` if missing; make ``specs`` the hour's partitions."""
+
+    @abstractmethod
+    def mark_complete(self, target: Path, hour_key: str, rows: int, version: int) -> None:
+        """``_SUCCESS`` for path-based readers, after registration."""
+
+    @abstractmethod
+    def published_dir(self, hour: Hour, home: Path) -> Path:
+        """Where the hour compacted in ``home`` is read from once published."""
+
+    @abstractmethod
+    def reveal(self, home: Path, target: Path, writer: Writer) -> None:
+        """Move a checked version from where it was staged to where it is read (if it moves)."""
+
+    @abstractmethod
+    def release_dirs(self, hour: Hour, entry: JournalEntry) -> tuple[Path, Path]:
+        """(where a quarantined hour's version is kept, where it is read once released)."""
+
+    # -- late rows --------------------------------------------------------------------------
+    @abstractmethod
+    def late_inputs(self, hour: Hour) -> Path:
+        """The directory of the hour's late batch files (committed ones are read from it)."""
+
+    @abstractmethod
+    def late_partition(
+        self, hour: Hour, state: LogState, files: HourWriting, writer: Writer
+    ) -> tuple[Path, str | None]:
+        """side_table: where the late partition of the hour is registered, and the version
+        directory it points at (None where the partition is the directory itself)."""
+
+    @abstractmethod
+    def amend(
+        self,
+        hour: Hour,
+        current: JournalEntry | None,
+        new_files: list[Path],
+        *,
+        version: int,
+        through: int,
+        files: HourWriting,
+        writer: Writer,
+    ) -> tuple[Path, list[str], int]:
+        """Fold late batch files into the hour as its next version, ready to register;
+        returns (where the hour is read, its files, late rows added)."""
+
+    # -- rebuild ----------------------------------------------------------------------------
+    @abstractmethod
+    def current_files(self, hour: Hour, entry: JournalEntry | None) -> list[Path]:
+        """The files readers see for the hour now."""
+
+    @abstractmethod
+    def stage_rebuild(
+        self,
+        hour: Hour,
+        *,
+        version: int,
+        through: int,
+        scratch: Path,
+        files: HourWriting,
+        writer: Writer,
+        rows_of: Callable[[Path], DataFrame | None],
+        reconcile: Callable[[Path, int], None],
+        n_files: int,
+    ) -> tuple[Path, list[str], int]:
+        """Write a rebuilt hour where readers do not see it: ``rows_of(receipts)`` gives its
+        rows (None: no batch fed it), ``reconcile(receipts, rows)`` refuses a wrong count.
+        Returns (the staged version, its files as readers will see them, rows)."""
+
+    @abstractmethod
+    def publish_rebuilt(
+        self,
+        hour: Hour,
+        *,
+        current_version: int,
+        through: int,
+        staged: Path,
+        written: list[str],
+        rows: int,
+        writer: Writer,
+        register: Callable[[Path], None],
+    ) -> bool:
+        """Make a staged rebuild the hour readers see; returns whether that was atomic."""
+
+    # -- the merge reads published hours ----------------------------------------------------
+    @abstractmethod
+    def read_published(self, files: HourWriting, hours: list[PublishedHour]) -> DataFrame:
+        """The rows of the hours as published now (their current versions)."""
+
+    # -- drop inputs and collect ------------------------------------------------------------
+    @abstractmethod
+    def drop_batch_files(self, hour: Hour) -> None:
+        """The hour's batch files, once its journal entry is written."""
+
+    @abstractmethod
+    def sweep_sealed(self, partitions: JournalState, frontier: datetime, zone: str) -> None:
+        """Leftovers of hours already sealed: batch files of a crash between the journal
+        entry and the cleanup, a zombie's staging beside a published hour."""
+
+    @abstractmethod
+    def collect(
+        self,
+        config: TableConfig,
+        journal: HourJournal,
+        *,
+        state: LogState,
+        partitions: JournalState,
+        late_locations: dict[str, str],
+        writer: Writer,
+        registered: Callable[[], list[str]],
+    ) -> list[str]:
+        """Versions no partition points at, deleted past the retention; returns those deleted."""
