@@ -13,7 +13,7 @@ from typing import Any
 from tidemark import __version__
 from tidemark.cli_decisions import cmd_release, cmd_resolve, cmd_switch, cmd_unlock
 from tidemark.cli_fleet import add_fleet_commands
-from tidemark.cli_tables import cmd_schema, cmd_tables
+from tidemark.cli_tables import add_tables_command, cmd_schema
 from tidemark.errors import TidemarkError
 
 log = logging.getLogger("tidemark")
@@ -351,29 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema.add_argument("--json", action="store_true")
 
-    tables = sub.add_parser("tables", help="list, validate or show table configs")
-    tables.add_argument("action", choices=["list", "validate", "show", "init"])
-    tables.add_argument(
-        "table",
-        nargs="?",
-        help="show: one table's effective configuration, defaults included; init: its name",
-    )
-    tables.add_argument("--json", action="store_true", help="show: as JSON")
-    tables.add_argument(
-        "--from-registry", metavar="SUBJECT", help="init: the subject whose latest schema it reads"
-    )
-    tables.add_argument("--registry-url", metavar="URL", help="init: the Schema Registry")
-    tables.add_argument("--topic", help="init: the topic (default: the subject without -value)")
-    tables.add_argument(
-        "--message", metavar="NAME", help="init, Protobuf: the topic's message type (full name)"
-    )
-    tables.add_argument(
-        "--event-time", metavar="FIELD", help="init: the event-time field (default: the first timestamp)"
-    )
-    tables.add_argument(
-        "--write", action="store_true", help="init: write conf/tables/<table>.yaml instead of printing it"
-    )
-    tables.set_defaults(func=cmd_tables)
+    add_tables_command(sub)
     add_fleet_commands(sub, _decision_arguments)
     return parser
 

@@ -38,18 +38,17 @@ def cmd_unlock(args: argparse.Namespace) -> int:
 
     from tidemark.catalog import load_table
     from tidemark.settings import Settings
-    from tidemark.state.audit import AuditLog
-    from tidemark.state.locks import TableLock
+    from tidemark.table_state import TableState
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
-    lock = TableLock(settings.state_location, config.table, args.lock)
+    lock = TableState(settings.state_location, config.table).lock(args.lock)
     released = lock.release_by_operator(args.by or getpass.getuser())
     if released is None:
         print(f"{config.table}: the {args.lock} lock is free; nothing to do")
         return 0
     token, holder = released
-    record = AuditLog(settings.state_location, config.table).append(
+    record = TableState(settings.state_location, config.table).audit.append(
         action="unlock",
         reason=args.reason,
         by=args.by or getpass.getuser(),
@@ -68,11 +67,12 @@ def cmd_switch(args: argparse.Namespace) -> int:
 
     from tidemark.catalog import load_table
     from tidemark.settings import Settings
-    from tidemark.state.mode import STREAM, TableWriter
+    from tidemark.state.mode import STREAM
+    from tidemark.table_state import TableState
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
-    mode, changed = TableWriter(settings.state_location, config.table).switch(
+    mode, changed = TableState(settings.state_location, config.table).writer.switch(
         args.to, by=args.by or getpass.getuser(), reason=args.reason, at=datetime.now(UTC).isoformat()
     )
     if not changed:

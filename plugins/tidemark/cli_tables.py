@@ -9,15 +9,42 @@ import sys
 from typing import Any
 
 
+def add_tables_command(sub: Any) -> None:
+    """``tidemark tables list|validate|show|init`` on the CLI's subparsers."""
+    tables = sub.add_parser("tables", help="list, validate or show table configs")
+    tables.add_argument("action", choices=["list", "validate", "show", "init"])
+    tables.add_argument(
+        "table",
+        nargs="?",
+        help="show: one table's effective configuration, defaults included; init: its name",
+    )
+    tables.add_argument("--json", action="store_true", help="show: as JSON")
+    tables.add_argument(
+        "--from-registry", metavar="SUBJECT", help="init: the subject whose latest schema it reads"
+    )
+    tables.add_argument("--registry-url", metavar="URL", help="init: the Schema Registry")
+    tables.add_argument("--topic", help="init: the topic (default: the subject without -value)")
+    tables.add_argument(
+        "--message", metavar="NAME", help="init, Protobuf: the topic's message type (full name)"
+    )
+    tables.add_argument(
+        "--event-time", metavar="FIELD", help="init: the event-time field (default: the first timestamp)"
+    )
+    tables.add_argument(
+        "--write", action="store_true", help="init: write conf/tables/<table>.yaml instead of printing it"
+    )
+    tables.set_defaults(func=cmd_tables)
+
+
 def cmd_tables(args: argparse.Namespace) -> int:
     import yaml
 
     from tidemark.catalog import load_table
     from tidemark.config import effective_config, load_table_file, table_files
     from tidemark.errors import ConfigError, SchemaEvolutionError, SchemaRegistryUnavailableError
-    from tidemark.evolution import SchemaHistory
     from tidemark.ingest.registry_tables import subject_versions
     from tidemark.settings import Settings
+    from tidemark.table_state import TableState
 
     settings = Settings.from_env()
     if args.action == "init":
@@ -51,7 +78,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
             print(json.dumps(effective_config(config), indent=2, default=str))
             continue
         try:  # the YAML is valid on its own: is it a compatible change of the recorded schema?
-            SchemaHistory(settings.state_location, config.table).check(config)
+            TableState(settings.state_location, config.table).schema_history.check(config)
             # and does the producers' latest schema read into it?
             refused = [v for v in subject_versions(config, latest_only=True) if v.problem]
         except (SchemaEvolutionError, SchemaRegistryUnavailableError) as exc:
@@ -116,13 +143,14 @@ def _init_from_registry(args: argparse.Namespace, settings: Any) -> int:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     from tidemark.catalog import load_table
-    from tidemark.evolution import SchemaHistory, SchemaVersion, evolution
+    from tidemark.evolution import SchemaVersion, evolution
     from tidemark.ingest.registry_tables import subject_versions
     from tidemark.settings import Settings
+    from tidemark.table_state import TableState
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
-    versions = SchemaHistory(settings.state_location, config.table).versions()
+    versions = TableState(settings.state_location, config.table).schema_history.versions()
     allowed, refused = evolution(versions[-1], SchemaVersion.of(config)) if versions else ([], [])
     registry = subject_versions(config)
     registry_refused = [v for v in registry if v.problem]

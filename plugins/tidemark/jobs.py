@@ -162,9 +162,9 @@ def in_session(name: str, settings: Settings, hive: bool, body: Callable[[SparkS
 def ensure_schema(config: TableConfig, settings: Settings, run_id: str, *, dry_run: bool = False) -> None:
     """Refuse an incompatible schema change before Spark starts (SchemaEvolutionError), and
     record a compatible one as the table's next schema version (only checked on a dry run)."""
-    from tidemark.evolution import SchemaHistory
+    from tidemark.table_state import TableState
 
-    history = SchemaHistory(settings.state_location, config.table)
+    history = TableState(settings.state_location, config.table).schema_history
     if dry_run:
         history.check(config)
     else:

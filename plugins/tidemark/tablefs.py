@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from tidemark.tableformat import DATA_SUFFIXES, file_rows
+from tidemark.tableformat import DATA_SUFFIXES, file_rows, is_data_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -285,6 +285,13 @@ def delta_storage_options(uri: str) -> dict[str, str]:
 
 
 # -- local data directories: an hour's version swapped in one step (the filesystem warehouse) --
+def data_files(directory: Path) -> list[Path]:
+    """The data files (Parquet, ORC) under a local directory, sorted; none if it is missing."""
+    if not directory.exists():
+        return []
+    return sorted(p for p in directory.rglob("*") if is_data_file(p.name) and p.is_file())
+
+
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 

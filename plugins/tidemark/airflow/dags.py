@@ -106,7 +106,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     only of ``shard``'s tables (those of other shards are checked by their own file, and a
     group job checks each table again before it writes)."""
     from tidemark.errors import ConfigError, SchemaEvolutionError
-    from tidemark.evolution import SchemaHistory
+    from tidemark.table_state import TableState
 
     loaded, problems = table_configs(settings)
     loaded = [c for c in loaded if not c.source.done]  # a done family member: nothing left to run
@@ -117,7 +117,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
         try:
             if shard is None or shard_of(config.table) == shard:  # the shard's tables only
                 cache = settings.home / "cache" / "schema-checks" / f"{config.table}.json"
-                SchemaHistory(settings.state_location, config.table).check(config, cache)
+                TableState(settings.state_location, config.table).schema_history.check(config, cache)
         except (ConfigError, SchemaEvolutionError) as exc:
             problems[origin(config, settings)] = str(exc)
             log.error("tidemark: %s has no DAGs: %s", origin(config, settings), exc)

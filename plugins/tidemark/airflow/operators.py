@@ -65,11 +65,12 @@ class BatchWriterSparkSubmitOperator(TidemarkSparkSubmitOperator):
         from airflow.sdk.exceptions import AirflowSkipException
 
         from tidemark.settings import Settings
-        from tidemark.state.mode import BATCH, TableWriter
+        from tidemark.state.mode import BATCH
+        from tidemark.table_state import TableState
 
         args = list(self.application_args or [])
         table = args[args.index("--table") + 1]
-        mode = TableWriter(Settings.from_env().state_location, table).current()
+        mode = TableState(Settings.from_env().state_location, table).writer.current()
         if mode.mode != BATCH:
             raise AirflowSkipException(
                 f"{table} is written by the {mode.describe()}; this run reads nothing (hand it back: "

@@ -138,12 +138,12 @@ def dry_run_report(config: TableConfig, settings: Settings) -> dict[str, Any]:
     next batch would read (the planner's preview; nothing is persisted)."""
     from tidemark.ingest.kafka import client_properties
     from tidemark.ingest.planner import preview_batch
-    from tidemark.state.commitlog import CommitLog
+    from tidemark.table_state import TableState
 
     now = datetime.now(UTC)
     health = stream_health(config.table, settings, stale_after=timedelta(minutes=2), now=now)
     conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
-    preview = preview_batch(config, CommitLog(settings.state_location, config.table), conf)
+    preview = preview_batch(config, TableState(settings.state_location, config.table).commit_log, conf)
     return {k: health[k] for k in ("mode", "state", "heartbeat_age_s", "unannounced")} | {"next": preview}
 
 
@@ -198,10 +198,10 @@ Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{tabl
             run reports and skips everything after it."""
             from airflow.sdk.exceptions import AirflowSkipException
 
-            from tidemark.state.mode import TableWriter
+            from tidemark.table_state import TableState
 
             config, current = table_context(table)
-            writer = TableWriter(current.state_location, table)
+            writer = TableState(current.state_location, table).writer
             if context["params"].get("dry_run"):
                 raise AirflowSkipException(
                     f"{table}: dry run: {json.dumps(dry_run_report(config, current), default=str)}"
@@ -218,15 +218,15 @@ Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{tabl
         def ensure_stream(**context: Any) -> dict[str, Any]:
             """Start the stream when the table is in stream mode and no live stream holds its
             lock (a second start would wait on the lock and exit)."""
-            from tidemark.state.locks import TableLock
-            from tidemark.state.mode import STREAM, TableWriter
+            from tidemark.state.mode import STREAM
             from tidemark.stream.launch import launch_stream
             from tidemark.stream.status import STREAM_LOCK
+            from tidemark.table_state import TableState
 
             _, current = table_context(table)
-            if TableWriter(current.state_location, table).current().mode != STREAM:
+            if TableState(current.state_location, table).writer.current().mode != STREAM:
                 return {"launched": False, "why": "the table is in batch mode"}
-            holder = TableLock(current.state_location, table, STREAM_LOCK).holder()
+            holder = TableState(current.state_location, table).lock(STREAM_LOCK).holder()
             if holder is not None and not (holder["expired"] or holder["process_gone"]):
                 return {"launched": False, "why": f"running: {holder['holder']}"}
             return launch_stream(current, table, f"stream__{context['run_id']}")

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.faults import crash_point
 from tidemark.group.members import group_asset, group_state_dir
 from tidemark.seal.announce import LOOKBACK_SLACK, announced_pairs
-from tidemark.state.journal import HourJournal, JournalState
+from tidemark.state.journal import JournalState
 from tidemark.state.storage import Location, read_json, replace_atomically
 
 if TYPE_CHECKING:
@@ -84,13 +84,13 @@ def quiet_frontiers(
     processing time, minus the commit delay). A table that never committed a batch has none:
     it holds the barrier (it may be broken, not quiet)."""
     from tidemark.seal.sealing import seal_limit
-    from tidemark.state.commitlog import CommitLog
+    from tidemark.table_state import TableState
 
     found = {}
     for config in configs:
         if journals[config.table].sealed_through is not None:
             continue
-        state = CommitLog(settings.state_location, config.table).state()
+        state = TableState(settings.state_location, config.table).commit_log.state()
         if any(state.rows_per_hour.values()) or state.late:
             continue  # rows waiting for their seal: it holds, as any table does
         limit = seal_limit(config, state)
@@ -118,6 +118,8 @@ def announce_group(
     """Emit one event of the group asset per hour that became complete (or changed) since the
     last confirmed announcement; the hours emitted. ``held``: members that cannot load (where
     -> why): they hold the barrier, nothing is announced."""
+    from tidemark.table_state import TableState
+
     if held:
         log.warning(
             "group %s: its barrier is held by members that cannot load (nothing announced until they "
@@ -126,7 +128,7 @@ def announce_group(
             "; ".join(f"{where}: {why.splitlines()[0]}" for where, why in sorted(held.items())),
         )
         return []
-    journals = {c.table: HourJournal(settings.state_location, c.table).state() for c in configs}
+    journals = {c.table: TableState(settings.state_location, c.table).journal.state() for c in configs}
     retired = frozenset(c.table for c in configs if c.source.retired)
     complete = complete_hours(journals, retired, quiet_frontiers(configs, journals, settings))
     record = group_state_dir(settings, group) / "announced.json"

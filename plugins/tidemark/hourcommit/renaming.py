@@ -38,8 +38,7 @@ from tidemark.hourcommit.base import (
 )
 from tidemark.state.layout import compaction_marker, sealed_file_prefix, write_success
 from tidemark.state.storage import read_json, replace_atomically
-from tidemark.tableformat import is_data_file
-from tidemark.tablefs import exchange_directories
+from tidemark.tablefs import data_files, exchange_directories
 from tidemark.time.hours import Hour, parse_path
 
 if TYPE_CHECKING:
@@ -52,13 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCRATCH_OWNER = "_owner.json"  # the lease token of a seal's scratch directory
-
-
-def data_files(directory: Path) -> list[Path]:
-    """The data files (Parquet, ORC) under a local directory, sorted; none if it is missing."""
-    if not directory.exists():
-        return []
-    return sorted(p for p in directory.rglob("*") if is_data_file(p.name) and p.is_file())
 
 
 class RenamingHourCommit(HourCommit):

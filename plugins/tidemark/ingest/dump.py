@@ -42,11 +42,10 @@ from tidemark.ingest.staged import Staged, read_and_stage
 from tidemark.masking import masked
 from tidemark.settings import Settings
 from tidemark.state.batches import Commit, MqPartitionStats
-from tidemark.state.layout import Layout
 from tidemark.state.locks import Lease
 from tidemark.state.mode import BATCH
 from tidemark.stopwatch import Stopwatch
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,20 +82,19 @@ class DumpSteps:
     def __init__(
         self,
         spark: SparkSession | None,
-        config: TableConfig,
+        table: Table,
         *,
-        table_state: TableState,
-        layout: Layout,
         lease: Lease,
         kafka_conf: dict[str, Any],
         watch: Stopwatch,
         run_id: str,
     ) -> None:
         self.spark = spark
-        self.config = config
-        self.table_state = table_state
-        self.commit_log = table_state.commit_log
-        self.layout = layout
+        self.table = table
+        self.config = table.config
+        self.table_state = table.state
+        self.commit_log = table.state.commit_log
+        self.layout = table.layout
         self.lease = lease
         self.kafka_conf = kafka_conf
         self.watch = watch
@@ -317,17 +315,14 @@ def run_dump(
     An offset-reading batch runs only while ``writer`` (``batch`` or the ``stream``, whose
     micro-batch ends are ``until``) is the table's writer (``state/mode.py``). ``lock_wait``:
     seconds to wait for the batch lock (default ``TIDEMARK_LOCK_WAIT_S``)."""
-    table_state = TableState(settings.state_location, config.table)
-    layout = Layout(settings, config.table)
+    table = Table.open(config, settings)
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
     log.info("%s: dump for run %s, broker %s", config.table, run_id, masked(kafka_conf))
     watch = Stopwatch()
-    with table_state.lock().hold(run_id, wait=lock_wait) as lease:
+    with table.state.lock().hold(run_id, wait=lock_wait) as lease:
         steps = DumpSteps(
             spark,
-            config,
-            table_state=table_state,
-            layout=layout,
+            table,
             lease=lease,
             kafka_conf=kafka_conf,
             watch=watch,

@@ -34,7 +34,7 @@ from tidemark.state.audit import AuditLog, AuditRecord
 from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.layout import Layout
-from tidemark.state.locks import TableLock
+from tidemark.table_state import TableState
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,9 @@ def resolve(
         raise ResolveError(f"{config.table}: unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
     if not reason.strip():
         raise ResolveError(f"{config.table}: say why (--reason): the decision is kept in the audit log")
-    commit_log = CommitLog(settings.state_location, config.table)
-    audit = AuditLog(settings.state_location, config.table)
-    with TableLock(settings.state_location, config.table).hold(f"resolve:{action}") as lease:
+    commit_log = TableState(settings.state_location, config.table).commit_log
+    audit = TableState(settings.state_location, config.table).audit
+    with TableState(settings.state_location, config.table).lock().hold(f"resolve:{action}") as lease:
         done = next((r for r in audit.records() if run_id and r.detail.get("run_id") == run_id), None)
         if done is not None:
             log.info("%s: run %s already decided: %s", config.table, run_id, done.describe())

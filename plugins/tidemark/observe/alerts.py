@@ -24,9 +24,8 @@ from tidemark.config import TableConfig
 from tidemark.masking import mask_text
 from tidemark.seal.sealing import first_unsealed_hour
 from tidemark.settings import Settings
-from tidemark.state.commitlog import CommitLog
-from tidemark.state.journal import HourJournal
 from tidemark.state.storage import Location, read_json, replace_atomically
+from tidemark.table_state import TableState
 from tidemark.time.hours import Hour, hours_from, parse_key
 
 log = logging.getLogger(__name__)
@@ -46,8 +45,8 @@ def overdue_hours(config: TableConfig, settings: Settings, as_of: datetime) -> d
     """
     from tidemark.observe.status import explain_hour
 
-    journal = HourJournal(settings.state_location, config.table).state()
-    state = CommitLog(settings.state_location, config.table).state()
+    journal = TableState(settings.state_location, config.table).journal.state()
+    state = TableState(settings.state_location, config.table).commit_log.state()
     first = first_unsealed_hour(config, state, journal)
     if first is None:
         return {}

@@ -17,8 +17,7 @@ from urllib.parse import urlparse
 from tidemark.config import TableConfig
 from tidemark.seal.metastore import DATABASE
 from tidemark.settings import Settings
-from tidemark.state.commitlog import CommitLog
-from tidemark.state.journal import HourJournal
+from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
 
 JOBS = ("dump", "seal", "rebuild", "bootstrap", "merge", "replay")
@@ -97,7 +96,7 @@ def job_lineage(job: str, config: TableConfig, settings: Settings, run_id: str) 
 
 
 def _dump(config: TableConfig, settings: Settings, run_id: str) -> JobLineage:
-    log = CommitLog(settings.state_location, config.table)
+    log = TableState(settings.state_location, config.table).commit_log
     inputs: list[LineageDataset] = []
     outputs: list[LineageDataset] = []
     for run in (run_id, f"{run_id}__replay"):  # the dump task's own replay runs as <run id>__replay
@@ -129,7 +128,7 @@ def _hours(job: str, config: TableConfig, settings: Settings, run_id: str) -> Jo
     offsets it re-read and the hours it swapped in."""
     from tidemark.seal.rebuild_plan import plan_rebuild
 
-    journal = HourJournal(settings.state_location, config.table)
+    journal = TableState(settings.state_location, config.table).journal
     kinds = {"rebuild"} if job == "rebuild" else {"seal", "amend", "release"}
     # every entry of the run (a later step of an hour does not hide what this run wrote)
     entries = {e.hour: e for e in journal.entries() if e.run_id == run_id and str(e.kind) in kinds}.values()

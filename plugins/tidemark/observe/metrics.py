@@ -35,9 +35,8 @@ from datetime import datetime
 
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
-from tidemark.state.commitlog import CommitLog
-from tidemark.state.journal import HourJournal
 from tidemark.state.storage import read_json, replace_atomically
+from tidemark.table_state import TableState
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         gauge(prefix + name, value)
         sent[prefix + name] = value
 
-    commit_log = CommitLog(settings.state_location, config.table)
+    commit_log = TableState(settings.state_location, config.table).commit_log
     state = commit_log.state()
     for name, value in (
         ("batches", state.batches),
@@ -109,7 +108,7 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         if newest["delta_version"] is not None:
             send("snapshot.delta_version", newest["delta_version"])
 
-    journal = HourJournal(settings.state_location, config.table)
+    journal = TableState(settings.state_location, config.table).journal
     partitions = journal.state()
     send("hours_quarantined", sum(1 for e in partitions.hours.values() if e.quarantined))
     pointer = journal.root / "metrics_emitted.json"

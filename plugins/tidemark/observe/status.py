@@ -9,16 +9,14 @@ from tidemark.config import TableConfig
 from tidemark.errors import BrokerUnavailableError
 from tidemark.ingest.kafka import client_properties, partition_offsets
 from tidemark.settings import Settings
-from tidemark.state.audit import AuditLog
-from tidemark.state.commitlog import CommitLog
-from tidemark.state.journal import EntryKind, HourJournal
-from tidemark.state.locks import TableLock
+from tidemark.state.journal import EntryKind
+from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
 
 
 def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) -> dict[str, Any]:
     """Batches, committed offsets, lag per MQ partition and dirty counts."""
-    log = CommitLog(settings.state_location, config.table)
+    log = TableState(settings.state_location, config.table).commit_log
     state = log.state()
     pending = log.pending_plan(state)
     first_recent = max(0, state.last_committed - recent + 1)
@@ -57,7 +55,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
             entry["lag"] = latest - (entry["committed_end"] or 0)
     except BrokerUnavailableError as exc:
         broker_error = str(exc)
-    journal = HourJournal(settings.state_location, config.table).state()
+    journal = TableState(settings.state_location, config.table).journal.state()
     ready = state.ready
     return {
         "table": config.table,
@@ -77,10 +75,11 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "batches_committed": state.batches,
         "last_committed_batch": state.last_committed,
         "pending_batch": pending.describe() if pending else None,
-        "lock": TableLock(settings.state_location, config.table).holder(),
+        "lock": TableState(settings.state_location, config.table).lock().holder(),
         "stream": stream_summary(config, settings),
         "decisions": [
-            r.describe() for r in list(AuditLog(settings.state_location, config.table).records())[-recent:]
+            r.describe()
+            for r in list(TableState(settings.state_location, config.table).audit.records())[-recent:]
         ],
         "rows": state.rows,
         "dirty": state.dirty,
@@ -236,8 +235,8 @@ def render(status: dict[str, Any]) -> str:
 def explain_hour(config: TableConfig, settings: Settings, key: str) -> dict[str, Any]:
     """Is hour ``key`` sealed? If not: which MQ partition holds it and by how much."""
     hour = parse_key(key, config.event_time.time_zone)
-    state = CommitLog(settings.state_location, config.table).state()
-    journal = HourJournal(settings.state_location, config.table).state()
+    state = TableState(settings.state_location, config.table).commit_log.state()
+    journal = TableState(settings.state_location, config.table).journal.state()
     entry = journal.hours.get(hour.key)
     needed = hour.end + config.watermark.commit_delay
     out: dict[str, Any] = {

@@ -14,18 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
-from tidemark.hourcommit import hour_commit
-from tidemark.hourcommit.renaming import data_files
 from tidemark.ingest.columns import data_fields
 from tidemark.seal.checks import CheckResult
 from tidemark.seal.metastore import Metastore, quote_identifier
 from tidemark.seal.quality import QualityOutcome, gate
-from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
-from tidemark.state.layout import Layout, data_docs_dir
-from tidemark.table_state import TableState
+from tidemark.state.layout import data_docs_dir
+from tidemark.table import Table
 from tidemark.tableformat import file_rows, table_format
+from tidemark.tablefs import data_files
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -37,21 +35,21 @@ log = logging.getLogger(__name__)
 class HourFiles:
     """The hours of one table as files and metastore partitions (I/O: files, Spark, metastore)."""
 
-    def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings) -> None:
+    def __init__(self, spark: SparkSession, table: Table) -> None:
         self.spark = spark
-        self.config = config
-        self.layout = Layout(settings, config.table)
-        self.commit = hour_commit(self.layout)  # how a version of an hour becomes visible
+        self.table = table
+        self.config = config = table.config
+        self.layout = table.layout
+        self.commit = table.commit  # how a version of an hour becomes visible
         self.metastore = Metastore(spark, config)
         self.extra_columns = list(config.partitioning.columns)
         self.format = table_format(config)  # of the sealed hours; batch files are Parquet
-        self.state = TableState(settings.state_location, config.table)
+        self.state = table.state
         self.history = self.state.schema_history
         self.commit_log = self.state.commit_log
         self._commits: dict[int, frozenset[str]] = {}  # batch -> its commit record's files
-        self._schema_version: int | None = None
         # GX Data Docs need a local directory: kept beside the state when it is local
-        state = settings.state_location
+        state = table.settings.state_location
         self.docs_dir = (
             data_docs_dir(state.local_path(), config.table) if state.scheme in ("", "file") else None
         )
@@ -80,11 +78,8 @@ class HourFiles:
         return self.layout.table_dir / hour.path
 
     def schema_version(self, run_id: str) -> int:
-        """The schema version of the config (recorded first if it is a new, compatible one);
-        read once per job, not once per hour it writes."""
-        if self._schema_version is None:
-            self._schema_version = self.history.ensure(self.config, run_id).version
-        return self._schema_version
+        """The schema version of the config, ensured once per table handle."""
+        return self.table.schema_version(run_id)
 
     def ddl(self, config: TableConfig | None = None) -> str:
         """The hours' columns as Spark DDL (the config's, or an older version's), extra

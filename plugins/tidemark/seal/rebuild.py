@@ -40,11 +40,12 @@ from tidemark.ingest.registry import registry_failures
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
 from tidemark.settings import Settings
-from tidemark.state.journal import EntryKind
+from tidemark.state.journal import EntryKind, JournalState
 from tidemark.state.layout import (
     batch_dir_name,
 )
 from tidemark.state.locks import Lease
+from tidemark.table import Table
 from tidemark.tablefs import Store
 from tidemark.time.hours import Hour, parse_key
 
@@ -67,15 +68,15 @@ class RebuildResult:
 class Rebuilder:
     """Rebuilds published hours of one table (I/O: broker, files, Spark, metastore, journal)."""
 
-    def __init__(self, spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> None:
+    def __init__(self, spark: SparkSession, table: Table, run_id: str) -> None:
         self.spark = spark
-        self.config = config
-        self.settings = settings
+        self.config = table.config
+        self.settings = table.settings
         self.run_id = run_id
-        self.files = HourFiles(spark, config, settings)
-        self.layout = self.files.layout
-        self.commit = self.files.commit
-        self.state = self.files.state
+        self.files = HourFiles(spark, table)
+        self.layout = table.layout
+        self.commit = table.commit
+        self.state = table.state
         self.journal = self.state.journal
         self.commit_log = self.state.commit_log
 
@@ -87,8 +88,6 @@ class Rebuilder:
         return result
 
     def rebuild_hour(self, hour_key: str) -> dict[str, Any]:
-        from tidemark.ingest.kafka import client_properties, partition_offsets
-
         table = self.config.table
         hour = parse_key(hour_key, self.config.event_time.time_zone)
         with self.state.lock(f"rebuild-{hour.key}").hold(self.run_id) as hour_lease:
@@ -109,18 +108,7 @@ class Rebuilder:
                     "version": current.version,
                     "rows": current.rows,
                 }
-            plan = plan_rebuild(self.config, self.settings, hour.key, partitions)
-            if not plan.sources and current is not None and current.rows:
-                raise RebuildError(
-                    f"{table} hour {hour.key} holds {current.rows} rows (v{current.version}) but the commit "
-                    "log names no batch that fed it; refusing to swap in an empty hour (published hour untouched)"
-                )
-            log.info("%s: rebuilding %s", table, plan.describe())
-            kafka_conf = client_properties(self.settings.kafka_bootstrap, self.config.source.kafka_properties)
-            if plan.sources:
-                check_offsets(
-                    plan, self.config.source.topic, partition_offsets(kafka_conf, self.config.source.topic)
-                )
+            plan, kafka_conf = self._plan(hour, partitions)
             written_with = current.schema_version if current is not None else 0
             hour_config = self.files.history.config_at(self.config, written_with)
             with registry_failures(table):  # a registry down fails the rebuild, named
@@ -174,6 +162,26 @@ class Rebuilder:
             "batches": [s.batch_id for s in plan.sources],
             "atomic_swap": atomic,
         }
+
+    def _plan(self, hour: Hour, partitions: JournalState) -> tuple[RebuildPlan, dict[str, Any]]:
+        """The batches that fed the hour and their ranges, checked to be on the broker still
+        (``DataLossError`` otherwise: nothing touched); with the broker client's settings."""
+        from tidemark.ingest.kafka import client_properties, partition_offsets
+
+        table, current = self.config.table, partitions.hours.get(hour.key)
+        plan = plan_rebuild(self.config, self.settings, hour.key, partitions)
+        if not plan.sources and current is not None and current.rows:
+            raise RebuildError(
+                f"{table} hour {hour.key} holds {current.rows} rows (v{current.version}) but the commit "
+                "log names no batch that fed it; refusing to swap in an empty hour (published hour untouched)"
+            )
+        log.info("%s: rebuilding %s", table, plan.describe())
+        kafka_conf = client_properties(self.settings.kafka_bootstrap, self.config.source.kafka_properties)
+        if plan.sources:
+            check_offsets(
+                plan, self.config.source.topic, partition_offsets(kafka_conf, self.config.source.topic)
+            )
+        return plan, kafka_conf
 
     def _staging(self, hour: Hour) -> Path:
         return self.layout.step_staging("rebuild", hour.key, self.run_id)
@@ -340,4 +348,4 @@ def run_rebuild(
     spark: SparkSession, config: TableConfig, settings: Settings, run_id: str, hour_keys: list[str]
 ) -> RebuildResult:
     """Rebuild each hour of ``hour_keys`` (published hours only); idempotent per run id."""
-    return Rebuilder(spark, config, settings, run_id).run(hour_keys)
+    return Rebuilder(spark, Table.open(config, settings), run_id).run(hour_keys)

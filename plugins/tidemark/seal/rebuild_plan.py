@@ -13,8 +13,8 @@ from tidemark.config import TableConfig
 from tidemark.errors import DataLossError, RebuildError
 from tidemark.settings import Settings
 from tidemark.state.batches import MqRange
-from tidemark.state.commitlog import CommitLog
-from tidemark.state.journal import HourJournal, JournalState
+from tidemark.state.journal import JournalState
+from tidemark.table_state import TableState
 from tidemark.time.hours import Hour, hour_of, parse_key
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def plan_rebuild(
 ) -> RebuildPlan:
     """What rebuilding ``hour_key`` reads; refuses hours that are not published."""
     hour = parse_key(hour_key, config.event_time.time_zone)
-    partitions = partitions or HourJournal(settings.state_location, config.table).state()
+    partitions = partitions or TableState(settings.state_location, config.table).journal.state()
     current = partitions.hours.get(hour.key)
     if current is None:
         raise RebuildError(
@@ -118,7 +118,7 @@ def plan_rebuild(
             f"{config.table} hour {hour.key} is {current.kind}d, not published; check it with "
             f"tidemark status --table {config.table} --partition {hour.key} and release it first"
         )
-    commit_log = CommitLog(settings.state_location, config.table)
+    commit_log = TableState(settings.state_location, config.table).commit_log
     state = commit_log.state()
     # the checkpoint's hour index names the batches to read (an older one: every commit)
     indexed = state.batches_of_hour(hour.path)
@@ -201,7 +201,7 @@ def planned_hours(
         if start is None or end is None:
             raise RebuildError(f"{config.table}: a manual run needs the first_hour param (no data interval)")
         hours = hours_between(start, end, zone)
-    partitions = HourJournal(settings.state_location, config.table).state()
+    partitions = TableState(settings.state_location, config.table).journal.state()
     chosen = []
     for hour in hours:
         try:

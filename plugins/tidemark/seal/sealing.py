@@ -45,7 +45,7 @@ from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.locks import Lease
 from tidemark.stopwatch import Stopwatch
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import Hour, hour_of, hours_from, parse_key, parse_path
 from tidemark.time.instants import parse_instant
 
@@ -111,26 +111,19 @@ def hours_to_seal(config: TableConfig, state: LogState, partitions: JournalState
 class Sealer:
     """Seals and amends the hours of one table (I/O: files, Spark, metastore, journal)."""
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        config: TableConfig,
-        settings: Settings,
-        run_id: str,
-        lease: Lease | None = None,
-    ) -> None:
+    def __init__(self, spark: SparkSession, table: Table, run_id: str, lease: Lease | None = None) -> None:
         self.spark = spark
         self.lease = lease  # checked before every step that makes an hour visible
-        self.config = config
+        self.config = table.config
         self.run_id = run_id
-        self.files = HourFiles(spark, config, settings)
-        self.layout = self.files.layout
-        self.commit_log = self.files.state.commit_log
-        self.journal = self.files.state.journal
-        self.zone = config.event_time.time_zone
+        self.files = HourFiles(spark, table)
+        self.layout = table.layout
+        self.commit_log = table.state.commit_log
+        self.journal = table.state.journal
+        self.zone = table.config.event_time.time_zone
         self.late = LateRows(self.files, run_id, fence=self._fence, lease=lease)
         self.compactor = Compactor(spark, self.files, run_id, lease)
-        self.commit = self.files.commit
+        self.commit = table.commit
         self.writer = Writer(run_id, lease)
         self.watch = Stopwatch()
 
@@ -347,7 +340,7 @@ class Sealer:
 
 def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:
     """What a seal run would do now, changing nothing (the trigger form's dry run)."""
-    table_state = TableState(settings.state_location, config.table)
+    table_state = Table.open(config, settings).state
     commit_log = table_state.commit_log
     state = commit_log.state()
     partitions = table_state.journal.state()
@@ -373,13 +366,15 @@ def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:
 
 def run_seal(spark: SparkSession, config: TableConfig, settings: Settings, run_id: str) -> SealResult:
     """Seal every complete hour of ``config.table``; safe to run any number of times."""
-    with TableState(settings.state_location, config.table).lock().hold(run_id) as lease:
-        return Sealer(spark, config, settings, run_id, lease).run()
+    table = Table.open(config, settings)
+    with table.state.lock().hold(run_id) as lease:
+        return Sealer(spark, table, run_id, lease).run()
 
 
 def run_release(
     spark: SparkSession, config: TableConfig, settings: Settings, hour_key: str, run_id: str
 ) -> JournalEntry:
     """Register a quarantined hour (``tidemark release``); refuses any other hour."""
-    with TableState(settings.state_location, config.table).lock().hold(run_id) as lease:
-        return Sealer(spark, config, settings, run_id, lease).release(hour_key)
+    table = Table.open(config, settings)
+    with table.state.lock().hold(run_id) as lease:
+        return Sealer(spark, table, run_id, lease).release(hour_key)

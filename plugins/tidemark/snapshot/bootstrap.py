@@ -28,7 +28,7 @@ from tidemark.settings import Settings
 from tidemark.snapshot.delta import DeltaSnapshot, is_delta, snapshot_lock
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore, check_label
 from tidemark.snapshot.sources import BootstrapSource, credentials, read_source
-from tidemark.state.locks import TableLock
+from tidemark.table_state import TableState
 from tidemark.time.hours import hour_of
 from tidemark.time.instants import as_utc
 
@@ -121,38 +121,26 @@ def run_bootstrap(
         if record.run_id == run_id and record.kind == "bootstrap":
             log.info("%s: run %s already bootstrapped %s; nothing to do", config.table, run_id, record.ref)
             if delta is not None:  # its job may have died before the views
-                with TableLock(settings.state_location, config.table, snapshot_lock(config, label)).hold(
-                    run_id
+                with (
+                    TableState(settings.state_location, config.table)
+                    .lock(snapshot_lock(config, label))
+                    .hold(run_id)
                 ):
                     delta.after_commit(snapshots)
             return _result(record, already_done=True)
     store = SnapshotStore(spark, config, settings)
-    with TableLock(settings.state_location, config.table, snapshot_lock(config, label)).hold(run_id) as lease:
+    with (
+        TableState(settings.state_location, config.table)
+        .lock(snapshot_lock(config, label))
+        .hold(run_id) as lease
+    ):
         if delta is not None:
             for record in delta.recover(snapshots):
                 if record.run_id == run_id:
                     store.drop_staging(label, run_id)
                     delta.after_commit(snapshots)
                     return _result(record)
-        margin = config.watermark.max_out_of_orderness
-        plan = snapshots.save_plan(
-            run_id,
-            {
-                "run_id": run_id,
-                "label": label,
-                "as_of": as_of.isoformat(),
-                # Changes after the offsets carry event times from about as_of on; the margin
-                # covers their disorder, so the first merge reads every hour they can be in.
-                "increments_from": hour_of(as_of - margin, config.event_time.time_zone).start.isoformat(),
-                "aligned_offsets": align(config, settings),
-                "source": source.describe(),
-            },
-        )
-        if plan["label"] != label:
-            raise BootstrapError(
-                f"{config.table}: run {run_id} was planned for snapshot {plan['label']}, not {label}"
-            )
-        crash_point("after_alignment")
+        plan = _plan(snapshots, config, settings, run_id, label=label, as_of=as_of, source=source)
         log.info("%s: bootstrap %s of %s from %s", config.table, run_id, label, plan["source"])
         frame = conform(read_source(spark, source, credentials()), config, store.columns())
         if delta is not None:  # key-ranged files: a MERGE of recent keys rewrites few of them
@@ -191,6 +179,40 @@ def run_bootstrap(
             record = snapshots.append(pending)
             store.discard(staged, record)
     return replace(_result(record), atomic_swap=atomic)
+
+
+def _plan(
+    snapshots: SnapshotLog,
+    config: TableConfig,
+    settings: Settings,
+    run_id: str,
+    *,
+    label: str,
+    as_of: datetime,
+    source: BootstrapSource,
+) -> dict[str, Any]:
+    """The run's plan, saved before the read (a retry reads the same one): the topic's end
+    offsets first, then the source."""
+    margin = config.watermark.max_out_of_orderness
+    plan = snapshots.save_plan(
+        run_id,
+        {
+            "run_id": run_id,
+            "label": label,
+            "as_of": as_of.isoformat(),
+            # Changes after the offsets carry event times from about as_of on; the margin
+            # covers their disorder, so the first merge reads every hour they can be in.
+            "increments_from": hour_of(as_of - margin, config.event_time.time_zone).start.isoformat(),
+            "aligned_offsets": align(config, settings),
+            "source": source.describe(),
+        },
+    )
+    if plan["label"] != label:
+        raise BootstrapError(
+            f"{config.table}: run {run_id} was planned for snapshot {plan['label']}, not {label}"
+        )
+    crash_point("after_alignment")
+    return plan
 
 
 def _result(record: SnapshotRecord, *, already_done: bool = False) -> BootstrapResult:

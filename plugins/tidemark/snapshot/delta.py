@@ -4,9 +4,8 @@
 Why Delta, through delta-rs (``deltalake``): one MERGE of 1M changes into 10M rows costs
 0.07-0.09x today's full Parquet merge and rewrites only the files holding changed keys
 (bench/upsert.py, docs/benchmarks.md), and production Spark reads the table with delta-spark
-(``VERSION AS OF`` is a snapshot label). pyiceberg 0.12's ``upsert`` builds one Python
-expression per key and was reported at ~17 min for 1M rows (apache/iceberg-python#2159,
-#3129), so it is not a candidate at CDC increment sizes.
+(``VERSION AS OF`` is a snapshot label). pyiceberg's ``upsert`` (one Python expression per
+key, ~17 min for 1M rows: apache/iceberg-python#2159) is no candidate at CDC increment sizes.
 
 The model. The Delta table holds the newest state. Each snapshot label is one Delta version:
 its record in the snapshot log carries ``delta_version``, and the Delta commit carries the
@@ -326,10 +325,9 @@ class DeltaSnapshot:
         return self._finished(pending, self.table().version(), metrics)
 
     def _require_safe_commits(self) -> None:
-        """Two writers must never both commit one Delta version: on S3 every commit is a
-        conditional PUT, so refuse a store that does not honour one (a paused writer past its
-        lease is not fenced by tidemark's lock, only by the store)."""
-        require_conditional_create(self.config.table, self.uri)  # other schemes: atomic create
+        """Two writers never both commit one Delta version: on S3 every commit is a conditional
+        PUT (a paused writer past its lease is fenced by the store only); others: atomic create."""
+        require_conditional_create(self.config.table, self.uri)
 
     @staticmethod
     def _vacuum(table: DeltaTable, keep: list[int], *, dry_run: bool) -> list[str]:

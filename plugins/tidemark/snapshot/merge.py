@@ -36,8 +36,8 @@ from tidemark.snapshot.snapshots import (
     base_for,
     period_of,
 )
-from tidemark.state.journal import HourJournal
-from tidemark.state.locks import Lease, TableLock
+from tidemark.state.locks import Lease
+from tidemark.table import Table
 from tidemark.time.hours import parse_key
 
 if TYPE_CHECKING:
@@ -74,10 +74,11 @@ class Merger:
         self.cdc = config.cdc
         self.settings = settings
         self.run_id = run_id
+        self.table = Table.open(config, settings)  # the CDC table: its sealed increment hours
         self.snapshots = SnapshotLog(settings.state_location, config.table)
-        self.journal = HourJournal(settings.state_location, config.table)
+        self.journal = self.table.state.journal
         self.store = SnapshotStore(spark, config, settings)
-        self.hours = HourFiles(spark, config, settings)
+        self.hours = HourFiles(spark, self.table)
         self.lease: Lease | None = None  # the label's lock, checked before the snapshot changes
 
     def _fence(self) -> None:
@@ -87,9 +88,7 @@ class Merger:
     def merge(self, label: str) -> MergeResult:
         period = period_of(self.config, label)
         if is_delta(self.config):
-            with TableLock(
-                self.settings.state_location, self.config.table, snapshot_lock(self.config, label)
-            ).hold(self.run_id) as self.lease:
+            with self.table.state.lock(snapshot_lock(self.config, label)).hold(self.run_id) as self.lease:
                 delta = DeltaSnapshot(self.spark, self.config, self.settings)
                 result = self._merge_delta(period, delta)
                 self._fence()
@@ -115,9 +114,7 @@ class Merger:
             remerged = [*earlier.remerged, earlier.snapshot]
             live = self.snapshots.live()
         plan = plan_merge(self.config, period, live, partitions)
-        with TableLock(
-            self.settings.state_location, self.config.table, snapshot_lock(self.config, period.label)
-        ).hold(self.run_id) as self.lease:
+        with self.table.state.lock(snapshot_lock(self.config, period.label)).hold(self.run_id) as self.lease:
             return self._merge(plan, remerged)
 
     def _merge_delta(self, period: Period, delta: DeltaSnapshot) -> MergeResult:
@@ -167,17 +164,7 @@ class Merger:
         )
         changes = after_alignment(self._increments(plan), anchor.aligned_offsets)
         increment_rows = changes.count()
-        rules: dict[str, Any] = {
-            "key": self.config.primary_key,
-            "version_field": self.cdc.version_field,
-            "op_field": self.cdc.op_field,
-            "delete_ops": self.cdc.delete_ops,
-        }
-        if anchor.ref == head.ref:
-            source = latest_changes(changes, delta.names, **rules)
-        else:
-            desired = latest_state(delta.read(anchor), changes, **rules)
-            source = state_difference(desired, delta.read(head), self.config.primary_key)
+        source = self._delta_source(delta, changes, anchor, head)
         rows = source.toArrow()
         crash_point("after_snapshot_staging")
         self._fence()
@@ -203,6 +190,23 @@ class Merger:
         )
         crash_point("after_snapshot_swap")
         return self._result(self.snapshots.append(committed), [])
+
+    def _delta_source(
+        self, delta: DeltaSnapshot, changes: DataFrame, anchor: SnapshotRecord, head: SnapshotRecord
+    ) -> DataFrame:
+        """What the MERGE applies: the period's newest change per key (the current version is
+        the anchor), or the difference between the state recomputed from the anchor and the
+        current version (late changes made it stale)."""
+        rules: dict[str, Any] = {
+            "key": self.config.primary_key,
+            "version_field": self.cdc.version_field,
+            "op_field": self.cdc.op_field,
+            "delete_ops": self.cdc.delete_ops,
+        }
+        if anchor.ref == head.ref:
+            return latest_changes(changes, delta.names, **rules)
+        desired = latest_state(delta.read(anchor), changes, **rules)
+        return state_difference(desired, delta.read(head), self.config.primary_key)
 
     def _merge(self, plan: MergePlan, remerged: list[str]) -> MergeResult:
         table = self.config.table

@@ -19,7 +19,8 @@ from tidemark.hourcommit.versions import version_dirs
 from tidemark.settings import Settings
 from tidemark.snapshot.delta import is_delta
 from tidemark.snapshot.snapshots import Period, SnapshotLog, SnapshotRecord, base_for, period_of
-from tidemark.state.journal import HourJournal, JournalState
+from tidemark.state.journal import JournalState
+from tidemark.table_state import TableState
 from tidemark.time.hours import hour_of, hours_from
 
 
@@ -147,7 +148,7 @@ def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
     if not merged:
         return None
     newest = max(merged, key=lambda r: r.through_at)
-    partitions = HourJournal(settings.state_location, config.table).state()
+    partitions = TableState(settings.state_location, config.table).journal.state()
     return newest.label if is_stale(newest, live, partitions) else None
 
 
@@ -156,7 +157,7 @@ def preview_merge(config: TableConfig, settings: Settings, label: str) -> dict[s
     period = period_of(config, label)
     log = SnapshotLog(settings.state_location, config.table)
     live = log.live()
-    partitions = HourJournal(settings.state_location, config.table).state()
+    partitions = TableState(settings.state_location, config.table).journal.state()
     preview: dict[str, Any] = {"table": config.table, "snapshot": period.label, "dry_run": True}
     try:
         if is_delta(config):

@@ -299,10 +299,11 @@ class SnapshotStore:
         """After the record: the previous version's files (local: now in the staging directory;
         object store: replaced version directories of the label past the retention, which only
         this label's lock holder writes). Returns the version directories deleted."""
-        from tidemark.state.commitlog import CommitLog
 
         def processing_time() -> datetime | None:
-            state = CommitLog(self.settings.state_location, self.config.table).state()
+            from tidemark.table_state import TableState
+
+            state = TableState(self.settings.state_location, self.config.table).commit_log.state()
             return parse_instant(state.ready.processing_time) if state.ready else None
 
         retention = Retention(

@@ -49,6 +49,7 @@ from tidemark.stream.status import (
     checkpoint_agreement,
     checkpoint_location,
 )
+from tidemark.table import Table
 from tidemark.table_state import TableState
 
 if TYPE_CHECKING:
@@ -86,7 +87,8 @@ class EpochRunner:
         self.checkpoint = checkpoint
         self.clock = clock
         self.progress = progress
-        self.state = TableState(settings.state_location, config.table)
+        self.table = Table.open(config, settings)  # one handle for every micro-batch's seal
+        self.state = self.table.state
         self.commit_log = self.state.commit_log
         self.stop_reason = ""
         self._query_id = ""
@@ -185,7 +187,7 @@ class EpochRunner:
         seal_run = f"{run_id}-seal"
         try:
             with self.state.lock().hold(seal_run) as lease:
-                result = Sealer(self.spark, self.config, self.settings, seal_run, lease).run()
+                result = Sealer(self.spark, self.table, seal_run, lease).run()
         except BatchConflictError as exc:  # another job's long step: seal at a later micro-batch
             log.warning("%s: sealing put off to the next micro-batch: %s", self.config.table, exc)
             return
@@ -220,7 +222,6 @@ def run_stream(
     """Run the table's stream until the table is switched to batch (or, with
     ``until_caught_up``, until it committed everything the broker had when it started)."""
     from tidemark.ingest.kafka import client_properties, partition_offsets
-    from tidemark.stream.source import SOURCE_NAME, StreamOffsetsSource
 
     table = config.table
     table_state = TableState(settings.state_location, table)
@@ -245,24 +246,9 @@ def run_stream(
             status=status,
             lease=lease,
         )
-        spark.dataSource.register(StreamOffsetsSource)
-        tick = 0.0 if until_caught_up else config.stream.idle_commit_interval.total_seconds()
         until = json.dumps({p: latest for p, (_, latest) in target.items()}) if target is not None else ""
-        query = (
-            spark.readStream.format(SOURCE_NAME)
-            .option("table", table)
-            .option("conf_dir", str(settings.conf_dir))
-            .option("state", str(settings.state_location))
-            .option("secret.kafka_conf", json.dumps(kafka_conf))
-            .option("secret.env", json.dumps(_state_store_env()))
-            .option("tick_s", str(tick))
-            .option("until", until)
-            .load()
-            .writeStream.queryName(f"tidemark-stream-{table}")
-            .foreachBatch(runner)
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime=f"{interval} seconds")
-            .start()
+        query = _start_query(
+            spark, config, settings, runner, kafka_conf=kafka_conf, until=until, interval=interval
         )
         progress.query_id = str(query.id)
         progress.state = "running"
@@ -298,6 +284,41 @@ def run_stream(
         status.write(progress.to_json(clock()))
         log.info("%s: stream stopped: %s", table, reason)
     return {"status": "stopped", "reason": reason, **progress.to_json(clock())}
+
+
+def _start_query(
+    spark: SparkSession,
+    config: TableConfig,
+    settings: Settings,
+    runner: EpochRunner,
+    *,
+    kafka_conf: dict[str, Any],
+    until: str,
+    interval: float,
+) -> Any:
+    """The streaming query: tidemark's offsets source (until ``until``'s offsets, if given)
+    into the runner's micro-batches, checkpointed, one trigger every ``interval`` seconds."""
+    from tidemark.stream.source import SOURCE_NAME, StreamOffsetsSource
+
+    table = config.table
+    spark.dataSource.register(StreamOffsetsSource)
+    tick = 0.0 if until else config.stream.idle_commit_interval.total_seconds()
+    return (
+        spark.readStream.format(SOURCE_NAME)
+        .option("table", table)
+        .option("conf_dir", str(settings.conf_dir))
+        .option("state", str(settings.state_location))
+        .option("secret.kafka_conf", json.dumps(kafka_conf))
+        .option("secret.env", json.dumps(_state_store_env()))
+        .option("tick_s", str(tick))
+        .option("until", until)
+        .load()
+        .writeStream.queryName(f"tidemark-stream-{table}")
+        .foreachBatch(runner)
+        .option("checkpointLocation", checkpoint_location(settings, table))
+        .trigger(processingTime=f"{interval} seconds")
+        .start()
+    )
 
 
 def _watch(

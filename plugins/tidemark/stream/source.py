@@ -96,8 +96,8 @@ class StreamOffsetsReader(DataSourceStreamReader):
 
         from tidemark.catalog import load_table
         from tidemark.settings import Settings
-        from tidemark.state.commitlog import CommitLog
         from tidemark.state.storage import Location
+        from tidemark.table_state import TableState
 
         os.environ.update(json.loads(options.get("secret.env") or "{}"))  # the state store's S3 keys
         # a table file, or a family's member (its record is in the state store)
@@ -105,7 +105,7 @@ class StreamOffsetsReader(DataSourceStreamReader):
             Settings.from_env(), conf_dir=Path(options["conf_dir"]), state_uri=options["state"]
         )
         self.config = load_table(options["table"], settings)
-        self.commit_log = CommitLog(Location(options["state"]), self.config.table)
+        self.commit_log = TableState(Location(options["state"]), self.config.table).commit_log
         self.kafka_conf = json.loads(options["secret.kafka_conf"])
         self.tick_s = float(options.get("tick_s") or 0)
         until = options.get("until") or ""
