@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.dags import asset_events, run_dag
-from tests.helpers.jobs import job_process, run_job_process
+from tests.helpers.jobs import create_metastore, job_process, run_job_process
 from tests.helpers.streams import KILLS, STREAM_ARGS, assert_the_kill_stands, restart_words, tiled
 from tests.helpers.tables import fresh_table, landed, late_landed
 from tidemark.errors import WriterModeError
@@ -92,7 +92,9 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
         run_dump(None, config, own, "scheduled__2", NOW)
     assert CommitLog(own.state_dir, table).state().batches == 1
 
-    # the stream, killed at each point of a micro-batch over new records, then restarted
+    # the stream, killed at each point of a micro-batch over new records, then restarted (the
+    # jobs' Derby metastore made first: a kill inside the seal must not land in its creation)
+    create_metastore(own)
     expected_at_restart = "a new query"
     for i, point in enumerate(KILLS):
         delivered += produce(broker, table, events(20, start=HOUR + timedelta(hours=1), partitions=2, seed=i))

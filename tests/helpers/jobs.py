@@ -55,3 +55,29 @@ def run_job_process(
     proc = job_process(settings, job, table, run_id, *extra, fail_at=fail_at)
     out, err = proc.communicate(timeout=300)
     return proc.returncode, out, err
+
+
+_CREATE_METASTORE = """
+from tidemark.settings import Settings
+from tidemark.spark import build_session
+
+spark = build_session("tidemark-test-metastore", Settings.from_env(), hive=True)
+spark.catalog.databaseExists("default")
+spark.stop()
+"""
+
+
+def create_metastore(settings: Settings) -> None:
+    """Create the embedded Derby metastore of ``settings``' home, in a process of its own, before
+    a test kills jobs: the first job to use it creates its schema (seconds, in the seal's
+    warm-up thread), and a kill in the middle of that corrupts it for good. A test-topology
+    artefact (production runs a metastore service); the kills under test are the jobs'."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CREATE_METASTORE],
+        env=job_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
