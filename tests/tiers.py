@@ -27,15 +27,13 @@ def _rank(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order modules heaviest first, keeping each module's tests together and in file order."""
+    """Order modules heaviest first, keeping each module's tests together and in file order (a
+    module's tests share its rank, and the sort is stable)."""
     module_rank: dict[str, int] = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         module_rank[module] = min(module_rank.get(module, 4), _rank(item))
-    first_seen = {m: i for i, m in enumerate(dict.fromkeys(i.nodeid.split("::", 1)[0] for i in items))}
-    items.sort(
-        key=lambda it: (module_rank[it.nodeid.split("::", 1)[0]], first_seen[it.nodeid.split("::", 1)[0]])
-    )
+    items.sort(key=lambda it: module_rank[it.nodeid.split("::", 1)[0]])
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

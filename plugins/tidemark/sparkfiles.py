@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from tidemark.tableformat import PARQUET, TableFormat, format_of, is_data_file
-from tidemark.tablefs import Store, filesystem, s3_from_environment, spark_reads
+from tidemark.tableformat import PARQUET, TableFormat, format_of
+from tidemark.tablefs import Store, data_files, filesystem, s3_from_environment, spark_reads
 from tidemark.task_runtime import task_body
 
 if TYPE_CHECKING:
@@ -158,11 +158,7 @@ def read_table_files(
         return read_files(spark, [store.uri(f) for f in chosen], ddl)
     paths = [str(f) for f in files] if files is not None else [str(base)]
     # a directory never mixes formats: sealed hours are the table's, batch files Parquet
-    sample = (
-        paths[0]
-        if files is not None
-        else next((str(p) for p in sorted(base.rglob("*")) if is_data_file(p.name)), "")
-    )
+    sample = paths[0] if files is not None else next((str(p) for p in data_files(base)), "")
     reader = spark.read.schema(ddl).option("basePath", str(base))
     return format_of(sample).spark_read(reader, *paths)
 

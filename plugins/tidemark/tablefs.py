@@ -250,8 +250,7 @@ class Store:
 
     def copy(self, source: str, target: str) -> None:
         """Copy a file (on S3 a server-side copy: the bytes do not pass through here)."""
-        if not self.object_store:
-            self.fs.create_dir(self.path(target).rsplit("/", 1)[0], recursive=True)
+        self.make_parent(self.path(target))
         self.fs.copy_file(self.path(source), self.path(target))
 
     def delete(self, relative: str) -> None:

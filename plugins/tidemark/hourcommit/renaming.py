@@ -36,7 +36,7 @@ from tidemark.hourcommit.base import (
     Writer,
     Written,
 )
-from tidemark.state.layout import compaction_marker, sealed_file_prefix, write_success
+from tidemark.state.layout import batch_of_file, compaction_marker, sealed_file_prefix, write_success
 from tidemark.state.storage import read_json, replace_atomically
 from tidemark.tablefs import data_files, exchange_directories
 from tidemark.time.hours import Hour, parse_path
@@ -60,8 +60,6 @@ class RenamingHourCommit(HourCommit):
     def batch_files(
         self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
     ) -> list[Path]:
-        from tidemark.state.layout import batch_of_file
-
         return [
             p
             for p in data_files(directory)

@@ -40,7 +40,7 @@ from tidemark.hourcommit.versions import (
     version_written,
     write_version_once,
 )
-from tidemark.state.layout import COMPACTED_MARKER, SUCCESS, sealed_file_prefix
+from tidemark.state.layout import COMPACTED_MARKER, SUCCESS, batch_of_file, sealed_file_prefix
 from tidemark.time.hours import Hour, parse_path
 
 if TYPE_CHECKING:
@@ -65,8 +65,6 @@ class VersionedHourCommit(HourCommit):
     ) -> list[Path]:
         """Only the files its commit record lists are a batch's: an attempt that lost its
         batch (paused past its lease) may have left files beside the committed attempt's."""
-        from tidemark.state.layout import batch_of_file
-
         found = [self.layout.warehouse / f for f in self.store.files(self.layout.relative(directory))]
         return [
             p

@@ -22,7 +22,6 @@ from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, arrow_sc
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.state.commitlog import LogState
 from tidemark.state.layout import sealed_file_prefix
-from tidemark.state.locks import Lease
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -34,15 +33,13 @@ log = logging.getLogger(__name__)
 class Compactor:
     """Compacts the due hours of one seal run (I/O: files, Spark)."""
 
-    def __init__(self, spark: SparkSession, files: HourFiles, run_id: str, lease: Lease | None) -> None:
+    def __init__(self, spark: SparkSession, files: HourFiles, writer: Writer) -> None:
         self.spark = spark
         self.files = files
         self.config = files.config
         self.layout = files.layout
-        self.run_id = run_id
-        self.lease = lease
         self.commit = files.commit
-        self.writer = Writer(run_id, lease)
+        self.writer = writer  # the seal's run and lease: it owns the directories it writes
         self._prepared: dict[str, Compacted] = {}
         self._defaults: dict[str, list[CheckResult]] = {}
 

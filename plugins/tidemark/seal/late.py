@@ -12,7 +12,6 @@ re-reads the hour's batches from the topic, never the late files.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +25,7 @@ from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.time.hours import Hour, parse_path
 
 if TYPE_CHECKING:
-    from tidemark.state.locks import Lease
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +33,14 @@ log = logging.getLogger(__name__)
 class LateRows:
     """The late rows of one table, by its ``late_policy``."""
 
-    def __init__(
-        self,
-        files: HourFiles,
-        run_id: str,
-        fence: Callable[[], None] = lambda: None,
-        lease: Lease | None = None,
-    ) -> None:
+    def __init__(self, files: HourFiles, writer: Writer) -> None:
         self.files = files
-        self.lease = lease  # owns the version directories it writes
-        self.fence = fence  # the lease check before every step that makes rows visible
+        self.writer = writer  # owns the version directories it writes; checked before rows show
         self.config = files.config
         self.layout = files.layout
-        self.run_id = run_id
+        self.run_id = writer.run_id
         self.zone = self.config.event_time.time_zone
         self.commit = files.commit
-        self.writer = Writer(run_id, lease)
 
     def hours(self, state: LogState) -> list[Hour]:
         return sorted(parse_path(p, self.zone) for p, n in state.late_per_hour.items() if n)
@@ -71,11 +62,11 @@ class LateRows:
             target, location = self.commit.late_partition(hour, state, self.files, self.writer)
             if location is not None:
                 locations[hour.key] = location
-            self.fence()
+            self.writer.check()
             self.files.register(late_table, self.layout.late_dir, hour, target)
             registered[hour.key] = state.late_per_hour[hour.path]
         crash_point("after_late_registration")
-        self.fence()
+        self.writer.check()
         record: dict[str, object] = {"hours": dict(sorted(registered.items()))}
         if locations:
             record["locations"] = dict(sorted(locations.items()))
@@ -95,7 +86,7 @@ class LateRows:
         folded = self.files.batch_files(late_dir, through=through)
         if not folded:
             return
-        self.fence()
+        self.writer.check()
         store = self.layout.store
         for path in folded:
             store.delete(self.layout.relative(path))
@@ -126,7 +117,7 @@ class LateRows:
                 writer=self.writer,
             )
             crash_point("after_amend_files")
-            self.fence()
+            self.writer.check()
             self.files.register(self.config.table, self.layout.table_dir, hour, target)
             self.files.spark.catalog.refreshTable(self.config.table)
             rows = (current.rows if current else 0) + added
@@ -148,7 +139,7 @@ class LateRows:
                 seq=partitions.last_seq + 1 + len(entries),  # the caller applies them after
                 schema_version=self.files.schema_version(self.run_id),
             )
-            self.fence()
+            self.writer.check()
             journal.append(entry)
             crash_point("after_amend_entry")
             self._drop_folded(late_dir, through)

@@ -123,7 +123,7 @@ class Rebuilder:
                         self._rows(hour, plan, receipts, kafka_conf, hour_config) if plan.sources else None
                     ),
                     reconcile=lambda receipts, rows: self._reconcile(hour, plan, receipts, rows),
-                    n_files=self._file_count(hour),
+                    n_files=self._file_count(hour) if plan.sources else 1,  # listed only to write
                 )
             quality = self.files.quality_of(hour, new_dir, rows, hour_config)
             if quality.blocks:

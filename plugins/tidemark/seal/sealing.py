@@ -113,7 +113,6 @@ class Sealer:
 
     def __init__(self, spark: SparkSession, table: Table, run_id: str, lease: Lease | None = None) -> None:
         self.spark = spark
-        self.lease = lease  # checked before every step that makes an hour visible
         self.config = table.config
         self.run_id = run_id
         self.files = HourFiles(spark, table)
@@ -121,10 +120,10 @@ class Sealer:
         self.commit_log = table.state.commit_log
         self.journal = table.state.journal
         self.zone = table.config.event_time.time_zone
-        self.late = LateRows(self.files, run_id, fence=self._fence, lease=lease)
-        self.compactor = Compactor(spark, self.files, run_id, lease)
+        self.writer = Writer(run_id, lease)  # checked before every step that makes an hour visible
+        self.late = LateRows(self.files, self.writer)
+        self.compactor = Compactor(spark, self.files, self.writer)
         self.commit = table.commit
-        self.writer = Writer(run_id, lease)
         self.watch = Stopwatch()
 
     def entry(self, hour: Hour, state: LogState, journal: JournalState, **step: Any) -> JournalEntry:
@@ -138,7 +137,7 @@ class Sealer:
         self.files.schema_version(self.run_id)
         state = self.commit_log.state()
         if state.last_committed >= 0:  # late and dirty files of a batch whose dump died after committing
-            self._fence()
+            self.writer.check()
             last = self.commit_log.commit(state.last_committed)
             publisher(self.layout, state.last_committed).finish(last.files if last else ())
         pending = self.commit_log.pending_plan(state)
@@ -154,7 +153,7 @@ class Sealer:
             log.warning("%s: %s", self.config.table, result.message)
             return result
         partitions = self.journal.state()
-        self._fence()
+        self.writer.check()
         self._sweep_sealed_leftovers(partitions)
         hours = hours_to_seal(self.config, state, partitions)
         if not hours and seal_limit(self.config, state) is None:
@@ -219,10 +218,6 @@ class Sealer:
         if mine:
             raise QualityGateError(self.config.table, mine)
 
-    def _fence(self) -> None:
-        if self.lease is not None:
-            self.lease.check()
-
     # -- one hour -------------------------------------------------------------------------
     def _seal_hour(
         self, hour: Hour, state: LogState, partitions: JournalState, watch: Stopwatch
@@ -251,7 +246,7 @@ class Sealer:
                 "; ".join(quality.failures),
             )
         else:
-            self._fence()
+            self.writer.check()
             with watch.phase("register"):
                 self.commit.reveal(home, target, self.writer)
                 self.files.publish(hour, target, rows, version=1)
@@ -266,7 +261,7 @@ class Sealer:
             files=files,
             quality=quality.to_json(),
         )
-        self._fence()
+        self.writer.check()
         with watch.phase("journal"):
             self.journal.append(entry)
             crash_point("after_journal_entry")
@@ -307,9 +302,9 @@ class Sealer:
             )
         hour = parse_key(hour_key, self.zone)
         home, target = self.commit.release_dirs(hour, current)
-        self._fence()
+        self.writer.check()
         self.commit.reveal(home, target, self.writer)
-        self._fence()
+        self.writer.check()
         self.files.publish(hour, target, current.rows, version=1)
         quality = {**current.quality, "released_by_run": self.run_id}
         entry = self.entry(
@@ -325,7 +320,7 @@ class Sealer:
             folded_through_batch=current.folded_through_batch,
             schema_version=current.schema_version,
         )
-        self._fence()
+        self.writer.check()
         self.journal.append(entry)
         log.info("%s: hour %s released and registered (%s rows)", self.config.table, hour_key, current.rows)
         return entry

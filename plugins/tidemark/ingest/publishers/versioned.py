@@ -50,9 +50,6 @@ class VersionedPublisher(BatchPublisher):
     def written(self) -> dict[str, list[str]]:
         return self._attempt_files()
 
-    def rollback(self) -> int:
-        return self._rollback_in_place()
-
     def _batch_files(self) -> dict[str, list[str]]:
         """Object stores: this batch's files in their final places, found by name."""
         mine = {
@@ -86,8 +83,8 @@ class VersionedPublisher(BatchPublisher):
         token = token_of_file(name) if name.endswith(".parquet") else attempt_token(name)
         return token is None or self.token is None or token < self.token
 
-    def _rollback_in_place(self) -> int:
-        """Object stores: the files earlier attempts of the uncommitted batch wrote in the hidden
+    def rollback(self) -> int:
+        """The files earlier attempts of the uncommitted batch wrote in the hidden
         ``_open`` places, and their staging (receipts, manifests), chosen by their lease tokens.
         Its visible dirty directory is never touched: only a committed batch's dirty records
         are shown there (``finish``), so anything in it belongs to a commit."""
