@@ -37,6 +37,11 @@ MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 ADMIN = "admin"
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in unpadded base64url (what ``random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
 @dataclass(frozen=True)
 class KafkaListeners:
     plaintext: str
@@ -138,9 +143,12 @@ class KafkaService(Service):
     def _class_path(self) -> str:
         return ":".join(require_jars("kafka"))
 
-    def _format(self) -> None:
-        """``kafka-storage format``: the cluster id, and the admin's SCRAM credentials."""
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    def _format(self, cluster: str | None = None) -> None:
+        """``kafka-storage format``: the cluster id, and the admin's SCRAM credentials.
+
+        The id goes as ``--cluster-id=<id>``: a base64url id starts with ``-`` once in 64, and
+        as a separate argument the tool's parser takes it for an option."""
+        cluster = cluster or new_cluster_id()
         password = self.admin_password()
         scram = [f"--add-scram={m}=[name={ADMIN},password={password}]" for m in MECHANISMS]
         done = subprocess.run(
@@ -150,10 +158,8 @@ class KafkaService(Service):
                 self._class_path(),
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                cluster,
-                "-c",
-                str(self.properties_file),
+                f"--cluster-id={cluster}",
+                f"--config={self.properties_file}",
                 *scram,
             ],
             capture_output=True,

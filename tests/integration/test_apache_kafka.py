@@ -24,7 +24,7 @@ from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark_dev.generator import Message, create_topic, produce, records
-from tidemark_dev.kafka import KafkaService
+from tidemark_dev.kafka import KafkaService, new_cluster_id
 from tidemark_dev.tls import authority, pem_cert
 
 pytestmark = pytest.mark.integration
@@ -604,3 +604,14 @@ def test_a_compacted_cdc_topic_lands_the_surviving_changes_and_its_tombstones(
     assert done.read == done.rows + done.dirty + done.tombstones + done.late
     assert done.read < done.offsets[0][1]  # offsets without a message: the compacted ones
     assert (done.read, done.tombstones) == (len(_held(kafka, topic)), tombstones) and done.dirty == 0
+
+
+def test_a_cluster_id_that_starts_with_a_dash_formats(settings: Settings, tmp_path: Path) -> None:
+    """One random cluster id in 64 starts with ``-``; the storage tool must take it as the id,
+    not as an option (a CI run lost its broker to that once)."""
+    service = KafkaService(replace(settings, home=tmp_path, kafka_bootstrap="127.0.0.1:1"))
+    service.root.mkdir(parents=True)
+    service.properties_file.write_text(service._properties())
+    service._format("-" + new_cluster_id()[1:])
+    meta = (service.data_dir / "meta.properties").read_text()
+    assert "cluster.id=-" in meta
