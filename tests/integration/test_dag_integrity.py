@@ -201,6 +201,19 @@ def test_cdc_tables_get_bootstrap_and_merge_dags_and_a_remerge_trigger(dagbag: A
     assert "remerge" not in dagbag.dags["tidemark_ingest_events"].task_ids
 
 
+def test_every_dag_that_publishes_hours_of_a_cdc_table_remerges_a_snapshot_they_made_stale(
+    dagbag: Any,
+) -> None:
+    """One shared task group (``airflow/task_groups.publish_tasks``): ingest, seal (a release),
+    rebuild and stream all change published hours, so each announces them and re-merges the
+    snapshot an amended hour made stale; the same DAGs of a plain table have no remerge."""
+    for kind in ("ingest", "seal", "rebuild", "stream"):
+        cdc = dagbag.dags[f"tidemark_{kind}_orders"]
+        assert cdc.get_task("find_stale_snapshot").upstream_task_ids == {"announce"}, kind
+        assert cdc.get_task("remerge").upstream_task_ids == {"find_stale_snapshot"}, kind
+        assert "remerge" not in dagbag.dags[f"tidemark_{kind}_events"].task_ids, kind
+
+
 def test_every_dag_builds_on_an_s3_warehouse_and_s3_state(
     s3: str, monkeypatch: pytest.MonkeyPatch, tidemark_home: Path
 ) -> None:

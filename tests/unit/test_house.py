@@ -161,3 +161,17 @@ def test_a_tables_state_records_are_opened_through_its_state_handle() -> None:
         if records.search(line) and not line.lstrip().startswith(("class ", "def "))
     ]
     assert not found, f"a table's state records built outside TableState: {found}"
+
+
+def test_the_dags_share_one_function_per_task_group() -> None:
+    """The announce, remerge, metrics and deadline tasks and the dump and seal arguments are
+    built in ``airflow/task_groups.py`` only; a DAG module wires them and builds no variant."""
+    built = re.compile(r"\b(announce_task|remerge_tasks|deadlines_task)\(|\"--processing-time\"")
+    found = [
+        f"{path.name}:{number}"
+        for path in sorted((LIBRARY / "airflow").glob("*.py"))
+        if path.name != "task_groups.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if built.search(line)
+    ]
+    assert not found, f"a DAG module builds a shared task itself: {found}"

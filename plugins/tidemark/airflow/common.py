@@ -1,5 +1,5 @@
 """What every tidemark DAG shares: ids, default args, trigger-form params, the spark-submit
-task and the announce task. DAG modules only wire tasks (no top-level work: no DB, no
+task (the task groups they share are in ``task_groups``). DAG modules only wire tasks (no top-level work: no DB, no
 connections, no Spark at parse time); tasks get the table config and settings in ``execute``.
 """
 
@@ -148,34 +148,6 @@ def table_dag(
     )
 
 
-def announce_task(table: str, asset: Any, task_id: str = "announce", **task_kwargs: Any) -> Any:
-    """The task emitting one Asset event per hour sealed, amended, released or rebuilt since
-    the last announcement (shared by every DAG that changes published hours)."""
-    from airflow.sdk import task
-
-    @task(task_id=task_id, inlets=[asset], outlets=[asset], **task_kwargs)
-    def announce(**context: Any) -> list[str]:
-        """Asset events for the hours published since the last announcement; skipped when there
-        is none (a successful task with an outlet would emit a keyless event)."""
-        from airflow.sdk.exceptions import AirflowSkipException
-
-        from tidemark.seal.announce import announce_sealed
-
-        config, current = table_context(table)
-        announced = announce_sealed(
-            config,
-            current,
-            outlet_events=context["outlet_events"],
-            inlet_events=context["inlet_events"],
-            run_id=context["run_id"],
-        )
-        if not announced:
-            raise AirflowSkipException(f"{table}: no newly published hour to announce")
-        return announced
-
-    return announce()
-
-
 def table_context(table: str) -> tuple[TableConfig, Settings]:
     """The table's config and the deployment settings, read when a task runs (never at parse
     time): what every Python task of a tidemark DAG starts from."""
@@ -183,43 +155,3 @@ def table_context(table: str) -> tuple[TableConfig, Settings]:
 
     settings = Settings.from_env()
     return load_table(table, settings), settings
-
-
-def metrics_task(**task_kwargs: Any) -> Any:
-    """The ``metrics`` task of a table (its argument; mapped over a group's tables)."""
-    from airflow.sdk import task
-
-    @task(task_id="metrics", trigger_rule="all_done", **task_kwargs)
-    def metrics(table: str, **context: Any) -> dict[str, float]:
-        """Gauges of the table through Airflow's metrics backend (tidemark/metrics.py); runs
-        even when seal failed, so a quarantined hour or a stalled ready time shows up."""
-        from tidemark.observe.metrics import emit_metrics
-
-        context["table"] = table  # the map index's name in a group's DAG
-
-        return emit_metrics(*table_context(table))
-
-    return metrics
-
-
-def deadlines_task(**task_kwargs: Any) -> Any:
-    """The ``check_deadlines`` task of a table (its argument; mapped over a group's tables)."""
-    from airflow.sdk import task
-
-    # No retries: judged at the run's fixed data interval end, a retry gives the same answer.
-    @task(task_id="check_deadlines", trigger_rule="all_done", retries=0, **task_kwargs)
-    def check_deadlines(table: str, **context: Any) -> dict[str, str]:
-        """Fail (an alert in the UI and the failure callback) when hours are past their seal
-        deadline; the reference time is the run's data interval end, not the clock."""
-        from tidemark.errors import SealDeadlineMissedError
-        from tidemark.observe.alerts import describe_overdue, overdue_hours
-
-        context["table"] = table  # the map index's name in a group's DAG
-        as_of = context.get("data_interval_end") or context["dag_run"].run_after
-        config, settings = table_context(table)
-        overdue = overdue_hours(config, settings, as_of)
-        if overdue:
-            raise SealDeadlineMissedError(table, overdue, describe_overdue(config, overdue))
-        return overdue
-
-    return check_deadlines

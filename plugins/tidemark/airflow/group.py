@@ -7,18 +7,8 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from tidemark.airflow.common import (
-    DRY_RUN,
-    HIVE_METASTORE_POOL,
-    PROCESSING_TIME,
-    START_DATE,
-    announce_task,
-    deadlines_task,
-    default_args,
-    dry_run_param,
-    metrics_task,
-)
-from tidemark.airflow.ingest import remerge_tasks
+from tidemark.airflow.common import HIVE_METASTORE_POOL, START_DATE, default_args, dry_run_param
+from tidemark.airflow.task_groups import DUMP_ARGS, SEAL_ARGS, publish_tasks, table_checks
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 
@@ -59,7 +49,6 @@ def group_dag(group: str, configs: list[TableConfig], settings: Settings) -> Any
     from tidemark.airflow.operators import GroupSparkSubmitOperator, GroupTableOperator
     from tidemark.group.members import group_asset
     from tidemark.observe.alerts import record_group_failure
-    from tidemark.seal.announce import table_asset
 
     first, tables = configs[0], [c.table for c in configs]
     asset = group_asset(group, settings)
@@ -94,17 +83,16 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
         doc_md=doc,
         params={"dry_run": dry_run_param("each table's next batch and the hours a seal would register")},
     ) as dag:
-        dump_args = ["--processing-time", PROCESSING_TIME, "--dry-run", DRY_RUN]
         dump = GroupSparkSubmitOperator(
             task_id="dump",
             doc_md="One application dumps every table's batch.",
-            **_submit(group, "dump", settings, dump_args),
+            **_submit(group, "dump", settings, DUMP_ARGS),
         )
         seal = GroupSparkSubmitOperator(
             task_id="seal",
             doc_md="One application seals every table's complete hours.",
             trigger_rule="all_done",
-            **_submit(group, "seal", settings, ["--dry-run", DRY_RUN]),
+            **_submit(group, "seal", settings, SEAL_ARGS),
         )
         dump_table, seal_table = (
             GroupTableOperator.partial(
@@ -114,13 +102,10 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
                 doc_md=f"This table's part of the group's {job}; a retry or a clear runs it alone.",
                 **_submit(group, job, settings, args),
             ).expand(table=tables)
-            for job, args in (("dump", dump_args), ("seal", ["--dry-run", DRY_RUN]))
+            for job, args in (("dump", DUMP_ARGS), ("seal", SEAL_ARGS))
         )
         announces = [
-            announce_task(
-                c.table, table_asset(c, settings), task_id=f"announce_{c.table}", trigger_rule="all_done"
-            )
-            for c in configs
+            publish_tasks(c, settings, suffix=f"_{c.table}", trigger_rule="all_done") for c in configs
         ]
 
         @task(task_id="announce_group", inlets=[asset], outlets=[asset], trigger_rule="all_done")
@@ -160,11 +145,6 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
         [dump_table, seal] >> seal_table
         seal >> announces
         seal >> announce_group()
-        seal_table >> [metrics_task(map_index_template="{{ table }}").expand(table=tables)]
-        seal_table >> [deadlines_task(map_index_template="{{ table }}").expand(table=tables)]
+        seal_table >> table_checks(tables)
         [dump_table, seal_table] >> EmptyOperator(task_id="every_table_ok")
-        for config, announce in zip(configs, announces, strict=True):
-            if config.cdc is not None:
-                find_stale, remerge = remerge_tasks(config, suffix=f"_{config.table}")
-                announce >> find_stale >> remerge
     return dag

@@ -4,21 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidemark.airflow.common import (
-    DRY_RUN,
-    HIVE_METASTORE_POOL,
-    PROCESSING_TIME,
-    announce_task,
-    dag_id_of,
-    deadlines_task,
-    dry_run_param,
-    metrics_task,
-    spark_job,
-    table_context,
-    table_dag,
-    text_param,
-)
-from tidemark.airflow.operators import BatchWriterSparkSubmitOperator
+from tidemark.airflow.common import HIVE_METASTORE_POOL, dry_run_param, table_dag, text_param
+from tidemark.airflow.task_groups import dump_task, publish_tasks, seal_task, table_checks
 from tidemark.config import TableConfig
 from tidemark.ingest.resolve import ACTIONS
 from tidemark.settings import Settings
@@ -81,17 +68,10 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
             ),
         },
     ) as dag:
-        dump = spark_job(
+        dump = dump_task(
             config,
             settings,
-            "dump",
-            "spark-submit spark_jobs/dump.py for this run id (idempotent); skipped while the "
-            "table is written by the stream (tidemark switch).",
             [
-                "--processing-time",
-                PROCESSING_TIME,
-                "--dry-run",
-                DRY_RUN,
                 "--resolve",
                 "{{ params.resolve or '' }}",
                 "--replay-dirty",
@@ -101,52 +81,11 @@ Inspect: `tidemark status --table {config.table}` and `--hour YYYY-MM-DDTHH` for
                 "--resolved-by",
                 "{{ dag_run.triggering_user_name or 'airflow' }}",
             ],
-            operator=BatchWriterSparkSubmitOperator,
         )
-        seal = spark_job(
+        seal = seal_task(
             config,
             settings,
-            "seal",
             "spark-submit spark_jobs/seal.py: compact, reconcile, register and mark complete hours.",
-            ["--dry-run", DRY_RUN],
-            pool=HIVE_METASTORE_POOL,
         )
-
-        announce = announce_task(table, asset)
-        seal >> [announce, metrics_task()(table), deadlines_task()(table)]
-        dump >> seal
-        if config.cdc is not None:
-            find_stale, remerge = remerge_tasks(config)
-            announce >> find_stale >> remerge
+        dump >> seal >> [publish_tasks(config, settings), *table_checks(table)]
     return dag
-
-
-def remerge_tasks(config: TableConfig, suffix: str = "") -> tuple[Any, Any]:
-    """find_stale_snapshot >> remerge: when an amend changed an hour a merged snapshot read,
-    trigger the merge DAG for the newest snapshot (it re-merges the stale chain first).
-    ``suffix`` tells a group's tables apart (``_<table>``)."""
-    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-    from airflow.sdk import task
-
-    table = config.table
-
-    # Also after a skipped announce: a remerge that failed in an earlier run is found again.
-    @task(task_id=f"find_stale_snapshot{suffix}", trigger_rule="none_failed")
-    def find_stale_snapshot() -> str:
-        """The newest merged snapshot if an amended hour made it (or its base) stale."""
-        from airflow.sdk.exceptions import AirflowSkipException
-
-        from tidemark.snapshot.merge_plan import stale_snapshot
-
-        label = stale_snapshot(*table_context(table))
-        if label is None:
-            raise AirflowSkipException(f"{table}: every merged snapshot is current")
-        return label
-
-    remerge = TriggerDagRunOperator(
-        task_id=f"remerge{suffix}",
-        trigger_dag_id=dag_id_of("merge", table),
-        conf={"snapshot": f"{{{{ ti.xcom_pull(task_ids='find_stale_snapshot{suffix}') }}}}"},
-        doc_md="Triggers the merge DAG for the stale snapshot (a late change amended one of its hours).",
-    )
-    return find_stale_snapshot(), remerge

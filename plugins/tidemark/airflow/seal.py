@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tidemark.airflow.common import (
-    DRY_RUN,
     HIVE_METASTORE_POOL,
     HOUR_PATTERN,
-    announce_task,
     dag_id_of,
     dry_run_param,
     hour_param,
@@ -16,6 +14,7 @@ from tidemark.airflow.common import (
     table_context,
     table_dag,
 )
+from tidemark.airflow.task_groups import publish_tasks, seal_task
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 
@@ -23,8 +22,6 @@ from tidemark.settings import Settings
 def seal_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_seal_<table>``: on demand, seal now and release quarantined hours."""
     from airflow.sdk import Param
-
-    from tidemark.seal.announce import table_asset
 
     table = config.table
     with table_dag(
@@ -51,15 +48,13 @@ hours**: list them in *release* after checking their data (`tidemark status --ta
             "dry_run": dry_run_param("the hours a seal would register and the quarantined hours"),
         },
     ) as dag:
-        seal = spark_job(
+        seal = seal_task(
             config,
             settings,
-            "seal",
             "spark-submit spark_jobs/seal.py: release the listed hours, then seal complete hours.",
-            ["--release", "{{ params.release | join(',') }}", "--dry-run", DRY_RUN],
-            pool=HIVE_METASTORE_POOL,
+            ["--release", "{{ params.release | join(',') }}"],
         )
-        seal >> announce_task(table, table_asset(config, settings))
+        seal >> publish_tasks(config, settings)
     return dag
 
 
@@ -68,8 +63,6 @@ def rebuild_dag(config: TableConfig, settings: Settings) -> Any:
     the broker; backfill over it rebuilds a range of hours."""
     from airflow.sdk import task
     from airflow.timetables.interval import CronDataIntervalTimetable
-
-    from tidemark.seal.announce import table_asset
 
     table = config.table
     with table_dag(
@@ -133,5 +126,5 @@ them); offsets gone from the broker fail with `DataLossError` and leave the hour
             ["--hours", "{{ ti.xcom_pull(task_ids='plan') }}"],
             pool=HIVE_METASTORE_POOL,
         )
-        plan() >> rebuild >> announce_task(table, table_asset(config, settings))
+        plan() >> rebuild >> publish_tasks(config, settings)
     return dag

@@ -12,14 +12,8 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from tidemark.airflow.common import (
-    announce_task,
-    dry_run_param,
-    metrics_task,
-    table_context,
-    table_dag,
-    text_param,
-)
+from tidemark.airflow.common import dry_run_param, table_context, table_dag, text_param
+from tidemark.airflow.task_groups import metrics_task, publish_tasks
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 from tidemark.stream.status import stream_health
@@ -151,9 +145,6 @@ def stream_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_stream_<table>``: switch (trigger form), ensure running, watch, announce."""
     from airflow.sdk import task
 
-    from tidemark.seal.announce import table_asset
-
-    asset = table_asset(config, settings)
     table = config.table
     interval = config.stream.trigger_interval
     doc = f"""
@@ -238,7 +229,5 @@ Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{tabl
             stale_after=max(timedelta(minutes=2), 6 * interval),
             doc_md="Deferred: the triggerer polls the stream's status record (no worker slot).",
         )
-        announce = announce_task(table, asset)
-
-        switch() >> ensure_stream() >> watch >> announce >> metrics_task()(table)
+        switch() >> ensure_stream() >> watch >> publish_tasks(config, settings) >> metrics_task()(table)
     return dag
