@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from datetime import datetime
-from pathlib import Path
+from decimal import Decimal
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import _root  # noqa: F401 - the repository root on sys.path, for tests.helpers
+
+from tests.helpers.protobuf import event_class
+from tidemark.ingest.decoders.protobuf_schema import message_descriptor
+from tidemark.ingest.registry import SchemaRegistry
+from tidemark_dev.demo_avro import EVENT_SCHEMA
+
 KINDS = {"view": 1, "click": 0, "add_to_cart": 2, "purchase": 2}
 
 
@@ -25,13 +29,10 @@ def encoder(fmt: str, registry_url: str, topic: str) -> Any:
         from confluent_kafka.schema_registry.avro import AvroSerializer
         from confluent_kafka.serialization import MessageField, SerializationContext
 
-        from tidemark_dev.demo_avro import EVENT_SCHEMA
-
         serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(EVENT_SCHEMA))
         context = SerializationContext(topic, MessageField.VALUE)
 
         def avro(value: bytes) -> bytes:
-            from decimal import Decimal
 
             record = json.loads(value)
             record["event_time"] = datetime.fromisoformat(record["event_time"])
@@ -42,8 +43,6 @@ def encoder(fmt: str, registry_url: str, topic: str) -> Any:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from tests.helpers.protobuf import event_class
 
     cls = event_class(1)
     serialize = ProtobufSerializer(
@@ -76,8 +75,6 @@ def baseline_decoder(fmt: str, registry_url: str) -> Any:
     """values -> a pyarrow Table of the events, decoded with tidemark's decoder library."""
     import pyarrow as pa
 
-    from tidemark.ingest.registry import SchemaRegistry
-
     registry = SchemaRegistry("bench", {"url": registry_url}, serialized=fmt == "protobuf")
     columns = ["event_id", "user_id", "app", "event_type", "amount", "event_time"]
     if fmt == "avro":
@@ -96,8 +93,6 @@ def baseline_decoder(fmt: str, registry_url: str) -> Any:
 
         return avro
     from google.protobuf.message_factory import GetMessageClass
-
-    from tidemark.ingest.decoders.protobuf_schema import message_descriptor
 
     classes: dict[int, Any] = {}
 

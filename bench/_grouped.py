@@ -15,11 +15,14 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psutil
 import yaml
+
+from tidemark_dev.generator import create_topic, events, produce, records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,9 +75,6 @@ def write_group(conf: Path, names: list[str], group: str | None) -> None:
 def produce_tables(bootstrap: str, names: list[str], per_table: int) -> None:
     """``per_table`` events of hour 10 on 2 MQ partitions per topic, and one record per
     partition at 11:50, so hour 10 seals."""
-    from datetime import UTC, datetime, timedelta
-
-    from tidemark_dev.generator import create_topic, events, produce, records
 
     start = datetime(2026, 11, 22, 10, tzinfo=UTC)
     for name in names:

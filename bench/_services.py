@@ -7,13 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tidemark_dev.s3 import S3Service, s3_environment
+
 
 def start_local_s3(settings: Any, home: Path, port: int, bucket: str) -> tuple[Any, dict[str, str]]:
     """Start SeaweedFS under ``home`` on ``port`` and create ``bucket``; returns the service
     (stop it by ``.stop()``) and the ``AWS_*`` environment that reaches it."""
     import boto3
-
-    from tidemark_dev.s3 import S3Service, s3_environment
 
     s3_settings = replace(settings, home=home, s3_port=port)
     service = S3Service(s3_settings)

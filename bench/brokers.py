@@ -26,7 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dump_throughput import PROCESSING, Measured, bench_table, dump_command, produce_input, run_measured
 
+from tidemark.settings import Settings
+from tidemark_dev.kafka import KafkaService
 from tidemark_dev.net import free_port_block
+from tidemark_dev.services import BrokerService
 
 
 def dump_once(bootstrap: str, topic: str, ends: dict[int, int], value_bytes: int, name: str) -> Measured:
@@ -56,10 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-
-    from tidemark.settings import Settings
-    from tidemark_dev.kafka import KafkaService
-    from tidemark_dev.services import BrokerService
 
     settings = Settings.from_env()
     tansu = BrokerService(settings)

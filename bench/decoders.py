@@ -16,11 +16,17 @@ import platform
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import _root  # noqa: F401 - the repository root on sys.path, for tests.helpers
+
+from tests.helpers.classify import block, events_config, spec_of
+from tidemark.ingest.classify import Classifier
+from tidemark.ingest.decoders import avro
+from tidemark_dev.demo_avro import EVENT_SCHEMA, avro_messages
+from tidemark_dev.generator import events
+from tidemark_dev.schema_registry import SchemaRegistryStandIn
+
 BLOCK = 20_000  # records per classify call, as the read tasks hand them out
 
 
@@ -43,12 +49,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import pyarrow as pa
     from fastavro import parse_schema, schemaless_reader
-
-    from tests.helpers.classify import block, events_config, spec_of
-    from tidemark.ingest.classify import Classifier
-    from tidemark_dev.demo_avro import EVENT_SCHEMA, avro_messages
-    from tidemark_dev.generator import events
-    from tidemark_dev.schema_registry import SchemaRegistryStandIn
 
     start = datetime(2026, 11, 22, 10, tzinfo=UTC)
     clicks = list(events(args.events, start=start, span=timedelta(minutes=50), partitions=1))
@@ -74,8 +74,6 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(0, n, BLOCK):
                 records = [schemaless_reader(io.BytesIO(v[5:]), parsed, None) for v in framed[i : i + BLOCK]]
                 pa.Table.from_pydict({c: [r[c] for r in records] for c in columns})  # type: ignore[index]
-
-        from tidemark.ingest.decoders import avro
 
         def record_by_record() -> None:
             avro.VECTORISED = False

@@ -44,6 +44,12 @@ from typing import Any
 
 import psutil
 import yaml
+from _formats import baseline_decoder, encoder, table_changes
+
+from tidemark.settings import Settings
+from tidemark_dev.generator import Message, create_topic, events, produce, records
+from tidemark_dev.schema_registry import SchemaRegistryStandIn
+from tidemark_dev.services import BrokerService
 
 ROOT = Path(__file__).resolve().parents[1]
 START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
@@ -165,7 +171,6 @@ def worker_binary(
 ) -> dict[str, Any]:
     """The binary baseline: consume + the format's library decode + one Parquet write per chunk."""
     import pyarrow.parquet as pq
-    from _formats import baseline_decoder
 
     decode = baseline_decoder(fmt, registry)
     pending: list[bytes] = []
@@ -247,7 +252,6 @@ def produce_input(
     """Produce the events (over ``span`` from START) batched, then one lone message per
     partition, so that tansu's high watermark (base offset of the last batch + 1, see
     STACK.md) covers every event; ``encode`` turns each JSON value into another format's."""
-    from tidemark_dev.generator import Message, create_topic, events, produce, records
 
     def padded() -> Iterator[Message]:  # + a page field (not in the schema): ~200 B per event
         for i, m in enumerate(events(messages, start=START, partitions=partitions, span=span)):
@@ -275,7 +279,6 @@ def produce_sealable(
 ) -> tuple[dict[int, int], int]:
     """``produce_input``, then one record per partition 80 minutes past the last hour, so every
     watermark passes the last hour's end and its commit delay: every hour of the events seals."""
-    from tidemark_dev.generator import produce, records
 
     ends, value_bytes = produce_input(bootstrap, topic, messages, partitions, span=span)
     tail = START + span + timedelta(minutes=80)
@@ -337,9 +340,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ends", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-
-    from tidemark.settings import Settings
-    from tidemark_dev.services import BrokerService
 
     settings = Settings.from_env()
     if args.worker:
@@ -435,9 +435,6 @@ def main(argv: list[str] | None = None) -> int:
 def binary_sitting(args: argparse.Namespace, settings: Any, home: Path) -> int:
     """``--format avro|protobuf``: the same events as JSON and in the binary format, in one
     sitting; the binary dump against its library baseline, its consume, and the JSON dump."""
-    from _formats import encoder, table_changes
-
-    from tidemark_dev.schema_registry import SchemaRegistryStandIn
 
     registry = SchemaRegistryStandIn().start()
     try:

@@ -46,8 +46,19 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import logging
+from dataclasses import replace as changed
+
 from _grouped import grouped_sitting
 from _services import start_local_s3
+
+from tidemark.airflow.dags import raise_table_problems, shard_dags
+from tidemark.config import load_table_file
+from tidemark.evolution import SchemaHistory
+from tidemark.settings import Settings
+from tidemark.state.batches import Commit, MqRange
+from tidemark.state.commitlog import CommitLog
+from tidemark_dev.services import BrokerService
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS = ROOT / "dags"
@@ -68,7 +79,6 @@ def write_tables(conf: Path, n: int, group_size: int = 0) -> list[str]:
 
 def parse_once(settings: object) -> dict[str, float]:
     """Seconds per DAG file, as the DAG processor would spend them (after its imports)."""
-    from tidemark.airflow.dags import raise_table_problems, shard_dags
 
     figures = {}
     for path in sorted(DAGS.glob("tidemark_tables_*.py")):
@@ -84,9 +94,6 @@ def parse_once(settings: object) -> dict[str, float]:
 def sitting(n: int, state: str, home: Path, group_size: int = 0) -> tuple[dict[str, float], dict[str, float]]:
     """Seconds per DAG file at the first parse (no schema-check cache yet) and at the next one
     (what the DAG processor's parse loop pays while no YAML or history changes)."""
-    from tidemark.config import load_table_file
-    from tidemark.evolution import SchemaHistory
-    from tidemark.settings import Settings
 
     conf = home / f"conf-{n}-{state.split(':', maxsplit=1)[0]}"
     names = write_tables(conf, n, group_size)
@@ -103,10 +110,6 @@ def sitting(n: int, state: str, home: Path, group_size: int = 0) -> tuple[dict[s
 def commit_log_ages(counts: list[int], home: Path) -> None:
     """State and rebuild-planning reads at several commit-log lengths (a 10 s stream writes
     about 3 million commits a year)."""
-    from dataclasses import replace as changed
-
-    from tidemark.state.batches import Commit, MqRange
-    from tidemark.state.commitlog import CommitLog
 
     for n in counts:
         log = CommitLog(home / f"commits-{n}", "aged")
@@ -161,15 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.tables.split(",")]
 
-    import logging
-
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-fleet-"))
     os.environ["TIDEMARK_HOME"] = str(home / "home")
     started = time.perf_counter()
-    import airflow.sdk  # noqa: F401 - what each DAG-processing process imports first
+    import airflow.sdk  # noqa: F401 - timed: what each DAG-processing process imports first
 
-    from tidemark.airflow import dags  # noqa: F401
-    from tidemark.settings import Settings
+    from tidemark.airflow import dags  # noqa: F401, PLC0415 - timed
 
     print(f"imports (Airflow, tidemark): {time.perf_counter() - started:.1f} s, paid by each parsing process")
     logging.getLogger("tidemark").setLevel(logging.WARNING)  # one line per table recorded
@@ -215,8 +215,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def grouped_cycle(args: argparse.Namespace, home: Path) -> float:
     """The per-table/grouped cycle against the local broker (started here if needed)."""
-    from tidemark.settings import Settings
-    from tidemark_dev.services import BrokerService
 
     settings = Settings.from_env()
     broker = BrokerService(settings)

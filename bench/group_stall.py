@@ -33,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _grouped import job, produce_tables, write_group
 
+from tidemark.settings import Settings
 from tidemark_dev.net import SilentServer
+from tidemark_dev.services import BrokerService
 
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?: (.*)$")
 DONE = re.compile(r"^(\S+) \(group \S+\): dump of run \S+ (ok|failed|skipped) in ([\d.]+) s")
@@ -73,9 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args(argv)
-
-    from tidemark.settings import Settings
-    from tidemark_dev.services import BrokerService
 
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-stall-"))
     settings = Settings.from_env()

@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from tidemark.settings import Settings
+
 WORKER = """
 import time
 started = time.perf_counter()
@@ -40,7 +42,6 @@ def run(archive: str, home: str) -> float:
 
 
 def main() -> int:
-    from tidemark.settings import Settings
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)

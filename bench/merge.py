@@ -41,13 +41,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dump_throughput import run_measured
 
+from tidemark.config import load_table_file
+from tidemark.settings import Settings
+from tidemark.snapshot.delta import DeltaSnapshot, is_delta
+from tidemark.snapshot.merge import run_merge
+from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
+from tidemark.spark import build_session
+from tidemark.state.journal import HourJournal, JournalEntry
+from tidemark.time.hours import hour_of
+
 ROOT = Path(__file__).resolve().parents[1]
 DAY = datetime(2026, 11, 22, tzinfo=UTC)
 
 
 def _settings_and_config() -> tuple[Any, Any]:
-    from tidemark.config import load_table_file
-    from tidemark.settings import Settings
 
     config = load_table_file(ROOT / "conf" / "tables" / "orders.yaml")
     fmt = os.environ.get("TIDEMARK_BENCH_FORMAT", "parquet")
@@ -58,12 +65,6 @@ def _settings_and_config() -> tuple[Any, Any]:
 def prepare(snapshot_rows: int, increment_rows: int, hot: float) -> dict[str, Any]:
     """Write the base snapshot, the sealed increment hours and their journal entries."""
     from pyspark.sql import functions as F
-
-    from tidemark.snapshot.delta import DeltaSnapshot, is_delta
-    from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
-    from tidemark.spark import build_session
-    from tidemark.state.journal import HourJournal, JournalEntry
-    from tidemark.time.hours import hour_of
 
     settings, config = _settings_and_config()
     spark = build_session("tidemark-bench-prepare", settings, hive=True)
@@ -161,8 +162,6 @@ def prepare(snapshot_rows: int, increment_rows: int, hot: float) -> dict[str, An
 
 
 def merge() -> dict[str, Any]:
-    from tidemark.snapshot.merge import run_merge
-    from tidemark.spark import build_session
 
     settings, config = _settings_and_config()
     started = time.perf_counter()
@@ -171,7 +170,6 @@ def merge() -> dict[str, Any]:
     result = run_merge(spark, config, settings, "bench-merge", "2026-11-22")
     processing = time.perf_counter() - started - session
     spark.stop()
-    from tidemark.snapshot.snapshots import SnapshotLog
 
     changes = SnapshotLog(settings.state_location, config.table).live()["2026-11-22"].changes
     return {
@@ -183,8 +181,6 @@ def merge() -> dict[str, Any]:
 
 
 def copy() -> dict[str, Any]:
-    from tidemark.snapshot.snapshots import SnapshotStore
-    from tidemark.spark import build_session
 
     settings, config = _settings_and_config()
     started = time.perf_counter()

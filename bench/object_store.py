@@ -33,6 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _services import start_local_s3
 from dump_throughput import PROCESSING, ROOT, bench_table, dump_command, produce_sealable, run_measured
 
+from tidemark.settings import Settings
+from tidemark_dev.services import BrokerService
+
 
 def run_jobs(env: dict[str, str], total: int) -> dict[str, float]:
     """Dump then seal; the figures of one storage."""
@@ -68,9 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args(argv)
-
-    from tidemark.settings import Settings
-    from tidemark_dev.services import BrokerService
 
     settings = Settings.from_env()
     broker = BrokerService(settings)

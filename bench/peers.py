@@ -42,6 +42,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dump_throughput import ROOT, START, bench_table, dump_command, last_json, produce_sealable, run_tree
 
+from tidemark.settings import Settings
+from tidemark_dev.kafka import KafkaService
 from tidemark_dev.net import free_port_block
 
 FLINK_VERSION = "2.3.0"  # bench/peer_jobs/flink-requirements.txt and jvm/pom.xml's flink.version
@@ -162,9 +164,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", default="tidemark,flink", help="comma-separated; the ratio needs both")
     args = parser.parse_args(argv)
     systems = args.systems.split(",")
-
-    from tidemark.settings import Settings
-    from tidemark_dev.kafka import KafkaService
 
     cores = os.cpu_count() or 2
     python, jars = flink_python(), flink_jars()

@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import os
+
 from dump_throughput import (
     CHUNK,
     ROOT,
@@ -50,6 +52,10 @@ from dump_throughput import (
     produce_sealable,
     run_measured,
 )
+
+import tidemark
+from tidemark.settings import Settings
+from tidemark_dev.services import BrokerService
 
 DUMP_PHASES = ("rollback", "read_stage", "reconcile", "publish", "commit")
 
@@ -161,10 +167,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    import tidemark
-    from tidemark.settings import Settings
-    from tidemark_dev.services import BrokerService
-
     settings = Settings.from_env()
     broker = BrokerService(settings)
     broker_started_here = not broker.status().running
@@ -184,7 +186,6 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         bench_table(home / "conf", topic, max(ends.values()))
-        import os
 
         env = {
             **os.environ,

@@ -28,6 +28,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from tidemark.settings import Settings
+from tidemark.spark import build_session
+from tidemark.tablefs import filesystem, parquet_files
+from tidemark_dev.net import free_port_block
+from tidemark_dev.s3 import PORTS, S3Service, s3_environment
+
 ROOT = Path(__file__).resolve().parents[1]
 DDL = "event_id string, user_id bigint, app string, amount decimal(12,2), _mq_offset bigint"
 
@@ -46,14 +52,9 @@ def main() -> int:
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    from tidemark.settings import Settings
-    from tidemark.spark import build_session
     from tidemark.sparkfiles import read_files
-    from tidemark.tablefs import filesystem, parquet_files
-    from tidemark_dev.s3 import PORTS, S3Service, s3_environment
 
     sys.path.insert(0, str(ROOT))
-    from tidemark_dev.net import free_port_block
 
     settings = replace(Settings.from_env(), s3_port=free_port_block(PORTS))
     service = S3Service(settings)

@@ -42,6 +42,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dump_throughput import PROCESSING, ROOT, produce_input, run_measured
 
+from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
+from tidemark.state.mode import TableWriter
+from tidemark_dev.generator import create_topic
+from tidemark_dev.services import BrokerService
+
 HOUR_END = datetime(2026, 11, 22, 13, tzinfo=UTC)
 SCHEDULE_S = 600.0
 
@@ -85,8 +92,6 @@ def environment(home: Path, bootstrap: str, store: dict[str, str] | None = None)
 
 
 def switch_to_stream(home: Path, bootstrap: str, table: str, store: dict[str, str] | None = None) -> None:
-    from tidemark.settings import Settings
-    from tidemark.state.mode import TableWriter
 
     os.environ.update({k: v for k, v in (store or {}).items() if k.startswith("AWS_")})  # boto3's
     settings = Settings.from_env(environment(home, bootstrap, store))
@@ -141,11 +146,6 @@ def freshness(
     bootstrap: str, partitions: int, watch_s: float, scratch: Path, interval: str
 ) -> dict[str, float]:
     from confluent_kafka import Producer
-
-    from tidemark.settings import Settings
-    from tidemark.state.commitlog import CommitLog
-    from tidemark.state.journal import HourJournal
-    from tidemark_dev.generator import create_topic
 
     home = scratch / f"freshness-{interval}"
     topic = f"fresh_{uuid.uuid4().hex[:8]}"
@@ -226,7 +226,6 @@ def freshness(
     finally:
         stop.set()
         producer.join()
-        from tidemark.state.mode import TableWriter
 
         TableWriter(settings.state_location, "fresh").switch("batch", by="bench", reason="done", at="bench")
         stream.wait(timeout=120)
@@ -270,9 +269,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch", type=float, default=150.0, help="seconds the freshness run produces")
     parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args(argv)
-
-    from tidemark.settings import Settings
-    from tidemark_dev.services import BrokerService
 
     settings = Settings.from_env()
     broker = BrokerService(settings)

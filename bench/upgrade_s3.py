@@ -32,6 +32,9 @@ from _services import start_local_s3
 from dump_throughput import PROCESSING, produce_input, run_measured
 from stream import environment, job, switch_to_stream, table_yaml
 
+from tidemark.settings import Settings
+from tidemark_dev.services import BrokerService
+
 BUCKET = "bench"
 
 
@@ -109,9 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args(argv)
-
-    from tidemark.settings import Settings
-    from tidemark_dev.services import BrokerService
 
     settings = Settings.from_env()
     broker = BrokerService(settings)

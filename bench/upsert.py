@@ -38,6 +38,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dump_throughput import run_measured
 
+from tidemark.tablefs import delta_storage_options as storage_options
+from tidemark.tablefs import filesystem
+
 APP_ID = "tidemark-merge"
 FILE_ROWS = 1_000_000  # rows per snapshot file (~10 MB): 10 files for 10M rows
 
@@ -111,8 +114,6 @@ def prepare(
     import pyarrow.parquet as pq
     from deltalake import write_deltalake
 
-    from tidemark.snapshot.delta import storage_options
-
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     uri = snapshot or str(root / "snapshot")
@@ -128,9 +129,6 @@ def merge(root: Path, snapshot: str = "") -> dict[str, Any]:
     store (on S3: every commit a conditional PUT)."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
-
-    from tidemark.snapshot.delta import storage_options
-    from tidemark.tablefs import filesystem
 
     uri = snapshot or str(root / "snapshot")
     options = storage_options(uri)

@@ -4,7 +4,7 @@ state store; see tidemark/webapp.py."""
 
 from __future__ import annotations
 
-from airflow.plugins_manager import AirflowPlugin
+from airflow.plugins_manager import AirflowPlugin  # noqa: TID253
 
 from tidemark.airflow.webapp import URL_PREFIX, create_app
 

@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidemark.jobs import job_parser, run_job
-from tidemark.snapshot.sources import add_source_arguments
+from tidemark.snapshot.bootstrap import parse_as_of, preview_bootstrap, run_bootstrap
+from tidemark.snapshot.sources import add_source_arguments, source_from_arguments
 
 
 def _bootstrap(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.snapshot.bootstrap import parse_as_of, preview_bootstrap, run_bootstrap
-    from tidemark.snapshot.sources import source_from_arguments
 
     source = source_from_arguments(args)
     as_of = parse_as_of(args.as_of)

@@ -11,24 +11,23 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from tidemark.ingest.resolve import ACTIONS
+from tidemark.ingest.dump import replay_dirty, run_dump
+from tidemark.ingest.kafka import client_properties
+from tidemark.ingest.planner import preview_batch
+from tidemark.ingest.replay import ReplayRequest
+from tidemark.ingest.resolve import ACTIONS, resolve
 from tidemark.jobs import job_parser, run_job
+from tidemark.state.commitlog import CommitLog
 from tidemark.time.instants import parse_instant
 
 
 def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.ingest.dump import run_dump
-    from tidemark.ingest.kafka import client_properties
-    from tidemark.ingest.planner import preview_batch
-    from tidemark.state.commitlog import CommitLog
 
     if args.dry_run:
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         return preview_batch(config, CommitLog(settings.state_location, config.table), conf)
     started = datetime.now(UTC)  # the wall clock, read once here: a new plan records it
     if args.resolve:  # the trigger form's decision about a stuck batch, applied once per run
-        from tidemark.ingest.resolve import resolve
-
         resolve(
             config,
             settings,
@@ -41,9 +40,6 @@ def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> A
     processing_time = parse_instant(args.processing_time) or started
     result = run_dump(spark, config, settings, args.run_id, processing_time, planned_at=started)
     if args.replay_dirty:  # the trigger form's replay, after this run's own batch (once per run)
-        from tidemark.ingest.dump import replay_dirty
-        from tidemark.ingest.replay import ReplayRequest
-
         request = ReplayRequest(
             ReplayRequest.parse_batches(args.replay_dirty),
             by=args.resolved_by,

@@ -13,8 +13,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from tidemark.group.runner import DEFAULT_PARALLELISM, GROUP_JOBS
+from tidemark.group.members import select_members
+from tidemark.group.runner import DEFAULT_PARALLELISM, GROUP_JOBS, GroupRun, run_group
 from tidemark.jobs import in_session
+from tidemark.settings import Settings
+from tidemark.stream.group import run_group_streams
+from tidemark.time.clocks import stream_clock
 from tidemark.time.instants import parse_instant
 
 
@@ -34,9 +38,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from tidemark.group.members import select_members
-    from tidemark.group.runner import GroupRun, run_group
-    from tidemark.settings import Settings
 
     settings = Settings.from_env()
     if args.job == "stream":
@@ -62,8 +63,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _streams(args: argparse.Namespace, settings: Any) -> int:
     """One application hosting the continuous queries of the group's tables in stream mode."""
-    from tidemark.stream.group import run_group_streams
-    from tidemark.time.clocks import stream_clock
 
     return in_session(
         f"tidemark-group-stream-{args.group}",

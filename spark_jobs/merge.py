@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidemark.jobs import job_parser, run_job
+from tidemark.snapshot.merge import run_merge
+from tidemark.snapshot.merge_plan import preview_merge
 
 
 def _merge(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.snapshot.merge import run_merge
-    from tidemark.snapshot.merge_plan import preview_merge
 
     if args.dry_run:
         return preview_merge(config, settings, args.snapshot)

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidemark.jobs import job_parser, run_job
+from tidemark.seal.rebuild import run_rebuild
 
 
 def _rebuild(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.seal.rebuild import run_rebuild
 
     hours = [h.strip() for h in args.hours.split(",") if h.strip()]
     return run_rebuild(spark, config, settings, args.run_id, hours)

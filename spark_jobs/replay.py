@@ -10,13 +10,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from tidemark.ingest.dump import replay_dirty
+from tidemark.ingest.replay import ReplayRequest
 from tidemark.jobs import job_parser, run_job
 from tidemark.time.instants import parse_instant
 
 
 def _replay(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.ingest.dump import replay_dirty
-    from tidemark.ingest.replay import ReplayRequest
 
     at = parse_instant(args.at)
     assert at is not None

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidemark.jobs import job_parser, run_job
+from tidemark.seal.sealing import preview_seal, run_release, run_seal
 
 
 def _seal(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.seal.sealing import preview_seal, run_release, run_seal
 
     if args.dry_run:
         return preview_seal(config, settings)

@@ -13,11 +13,11 @@ from typing import Any
 
 from tidemark.durations import parse_duration
 from tidemark.jobs import job_parser, run_job
+from tidemark.stream.runner import run_stream
 from tidemark.time.clocks import stream_clock
 
 
 def _stream(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    from tidemark.stream.runner import run_stream
 
     interval = parse_duration(args.trigger_interval).total_seconds() if args.trigger_interval else None
     return run_stream(

@@ -4,6 +4,7 @@ test run gets its own TIDEMARK_HOME so it never touches the developer's .tidemar
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -12,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from tidemark.settings import Settings
+from tidemark.spark import build_session
+from tidemark_dev.airflow_env import HIVE_METASTORE_POOL
+from tidemark_dev.kafka import KafkaService
 from tidemark_dev.net import free_port, free_port_block
+from tidemark_dev.postgres import PostgresService, postgres_url
+from tidemark_dev.s3 import PORTS, S3Service, s3_environment
+from tidemark_dev.schema_registry import SchemaRegistryStandIn
+from tidemark_dev.services import BrokerService, NoidaBrokerService
 
 pytest_plugins = ["tests.tiers", "pytester"]
 
@@ -33,8 +41,6 @@ def airflow_db() -> None:
     """The test run's own Airflow metadata DB (SQLite under the temp AIRFLOW_HOME)."""
     from airflow.models.pool import Pool
     from airflow.utils.db import initdb
-
-    from tidemark_dev.airflow_env import HIVE_METASTORE_POOL
 
     initdb()
     Pool.create_or_update_pool(HIVE_METASTORE_POOL, 1, "one Derby metastore client at a time", False)
@@ -64,7 +70,6 @@ def settings(tidemark_home: Path, broker_port: int) -> Settings:
 @pytest.fixture(scope="session")
 def broker(settings: Settings) -> Iterator[str]:
     """A real tansu broker on its own port; yields the bootstrap servers."""
-    from tidemark_dev.services import BrokerService
 
     service = BrokerService(settings)
     service.start()
@@ -78,7 +83,6 @@ def broker(settings: Settings) -> Iterator[str]:
 def noida(settings: Settings) -> Iterator[Settings]:
     """A second, independent broker (noida-db's Kafka service) on its own port; yields
     settings pointing at it."""
-    from tidemark_dev.services import NoidaBrokerService
 
     own = replace(settings, kafka_bootstrap=f"127.0.0.1:{free_port()}")
     service = NoidaBrokerService(own)
@@ -106,7 +110,6 @@ def kafka(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
     through the whole run on 2 cores), beside tansu: PLAINTEXT, SSL (mutual TLS) and SASL_SSL (SCRAM) listeners on four
     ports of its own (``tidemark_dev.kafka``). For the tests about the broker, security and
     exactly once; tansu stays the fast source of the others."""
-    from tidemark_dev.kafka import KafkaService
 
     own = replace(
         settings,
@@ -124,7 +127,6 @@ def kafka(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
 @pytest.fixture(scope="session")
 def spark(request: pytest.FixtureRequest, settings: Settings) -> Iterator[object]:
     """Session-scoped local Spark with Hive support on the test run's own Derby metastore."""
-    from tidemark.spark import build_session
 
     session = build_session("tidemark-tests", settings)
     try:
@@ -137,9 +139,6 @@ def spark(request: pytest.FixtureRequest, settings: Settings) -> Iterator[object
 def postgres(settings: Settings) -> Iterator[str]:
     """tidemark's own PostgreSQL cluster on a free port (the Makefile's test target installs
     the server and the JDBC driver where missing); yields its JDBC URL."""
-    import shutil
-
-    from tidemark_dev.postgres import PostgresService, postgres_url
 
     service = PostgresService(settings)
     service.start()
@@ -157,8 +156,6 @@ def s3(settings: Settings) -> Iterator[str]:
     bucket's URI."""
     import boto3
 
-    from tidemark_dev.s3 import PORTS, S3Service, s3_environment
-
     own = replace(settings, s3_port=free_port_block(PORTS))
     service = S3Service(own)
     service.start()
@@ -174,7 +171,6 @@ def s3(settings: Settings) -> Iterator[str]:
 def schema_registry() -> Iterator[str]:
     """The Schema Registry STAND-IN (tidemark_dev/schema_registry.py: no real registry installs
     here), serving Confluent's REST subset on 127.0.0.1 from a thread; yields its URL."""
-    from tidemark_dev.schema_registry import SchemaRegistryStandIn
 
     registry = SchemaRegistryStandIn().start()
     try:

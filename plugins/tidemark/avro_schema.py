@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tidemark.conversions import source_type
 from tidemark.schema import Column, SqlType
 
 if TYPE_CHECKING:
@@ -325,7 +326,6 @@ def _source(schema: Any, sql: SqlType, names: dict[str, Any], path: str) -> pa.D
 
 def _converted_source(schema: Any, conversion: Conversion, names: dict[str, Any], path: str) -> pa.DataType:
     """A declared conversion reads epoch numbers from Avro numbers, text from strings."""
-    from tidemark.conversions import source_type
 
     kind, logical = _kind(_unwrap(schema, names, path))
     wanted = {"int", "long", "float", "double"} if conversion.source != "text" else {"string"}

@@ -27,8 +27,9 @@ from pydantic import (
     model_validator,
 )
 
-from tidemark.durations import parse_duration
+from tidemark.durations import format_duration, parse_duration
 from tidemark.errors import ConfigError
+from tidemark.masking import masked
 from tidemark.schema import TIMESTAMP_TYPES, Column, parse_column
 from tidemark.settings import Settings
 from tidemark.source_config import Size, SourceConfig, read_schema_files, source_problems
@@ -379,8 +380,6 @@ def expectation_columns(kwargs: dict[str, Any]) -> list[str]:
 def effective_config(config: TableConfig) -> dict[str, Any]:
     """The configuration a table runs with, defaults included, as a person reads it: durations
     as ``10m``, columns as their DDL, secrets in ``kafka_properties`` masked."""
-    from tidemark.durations import format_duration
-    from tidemark.masking import masked
 
     def readable(value: Any) -> Any:
         if isinstance(value, timedelta):

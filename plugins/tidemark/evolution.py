@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.config import TableConfig
+from tidemark.conversions import Conversion
 from tidemark.errors import SchemaEvolutionError, StaleConfigError, StorageError
 from tidemark.schema import Column, SqlType, parse_column
 from tidemark.state.seqlog import SequentialLog
@@ -298,7 +299,6 @@ class SchemaHistory:
         version = self.version(number) if number else None
         if version is None or version.same_schema(SchemaVersion.of(config)):
             return config
-        from tidemark.conversions import Conversion
 
         columns = {c.name: c for c in version.column_objects()}
         conversions = {name: Conversion.parse(described) for name, described in version.conversions}

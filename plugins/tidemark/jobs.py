@@ -7,12 +7,20 @@ shows and tests parse."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tidemark.catalog import load_table
+from tidemark.settings import Settings
+from tidemark.spark import build_session, driver_class_path, driver_java_options
+from tidemark.table_state import TableState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,7 +63,6 @@ class SparkJob:
         """The spark-submit command line (the CLI runs it with :func:`spark_environment`;
         Airflow's operator builds the same from the application, the arguments and its
         connection)."""
-        from tidemark.spark import driver_class_path, driver_java_options
 
         command = [spark_submit(settings), "--master", settings.spark_master, "--name", self.name]
         command += ["--driver-java-options", driver_java_options(settings)]
@@ -69,7 +76,6 @@ class SparkJob:
 
 def spark_submit(settings: Settings) -> str:
     """The venv's own spark-submit (beside its interpreter), whatever PATH holds."""
-    from pathlib import Path
 
     beside = Path(settings.python).parent / "spark-submit"
     return str(beside) if beside.exists() else str(Path(spark_home()) / "bin" / "spark-submit")
@@ -77,8 +83,6 @@ def spark_submit(settings: Settings) -> str:
 
 def spark_home() -> str:
     """Spark's home inside the installed pyspark package (found without importing it)."""
-    import importlib.util
-    from pathlib import Path
 
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
@@ -94,8 +98,6 @@ def spark_environment(settings: Settings, base: Mapping[str, str] | None = None)
     driver and the executors and the venv's Spark home, whatever PATH holds (called by its path
     from cron or systemd, spark-submit would find Spark's home with the ``python3`` on PATH,
     which has no pyspark)."""
-    import os
-    from pathlib import Path
 
     env = dict(os.environ if base is None else base)
     venv_bin = str(Path(settings.python).parent)
@@ -128,8 +130,6 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
     """Parse ``argv``, build the session, run ``body`` and print its result as JSON."""
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from tidemark.catalog import load_table
-    from tidemark.settings import Settings
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
@@ -145,7 +145,6 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
 def in_session(name: str, settings: Settings, hive: bool, body: Callable[[SparkSession], Any]) -> int:
     """Build the session, run ``body`` (the session always stopped) and print its result as
     one JSON line with the session's start seconds."""
-    from tidemark.spark import build_session
 
     started = time.perf_counter()
     spark = build_session(name, settings, hive=hive)
@@ -162,7 +161,6 @@ def in_session(name: str, settings: Settings, hive: bool, body: Callable[[SparkS
 def ensure_schema(config: TableConfig, settings: Settings, run_id: str, *, dry_run: bool = False) -> None:
     """Refuse an incompatible schema change before Spark starts (SchemaEvolutionError), and
     record a compatible one as the table's next schema version (only checked on a dry run)."""
-    from tidemark.table_state import TableState
 
     history = TableState(settings.state_location, config.table).schema_history
     if dry_run:

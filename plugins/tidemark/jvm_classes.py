@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tidemark.settings import Settings
+from tidemark.spark import build_session, driver_class_path, s3a_jars
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,6 @@ log = logging.getLogger(__name__)
 def fingerprint(settings: Settings) -> str:
     """What the archive depends on: the driver's class path, the JVM build, pyspark's jars."""
     import pyspark
-
-    from tidemark.spark import driver_class_path
 
     jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr
@@ -60,7 +59,6 @@ def write_archive(settings: Settings, archive: Path) -> None:
     archive then), and move the archive into place."""
     from pyspark.sql import functions as F
 
-    from tidemark.spark import build_session, driver_class_path
     from tidemark.sparkfiles import read_files
 
     archive.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +127,6 @@ def ensure_all(settings: Settings) -> list[Path]:
     """Both archives (see the module): the local warehouse's, and an S3 warehouse's when the
     s3a jars are fetched. Each is written by a process of its own: a PySpark process starts
     one JVM gateway, and a second session after the first one's JVM exited cannot reach it."""
-    from tidemark.spark import s3a_jars
 
     written = []
     for name in ("local", "s3a") if s3a_jars(settings) else ("local",):

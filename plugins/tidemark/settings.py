@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tidemark.errors import ConfigError
 from tidemark.state.storage import Location
+from tidemark.tablefs import needs_s3a
 
 # plugins/tidemark/settings.py -> the checkout root (editable install keeps the source path).
 _CHECKOUT = Path(__file__).resolve().parents[2]
@@ -159,7 +160,6 @@ class Settings:
             if self.jvm_class_archive
             else Path(self.python).parent.parent / "share" / "tidemark" / "spark-classes.jsa"
         )
-        from tidemark.tablefs import needs_s3a
 
         return base.with_name(f"{base.stem}-s3a{base.suffix}") if needs_s3a(self.warehouse) else base
 

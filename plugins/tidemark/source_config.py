@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from tidemark.avro_schema import Unresolvable, read_plan
 from tidemark.conversions import Conversion, conversion_problems
 from tidemark.durations import parse_size
 from tidemark.errors import ConfigError
@@ -128,8 +129,6 @@ def source_problems(
             "or writer_schema (plain binary records)"
         )
     elif source.writer_schema:
-        from tidemark.avro_schema import Unresolvable, read_plan
-
         try:
             read_plan(source.writer_schema, list(columns.values()), source.conversions, debezium=debezium)
         except Unresolvable as exc:

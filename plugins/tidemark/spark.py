@@ -16,8 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tidemark.executor_env import CACHE_ENV, driver_launcher, shipped_files
+from tidemark.jvm_jars import profile_jars
 from tidemark.settings import Settings
-from tidemark.tablefs import needs_s3a
+from tidemark.tablefs import needs_s3a, s3_from_environment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,7 +55,6 @@ def s3a_jars(settings: Settings) -> list[str]:
     """hadoop-aws matching the wheel's Hadoop and its AWS SDK: ``TIDEMARK_S3A_JARS`` (comma
     separated), else jvm/pom.xml's ``s3a`` profile fetched by ``make jvm``. A production Spark
     ships its own matching pair."""
-    from tidemark.jvm_jars import profile_jars
 
     configured = os.environ.get("TIDEMARK_S3A_JARS", "")
     if configured:
@@ -76,7 +77,6 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
     (``sparkfiles``, through pyarrow); the Hive metastore still needs a Hadoop FileSystem for
     every location it registers, so the session gets s3a with the endpoint and keys of the
     ``AWS_*`` environment (Spark redacts ``secret`` keys in its UI and logs)."""
-    from tidemark.tablefs import s3_from_environment
 
     s3 = s3_from_environment()
     conf = {f"spark.hadoop.{k}": v for k, v in S3A_NUMERIC_TIMEOUTS.items()}
@@ -152,8 +152,6 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
     if needs_s3a(settings.warehouse):
         conf.update(s3a_conf(settings))
     if settings.executor_python != settings.python:  # executors run the shipped venv
-        from tidemark.executor_env import CACHE_ENV, shipped_files
-
         conf["spark.files"] = ",".join(shipped_files(settings))
         if settings.executor_env_cache:
             conf[f"spark.executorEnv.{CACHE_ENV}"] = settings.executor_env_cache
@@ -205,8 +203,6 @@ def build_session(
     os.environ["PYSPARK_PYTHON"] = settings.executor_python
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if settings.executor_python != settings.python:  # the same path on the driver: its own venv
-        from tidemark.executor_env import driver_launcher
-
         driver_launcher(settings)
     conf = session_conf(settings, hive=hive)
     conf.update(settings.spark_conf)

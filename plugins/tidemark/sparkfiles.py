@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: TID253
+from pyspark.sql.types import StructType  # noqa: TID253
 
-from tidemark.tableformat import PARQUET, TableFormat, format_of
+from tidemark.tableformat import PARQUET, TableFormat, arrow_batches, format_of
 from tidemark.tablefs import Store, data_files, filesystem, s3_from_environment, spark_reads
 from tidemark.task_runtime import task_body
 
@@ -73,8 +73,6 @@ class ArrowFilesReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from pyspark.sql.pandas.types import to_arrow_schema
-
-        from tidemark.tableformat import arrow_batches, format_of
 
         assert isinstance(partition, FilesPartition)
         target = to_arrow_schema(self.schema)

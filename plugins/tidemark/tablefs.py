@@ -18,6 +18,8 @@ option, which Spark redacts from plans and the UI (as the Kafka source's client 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import logging
 import os
@@ -303,8 +305,6 @@ def exchange_directories(new: Path, current: Path) -> bool:
     filesystem does not support it, two renames leave ``current`` missing for an instant
     (readers see an empty hour, never duplicates) and ``False`` is returned.
     """
-    import ctypes
-    import errno
 
     if not current.exists():
         new.rename(current)

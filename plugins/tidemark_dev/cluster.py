@@ -16,6 +16,7 @@ import socket
 import urllib.request
 from pathlib import Path
 
+from tidemark.jobs import spark_home
 from tidemark.settings import Settings
 from tidemark_dev.services import Service
 
@@ -23,14 +24,12 @@ WORKERS = 2
 
 
 def _spark_class() -> str:
-    from tidemark.jobs import spark_home
 
     return str(Path(spark_home()) / "bin" / "spark-class")
 
 
 def node_environment(settings: Settings) -> dict[str, str]:
     """What a Spark daemon of a real node would have: Spark and Java, not this venv."""
-    from tidemark.jobs import spark_home
 
     venv_bin = str(Path(settings.python).parent)
     env = {

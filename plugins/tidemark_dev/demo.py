@@ -35,9 +35,13 @@ with the source database's own final state.
 
 from __future__ import annotations
 
+import glob
+import json
 import logging
 import os
 import shutil
+import subprocess
+import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -45,12 +49,31 @@ from typing import Any
 
 import yaml
 
+from tidemark.catalog import load_table
+from tidemark.jobs import SparkJob, spark_environment
+from tidemark.observe.status import render, render_stream, stream_summary, table_status
 from tidemark.settings import Settings
+from tidemark.spark import JDBC_DRIVER_JARS, build_session
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
+from tidemark.state.mode import TableWriter
+from tidemark.stream.status import StreamStatus
 from tidemark.time.hours import hour_path
 from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, airflow_environment, metastore_pool
 from tidemark_dev.console import Console
 from tidemark_dev.demo_avro import AVRO_TABLE, run_avro, write_avro_config
-from tidemark_dev.generator import Message, create_topic, events, produce, records
+from tidemark_dev.generator import (
+    Message,
+    change_messages,
+    create_topic,
+    events,
+    order_changes,
+    produce,
+    records,
+    state_after,
+)
+from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, replace_table
+from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER, PostgresService, postgres_url
 from tidemark_dev.schema_registry import SchemaRegistryStandIn
 from tidemark_dev.services import BrokerService
 
@@ -185,10 +208,6 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
 def _run_events(console: Console, demo: Settings, dag: Any, scale: int) -> int:
     """Three ingest runs of the events table, each explained in a line or two, then its
     status; returns the number of messages produced."""
-    from tidemark.catalog import load_table
-    from tidemark.observe.status import render, table_status
-    from tidemark.state.commitlog import CommitLog
-    from tidemark.state.journal import HourJournal
 
     say = console.say
     config = load_table(TABLE, demo)
@@ -233,14 +252,6 @@ def _run_stream(console: Console, demo: Settings, dag: Any, scale: int) -> int:
     micro-batches over two waves of new records and seals hour 11 by itself; then it is handed
     back, the stream stops after its micro-batch and the ingest DAG goes on where it stopped.
     Returns the number of messages produced."""
-    import subprocess
-    import time
-
-    from tidemark.catalog import load_table
-    from tidemark.jobs import SparkJob, spark_environment
-    from tidemark.state.commitlog import CommitLog
-    from tidemark.state.journal import HourJournal
-    from tidemark.state.mode import TableWriter
 
     say = console.say
     config = load_table(TABLE, demo)
@@ -297,7 +308,6 @@ def _run_stream(console: Console, demo: Settings, dag: Any, scale: int) -> int:
         with console.step("stream-stop", f"   tidemark switch --table {TABLE} --to batch: the stream stops"):
             code = stream.wait(timeout=120)
         say(f"   the stream stopped by itself (exit {code}) after its micro-batch; its log: {log_file}")
-        from tidemark.observe.status import render_stream, stream_summary
 
         for line in render_stream(stream_summary(config, demo)):
             say("  " + line)
@@ -318,7 +328,6 @@ def _records(state: Any) -> int:
 
 
 def _check_events(console: Console, demo: Settings, produced: int) -> bool:
-    from tidemark.catalog import load_table
 
     console.say("")
     with console.step("events-check", "events: reading the registered hours back (Spark SQL)"):
@@ -329,8 +338,6 @@ def _check_events(console: Console, demo: Settings, produced: int) -> bool:
 
 
 def _report(config: Any, settings: Settings, produced: int) -> tuple[bool, list[str]]:
-    from tidemark.spark import build_session
-    from tidemark.state.commitlog import CommitLog
 
     state = CommitLog(settings.state_location, config.table).state()
     spark = build_session("tidemark-demo-report", settings, hive=True)
@@ -358,9 +365,6 @@ def _report(config: Any, settings: Settings, produced: int) -> tuple[bool, list[
 
 # -- the orders path: bootstrap + hourly increments + daily merge ---------------------------------
 def _postgres_available() -> bool:
-    import glob
-
-    from tidemark.spark import JDBC_DRIVER_JARS
 
     return bool(glob.glob("/usr/lib/postgresql/*/bin/postgres")) and os.path.isfile(JDBC_DRIVER_JARS[0])
 
@@ -370,13 +374,8 @@ def _source_form(
 ) -> tuple[dict[str, Any], Any, str]:
     """Load the source (PostgreSQL when installed, else Parquet files); the trigger form for it,
     the service to stop afterwards (None if none was started here) and what it is, in words."""
-    import json
-
-    from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER, PostgresService, postgres_url
 
     if _postgres_available():
-        from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, replace_table
-
         service = PostgresService(base)
         started = not service.status().running
         service.start()
@@ -433,8 +432,6 @@ def _run_orders(
     console: Console, demo: Settings, base: Settings, scale: int
 ) -> tuple[Any, dict[int, dict[str, Any]]]:
     """The orders DAG runs; returns the config and the source's final state to check against."""
-    from tidemark.catalog import load_table
-    from tidemark_dev.generator import change_messages, order_changes, state_after
 
     say = console.say
     config = load_table(ORDERS, demo)
@@ -491,7 +488,6 @@ def _states(run: Any) -> dict[str, str]:
 
 
 def _check_snapshot(config: Any, settings: Settings, expected: dict[int, dict[str, Any]]) -> tuple[bool, str]:
-    from tidemark.spark import build_session
 
     spark = build_session("tidemark-demo-orders", settings, hive=True)
     try:
@@ -515,9 +511,6 @@ def _check_snapshot(config: Any, settings: Settings, expected: dict[int, dict[st
 def _status_through(demo: Settings, batch_id: int, stream: Any) -> dict[str, Any]:
     """The stream's status record once it reports ``batch_id``: a micro-batch writes it after
     its commit and seal, so read right after the commit it still names the previous one."""
-    import time
-
-    from tidemark.stream.status import StreamStatus
 
     deadline = time.monotonic() + 60
     while True:

@@ -14,7 +14,10 @@ from typing import Any
 
 import yaml
 
+from tidemark.catalog import load_table
 from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
 from tidemark_dev.console import Console
 from tidemark_dev.generator import Message, create_topic, events, produce
 
@@ -78,9 +81,6 @@ def avro_messages(registry_url: str, topic: str, messages: list[Message]) -> lis
 
 def run_avro(console: Console, demo: Settings, dag: Any, start: datetime, scale: int) -> bool:
     """One ingest run of the Avro table; True when produced == rows + dirty + late."""
-    from tidemark.catalog import load_table
-    from tidemark.state.commitlog import CommitLog
-    from tidemark.state.journal import HourJournal
 
     config = load_table(AVRO_TABLE, demo)
     registry = config.source.schema_registry

@@ -3,7 +3,9 @@ accepts connections and never answers (a hung broker or registry)."""
 
 from __future__ import annotations
 
+import random
 import socket
+import threading
 
 
 def free_port() -> int:
@@ -14,7 +16,6 @@ def free_port() -> int:
 
 def free_port_block(size: int) -> int:
     """The first of ``size`` consecutive free ports (a service that listens on several)."""
-    import random
 
     for _ in range(200):
         base = random.randrange(20_000, 30_000)
@@ -48,7 +49,6 @@ class SilentServer:
         self._closed = False
 
     def __enter__(self) -> SilentServer:
-        import threading
 
         threading.Thread(target=self._accept, daemon=True).start()
         return self

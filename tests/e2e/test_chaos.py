@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # noqa: TID253
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable  # noqa: TID253
 
 from tests.helpers.chaos import JobClock, job, killed_at_random
 from tests.helpers.orders import send, snapshot, truth, write_parquet_source

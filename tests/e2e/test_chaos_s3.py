@@ -27,10 +27,12 @@ from tests.helpers.chaos import JobClock, killed_at_random
 from tests.helpers.jobs import job_process
 from tests.helpers.tables import AMOUNT_AT_MOST_100, PROCESSING, START, fresh_table, landed, read_pairs
 from tests.helpers.timeouts import HEAVY
+from tidemark.faults import EXIT_CODE
+from tidemark.ingest.publishers import publisher
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
-from tidemark.state.layout import Layout, version_dir_of
+from tidemark.state.layout import Layout, token_of_file, version_dir_of
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
@@ -184,9 +186,6 @@ def test_an_attempt_that_lost_its_batch_never_deletes_nor_adds_to_the_committed_
     late, and it rolls the batch back. The committed files stay, the seal reads only what the
     commit record lists, the dirty table shows only the committed dirty records, and the
     zombie's files are gone once the hour is sealed."""
-    from tidemark.faults import EXIT_CODE
-    from tidemark.ingest.publishers import publisher
-    from tidemark.state.layout import token_of_file
 
     lake = f"{s3}/{uuid.uuid4().hex[:10]}"
     own = replace(settings, home=tmp_path / "home", warehouse=f"{lake}/warehouse", state_uri=f"{lake}/state")

@@ -8,6 +8,7 @@ import json
 import subprocess
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from tests.helpers.jobs import job_process
 from tests.helpers.tables import PROCESSING, START, fresh_table, landed
 from tidemark.faults import DUMP_POINTS, EXIT_CODE
+from tidemark.ingest.kafka import client_properties, group_offsets
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.layout import Layout
@@ -88,7 +90,6 @@ def test_a_dump_killed_at_every_point_in_turn_is_finished_by_its_retries(
         assert (result["status"], result["read"]) == ("already_committed", 40)
         assert_exact(settings, table, delivered)
     # the retries still brought lag monitoring up to date
-    from tidemark.ingest.kafka import client_properties, group_offsets
 
     conf = client_properties(settings.kafka_bootstrap, {})
     assert group_offsets(conf, config.consumer_group, config.source.topic, [0, 1, 2, 3]) == {
@@ -117,7 +118,6 @@ def test_two_processes_same_run_id(broker: str, settings: Settings, tmp_path: Pa
 
 def test_broker_down_fails_clearly_and_commits_nothing(settings: Settings, tmp_path: Path) -> None:
     config, settings = fresh_table(settings, tmp_path)
-    from dataclasses import replace
 
     dead = replace(settings, kafka_bootstrap=f"127.0.0.1:{free_port()}")
     code, _, err = run(dead, config.table, "r1")

@@ -10,6 +10,7 @@ application, launched by its stream DAG's launch, and ends when the table is han
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections import Counter
 from dataclasses import replace
@@ -163,7 +164,6 @@ def test_a_family_as_a_group_isolates_a_poisoned_table_and_announces_the_groups_
 
 def wait_for(done: Any, app: Any, timeout: float = 180.0) -> None:
     """Poll ``done()`` while the application ``app`` lives."""
-    import time
 
     deadline = time.monotonic() + timeout
     while not done():

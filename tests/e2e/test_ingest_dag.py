@@ -6,7 +6,9 @@ failed in an earlier run."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from tidemark.faults import ANNOUNCE_POINTS
 from tidemark.observe.alerts import recent_failures
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
+from tidemark.state.layout import version_dir_of
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
@@ -105,10 +108,6 @@ def test_ingest_dag_on_an_s3_warehouse_and_s3_state(
     """The production topology through Airflow: the DAGs import with the warehouse and the
     state on S3 (a real SeaweedFS), and dump -> seal -> announce land every message once in
     a version directory the metastore points at."""
-    import uuid
-    from dataclasses import replace
-
-    from tidemark.state.layout import version_dir_of
 
     lake = f"{s3}/{uuid.uuid4().hex[:10]}"
     on_s3 = replace(dag_env, warehouse=f"{lake}/warehouse", state_uri=f"{lake}/state")

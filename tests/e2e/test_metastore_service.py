@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
 from tests.helpers.metastore import metastore_service

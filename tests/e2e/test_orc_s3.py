@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow.orc as orc
+import pyarrow.orc as orc  # noqa: TID253
 import pytest
 
 from tests.helpers.jobs import run_job_process

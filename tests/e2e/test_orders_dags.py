@@ -6,15 +6,18 @@ makes the ingest DAG trigger a re-merge of the stale snapshot."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 
 from tests.helpers.dags import run_dag
 from tests.helpers.orders import late_update, normal, send, truth
 from tests.helpers.tables import at, fresh_table
+from tidemark.observe.lineage import job_lineage
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.time.instants import as_utc
@@ -120,10 +123,6 @@ def check_snapshot_lineage(config: Any, settings: Settings, source_url: str) -> 
     """The lineage the bootstrap and merge tasks report (read back from their snapshot
     records): the source table without credentials and the topic position it aligned to;
     the increment hour and the base snapshot into the new snapshot partition."""
-    from dataclasses import asdict
-    from urllib.parse import urlparse
-
-    from tidemark.observe.lineage import job_lineage
 
     records = {r.kind: r for r in SnapshotLog(settings.state_location, config.table).records()}
     boot = job_lineage("bootstrap", config, settings, records["bootstrap"].run_id)

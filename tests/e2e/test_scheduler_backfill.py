@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
 from tests.helpers.airflow_api import AirflowApi, wait_for
 from tests.helpers.tables import fresh_table
-from tidemark.config import TableConfig
+from tidemark.config import TableConfig, load_table_file
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
@@ -87,7 +87,6 @@ def test_trigger_clear_and_backfill_rebuild_on_the_real_scheduler(
     service, api = stack
     settings = service.settings
     (config_file,) = settings.conf_dir.glob("*.yaml")
-    from tidemark.config import load_table_file
 
     config: TableConfig = load_table_file(config_file)
     table, topic = config.table, config.source.topic

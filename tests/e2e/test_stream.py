@@ -29,9 +29,10 @@ from tidemark.ingest.dump import run_dump
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
+from tidemark.state.locks import TableLock
 from tidemark.state.mode import TableWriter
 from tidemark.stream.runner import run_stream
-from tidemark.stream.status import StreamStatus
+from tidemark.stream.status import STREAM_LOCK, StreamStatus
 from tidemark_dev.generator import create_topic, events, produce
 
 pytestmark = pytest.mark.e2e
@@ -146,8 +147,6 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
 def test_the_stream_dag_switches_starts_watches_announces_and_stops_the_stream(
     dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tidemark.state.locks import TableLock
-    from tidemark.stream.status import STREAM_LOCK
 
     config, settings = fresh_table(dag_env, tmp_path, retries=0, stream__trigger_interval="2s")
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable  # noqa: TID253
 
 from tests.helpers.chaos import killed_at_random
 from tests.helpers.jobs import job_env, job_process

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager  # noqa: TID253
 
 
 class OneTableViewer(SimpleAuthManager):

@@ -4,6 +4,7 @@ against the registry stand-in, and a hostile corpus of binary messages."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -105,7 +106,6 @@ def avro_events(
 
 def plain_avro(records: Sequence[dict[str, Any]], schema: dict[str, Any] = EVENT_V1) -> list[bytes]:
     """Unframed binary records (topics without a registry)."""
-    import io
 
     from fastavro import parse_schema, schemaless_writer
 
@@ -166,7 +166,6 @@ def hostile_avro(registry_url: str, topic: str = "events") -> list[tuple[str, by
 
 def _with_kind(header: bytes, body: bytes, index: int) -> bytes:
     """The good record with its enum index replaced (fields before it: id, user, app)."""
-    import io
 
     from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
@@ -180,7 +179,6 @@ def _with_kind(header: bytes, body: bytes, index: int) -> bytes:
 
 def _long_millis_event(body: bytes, millis: int) -> bytes:
     """The good record with its event time (the last field) replaced by ``millis``."""
-    import io
 
     from fastavro import parse_schema, schemaless_reader, schemaless_writer
 

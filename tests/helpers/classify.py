@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tidemark.config import TableConfig, parse_table
 from tidemark.ingest.spec import ClassifySpec, RawRecords
 
@@ -30,7 +32,6 @@ def events_config(tmp_path: Path | None = None, **changes: Any) -> TableConfig:
 
 def example_config(template: str, **changes: Any) -> TableConfig:
     """A conf/tables example with ``changes`` (``section__key=value``) applied."""
-    import yaml
 
     data = yaml.safe_load((ROOT / "conf" / "tables" / f"{template}.yaml").read_text())
     for dotted, value in changes.items():

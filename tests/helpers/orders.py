@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from deltalake import DeltaTable
+import pyarrow as pa  # noqa: TID253
+import pyarrow.parquet as pq  # noqa: TID253
+from deltalake import DeltaTable  # noqa: TID253
 
 from tidemark.config import TableConfig
 from tidemark.settings import Settings

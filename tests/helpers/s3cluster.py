@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
 from tests.helpers.jobs import JOBS, job_env

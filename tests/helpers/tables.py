@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # noqa: TID253
 import yaml
 
 from tidemark.config import TableConfig, load_table_file

@@ -8,22 +8,44 @@ refuses a client fails the dump in seconds with a named error that never shows t
 from __future__ import annotations
 
 import json
+import threading
 import time
+import uuid
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.helpers.tables import at, fresh_table, landed
-from tidemark.errors import BrokerRefusedError
+from tidemark.errors import BrokerRefusedError, OffsetsLostToRetentionError, TopicRecreatedError
+from tidemark.family.discovery import discover_family
+from tidemark.group.outcomes import OK, read_outcome
+from tidemark.group.runner import GroupRun, run_group
 from tidemark.ingest.dump import run_dump
-from tidemark.observe.status import table_status
+from tidemark.ingest.resolve import resolve
+from tidemark.observe.lineage import as_json, job_lineage
+from tidemark.observe.metrics import emit_metrics
+from tidemark.observe.report import render_report, report_data
+from tidemark.observe.status import render, table_status
+from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
-from tidemark_dev.generator import Message, create_topic, produce, records
+from tidemark.state.mode import TableWriter
+from tidemark.stream.runner import run_stream
+from tidemark_dev.generator import (
+    Message,
+    change_messages,
+    create_topic,
+    events,
+    order_changes,
+    produce,
+    records,
+)
 from tidemark_dev.kafka import KafkaService, new_cluster_id
 from tidemark_dev.tls import authority, pem_cert
 
@@ -133,7 +155,6 @@ def test_transactions_committed_aborted_and_open_land_exactly(
     shown = table_status(config, settings)
     assert shown["without_message"] == state.without_message
     assert shown["recent_batches"][0]["without_message"] == 5
-    from tidemark.observe.metrics import emit_metrics
 
     sent = emit_metrics(config, settings, gauge=lambda name, value: None)
     assert sent[f"tidemark.{config.table}.offsets_without_message"] == state.without_message
@@ -215,10 +236,6 @@ def test_a_dump_and_a_seal_through_sasl_ssl_and_mutual_tls_never_show_the_secret
     assert run_dump(spark, mtls_config, mtls_settings, "run-1", at(12)).rows == 8
 
     # a rebuild re-reads the hour's offsets through the same listener
-    from tidemark.observe.lineage import as_json, job_lineage
-    from tidemark.observe.report import render_report, report_data
-    from tidemark.observe.status import render
-    from tidemark.seal.rebuild import run_rebuild
 
     (rebuilt,) = run_rebuild(spark, config, sasl_settings, "rebuild-1", ["2026-11-22T10"]).hours
     assert rebuilt["status"] == "rebuilt" and rebuilt["rows"] == 6
@@ -305,10 +322,6 @@ def test_offsets_lost_to_retention_stop_the_table_until_the_loss_is_accepted(
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from tidemark.errors import OffsetsLostToRetentionError
-    from tidemark.ingest.resolve import resolve
-    from tidemark.state.audit import AuditLog
-
     config, settings = fresh_table(settings, tmp_path)
     settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
     topic = config.source.topic
@@ -354,9 +367,6 @@ def test_a_topic_created_again_stops_the_table_until_rebased_never_a_silent_skip
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from tidemark.errors import TopicRecreatedError
-    from tidemark.ingest.resolve import resolve
-
     config, settings = fresh_table(settings, tmp_path)
     settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
     topic = config.source.topic
@@ -395,9 +405,6 @@ def test_a_broker_restart_during_a_dump_and_a_seal_ends_exact(
 ) -> None:
     """The broker is stopped (data kept) as soon as the dump's plan is written, while the read
     tasks start, and started again: the dump waits for it or fails, and its retry is exact."""
-    import threading
-
-    from tidemark_dev.generator import events
 
     config, settings = fresh_table(settings, tmp_path)
     settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
@@ -453,11 +460,6 @@ def test_family_discovery_through_sasl_ssl_and_a_refusal_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A family's discovery lists the broker's topics with the family's own client properties."""
-    import uuid
-
-    import yaml
-
-    from tidemark.family.discovery import discover_family
 
     user, password = secured_user
     monkeypatch.setenv("TM_KAFKA_PASSWORD", password)
@@ -494,8 +496,6 @@ def test_a_groups_dump_and_seal_through_sasl_ssl(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two tables of one group, one Spark application per job, every client through SASL_SSL."""
-    from tidemark.group.outcomes import OK, read_outcome
-    from tidemark.group.runner import GroupRun, run_group
 
     user, password = secured_user
     monkeypatch.setenv("TM_KAFKA_PASSWORD", password)
@@ -545,8 +545,6 @@ def test_the_stream_through_sasl_ssl_on_apache_kafka(
 ) -> None:
     """The upgrade path's micro-batches read through the secured listener, read_committed: an
     aborted transaction in the topic never lands."""
-    from tidemark.state.mode import TableWriter
-    from tidemark.stream.runner import run_stream
 
     user, password = secured_user
     monkeypatch.setenv("TM_KAFKA_PASSWORD", password)
@@ -576,7 +574,6 @@ def test_a_compacted_cdc_topic_lands_the_surviving_changes_and_its_tombstones(
     """A CDC topic as Debezium's users run it: compacted, keyed by the row's key, a tombstone
     after each delete. After the cleaner ran, the dump reads what survives: every read message
     is a row or a tombstone, the compacted offsets are offsets without a message."""
-    from tidemark_dev.generator import change_messages, order_changes
 
     config, settings = fresh_table(settings, tmp_path, template="orders")
     settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)

@@ -9,8 +9,13 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
+import yaml
+from sqlalchemy import event  # noqa: TID253
+from sqlalchemy.engine import Engine  # noqa: TID253
+
+from tidemark.airflow.common import table_of_dag
+from tidemark.airflow.dags import SHARDS, shard_of
+from tidemark.catalog import load_tables
 
 pytestmark = pytest.mark.integration
 
@@ -46,9 +51,6 @@ def dagbag() -> Any:
 def test_every_dag_file_imports_and_each_table_lives_in_its_shard(dagbag: Any) -> None:
     """No import error; the DAG files are the error file and one file per shard; every
     table's DAGs come from the one shard file its name hashes to."""
-    from tidemark.airflow.common import table_of_dag
-    from tidemark.airflow.dags import SHARDS, shard_of
-    from tidemark.catalog import load_tables
 
     assert dagbag.import_errors == {}
     shards = {f"tidemark_tables_{i}.py" for i in range(SHARDS)}
@@ -66,7 +68,6 @@ def test_one_bad_table_among_fifty_disappears_alone_with_one_import_error(
 ) -> None:
     """49 good table YAMLs and one with a typo in a type: the 49 tables keep every DAG, and
     Airflow shows one import error naming the bad file and its problem."""
-    import yaml
     from airflow.dag_processing.dagbag import DagBag
 
     conf = tmp_path / "conf"
@@ -93,7 +94,6 @@ def test_no_db_or_connection_access_at_parse_time(dagbag: Any) -> None:
 
 
 def test_ingest_seal_and_rebuild_dags_per_table(dagbag: Any) -> None:
-    from tidemark.catalog import load_tables
 
     kinds = ("ingest", "seal", "rebuild")
     expected = {f"tidemark_{kind}_{t.table}" for t in load_tables() for kind in kinds}
@@ -225,7 +225,6 @@ def test_every_dag_builds_on_an_s3_warehouse_and_s3_state(
     monkeypatch.setenv("TIDEMARK_STATE_DIR", f"{s3}/state")
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
-    from tidemark.catalog import load_tables
 
     tables = load_tables()
     assert {f"tidemark_ingest_{t.table}" for t in tables} <= set(bag.dag_ids)
@@ -240,10 +239,7 @@ def test_a_group_gets_one_dag_in_one_file_and_a_disagreeing_table_is_refused_alo
     group has one DAG (mapped per-table tasks, an announce per table, the barrier) built in
     the file its name hashes to, its tables' other DAGs in theirs; grouped tables have no
     ingest DAG; the disagreeing table disappears alone, named in the import error."""
-    import yaml
     from airflow.dag_processing.dagbag import DagBag
-
-    from tidemark.airflow.dags import shard_of
 
     conf = tmp_path / "conf"
     conf.mkdir()

@@ -3,18 +3,29 @@ the broker-facing ones against both brokers (tansu and noida-db)."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers.classify import HOSTILE, event
 from tests.helpers.tables import PROCESSING, START, fresh_table, landed
+from tidemark.errors import DirtyRatioExceededError, LeaseLostError
+from tidemark.ingest import dump
 from tidemark.ingest.dump import run_dump
+from tidemark.ingest.kafka import client_properties, commit_group_offsets, group_offsets
+from tidemark.observe.metrics import emit_metrics
+from tidemark.observe.report import render_report, report_data
+from tidemark.observe.status import render, table_status
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
-from tidemark_dev.generator import create_topic, events, produce
+from tidemark.state.layout import Layout
+from tidemark.state.locks import Lease
+from tidemark_dev.generator import Message, create_topic, events, produce
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +98,6 @@ def test_future_event_time_is_dirty(spark: Any, broker: str, settings: Settings,
 def test_dirty_ratio_exceeded_fails_and_commits_nothing(
     spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
-    from tidemark.errors import DirtyRatioExceededError
 
     config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=0.01)
     create_topic(broker, config.source.topic, 1)
@@ -106,10 +116,6 @@ def test_hostile_messages_land_one_verdict_each_and_rows_keep_their_own_content(
     a good one, an empty one, a good one) and the hostile corpus, each between good messages.
     Every good row carries the event id produced at its offset."""
     import pyarrow.parquet as pq
-
-    from tests.helpers.classify import HOSTILE, event
-    from tidemark.state.layout import Layout
-    from tidemark_dev.generator import Message
 
     config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=1.0)
     create_topic(broker, config.source.topic, 1)
@@ -159,8 +165,6 @@ def test_group_commit_is_monitoring_only_and_never_moves_backwards(
     spark: Any, any_broker: tuple[str, Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker, settings = any_broker
-    from tidemark.ingest.kafka import client_properties, commit_group_offsets, group_offsets
-    from tidemark.observe.metrics import emit_metrics
 
     config, settings = fresh_table(settings, tmp_path)
     create_topic(broker, config.source.topic, 2)
@@ -221,12 +225,6 @@ def test_a_dump_paused_past_its_lease_before_rollback_deletes_nothing_committed(
     its rollback. Its lease expired, the retry of the same run committed the batch. When the
     zombie resumes it must not roll back (delete) the committed batch's files: it stops with
     LeaseLostError, and every offset is still there exactly once."""
-    import threading
-    from contextlib import nullcontext
-
-    from tidemark.errors import LeaseLostError
-    from tidemark.ingest import dump
-    from tidemark.state.locks import Lease
 
     config, settings = fresh_table(settings, tmp_path)
     create_topic(broker, config.source.topic, 4)
@@ -269,11 +267,6 @@ def test_tombstones_are_counted_apart_and_the_status_adds_up(
     """A batch with tombstones (messages without a value): `tidemark status` (text and JSON),
     the metrics and the health page show them, and each listed batch states
     read == rows + dirty + tombstones + late with its numbers."""
-    from tests.helpers.classify import event
-    from tidemark.observe.metrics import emit_metrics
-    from tidemark.observe.report import render_report, report_data
-    from tidemark.observe.status import render, table_status
-    from tidemark_dev.generator import Message
 
     config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=1.0)
     create_topic(broker, config.source.topic, 1)
@@ -305,10 +298,6 @@ def test_json_with_epoch_millis_event_times_lands_by_event_time(
     the dump with ``source.conversions``: every row at its own offset with its own instant and
     hour; an ISO string on that topic is a type mismatch naming the field."""
     import pyarrow.parquet as pq
-
-    from tests.helpers.classify import event
-    from tidemark.state.layout import Layout
-    from tidemark_dev.generator import Message
 
     config, settings = fresh_table(
         settings,

@@ -14,17 +14,22 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.avro import EVENT_V1, EVENT_V2, avro_events
 from tests.helpers.tables import at, landed, registered
 from tidemark.airflow.dags import all_dags
 from tidemark.catalog import load_table, load_tables
+from tidemark.errors import ConfigError, MembershipError
 from tidemark.family.discovery import discover_family
 from tidemark.family.members import read_members
+from tidemark.family.retirement import forget_member
+from tidemark.family.tables import family_tables
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
-from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.generator import Message, create_topic, produce, records
 
 pytestmark = pytest.mark.integration
 
@@ -114,9 +119,6 @@ def test_discovery_makes_tables_of_new_topics_and_retires_a_deleted_one(
         d for d in all_dags(settings) if web_table in d
     ] and f"tidemark_ingest_{prefix}_app" in all_dags(settings)
     # Forgotten only by decision, only when done, with an audit record.
-    from tidemark.errors import ConfigError, MembershipError
-    from tidemark.family.retirement import forget_member
-    from tidemark.state.audit import AuditLog
 
     with pytest.raises(MembershipError, match=f"topic {app} .* is active"):
         forget_member("clicks", app, settings, reason="cleanup", by="ops", at=at(17))
@@ -143,8 +145,6 @@ def test_each_member_of_a_registry_family_gets_the_columns_of_its_own_subject(
     through the real client) and records its columns with the member; two topics with other
     schemas become tables with other columns, a topic whose subject does not exist yet has no
     DAGs until a later discovery finds it, and a member lands its Avro records exactly."""
-    from tests.helpers.avro import EVENT_V1, EVENT_V2, avro_events
-    from tidemark.family.tables import family_tables
 
     prefix = f"reg{uuid.uuid4().hex[:6]}"
     settings = replace(settings, conf_dir=tmp_path / "conf")
@@ -185,6 +185,5 @@ def test_each_member_of_a_registry_family_gets_the_columns_of_its_own_subject(
 
 
 def produce_values(bootstrap: str, topic: str, values: list[bytes]) -> list[Any]:
-    from tidemark_dev.generator import Message
 
     return produce(bootstrap, topic, [Message(0, v, None, None) for v in values])

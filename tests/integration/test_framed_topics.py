@@ -5,6 +5,8 @@ mixed writer versions, bad binary input, and a registry that goes away mid-run."
 from __future__ import annotations
 
 import json
+import urllib.request
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,11 +14,18 @@ from typing import Any
 import pytest
 
 from tests.helpers.avro import EVENT_V1, EVENT_V2, avro_events
-from tests.helpers.tables import PROCESSING, START, fresh_table, landed
+from tests.helpers.protobuf import proto_events
+from tests.helpers.tables import PROCESSING, START, at, fresh_table, landed, read_columns, registered
 from tidemark.errors import SchemaRegistryUnavailableError
-from tidemark.ingest.dump import run_dump
+from tidemark.ingest.dump import replay_dirty, run_dump
+from tidemark.ingest.replay import ReplayRequest
+from tidemark.seal.rebuild import run_rebuild
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
+from tidemark.state.layout import Layout
+from tidemark.state.mode import TableWriter
+from tidemark.stream.runner import run_stream
 from tidemark_dev.generator import Message, create_topic, produce
 from tidemark_dev.schema_registry import SchemaRegistryStandIn
 
@@ -24,8 +33,6 @@ pytestmark = pytest.mark.integration
 
 
 def rows_by_offset(settings: Settings, table: str) -> dict[tuple[int, int], tuple[Any, ...]]:
-    from tests.helpers.tables import read_columns
-    from tidemark.state.layout import Layout
 
     layout = Layout(settings, table)
     out = {}
@@ -128,12 +135,6 @@ def test_an_avro_table_seals_amends_rebuilds_and_replays_as_its_first_read(
     """The whole path on an Avro topic: the hour seals, late rows amend it, a rebuild re-reads
     the broker through the registry into the same rows, and a message whose schema id was
     unknown at its dump lands by replay once the producer's schema is registered."""
-    from tests.helpers.tables import at, registered
-    from tidemark.ingest.dump import replay_dirty
-    from tidemark.ingest.replay import ReplayRequest
-    from tidemark.seal.rebuild import run_rebuild
-    from tidemark.seal.sealing import run_seal
-    from tidemark_dev.schema_registry import SchemaRegistryStandIn
 
     config, settings = fresh_table(
         settings,
@@ -185,7 +186,6 @@ def test_an_avro_table_seals_amends_rebuilds_and_replays_as_its_first_read(
     assert hour_rows() == before  # byte for byte the same classification through the registry
 
     # the producer's schema is registered (id 3): the replay lands the record that was dirty
-    import urllib.request
 
     request = urllib.request.Request(
         f"{schema_registry}/subjects/{topic}-value/versions",
@@ -213,7 +213,6 @@ def framed(
     fmt: str, registry_url: str, records: list[dict[str, Any]], version: int, topic: str
 ) -> list[bytes]:
     """Records framed by the real serializer of ``fmt`` in the producer's schema ``version``."""
-    from tests.helpers.protobuf import proto_events
 
     if fmt == "avro":
         return avro_events(registry_url, records, EVENT_V1 if version == 1 else EVENT_V2, topic)
@@ -232,10 +231,6 @@ def test_the_stream_reads_a_framed_topic_as_the_batch_does(
 ) -> None:
     """The continuous writer decodes with the same decoder: mixed writer versions and a JSON
     message on the framed topic, every offset exactly once, each row with its own content."""
-    from collections import Counter
-
-    from tidemark.state.mode import TableWriter
-    from tidemark.stream.runner import run_stream
 
     config, own = fresh_table(
         settings,
@@ -288,12 +283,6 @@ def test_a_protobuf_table_lands_seals_rebuilds_amends_and_replays_exactly(
     seal and a rebuild through the registry (each row at its own offset, the same rows again);
     then v3, which imports a file of its own (a schema reference): late rows amend the hour,
     and a message framed with v3's id before the registry had it lands by replay."""
-    from tests.helpers.protobuf import proto_events
-    from tests.helpers.tables import at
-    from tidemark.ingest.dump import replay_dirty
-    from tidemark.ingest.replay import ReplayRequest
-    from tidemark.seal.rebuild import run_rebuild
-    from tidemark.seal.sealing import run_seal
 
     config, settings = fresh_table(
         settings,

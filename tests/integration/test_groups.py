@@ -23,6 +23,8 @@ from tidemark.group.runner import GroupRun, run_group
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
+from tidemark.state.mode import TableWriter
+from tidemark.stream.group import run_group_streams
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration
@@ -137,8 +139,6 @@ def test_one_application_hosts_the_streams_of_a_group_and_a_failing_one_stops_al
     """Three tables of a group in stream mode, one poisoned (its topic missing), one left in
     batch mode: one session runs the two healthy queries to the broker's end, the poisoned
     one fails alone, the batch table is not touched."""
-    from tidemark.state.mode import TableWriter
-    from tidemark.stream.group import run_group_streams
 
     group, configs, settings = grouped_tables(settings, tmp_path, 4)
     poisoned, *healthy, batch = configs

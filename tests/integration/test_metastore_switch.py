@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.tables import fresh_table
+from tidemark.errors import InjectedFault
 from tidemark.seal.metastore import Metastore
 from tidemark.settings import Settings
 
@@ -66,8 +67,6 @@ def test_a_reader_between_adding_a_new_value_and_the_move_sees_the_old_version_o
     points where no file is: a query meanwhile (here: the switch killed right there) reads v1
     whole, not v1 plus v2's android rows; the retry finishes the switch."""
     from pyspark.sql import functions as F
-
-    from tidemark.errors import InjectedFault
 
     config, _ = fresh_table(settings, tmp_path, partitioning__columns=["app"])
     table, metastore = config.table, Metastore(spark, config)

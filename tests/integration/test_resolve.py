@@ -18,6 +18,7 @@ from tidemark.config import load_table_file
 from tidemark.errors import DirtyRatioExceededError, ResolveError
 from tidemark.ingest.dump import run_dump
 from tidemark.ingest.resolve import resolve
+from tidemark.observe.report import render_report, report_data
 from tidemark.observe.status import render, table_status
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog
@@ -112,7 +113,6 @@ def test_replan_closes_the_plan_reading_nothing_and_the_next_run_plans_afresh(
 def test_the_health_page_shows_the_pending_batch_and_the_decisions(
     spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
-    from tidemark.observe.report import render_report, report_data
 
     config, settings, _ = stuck_table(spark, broker, settings, tmp_path)
     page = render_report(report_data(config, settings, as_of=DECIDED_AT))

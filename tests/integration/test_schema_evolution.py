@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from tests.helpers.tables import at, fresh_table
+from tidemark.airflow.dags import all_dags, raise_table_problems
 from tidemark.config import TableConfig, load_table_file
-from tidemark.errors import SchemaEvolutionError
+from tidemark.errors import SchemaEvolutionError, StaleConfigError, TableFilesError
 from tidemark.evolution import SchemaHistory
 from tidemark.ingest.dump import run_dump
 from tidemark.seal.rebuild import run_rebuild
@@ -121,9 +122,6 @@ def test_old_and_new_hours_read_together_after_a_compatible_change(
     assert "column 'score' (double) is gone" in text
     assert len(history.versions()) == 2
 
-    from tidemark.airflow.dags import all_dags, raise_table_problems
-    from tidemark.errors import TableFilesError
-
     # the table disappears from Airflow alone; the errors DAG file says why, naming the column
     assert not [d for d in all_dags(settings) if d.endswith(config.table)]
     with pytest.raises(TableFilesError, match=r"'user_id': bigint -> int is not a widening"):
@@ -138,7 +136,6 @@ def test_a_seal_with_an_older_yaml_refuses_before_it_writes_and_loses_no_new_col
     with StaleConfigError before compacting or registering anything (else the hour is sealed
     without ``score`` and a retry reuses that compaction), and the seal with the new YAML
     then keeps every ``score``."""
-    from tidemark.errors import StaleConfigError
 
     old, settings = fresh_table(
         settings, tmp_path, schema__user_id=V1["user_id"], schema__amount=V1["amount"]

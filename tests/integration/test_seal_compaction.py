@@ -8,24 +8,28 @@ failing default check blocking its hour exactly as Spark's aggregation did."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
 from tests.helpers.tables import at, fresh_table, landed, registered
-from tidemark.errors import InjectedFault, QualityGateError
+from tidemark.errors import InjectedFault, QualityGateError, TidemarkError
 from tidemark.ingest.dump import run_dump
 from tidemark.seal import hour_tasks
-from tidemark.seal.sealing import run_seal
+from tidemark.seal.hourfiles import HourFiles
+from tidemark.seal.sealing import run_release, run_seal
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout
+from tidemark.state.locks import Lease
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration
@@ -210,13 +214,6 @@ def test_a_seal_paused_past_its_lease_never_writes_into_its_successors_hidden_ho
     directory: its files would replace some of the successor's and sit beside the others, and a
     release would register rows twice. It fails with a named error; the release registers each
     row once."""
-    import threading
-    from contextlib import nullcontext
-
-    from tidemark.errors import TidemarkError
-    from tidemark.seal.hourfiles import HourFiles
-    from tidemark.seal.sealing import run_release
-    from tidemark.state.locks import Lease
 
     config, settings = fresh_table(settings, tmp_path, output__target_file_size="4KiB")
     create_topic(broker, config.source.topic, 1)

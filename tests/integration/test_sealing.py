@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers.tables import at, fresh_table, landed, late_landed, registered
 from tidemark.config import TableConfig
+from tidemark.errors import InjectedFault
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.status import explain_hour
 from tidemark.seal.sealing import run_seal
@@ -215,7 +216,6 @@ def test_hostile_partition_values_are_dirty_and_the_metastore_untouched(
 def test_partition_values_are_bounded_per_hour_and_a_retry_admits_the_same(
     spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tidemark.errors import InjectedFault
 
     config, settings = fresh_table(
         settings,
@@ -278,7 +278,6 @@ def test_a_seal_that_failed_before_its_journal_entry_converges_after_a_straggler
     """Seal compacts hour 10 (marker written) and fails before the journal entry; the next
     ingest run dumps a straggler for hour 10; seal runs again: hour 10 holds every committed
     row exactly once, and later hours seal too (a stale marker once stopped them for good)."""
-    from tidemark.errors import InjectedFault
 
     config, settings = fresh_table(settings, tmp_path)
     create_topic(broker, config.source.topic, 2)

@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tidemark.errors import ServiceError
 from tidemark.settings import Settings
 from tidemark_dev.local import resolve
 from tidemark_dev.net import free_port
@@ -79,7 +80,6 @@ def test_resolve_names() -> None:
     assert resolve(["metastore", "postgres"]) == ["postgres", "metastore"]  # its database first
     assert resolve(["postgres", "broker"]) == ["broker", "postgres"]
     assert resolve(["airflow", "broker"]) == ["broker", "airflow"]
-    from tidemark.errors import ServiceError
 
     with pytest.raises(ServiceError, match="unknown service"):
         resolve(["zookeeper"])

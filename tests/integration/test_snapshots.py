@@ -31,6 +31,7 @@ from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import run_bootstrap
+from tidemark.snapshot.changes import latest_changes, latest_state, state_difference
 from tidemark.snapshot.delta import is_delta
 from tidemark.snapshot.merge import run_merge
 from tidemark.snapshot.merge_plan import preview_merge, stale_snapshot
@@ -365,7 +366,6 @@ def test_jdbc_bootstrap_reads_postgres_in_parallel_ranges_without_leaking_the_pa
 
 
 def test_latest_state_keeps_the_highest_version_then_offset_and_applies_deletes(spark: Any) -> None:
-    from tidemark.snapshot.changes import latest_state
 
     base = spark.createDataFrame(
         [(1, 1, "a"), (2, 3, "b"), (3, 1, "c")], "order_id bigint, version bigint, status string"
@@ -395,7 +395,6 @@ def test_latest_state_keeps_the_highest_version_then_offset_and_applies_deletes(
 
 
 def test_a_merge_source_is_the_newest_change_per_key_and_a_difference_names_deletes(spark: Any) -> None:
-    from tidemark.snapshot.changes import latest_changes, state_difference
 
     changes = spark.createDataFrame(
         [

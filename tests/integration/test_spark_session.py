@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import pyspark
+import pyspark  # noqa: TID253
 import pytest
 
+import tidemark
 from tidemark.catalog import load_tables
 from tidemark.schema import to_struct
 from tidemark.settings import Settings
@@ -26,7 +29,6 @@ def test_python_side_matches_loaded_spark_jars(spark: Any) -> None:
     )
     assert spark.version == pyspark.__version__
     assert jar.name == f"spark-core_2.13-{pyspark.__version__}.jar"
-    from importlib.metadata import version
 
     assert version("pyspark") == version("pyspark-client") == pyspark.__version__
 
@@ -43,9 +45,6 @@ def test_hive_table_lands_in_the_test_warehouse(spark: Any, settings: Settings) 
 
 def test_executors_run_the_venv_python_and_import_tidemark(spark: Any, settings: Settings) -> None:
     def probe(_: Any) -> list[str]:
-        import sys
-
-        import tidemark
 
         return [sys.executable, tidemark.__file__]
 

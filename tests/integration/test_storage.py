@@ -20,15 +20,21 @@ from typing import Any
 import pytest
 
 from tests.helpers.tables import fresh_table, landed
-from tidemark.errors import BatchConflictError
+from tidemark.errors import BatchConflictError, ConditionalWriteUnsupportedError
 from tidemark.ingest.dump import run_dump
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.snapshot.delta import DELETE_FLAG, DeltaSnapshot
+from tidemark.snapshot.snapshots import SnapshotRecord
+from tidemark.state import storage
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import HadoopStorage, LocalStorage, Location, S3Storage, Storage, storage_for
+from tidemark.tablefs import Store, filesystem, parquet_files
+from tidemark.tablefs import delta_storage_options as storage_options
 from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.s3 import S3_SECRET_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -156,8 +162,6 @@ def test_table_files_read_through_pyarrow_fs_on_s3_and_local(spark: Any, s3: str
     import pyarrow.parquet as pq
 
     from tidemark.sparkfiles import read_files
-    from tidemark.tablefs import filesystem, parquet_files
-    from tidemark_dev.s3 import S3_SECRET_KEY
 
     prefix = f"{s3}/tablefs-{uuid.uuid4().hex[:8]}"
     local = tmp_path / "table"
@@ -225,11 +229,6 @@ def test_commits_on_s3_are_conditional_and_a_store_ignoring_the_condition_is_ref
     from deltalake import CommitProperties, DeltaTable, write_deltalake
     from deltalake.exceptions import CommitFailedError
 
-    from tidemark.errors import ConditionalWriteUnsupportedError
-    from tidemark.state import storage
-    from tidemark.tablefs import Store
-    from tidemark.tablefs import delta_storage_options as storage_options
-
     uri = f"{s3}/delta-{uuid.uuid4().hex[:8]}/orders_snapshot"
     options = storage_options(uri)
     assert options["aws_conditional_put"] == "etag" and options["AWS_S3_ALLOW_UNSAFE_RENAME"] == "false"
@@ -275,7 +274,6 @@ def test_commits_on_s3_are_conditional_and_a_store_ignoring_the_condition_is_ref
 def ignoring_the_condition() -> Iterator[None]:
     """The test's S3 client as a store that ignores If-None-Match: its PUTs lose the header on
     the way; every bucket is probed again."""
-    from tidemark.state import storage
 
     shared = storage._s3_storage()
 
@@ -300,10 +298,6 @@ def test_a_delta_merge_on_s3_probes_the_store_and_refuses_one_ignoring_the_condi
     lose If-None-Match it commits nothing."""
     import pyarrow as pa
     from deltalake import write_deltalake
-
-    from tidemark.errors import ConditionalWriteUnsupportedError
-    from tidemark.snapshot.delta import DELETE_FLAG, DeltaSnapshot
-    from tidemark.snapshot.snapshots import SnapshotRecord
 
     config, own = fresh_table(settings, tmp_path, template="orders", cdc__snapshot_format="delta")
     own = replace(own, warehouse=f"{s3}/wh-{uuid.uuid4().hex[:8]}")
@@ -333,7 +327,6 @@ def test_a_stores_children_are_the_directories_right_under_one(
 ) -> None:
     """What ``drop_staging`` lists under a Delta table: its top-level directories (one
     delimited listing on S3), never the data files of every version below them."""
-    from tidemark.tablefs import Store
 
     root = str(tmp_path) if where == "local" else f"{request.getfixturevalue('s3')}/{uuid.uuid4().hex[:8]}"
     store = Store.of(root)

@@ -5,6 +5,7 @@ into the table schema, and one verdict per message for every class of bad binary
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -12,12 +13,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.helpers.avro import EVENT_V1, EVENT_V2, GOOD_EVENT, avro_events, hostile_avro, plain_avro
-from tests.helpers.classify import block, events_config, spec_of
-from tidemark.config import TableConfig
+from tests.helpers.avro import (
+    EVENT_TIME_AS_TEXT,
+    EVENT_V1,
+    EVENT_V2,
+    GOOD_EVENT,
+    avro_events,
+    hostile_avro,
+    plain_avro,
+    serializer,
+)
+from tests.helpers.classify import ROOT, block, events_config, spec_of
+from tidemark.cli import main
+from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import ConfigError, SchemaRegistryUnavailableError
 from tidemark.ingest.classify import Classifier
+from tidemark.ingest.decoders import avro
+from tidemark_dev.net import SilentServer
 
 pytestmark = pytest.mark.unit
 
@@ -97,10 +111,6 @@ def test_mixed_writer_versions_in_one_block_are_read_by_avro_resolution(schema_r
 def test_plain_avro_with_a_writer_schema_file(tmp_path: Path) -> None:
     """``source.writer_schema`` as a .avsc path, relative to the YAML: the loaded config
     carries the schema itself (so tasks, replays and rebuilds need no file)."""
-    import yaml
-
-    from tests.helpers.classify import ROOT
-    from tidemark.config import load_table_file
 
     (tmp_path / "event.avsc").write_text(json.dumps(EVENT_V1))
     data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
@@ -146,9 +156,6 @@ def test_a_registry_that_accepts_and_never_answers_fails_the_block_in_bounded_ti
     schema_registry: str,
 ) -> None:
     """Under the default client settings (the client's own have no timeout: it hung forever)."""
-    import time
-
-    from tidemark_dev.net import SilentServer
 
     values = avro_events(schema_registry, [{}], topic="t")
     with SilentServer() as hung:
@@ -200,9 +207,6 @@ def test_a_table_from_the_registry_then_validated_against_its_versions(
     """``tables init --from-registry`` writes a YAML from the subject's latest schema (the
     first thing a new user does); ``tables validate`` and ``schema`` check the registry's
     versions against it and name the field of one that cannot be read."""
-    from tests.helpers.avro import EVENT_TIME_AS_TEXT, serializer
-    from tidemark.cli import main
-    from tidemark.config import load_table_file
 
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -253,8 +257,6 @@ def test_a_writer_schema_with_references_is_read_with_them_inlined(schema_regist
     from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from tidemark.ingest.decoders import avro
 
     client = SchemaRegistryClient({"url": schema_registry})
     kind = {"type": "enum", "name": "Kind", "namespace": "shop.events", "symbols": ["click", "view", "buy"]}

@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
-import fastavro
+import fastavro  # noqa: TID253
 import pytest
 
 from tidemark.ingest.decoders import Decoded, avro

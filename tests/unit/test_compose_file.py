@@ -5,6 +5,7 @@ behind every dependency, and secrets only from .env."""
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,6 @@ def test_the_images_carry_the_hadoop_aws_of_sparks_own_hadoop(compose: dict[str,
 def test_the_cluster_runs_the_jvm_artifacts_the_pom_pins() -> None:
     """One set of versions: jvm/pom.xml (what `make jvm` fetches, the tests run) and the
     production images (docker-compose's Kafka, the images' hadoop-aws) name the same."""
-    import xml.etree.ElementTree as ET
 
     pom = ET.parse(ROOT / "jvm" / "pom.xml").getroot()
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}

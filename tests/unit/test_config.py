@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace as replace_settings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -9,9 +10,11 @@ import pytest
 import yaml
 
 from tidemark.catalog import load_table, load_tables
-from tidemark.config import effective_config, load_table_file
+from tidemark.config import effective_config, load_table_file, parse_table
 from tidemark.errors import ConfigError
+from tidemark.masking import mask_text, masked
 from tidemark.settings import DEFAULT_BOOTSTRAP, Settings
+from tidemark.spark import driver_java_options, session_conf
 
 pytestmark = pytest.mark.unit
 
@@ -209,8 +212,6 @@ def test_bad_environment_is_named() -> None:
 
 
 def test_inconsistent_watermark_tolerances_are_refused_naming_them() -> None:
-    from tidemark.config import parse_table
-    from tidemark.errors import ConfigError
 
     base = {
         "table": "t",
@@ -234,11 +235,6 @@ def test_inconsistent_watermark_tolerances_are_refused_naming_them() -> None:
 
 
 def test_a_table_named_like_another_tables_side_table_is_refused(tmp_path: Path) -> None:
-    from dataclasses import replace as replace_settings
-
-    from tidemark.catalog import load_tables
-    from tidemark.errors import ConfigError
-    from tidemark.settings import Settings
 
     body = "source: {topic: %s}\nschema: {id: string, ts: timestamp}\nevent_time: {field: ts}\n"
     for name in ("clicks", "clicks__late"):
@@ -248,7 +244,6 @@ def test_a_table_named_like_another_tables_side_table_is_refused(tmp_path: Path)
 
 
 def test_secrets_are_masked_in_properties_urls_and_messages() -> None:
-    from tidemark.masking import mask_text, masked
 
     props = masked(
         {
@@ -289,7 +284,6 @@ def test_the_effective_configuration_masks_secrets(tmp_path: Path) -> None:
 
 
 def test_only_the_driver_maps_the_class_archive_and_only_when_it_is_there(tmp_path: Path) -> None:
-    from tidemark.spark import driver_java_options, session_conf
 
     archive = tmp_path / "spark-classes.jsa"
     settings = Settings.from_env({"TIDEMARK_JVM_CLASS_ARCHIVE": str(archive), "TIDEMARK_HOME": str(tmp_path)})

@@ -15,6 +15,7 @@ import pytest
 
 from tests.helpers.classify import block, event, events_config, spec_of
 from tidemark.errors import ConfigError
+from tidemark.evolution import SchemaHistory
 from tidemark.ingest.classify import Classifier
 
 pytestmark = pytest.mark.unit
@@ -123,7 +124,6 @@ def test_a_conversion_that_cannot_hold_is_refused_when_the_config_loads(
 def test_conversions_are_part_of_the_schema_version_and_a_rebuild_decodes_with_its_own(
     tmp_path: Path,
 ) -> None:
-    from tidemark.evolution import SchemaHistory
 
     history = SchemaHistory(tmp_path, "events")
     iso = events_config()

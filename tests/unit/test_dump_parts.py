@@ -4,7 +4,7 @@ names and rollback, the warehouse's file names, and readers of older state recor
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from tidemark.state.batches import Commit, MqRange, Plan
 from tidemark.state.commitlog import LogState
 from tidemark.state.layout import Layout, batch_file_name, batch_of_file, run_key, sealed_file_prefix
 from tidemark.state.storage import Location
-from tidemark.time.watermarks import ReadyTime
+from tidemark.time.watermarks import BatchObservation, ReadyTime, advance, ready_time
 
 pytestmark = pytest.mark.unit
 
@@ -191,9 +191,6 @@ def test_tombstones_are_reconciled_apart_from_dirty_records() -> None:
 
 
 def test_a_partition_with_only_invalid_records_turns_idle() -> None:
-    from datetime import timedelta
-
-    from tidemark.time.watermarks import BatchObservation, advance, ready_time
 
     t0 = datetime(2026, 11, 22, 12, tzinfo=UTC)
     wm = advance(

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from tests.helpers.avro import serializer
 from tests.helpers.classify import block, example_config, spec_of
 from tidemark.config import TableConfig
 from tidemark.errors import ConfigError
@@ -204,9 +206,6 @@ def test_envelopes_are_refused_where_they_cannot_be_read() -> None:
 
 def test_debezium_envelopes_in_avro_through_the_registry(schema_registry: str) -> None:
     """Debezium's Avro converter: the envelope is the writer schema, the row its after/before."""
-    from decimal import Decimal
-
-    from tests.helpers.avro import serializer
 
     write = serializer(schema_registry, DEBEZIUM_AVRO, "t")
     row = {

@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tidemark.cli import main
 from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import ConfigError, SchemaEvolutionError
 from tidemark.evolution import SchemaHistory, SchemaVersion, evolution
 from tidemark.schema import parse_column
+from tidemark.state.seqlog import SequentialLog
 
 pytestmark = pytest.mark.unit
 
@@ -147,7 +149,6 @@ def test_a_passed_check_is_cached_by_the_newest_record_and_a_change_is_seen(
     """The DAG files' check reads one record while the history and the YAML stay the same;
     a new version recorded by a job, or an edited YAML, reads the history again; a refusal
     is never served from the cache."""
-    from tidemark.state.seqlog import SequentialLog
 
     state, cache = tmp_path / "state", tmp_path / "cache" / "clicks.json"
     history = SchemaHistory(state, "clicks")
@@ -210,7 +211,6 @@ def test_an_expectation_naming_an_unknown_column_is_a_config_error(tmp_path: Pat
 def test_the_schema_command_and_tables_validate_show_the_history_and_refuse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tidemark.cli import main
 
     conf = tmp_path / "conf"
     conf.mkdir()

@@ -5,8 +5,11 @@ was given; the driver ships it and the archive as plain files and never unpacks 
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import subprocess
 import tarfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -95,8 +98,6 @@ def test_two_executors_missing_at_once_both_run_and_one_unpacked_copy_stays(tmp_
 def test_a_copy_a_cleaner_emptied_is_unpacked_again_and_stale_halves_are_swept(tmp_path: Path) -> None:
     """/tmp cleaners delete files under a live venv; killed executors leave half-unpacked
     directories: neither is run, and the halves older than an hour go."""
-    import os
-    import time
 
     archive = venv_archive(tmp_path / "env.tar.gz", "v1")
     key = archive_key(archive)
@@ -163,8 +164,6 @@ def test_the_archive_hash_is_remembered_until_the_archive_changes(tmp_path: Path
 def test_an_archive_replaced_by_an_older_one_is_hashed_again(tmp_path: Path) -> None:
     """``cp -p`` / ``rsync -a`` / a release tarball: the new archive's mtime is older than the
     sidecar's; a key kept by mtime alone would ship the old venv's key with the new content."""
-    import os
-    import shutil
 
     archive = venv_archive(tmp_path / "env.tar.gz", "v1")
     old = archive_key(archive)

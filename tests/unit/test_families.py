@@ -4,6 +4,7 @@ broker's listing into the members record (new, missing, retired, back)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from dataclasses import replace as replaced
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tidemark.catalog import table_configs
 from tidemark.errors import ConfigError
-from tidemark.family.members import Member, Members, reconcile, table_name
+from tidemark.family.members import Member, Members, reconcile, record_members, table_name
 from tidemark.family.tables import load_family, member_config
+from tidemark.settings import Settings
 
 pytestmark = pytest.mark.unit
 
@@ -137,11 +140,6 @@ def test_topics_that_read_as_one_table_name_get_tables_of_their_own() -> None:
 
 
 def test_two_families_whose_topics_read_as_one_table_keep_it_for_the_first(tmp_path: Path) -> None:
-    from dataclasses import replace as replaced
-
-    from tidemark.catalog import table_configs
-    from tidemark.family.members import record_members
-    from tidemark.settings import Settings
 
     settings = replaced(Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), conf_dir=tmp_path)
     family_file(tmp_path, family="clicks", table="t_{topic}")

@@ -3,6 +3,7 @@ cross-table barrier (which hours are complete, announced once, again after an am
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,13 +13,27 @@ from typing import Any
 import pytest
 
 from tests.helpers.records import journal_entry
+from tidemark.catalog import table_configs
+from tidemark.cli import main
 from tidemark.config import TableConfig, parse_table
 from tidemark.errors import ConfigError, MembershipError
+from tidemark.group import barrier, outcomes
 from tidemark.group.barrier import announce_group, complete_hours, digest
-from tidemark.group.members import disagreements, groups_of
-from tidemark.group.outcomes import FAILED, OK, SKIPPED, Step, TableOutcome, next_step
+from tidemark.group.members import disagreements, group_members, groups_of, unloadable_members
+from tidemark.group.outcomes import (
+    FAILED,
+    OK,
+    SKIPPED,
+    Step,
+    TableOutcome,
+    next_step,
+    read_outcome,
+    record_outcome,
+)
+from tidemark.group.roster import group_audit, join_group, leave_group, roster, roster_holds
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal, JournalState
+from tidemark.stream.group import GroupMembership
 
 pytestmark = pytest.mark.unit
 
@@ -221,7 +236,6 @@ def test_a_table_leaving_never_re_announces_and_a_member_that_cannot_load_holds_
 
 
 def test_a_member_whose_yaml_breaks_is_found_as_holding_its_group(tmp_path: Path) -> None:
-    from tidemark.group.members import unloadable_members
 
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -245,7 +259,6 @@ def test_a_member_whose_yaml_breaks_is_found_as_holding_its_group(tmp_path: Path
 def test_the_group_stream_reads_its_members_again_only_every_refresh() -> None:
     """The application polls the tables' modes every few seconds, but parses and checks the
     fleet's YAMLs only every ``members_refresh_s``."""
-    from tidemark.stream.group import GroupMembership
 
     loads: list[float] = []
     now = [0.0]
@@ -268,9 +281,6 @@ def test_the_barriers_record_keeps_the_newest_hours_and_still_announces_old_amen
     """announced.json keeps ``KEEP_HOURS`` hours by name and folds the older ones into
     ``settled``: a folded hour is not announced again, an amend of it is (once), and an hour
     quarantined by one table is never folded away before it is released and announced."""
-    import json
-
-    from tidemark.group import barrier
 
     monkeypatch.setattr(barrier, "KEEP_HOURS", 3)
     settings = replace(Settings.from_env(), state_uri=str(tmp_path / "state"), warehouse=str(tmp_path / "wh"))
@@ -334,9 +344,6 @@ def test_joining_and_leaving_a_group_are_decisions_with_audit_records(
     """The roster: formed at the first announce; a YAML that starts naming the group holds the
     barrier until joined; a member no config names any more holds it until mended or left;
     each change is an audit record of the group."""
-    from tidemark.catalog import table_configs
-    from tidemark.group.members import group_members
-    from tidemark.group.roster import group_audit, join_group, leave_group, roster, roster_holds
 
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -355,7 +362,6 @@ def test_joining_and_leaving_a_group_are_decisions_with_audit_records(
     assert list(holds()) == ["c"] and "tidemark group join --group g --table c" in holds()["c"]
     with pytest.raises(MembershipError, match="needs a --reason"):
         join_group("g", "c", settings, reason="", by="ops", at=when)
-    from tidemark.cli import main
 
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(conf))
     monkeypatch.setenv("TIDEMARK_STATE_DIR", str(tmp_path / "state"))
@@ -387,8 +393,6 @@ def test_joining_and_leaving_a_group_are_decisions_with_audit_records(
 def test_a_tables_group_run_records_are_pruned_to_the_newest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tidemark.group import outcomes
-    from tidemark.group.outcomes import read_outcome, record_outcome
 
     monkeypatch.setattr(outcomes, "KEEP_OUTCOMES", 3)
     state_dir = tmp_path / "state"

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tidemark.seal.rebuild_plan import hours_between
 from tidemark.time.hours import HourKeyError, hour_of, hours_from, parse_key, parse_path
 
 pytestmark = pytest.mark.unit
@@ -97,8 +98,6 @@ def test_hours_of_airflow_pendulum_instants() -> None:
     """Airflow's data intervals are pendulum DateTimes: hour arithmetic must not mix them with
     plain datetimes (it raised "can't compare offset-naive and offset-aware datetimes")."""
     import pendulum
-
-    from tidemark.seal.rebuild_plan import hours_between
 
     start = pendulum.datetime(2026, 11, 23, 10, tz="UTC")
     hours = hours_between(start, start.add(hours=3), "Europe/Berlin")

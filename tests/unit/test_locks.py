@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -130,7 +132,6 @@ def test_a_pid_is_judged_only_in_the_pid_namespace_it_was_recorded_in(tmp_path: 
 
 
 def test_a_reused_pid_does_not_keep_a_dead_holder_alive(tmp_path: Path) -> None:
-    import os
 
     lock = TableLock(tmp_path, "t")
     assert process_start(os.getpid())
@@ -161,7 +162,6 @@ def test_clock_skew_below_a_lease_does_not_break_a_live_holder(
     """The holder's clock runs behind: its expiry is already past by this host's clock, but it
     renews. Only a lease silent for a whole lease as seen here, or a whole lease past its
     expiry, is broken."""
-    from datetime import UTC, datetime, timedelta
 
     monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "600")
     lock = TableLock(tmp_path, "t")

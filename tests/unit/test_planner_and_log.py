@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import json
+import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tidemark.config import TableConfig, parse_table
-from tidemark.errors import BatchConflictError, DataLossError
+from tidemark.errors import BatchConflictError, DataLossError, InjectedFault, OffsetsWentBackError
 from tidemark.ingest.planner import next_ranges
-from tidemark.state.batches import Commit, MqRange, Plan
+from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
 from tidemark.state.commitlog import CHECKPOINT_EVERY, CommitLog
 from tidemark.state.layout import run_key
 
@@ -126,7 +129,6 @@ def test_partitions_added_later_start_at_earliest_whatever_starting_offsets_says
 
 
 def test_offsets_that_went_back_raise_a_named_error() -> None:
-    from tidemark.errors import OffsetsWentBackError
 
     with pytest.raises(OffsetsWentBackError, match=r"t\[1\] was read up to offset 40 .* ends at offset 3"):
         next_ranges(table(), {0: 5, 1: 40}, {0: (0, 9), 1: (0, 3)})
@@ -139,8 +141,6 @@ def test_offsets_that_went_back_raise_a_named_error() -> None:
 def test_a_crash_between_a_commit_record_and_its_checkpoint_loses_only_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tidemark.errors import InjectedFault
-    from tidemark.state.batches import MqPartitionStats
 
     log = CommitLog(tmp_path, "t")
 
@@ -181,9 +181,6 @@ def test_the_checkpoint_indexes_each_hours_batches(tmp_path: Path) -> None:
     """A rebuild plans from the hour index (hour -> runs of batch ids), not from every commit
     record: it equals what a scan finds, survives checkpoints, and an older release's
     checkpoint (no index) is reported incomplete until the next checkpoint folds it in."""
-    import json
-    import random
-    from dataclasses import replace
 
     rng = random.Random(3)
     log = CommitLog(tmp_path, "t")

@@ -4,6 +4,9 @@ Timestamp, enums, optional, repeated, maps), writer versions mixed, one verdict 
 
 from __future__ import annotations
 
+import base64
+import json
+import urllib.request
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -13,8 +16,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.classify import block, events_config, spec_of
-from tests.helpers.protobuf import proto_events
-from tidemark.config import TableConfig
+from tests.helpers.protobuf import event_class, proto_events
+from tidemark.cli import main
+from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import ConfigError, SchemaRegistryUnavailableError
 from tidemark.ingest.classify import Classifier
 
@@ -135,11 +139,6 @@ def test_a_schema_with_imports_is_read_through_its_references(schema_registry: s
     """v3 imports ``shop/common.proto``: the serializer registers it as a reference (its own
     subject); the decoder reads the referenced file from the registry and the imported
     message into a struct. A schema whose import no reference names is unresolvable."""
-    import base64
-    import json
-    import urllib.request
-
-    from tests.helpers.protobuf import event_class
 
     v3 = proto_events(
         schema_registry,
@@ -178,8 +177,6 @@ def test_a_protobuf_table_from_the_registry_then_validated(
     """``tables init --from-registry`` on a Protobuf subject: the message named when the file
     has several, its fields (imports included) as columns; ``tables validate`` then names the
     field of a later version that the table cannot read."""
-    from tidemark.cli import main
-    from tidemark.config import load_table_file
 
     conf = tmp_path / "conf"
     conf.mkdir()

@@ -3,6 +3,7 @@ restart at the broker's earliest offsets, by a recorded decision (pure state, no
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.classify import events_config
+from tidemark.cli import build_parser
 from tidemark.errors import OffsetsWentBackError, ResolveError
 from tidemark.ingest.planner import next_ranges
-from tidemark.ingest.resolve import resolve
+from tidemark.ingest.resolve import ACTIONS, resolve
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog
 from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
@@ -61,12 +63,9 @@ def test_rebase_restarts_truncated_partitions_and_drops_vanished_ones(tmp_path: 
 
 def test_every_entry_point_offers_the_decisions_resolve_knows() -> None:
     """The CLI keeps its choices literal (no config import at start-up): they must match."""
-    from tidemark.cli import build_parser
-    from tidemark.ingest.resolve import ACTIONS
 
     args = build_parser().parse_args(["resolve", "--table", "t", "--action", "rebase", "--reason", "r"])
     assert args.action == "rebase"
-    import argparse
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     action = next(a for a in sub.choices["resolve"]._actions if a.dest == "action")

@@ -13,8 +13,15 @@ import pytest
 
 from tests.helpers.records import journal_entry
 from tidemark.config import TableConfig, parse_table
-from tidemark.errors import DataLossError, RebuildError
-from tidemark.observe.alerts import overdue_hours, recent_failures, record_failure
+from tidemark.errors import DataLossError, RebuildError, SealDeadlineMissedError
+from tidemark.observe.alerts import (
+    describe_overdue,
+    group_overdue,
+    overdue_hours,
+    recent_failures,
+    record_failure,
+)
+from tidemark.observe.report import render_report, report_data
 from tidemark.seal.rebuild_plan import check_offsets, hour_range, hours_between, plan_rebuild
 from tidemark.settings import Settings
 from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
@@ -165,8 +172,6 @@ def test_a_table_stalled_for_fifty_hours_is_one_alert_line_naming_the_range_and_
 ) -> None:
     """Hour 10 sealed, then nothing for two days: 51 overdue hours held by the same thing are
     one range with its reason and the command that explains it, in the error and on the page."""
-    from tidemark.errors import SealDeadlineMissedError
-    from tidemark.observe.alerts import describe_overdue, group_overdue
 
     settings = replace(Settings.from_env(), state_uri=str(tmp_path))
     config = table()
@@ -181,7 +186,6 @@ def test_a_table_stalled_for_fifty_hours_is_one_alert_line_naming_the_range_and_
     assert line.endswith("explain: tidemark status --table t --hour 2026-11-22T11")
     error = str(SealDeadlineMissedError("t", overdue, describe_overdue(config, overdue)))
     assert "51 hour(s) missed their seal deadline, in 1 range(s)" in error and error.count("\n") == 1
-    from tidemark.observe.report import render_report, report_data
 
     page = render_report(report_data(config, settings, as_of=at(10) + timedelta(hours=53)))
     assert "51 hour(s) past their seal deadline" in page and page.count("due since") == 1

@@ -13,9 +13,16 @@ from tests.helpers.records import journal_entry
 from tests.helpers.records import snapshot_record as record
 from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import BootstrapError, MergeError, UnsealedHoursError
+from tidemark.jobs import job_parser
 from tidemark.snapshot.merge_plan import MergePlan, is_stale, plan_delta_merge, plan_merge
 from tidemark.snapshot.snapshots import base_for, period_of
-from tidemark.snapshot.sources import BootstrapSource, credentials, jdbc_options
+from tidemark.snapshot.sources import (
+    BootstrapSource,
+    add_source_arguments,
+    credentials,
+    jdbc_options,
+    source_from_arguments,
+)
 from tidemark.state.journal import JournalEntry, JournalState
 
 pytestmark = pytest.mark.unit
@@ -178,8 +185,6 @@ def test_a_delta_merge_moves_forward_from_the_newest_snapshot_still_current(orde
 
 
 def test_the_bootstrap_job_parses_the_source_beside_its_own_table_argument() -> None:
-    from tidemark.jobs import job_parser
-    from tidemark.snapshot.sources import add_source_arguments, source_from_arguments
 
     parser = job_parser("bootstrap", "test")
     add_source_arguments(parser)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 
-import pyarrow as pa
+import pyarrow as pa  # noqa: TID253
 import pytest
 
-from tidemark.sparkfiles import conform
+from tidemark.sparkfiles import conform  # noqa: TID253
 
 pytestmark = pytest.mark.unit
 

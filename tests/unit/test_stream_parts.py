@@ -13,8 +13,9 @@ from tidemark.airflow.stream import watch_verdict
 from tidemark.config import parse_table
 from tidemark.errors import WriterModeError
 from tidemark.ingest.planner import capped_offsets
+from tidemark.state.audit import AuditLog
 from tidemark.state.mode import TableWriter
-from tidemark.stream.source import next_ends, offset_ends, stream_offset
+from tidemark.stream.source import next_ends, offset_ends, stream_offset  # noqa: TID253
 
 pytestmark = pytest.mark.unit
 
@@ -59,7 +60,6 @@ def test_a_cap_behind_the_commit_log_reads_nothing_and_a_missing_partition_stays
 
 
 def test_only_the_tables_writer_passes_and_a_switch_is_audited(tmp_path: Path) -> None:
-    from tidemark.state.audit import AuditLog
 
     writer = TableWriter(tmp_path, "t")
     writer.require("batch")  # the default

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow as pa  # noqa: TID253
+import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
 from tests.helpers.classify import GOOD, block, event, events_config, spec_of
@@ -134,7 +135,6 @@ def test_hour_labels_follow_hour_of_across_dst_days(tmp_path: Path, zone: str) -
 def test_dates_naive_timestamps_and_structs(tmp_path: Path) -> None:
     """A naive timestamp (``timestamp_ntz``) classifies as written; no Hive table config takes
     one (test_a_timestamp_ntz_column_is_refused_by_a_hive_table), the classifier still does."""
-    from dataclasses import replace
 
     config = events_config(
         tmp_path,

@@ -5,19 +5,30 @@ processing time has moved ``output.version_retention`` past that."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.tables import fresh_table
 from tidemark.config import TableConfig
-from tidemark.hourcommit.versions import VersionCollector, version_dirs, write_version_once
+from tidemark.errors import VersionConflictError
+from tidemark.hourcommit.versions import (
+    OWNER_RECORD,
+    VersionCollector,
+    claim_version,
+    collect_unreferenced,
+    entry_directory,
+    version_dirs,
+    write_version_once,
+)
 from tidemark.seal.hourfiles import step_entry
 from tidemark.settings import Settings
 from tidemark.state.commitlog import LogState
-from tidemark.state.journal import EntryKind, HourJournal, JournalState
+from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
 from tidemark.state.layout import COMPACTED_MARKER, Layout
+from tidemark.state.locks import TableLock
+from tidemark.state.storage import Location, read_json
 from tidemark.tablefs import Store
 from tidemark.time.hours import Hour, parse_key
 from tidemark.time.watermarks import ReadyTime
@@ -194,10 +205,6 @@ def test_late_versions_past_9999_rows_are_still_version_directories() -> None:
 def test_scopes_sharing_one_record_keep_each_others_replaced_versions(tmp_path: Path) -> None:
     """Two snapshot labels cleaned in turn: the second one's cleanup must not forget when the
     first one's replaced version was first seen (it would never be deleted)."""
-    from datetime import timedelta
-
-    from tidemark.hourcommit.versions import collect_unreferenced
-    from tidemark.state.storage import Location, read_json
 
     store = Store.of(str(tmp_path / "wh"))
     record = Location(tmp_path / "state" / "replaced_versions.json")
@@ -233,10 +240,6 @@ def test_scopes_sharing_one_record_keep_each_others_replaced_versions(tmp_path: 
 def test_an_outage_does_not_collect_a_version_readers_listed_seconds_ago(tmp_path: Path) -> None:
     """One run after a day's outage moves processing time by a day at once: a directory first
     seen unreferenced just now (wall clock) stays for the retention of real time."""
-    from datetime import timedelta
-
-    from tidemark.hourcommit.versions import collect_unreferenced
-    from tidemark.state.storage import Location
 
     store = Store.of(str(tmp_path / "wh"))
     store.write_json("t/dt=2026-11-22/hr=10/_v0001-b0000000004/part-00000.parquet", "rows")
@@ -260,12 +263,6 @@ def test_a_directory_a_live_lease_writes_is_neither_emptied_nor_collected(tmp_pa
     """A rebuild and an amend name the same next version: the second writer refuses instead of
     emptying the first one's directory; the collector leaves it alone while its owner lives;
     a dead owner's leftovers are claimed by the next writer."""
-    from datetime import timedelta
-
-    from tidemark.errors import VersionConflictError
-    from tidemark.hourcommit.versions import OWNER_RECORD, claim_version, collect_unreferenced
-    from tidemark.state.locks import TableLock
-    from tidemark.state.storage import Location
 
     store = Store.of(str(tmp_path / "wh"))
     directory = "t/dt=2026-11-22/hr=10/_v0002-b0000000004"
@@ -297,9 +294,6 @@ def test_a_retry_reuses_a_whole_version_under_a_taken_over_name_never_a_half_del
 ) -> None:
     """A writer that took over from a dead one wrote ``<name>-<owner>``: a later retry reuses it
     (the journal entry's files name it); a marker whose files are gone is not a version."""
-    from tidemark.hourcommit.versions import claim_version, entry_directory
-    from tidemark.state.journal import EntryKind, JournalEntry
-    from tidemark.state.locks import TableLock
 
     store = Store.of(str(tmp_path / "wh"))
     directory = "t/dt=2026-11-22/hr=10/_v0002-b0000000004"

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.sdk import BaseSensorOperator  # noqa: TID253
+from airflow.triggers.base import BaseTrigger, TriggerEvent  # noqa: TID253
 
 from tidemark.airflow.common import dry_run_param, table_context, table_dag, text_param
 from tidemark.airflow.task_groups import metrics_task, publish_tasks

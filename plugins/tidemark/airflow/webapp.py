@@ -23,7 +23,7 @@ import html
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request  # noqa: TID253
 
 from tidemark.airflow.common import dag_id_of, table_of_dag
 from tidemark.catalog import load_tables

@@ -10,12 +10,17 @@ all published is done (``family.retirement``).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from tidemark.errors import SchemaRegistryUnavailableError
 from tidemark.family.members import Discovered, Members, read_members, reconcile, record_members
 from tidemark.family.retirement import mark_done, members_lock
 from tidemark.family.tables import Family, load_family
+from tidemark.ingest.kafka import client_properties, list_topics
+from tidemark.ingest.registry import SchemaRegistry, UnknownSchemaIdError
+from tidemark.ingest.registry_tables import subject_columns
 
 if TYPE_CHECKING:
     from tidemark.settings import Settings
@@ -26,7 +31,6 @@ log = logging.getLogger(__name__)
 def discover_family(name: str, settings: Settings, *, at: datetime, dry_run: bool = False) -> Discovered:
     """Reconcile family ``name``'s members with the broker's topics as of ``at`` (the run's
     time, not the clock) and record them (not on a dry run)."""
-    from tidemark.ingest.kafka import client_properties, list_topics
 
     family = load_family(settings.conf_dir / "families" / f"{name}.yaml")
     conf = client_properties(
@@ -70,11 +74,6 @@ def read_subjects(family: Family, members: Members) -> list[str]:
     cannot be read keeps the member's columns (a new member without any has no DAGs until a
     later discovery reads it): logged, never raised, so one topic's subject never stops the
     family's discovery."""
-    from dataclasses import replace
-
-    from tidemark.errors import SchemaRegistryUnavailableError
-    from tidemark.ingest.registry import SchemaRegistry, UnknownSchemaIdError
-    from tidemark.ingest.registry_tables import subject_columns
 
     registry_config = family.template["source"]["schema_registry"]
     properties = {"url": str(registry_config["url"]), **(registry_config.get("properties") or {})}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from tidemark.errors import ConfigError, MembershipError
 from tidemark.family.members import FAMILIES_DIR, Member, Members, read_members, record_members
+from tidemark.family.tables import load_family, member_config
 from tidemark.group.roster import drop_member
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import Location
@@ -63,7 +64,6 @@ def unfinished_hours(config: TableConfig, settings: Settings) -> list[str]:
 def mark_done(family: Family, members: Members, settings: Settings, at: datetime) -> list[str]:
     """Mark each retired member with nothing left to do as done (changed in place); the
     topics marked. A member whose config cannot load is left as it is (logged)."""
-    from tidemark.family.tables import member_config
 
     done = []
     for topic, member in sorted(members.topics.items()):
@@ -132,7 +132,6 @@ def forget_member(
 
 def _group_of(family: str, member: Member, settings: Settings) -> str | None:
     """The group a member's config names (None: none, or the family YAML does not load)."""
-    from tidemark.family.tables import load_family, member_config
 
     try:
         return member_config(load_family(settings.conf_dir / "families" / f"{family}.yaml"), member).group

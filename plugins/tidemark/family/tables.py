@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tidemark.config import parse_table
 from tidemark.durations import parse_duration
 from tidemark.errors import ConfigError
 from tidemark.family.members import Member, read_members, table_name
+from tidemark.source_config import read_schema_files
 
 if TYPE_CHECKING:
     from tidemark.config import TableConfig
@@ -117,8 +119,6 @@ def load_family(path: Path) -> Family:
 
 def member_config(family: Family, member: Member) -> TableConfig:
     """The table config of one member (a ConfigError names the family file and the topic)."""
-    from tidemark.config import parse_table
-    from tidemark.source_config import read_schema_files
 
     data = copy.deepcopy(family.template)
     where = f"{family.path} (topic {member.topic})"

@@ -37,8 +37,10 @@ from typing import TYPE_CHECKING, Any
 from tidemark.faults import crash_point
 from tidemark.group.members import group_asset, group_state_dir
 from tidemark.seal.announce import LOOKBACK_SLACK, announced_pairs
+from tidemark.seal.due import seal_limit
 from tidemark.state.journal import JournalState
 from tidemark.state.storage import Location, read_json, replace_atomically
+from tidemark.table_state import TableState
 
 if TYPE_CHECKING:
     from tidemark.config import TableConfig
@@ -83,8 +85,6 @@ def quiet_frontiers(
     nothing because it never committed a row (its seal limit: the global ready time, and
     processing time, minus the commit delay). A table that never committed a batch has none:
     it holds the barrier (it may be broken, not quiet)."""
-    from tidemark.seal.sealing import seal_limit
-    from tidemark.table_state import TableState
 
     found = {}
     for config in configs:
@@ -118,7 +118,6 @@ def announce_group(
     """Emit one event of the group asset per hour that became complete (or changed) since the
     last confirmed announcement; the hours emitted. ``held``: members that cannot load (where
     -> why): they hold the barrier, nothing is announced."""
-    from tidemark.table_state import TableState
 
     if held:
         log.warning(

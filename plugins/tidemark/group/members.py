@@ -8,9 +8,13 @@ refused alone, with a problem naming the group and the table it disagrees with.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidemark.catalog import table_configs
+from tidemark.errors import ConfigError
 from tidemark.state.layout import table_uri
 from tidemark.state.storage import Location
 
@@ -60,7 +64,6 @@ def group_members(group: str, settings: Settings, loaded: Loaded | None = None) 
     """The tables of ``group`` that can run: every valid table YAML (or family member) naming
     it that agrees with the group (a broken or disagreeing table is left out: the DAG files
     show why). ``loaded``: the configs already read by the caller (else read here)."""
-    from tidemark.catalog import table_configs
 
     configs, _ = loaded or table_configs(settings)
     refused = {table for table, _ in disagreements(configs)}
@@ -71,10 +74,6 @@ def unloadable_members(group: str, settings: Settings, loaded: Loaded | None = N
     """Members of ``group`` that cannot run (where -> why): a table YAML naming the group that
     fails to load, or a table that disagrees with its group. They hold the group's barrier
     (``barrier.announce_group``): absent is not the same as published."""
-    import re
-    from pathlib import Path
-
-    from tidemark.catalog import table_configs
 
     configs, problems = loaded or table_configs(settings)
     disagree = dict(disagreements(configs))
@@ -111,7 +110,6 @@ def group_asset(group: str, settings: Settings) -> Any:
 def select_members(group: str, settings: Settings, tables: str = "") -> list[TableConfig]:
     """The group's tables, or only those named (comma-separated): a name that is not a
     runnable table of the group is a ConfigError naming the group's tables."""
-    from tidemark.errors import ConfigError
 
     members = group_members(group, settings)
     wanted = [t.strip() for t in tables.split(",") if t.strip()]

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.errors import MembershipError
-from tidemark.group.members import GROUPS_DIR, group_state_dir
+from tidemark.group.members import GROUPS_DIR, group_members, group_state_dir
 from tidemark.state.audit import AuditLog, AuditRecord
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import Location, read_json, replace_atomically
@@ -134,7 +134,6 @@ def join_group(
     group: str, table: str, settings: Settings, *, reason: str, by: str, at: datetime
 ) -> AuditRecord:
     """Record ``table`` (a runnable table naming ``group``) as a member from now on."""
-    from tidemark.group.members import group_members
 
     if not reason.strip():
         raise MembershipError(f"group {group}: joining {table} needs a --reason")
@@ -159,7 +158,6 @@ def leave_group(
     group: str, table: str, settings: Settings, *, reason: str, by: str, at: datetime
 ) -> AuditRecord:
     """Record that ``table`` left ``group``: its hours no longer hold the group's barrier."""
-    from tidemark.group.members import group_members
 
     if not reason.strip():
         raise MembershipError(f"group {group}: {table} leaving needs a --reason")

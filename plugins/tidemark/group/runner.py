@@ -19,7 +19,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.group.outcomes import FAILED, OK, SKIPPED, TableOutcome, record_outcome
+from tidemark.ingest.dump import run_dump
+from tidemark.ingest.kafka import client_properties
+from tidemark.ingest.planner import preview_batch
+from tidemark.jobs import ensure_schema
 from tidemark.masking import mask_text
+from tidemark.seal.sealing import preview_seal, run_seal
+from tidemark.table_state import TableState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,13 +58,8 @@ class GroupRun:
 
 
 def _dump(spark: SparkSession, config: TableConfig, settings: Settings, run: GroupRun) -> dict[str, Any]:
-    from tidemark.ingest.dump import run_dump
-    from tidemark.table_state import TableState
 
     if run.dry_run:
-        from tidemark.ingest.kafka import client_properties
-        from tidemark.ingest.planner import preview_batch
-
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         return preview_batch(config, TableState(settings.state_location, config.table).commit_log, conf)
     _skip_when_streamed(config, settings, "its stream reads it")
@@ -68,7 +69,6 @@ def _dump(spark: SparkSession, config: TableConfig, settings: Settings, run: Gro
 
 
 def _seal(spark: SparkSession, config: TableConfig, settings: Settings, run: GroupRun) -> dict[str, Any]:
-    from tidemark.seal.sealing import preview_seal, run_seal
 
     if run.dry_run:
         return preview_seal(config, settings)
@@ -79,7 +79,6 @@ def _seal(spark: SparkSession, config: TableConfig, settings: Settings, run: Gro
 def _skip_when_streamed(config: TableConfig, settings: Settings, why: str) -> None:
     """A table written by its stream is not the group job's (its own ingest DAG skips its
     dump and seal then too): waiting on the stream's lock would only hold a thread."""
-    from tidemark.table_state import TableState
 
     mode = TableState(settings.state_location, config.table).writer.current()
     if mode.mode != "batch":
@@ -96,7 +95,6 @@ BODIES: dict[str, Callable[[SparkSession, TableConfig, Settings, GroupRun], dict
 
 def run_table(spark: SparkSession, config: TableConfig, settings: Settings, run: GroupRun) -> TableOutcome:
     """One table's part: its schema check and its job, any failure kept as its outcome."""
-    from tidemark.jobs import ensure_schema
 
     started = time.perf_counter()
     spark.sparkContext.setJobDescription(f"{config.table}: {run.job} of run {run.run_id}")

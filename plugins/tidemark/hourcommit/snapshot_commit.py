@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.faults import crash_point
+from tidemark.hourcommit.versions import collect_unreferenced, write_version_once
 from tidemark.state.layout import Layout
 from tidemark.state.storage import Location
 from tidemark.tablefs import exchange_directories
@@ -179,7 +180,6 @@ class VersionedSnapshotCommit(SnapshotCommit):
         content: str,
         lease: Lease | None,
     ) -> StagedSnapshot:
-        from tidemark.hourcommit.versions import write_version_once
         from tidemark.sparkfiles import write_files
 
         named = self.layout.relative(self.layout.snapshot_version(partition_dir, run_id, content))
@@ -221,7 +221,6 @@ class VersionedSnapshotCommit(SnapshotCommit):
     ) -> list[str]:
         """Replaced version directories of the label past the retention (only this label's
         lock holder writes them)."""
-        from tidemark.hourcommit.versions import collect_unreferenced
 
         now = retention.now()
         if now is None:  # no processing time yet (a bootstrap before the first dump)

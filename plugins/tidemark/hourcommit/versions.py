@@ -25,7 +25,8 @@ from tidemark.errors import VersionConflictError
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import HourJournal, JournalEntry, JournalState
 from tidemark.state.layout import COMPACTED_MARKER, Layout, version_dir_of
-from tidemark.state.storage import Location, read_json, replace_atomically
+from tidemark.state.locks import TableLock
+from tidemark.state.storage import Location, create_only, read_json, replace_atomically
 from tidemark.tablefs import Store
 from tidemark.time.hours import parse_key
 from tidemark.time.instants import parse_instant
@@ -53,7 +54,6 @@ def owner_live(owner: dict[str, Any] | None) -> bool:
     """Whether the lease an owner record names is still its lock's live holder."""
     if not owner or "lock_root" not in owner:
         return False
-    from tidemark.state.locks import TableLock
 
     return TableLock.at(Location(owner["lock_root"])).holds(int(owner["token"]))
 
@@ -70,7 +70,6 @@ def claim_version(store: Store, directory: str, lease: Lease | None) -> str:
     if lease is None:
         store.delete_dir(directory)
         return directory
-    from tidemark.state.storage import create_only
 
     me = {"lock_root": lease.lock.root.uri, "token": lease.token, "run_id": lease.record.run_id}
     owner = read_json(Location(store.uri(f"{directory}/{OWNER_RECORD}")))

@@ -20,7 +20,7 @@ from typing import Any
 
 from tidemark.errors import ReconciliationError
 from tidemark.ingest.columns import TOMBSTONE
-from tidemark.ingest.reader import DEFAULT_SUBRANGE, split_ranges
+from tidemark.ingest.reader import DEFAULT_SUBRANGE, split_ranges  # noqa: TID253
 from tidemark.state.batches import MqPartitionStats, Plan
 from tidemark.time.hours import hour_path
 from tidemark.time.instants import iso

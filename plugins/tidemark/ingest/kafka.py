@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -131,7 +132,6 @@ def _unavailable(conf: Mapping[str, Any], topic: str, exc: BaseException) -> Bro
 
 def _probe(bootstrap: str) -> None:
     """Fail fast with a clear error when nothing listens (librdkafka would retry for minutes)."""
-    import socket
 
     errors = []
     for server in bootstrap.split(","):

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import InputPartition
+from pyspark.sql.datasource import InputPartition  # noqa: TID253
 
 from tidemark.ingest.spec import RawRecords
 from tidemark.tablefs import Store

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tidemark.avro_schema import Unresolvable, read_plan
+from tidemark.ingest.decoders.protobuf_schema import WRAPPERS, field_kind, is_map, proto_plan, top_messages
 from tidemark.ingest.registry import RegisteredSchema, SchemaRegistry
 
 if TYPE_CHECKING:
@@ -90,7 +91,6 @@ def _problem(schema: RegisteredSchema, config: TableConfig, registry: SchemaRegi
 def _proto_problem(schema: RegisteredSchema, config: TableConfig, registry: SchemaRegistry) -> str | None:
     """The table's message (``schema_registry.message``), or else any top-level message of
     the file, must read into the table."""
-    from tidemark.ingest.decoders.protobuf_schema import proto_plan, top_messages
 
     assert config.source.schema_registry is not None
     wanted = config.source.schema_registry.message
@@ -202,7 +202,6 @@ def _type(schema: Any, names: dict[str, Any]) -> str:
 
 
 def _top_message(schema: RegisteredSchema, imports: dict[str, str], wanted: str | None) -> Any:
-    from tidemark.ingest.decoders.protobuf_schema import top_messages
 
     try:
         messages = top_messages(schema.text, imports)
@@ -245,7 +244,6 @@ def _proto_column(field: Any) -> str:
 
 
 def _proto_type(field: Any, element: bool = False, inside: tuple[str, ...] = ()) -> str:
-    from tidemark.ingest.decoders.protobuf_schema import WRAPPERS, field_kind, is_map
 
     if not element and is_map(field):
         value = field.message_type.fields_by_name["value"]

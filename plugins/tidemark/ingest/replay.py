@@ -31,9 +31,14 @@ from typing import TYPE_CHECKING
 
 from tidemark.config import TableConfig
 from tidemark.errors import TidemarkError
+from tidemark.ingest.classify import Classifier
 from tidemark.ingest.columns import DIRTY_FIELDS, TOMBSTONE
 from tidemark.ingest.counts import check_files, fold_stats, reconcile_reads
-from tidemark.ingest.spec import ClassifySpec
+from tidemark.ingest.frames import as_classified, classified_ddl
+from tidemark.ingest.publishers import publisher
+from tidemark.ingest.spec import ClassifySpec, RawRecords
+from tidemark.ingest.staged import Staged, stage_classified
+from tidemark.ingest.staging import staged_rows
 from tidemark.state.batches import Plan
 from tidemark.state.layout import Layout
 from tidemark.table_state import TableState
@@ -89,8 +94,6 @@ def plan_replay(
         raise ReplayError(f"{table}: say why (--reason): a replay is kept in the audit log")
     state = commit_log.state()
     if state.last_committed >= 0:  # a replay killed after its commit record retires its input first
-        from tidemark.ingest.publishers import publisher
-
         last = commit_log.commit(state.last_committed)
         publisher(layout, state.last_committed).finish(last.files if last else ())
     pending = commit_log.pending_plan(state)
@@ -149,7 +152,6 @@ def dirty_frame(spark: SparkSession, files: Sequence[str]) -> DataFrame:
 def classified_again(spark: SparkSession, files: Sequence[str], spec: ClassifySpec) -> DataFrame:
     """Dirty records classified again from their raw bytes by ``spec``, as the data source
     gives a batch's records (``frames.classified_ddl``)."""
-    from tidemark.ingest.frames import classified_ddl
 
     task = functools.partial(_classify_partitions, spec_json=spec.to_json())
     return dirty_frame(spark, files).mapInArrow(task, classified_ddl(spec))
@@ -161,10 +163,7 @@ def _classify_partitions(batches: Iterator[pa.RecordBatch], *, spec_json: str) -
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from tidemark.ingest.classify import Classifier
-    from tidemark.ingest.frames import as_classified
     from tidemark.ingest.reader import BLOCK_ROWS
-    from tidemark.ingest.spec import RawRecords
 
     spec = ClassifySpec.from_json(spec_json)
     classifier = Classifier(spec)
@@ -196,9 +195,6 @@ def replay_and_stage(
     """Classify the replayed batches' dirty records again and stage rows, late rows and dirty
     records like a dump does; reconcile against the records found in the dirty files."""
     from pyspark.sql import functions as F
-
-    from tidemark.ingest.staged import Staged, stage_classified
-    from tidemark.ingest.staging import staged_rows
 
     layout = publisher.layout
     files = [f for b in plan.replayed_batches for f in layout.visible_dirty_files(b)]

@@ -29,11 +29,14 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: TID253
+from pyspark.sql.types import StructType  # noqa: TID253
 
+from tidemark.faults import crash_point
+from tidemark.ingest.classify import Classifier
 from tidemark.ingest.counts import StagedCount
-from tidemark.ingest.reader import DEFAULT_SUBRANGE, RangeConsumer, SubRange, split_ranges
+from tidemark.ingest.frames import as_classified, classified_ddl
+from tidemark.ingest.reader import DEFAULT_SUBRANGE, RangeConsumer, SubRange, split_ranges  # noqa: TID253
 from tidemark.ingest.spec import ClassifySpec
 from tidemark.ingest.staging import StagingTargets, TaskStager
 from tidemark.tablefs import Store
@@ -53,7 +56,6 @@ class KafkaRangeDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        from tidemark.ingest.frames import classified_ddl
 
         return classified_ddl(ClassifySpec.from_json(self.options["spec"]))
 
@@ -75,9 +77,6 @@ class KafkaRangeReader(DataSourceReader):
 
     @task_body
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from tidemark.faults import crash_point
-        from tidemark.ingest.classify import Classifier
-        from tidemark.ingest.frames import as_classified
 
         assert isinstance(partition, SubRange)
         spec = ClassifySpec.from_json(self.spec)
@@ -101,8 +100,6 @@ def stage_subranges(
 ) -> Iterator[StagedCount]:
     """One Spark task: read, classify and stage each sub-range; its files first, then its
     receipt, then its counts (``staging.TaskStager.stats``)."""
-    from tidemark.faults import crash_point
-    from tidemark.ingest.classify import Classifier
 
     spec = ClassifySpec.from_json(spec_json)
     classifier = Classifier(spec)

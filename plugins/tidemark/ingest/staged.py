@@ -12,10 +12,13 @@ from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.ingest import cardinality
 from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_stats, reconcile
+from tidemark.ingest.spec import ClassifySpec
+from tidemark.ingest.staging import stage_frame, staged_rows
 from tidemark.state.batches import MqPartitionStats
 from tidemark.state.commitlog import LogState
 from tidemark.state.partition_values import PartitionValues, merge
 from tidemark.stopwatch import Stopwatch
+from tidemark.tablefs import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,8 +53,6 @@ def stage_classified(
     replays)."""
     from pyspark import StorageLevel
 
-    from tidemark.ingest.staging import stage_frame
-
     parsed = classified.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         with stopwatch.phase("read_stage"):  # the first action reads the broker
@@ -83,9 +84,6 @@ def read_and_stage(
     needs the whole batch (``cardinality.py``)."""
     from tidemark.ingest.reader import read_receipts
     from tidemark.ingest.source import read_ranges, stage_ranges
-    from tidemark.ingest.spec import ClassifySpec
-    from tidemark.ingest.staging import staged_rows
-    from tidemark.tablefs import Store
 
     targets = publisher.staging_targets()
     spec = ClassifySpec.of_plan(config, plan)

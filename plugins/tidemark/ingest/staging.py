@@ -21,6 +21,7 @@ moves these files into the table exactly as it moved Spark's.
 from __future__ import annotations
 
 import functools
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.ingest.columns import META_COLUMNS
 from tidemark.ingest.counts import StagedCount
+from tidemark.ingest.frames import split_classified
 from tidemark.ingest.spec import Classified, ClassifySpec
 from tidemark.state.layout import attempt_file_name, batch_task_file_name
 from tidemark.tablefs import Store
@@ -149,7 +151,6 @@ def stage_frame(frame: DataFrame, targets: StagingTargets, spec: ClassifySpec) -
     partition values, or a replay) in one pass: each Spark task writes its rows, late rows
     and dirty records as the read tasks do (``TaskStager``, one per MQ partition it holds,
     files named by the task) and returns its counts."""
-    import pickle
 
     task = functools.partial(_stage_task, targets=targets, spec_json=spec.to_json())
     payloads = frame.mapInArrow(task, "counts binary").collect()
@@ -160,13 +161,10 @@ def stage_frame(frame: DataFrame, targets: StagingTargets, spec: ClassifySpec) -
 def _stage_task(
     batches: Iterator[pa.RecordBatch], *, targets: StagingTargets, spec_json: str
 ) -> Iterator[pa.RecordBatch]:
-    import pickle
 
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark import TaskContext
-
-    from tidemark.ingest.frames import split_classified
 
     spec = ClassifySpec.from_json(spec_json)
     context = TaskContext.get()

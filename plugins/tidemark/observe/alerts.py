@@ -22,7 +22,8 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.masking import mask_text
-from tidemark.seal.sealing import first_unsealed_hour
+from tidemark.observe.status import explain_hour
+from tidemark.seal.due import first_unsealed_hour
 from tidemark.settings import Settings
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.table_state import TableState
@@ -43,7 +44,6 @@ def overdue_hours(config: TableConfig, settings: Settings, as_of: datetime) -> d
     Hours are counted from the sealed frontier (or the first hour with committed rows): a
     table that never received data has no overdue hour.
     """
-    from tidemark.observe.status import explain_hour
 
     journal = TableState(settings.state_location, config.table).journal.state()
     state = TableState(settings.state_location, config.table).commit_log.state()

@@ -10,13 +10,16 @@ a JDBC source ``<scheme>://<host:port>`` / ``<database>.<table>``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlparse
 
 from tidemark.config import TableConfig
+from tidemark.ingest.columns import data_fields
 from tidemark.seal.metastore import DATABASE
+from tidemark.seal.rebuild_plan import plan_rebuild
 from tidemark.settings import Settings
+from tidemark.snapshot.snapshots import PARTITION_COLUMN, SnapshotLog
 from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
 
@@ -79,7 +82,6 @@ def _path_spec(path: str) -> dict[str, str]:
 
 
 def _columns(config: TableConfig) -> list[tuple[str, str]]:
-    from tidemark.ingest.columns import data_fields
 
     return data_fields(config)
 
@@ -126,7 +128,6 @@ def _dump(config: TableConfig, settings: Settings, run_id: str) -> JobLineage:
 def _hours(job: str, config: TableConfig, settings: Settings, run_id: str) -> JobLineage:
     """Seal: the hours it made visible (from the table's committed batches); rebuild: the
     offsets it re-read and the hours it swapped in."""
-    from tidemark.seal.rebuild_plan import plan_rebuild
 
     journal = TableState(settings.state_location, config.table).journal
     kinds = {"rebuild"} if job == "rebuild" else {"seal", "amend", "release"}
@@ -153,7 +154,6 @@ def _hours(job: str, config: TableConfig, settings: Settings, run_id: str) -> Jo
 
 
 def _snapshot(job: str, config: TableConfig, settings: Settings, run_id: str) -> JobLineage:
-    from tidemark.snapshot.snapshots import PARTITION_COLUMN, SnapshotLog
 
     records = [
         r
@@ -181,6 +181,5 @@ def _snapshot(job: str, config: TableConfig, settings: Settings, run_id: str) ->
 
 
 def as_json(lineage: JobLineage) -> dict[str, Any]:
-    from dataclasses import asdict
 
     return asdict(lineage)

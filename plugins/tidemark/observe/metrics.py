@@ -34,6 +34,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from tidemark.config import TableConfig
+from tidemark.observe.status import snapshots, stream_summary
 from tidemark.settings import Settings
 from tidemark.state.storage import read_json, replace_atomically
 from tidemark.table_state import TableState
@@ -86,16 +87,12 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         processing = datetime.fromisoformat(state.ready.processing_time)
         send("ready_lag_seconds", (processing - state.ready.instant).total_seconds())
 
-    from tidemark.observe.status import stream_summary
-
     stream = stream_summary(config, settings)
     send("writer_stream", 1.0 if stream["mode"] == "stream" else 0.0)
     if stream["state"] != "never_started":
         send("stream.running", 1.0 if stream["state"] == "running" and stream["alive"] else 0.0)
         if stream["heartbeat_age_s"] is not None:
             send("stream.heartbeat_age_seconds", float(stream["heartbeat_age_s"]))
-
-    from tidemark.observe.status import snapshots
 
     newest = max(
         snapshots(config, settings), key=lambda snap: datetime.fromisoformat(snap["through"]), default=None

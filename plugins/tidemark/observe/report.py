@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import html
 import logging
+import os
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from tidemark.config import TableConfig
+from tidemark.observe.alerts import describe_overdue, overdue_hours, recent_failures
 from tidemark.observe.status import render_snapshot, render_stream, snapshots, stream_summary
 from tidemark.seal.data_docs import render_pending
 from tidemark.settings import Settings
@@ -44,7 +46,6 @@ def report_path(settings: Settings, table: str) -> Path:
 def report_data(config: TableConfig, settings: Settings, as_of: datetime | None = None) -> dict[str, Any]:
     """Everything the page shows, as plain data; overdue hours are judged at ``as_of`` (the
     page is drawn for a person looking now: the wall clock by default)."""
-    from tidemark.observe.alerts import describe_overdue, overdue_hours, recent_failures
 
     as_of = as_of or datetime.now(UTC)
     table_state = TableState(settings.state_location, config.table)
@@ -326,6 +327,5 @@ def write_report(
 
 
 def _relative(path: Path, start: Path) -> str:
-    import os
 
     return os.path.relpath(path.resolve(), start.resolve())

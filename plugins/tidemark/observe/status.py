@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import BrokerUnavailableError
 from tidemark.ingest.kafka import client_properties, partition_offsets
 from tidemark.settings import Settings
+from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.journal import EntryKind
+from tidemark.stream.status import stream_health
 from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
 
@@ -95,9 +97,6 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
 
 def stream_summary(config: TableConfig, settings: Settings) -> dict[str, Any]:
     """Who writes the table, and how its stream is doing (``stream/runner.stream_health``)."""
-    from datetime import UTC, datetime, timedelta
-
-    from tidemark.stream.status import stream_health
 
     stale = max(timedelta(minutes=2), 6 * config.stream.trigger_interval)
     health = stream_health(config.table, settings, stale_after=stale, now=datetime.now(UTC))
@@ -163,7 +162,6 @@ def render_snapshot(snap: dict[str, Any]) -> str:
 
 def snapshots(config: TableConfig, settings: Settings) -> list[dict[str, Any]]:
     """The current version of each snapshot of a CDC table (bootstrap or merge), by label."""
-    from tidemark.snapshot.snapshots import SnapshotLog
 
     if config.cdc is None:
         return []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields
 from tidemark.seal.checks import CheckResult
 from tidemark.seal.metastore import Metastore, quote_identifier
-from tidemark.seal.quality import QualityOutcome, gate
+from tidemark.seal.quality import QualityOutcome, gate, needs_gx, warm_gx
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.layout import data_docs_dir
@@ -62,9 +63,6 @@ class HourFiles:
         work is the JVM's, so they overlap; a failure there is left for the real call to
         raise, with its own message (imports and the Hive client are safe to start from two
         threads: the second waits for the first)."""
-        import threading
-
-        from tidemark.seal.quality import needs_gx, warm_gx
 
         work = [self.metastore.connect]
         if needs_gx(self.config):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.evolution import is_widening
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields, partition_columns
 from tidemark.schema import parse_column
@@ -219,8 +220,6 @@ def evolve_table(
     under the table's schema (missing columns as null, narrower numbers promoted). Returns
     the changes made; none for a table already up to date."""
     from pyspark.sql.types import StructField, StructType
-
-    from tidemark.evolution import is_widening
 
     current = [f for f in spark.table(qualified(table)).schema.fields if f.name not in partitions]
     by_name = {f.name.lower(): f for f in current}

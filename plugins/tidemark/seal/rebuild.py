@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
+from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +37,14 @@ from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, RebuildError, ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Writer
+from tidemark.ingest import cardinality
+from tidemark.ingest.columns import HOUR_COLUMNS, data_fields, table_columns
+from tidemark.ingest.kafka import client_properties, partition_offsets
 from tidemark.ingest.registry import registry_failures
+from tidemark.ingest.replay import classified_again, dirty_frame
+from tidemark.ingest.spec import ClassifySpec
 from tidemark.seal.hourfiles import HourFiles, step_entry
+from tidemark.seal.metastore import quote_identifier
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
 from tidemark.settings import Settings
 from tidemark.state.journal import EntryKind, JournalState
@@ -166,7 +173,6 @@ class Rebuilder:
     def _plan(self, hour: Hour, partitions: JournalState) -> tuple[RebuildPlan, dict[str, Any]]:
         """The batches that fed the hour and their ranges, checked to be on the broker still
         (``DataLossError`` otherwise: nothing touched); with the broker client's settings."""
-        from tidemark.ingest.kafka import client_properties, partition_offsets
 
         table, current = self.config.table, partitions.hours.get(hour.key)
         plan = plan_rebuild(self.config, self.settings, hour.key, partitions)
@@ -211,16 +217,10 @@ class Rebuilder:
         """The hour's rows from every feeding batch, each classified as in its first run (by
         the schema version of its plan: a record valid then is a row now, whatever a column
         added since says), then cast to the hour's schema (added columns null, widened types)."""
-        from functools import reduce
 
         from pyspark.sql import functions as F
 
-        from tidemark.ingest import cardinality
-        from tidemark.ingest.columns import HOUR_COLUMNS, data_fields, table_columns
-        from tidemark.ingest.replay import classified_again, dirty_frame
         from tidemark.ingest.source import read_ranges
-        from tidemark.ingest.spec import ClassifySpec
-        from tidemark.seal.metastore import quote_identifier
 
         state = self.commit_log.state()
         frames = []

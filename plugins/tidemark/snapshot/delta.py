@@ -40,7 +40,9 @@ from tidemark.config import TableConfig
 from tidemark.errors import MergeError
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import arrow_fields
+from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
+from tidemark.snapshot.delta_views import publish_views
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
 from tidemark.state.layout import Layout
 from tidemark.state.storage import require_conditional_create
@@ -116,8 +118,6 @@ class DeltaSnapshot:
         """The state ``record`` names, as Spark reads it without delta-spark: the Parquet
         files of its Delta version (delta-rs writes no deletion vectors; checked)."""
         from pyspark.sql import functions as F
-
-        from tidemark.seal.metastore import quote_identifier
 
         if record.delta_version < 0:
             raise MergeError(f"{self.config.table}: snapshot {record.ref} is not a Delta version")
@@ -207,7 +207,6 @@ class DeltaSnapshot:
         the snapshot lock, after the record. Both are derived state and housekeeping, made good
         by the next merge or bootstrap: a failure is logged and returned (``views stale: ...``),
         never the commit's failure."""
-        from tidemark.snapshot.delta_views import publish_views
 
         kept = self.kept(snapshots)
         head = self.head(kept)  # the newest record of all: the live one of its label

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.errors import TidemarkError, WriterModeError
+from tidemark.state.audit import AuditLog
+from tidemark.state.locks import TableLock
 from tidemark.state.storage import Location, read_json, replace_atomically
 
 log = logging.getLogger(__name__)
@@ -68,8 +70,6 @@ class TableWriter:
     def switch(self, to: str, *, by: str, reason: str, at: str) -> tuple[WriterMode, bool]:
         """Make ``to`` the table's writer, with an audit record; returns the mode and whether
         it changed (switching to the current writer is a no-op, not an error)."""
-        from tidemark.state.audit import AuditLog
-        from tidemark.state.locks import TableLock
 
         if to not in WRITERS:
             raise TidemarkError(f"{self.table}: unknown writer {to!r}; expected one of {', '.join(WRITERS)}")

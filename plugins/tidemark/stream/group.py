@@ -23,9 +23,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.group.members import GROUPS_DIR, group_members
+from tidemark.group.runner import TABLE_POOL
 from tidemark.state.locks import TableLock
 from tidemark.state.mode import STREAM
 from tidemark.state.storage import Location
+from tidemark.stream.runner import run_stream
 from tidemark.table_state import TableState
 
 if TYPE_CHECKING:
@@ -91,13 +93,11 @@ def run_group_streams(
     members_refresh_s: float = MEMBERS_REFRESH_S,
 ) -> dict[str, Any]:
     """Host the streams of ``group``'s tables in this session until none is in stream mode."""
-    from tidemark.stream.runner import run_stream
 
     streams: dict[str, _TableStream] = {}
     membership = GroupMembership(lambda: group_members(group, settings), members_refresh_s)
 
     def host(config: TableConfig, entry: _TableStream) -> None:
-        from tidemark.group.runner import TABLE_POOL
 
         spark.sparkContext.setLocalProperty(TABLE_POOL, config.table)  # its own fair-scheduler pool
         try:

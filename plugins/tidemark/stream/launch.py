@@ -4,7 +4,12 @@ own application or its group's (``tidemark.stream.group``)."""
 from __future__ import annotations
 
 import logging
+import subprocess
 from typing import TYPE_CHECKING, Any
+
+from tidemark.catalog import load_table
+from tidemark.jobs import SparkJob, spark_environment
+from tidemark.stream.group import group_stream_lock
 
 if TYPE_CHECKING:
     from tidemark.settings import Settings
@@ -17,14 +22,11 @@ def launch_stream(settings: Settings, table: str, run_id: str) -> dict[str, Any]
     starts it returns at once; the sensor watches its status record). A table of a group is
     hosted by its group's application (``tidemark.stream.group``): started here unless it
     runs already (it then picks the table up within its poll). Returns what was launched."""
-    from tidemark.catalog import load_table
-    from tidemark.jobs import SparkJob
 
     config = load_table(table, settings)
     if config.group is None:
         job = SparkJob("stream", table, ["--run-id", run_id])
         return launch_detached(settings, job, f"stream-{table}.log")
-    from tidemark.stream.group import group_stream_lock
 
     holder = group_stream_lock(settings, config.group).holder()
     if holder is not None and not (holder["expired"] or holder["process_gone"]):
@@ -39,9 +41,6 @@ def launch_stream(settings: Settings, table: str, run_id: str) -> dict[str, Any]
 
 def launch_detached(settings: Settings, job: Any, log_name: str) -> dict[str, Any]:
     """``job`` as a detached spark-submit of this host, its output appended to ``log_name``."""
-    import subprocess
-
-    from tidemark.jobs import spark_environment
 
     settings.log_dir.mkdir(parents=True, exist_ok=True)
     log_file = settings.log_dir / log_name

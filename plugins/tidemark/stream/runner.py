@@ -37,6 +37,11 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import BatchConflictError, QualityGateError, TidemarkError, WriterModeError
 from tidemark.faults import crash_point
+from tidemark.ingest.dump import run_dump
+from tidemark.ingest.kafka import client_properties, partition_offsets
+from tidemark.ingest.planner import next_ranges
+from tidemark.seal.due import hours_to_seal
+from tidemark.seal.sealing import Sealer
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.locks import Lease, lease_duration
@@ -51,6 +56,7 @@ from tidemark.stream.status import (
 )
 from tidemark.table import Table
 from tidemark.table_state import TableState
+from tidemark.tablefs import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -98,8 +104,6 @@ class EpochRunner:
     def query_id(self) -> str:
         """The query's id from its checkpoint (kept across restarts, unlike the run id)."""
         if not self._query_id:
-            from tidemark.tablefs import Store
-
             metadata = Store.of(self.checkpoint).read_json("metadata")
             if not metadata:
                 raise StreamError(
@@ -132,7 +136,6 @@ class EpochRunner:
         crash_point("stream_epoch_end")
 
     def _dump_until(self, run_id: str, ends: dict[int, int]) -> None:
-        from tidemark.ingest.dump import run_dump
 
         for round_ in range(MAX_ROUNDS):
             now = self.clock()
@@ -178,7 +181,6 @@ class EpochRunner:
     def _seal_if_due(self, run_id: str) -> None:
         """Seal (register, gate, amend or register late rows) when an hour is complete or late
         rows wait; a quarantined hour is reported, and the stream goes on."""
-        from tidemark.seal.sealing import Sealer, hours_to_seal
 
         state = self.commit_log.state()
         journal = self.state.journal.state()
@@ -221,7 +223,6 @@ def run_stream(
 ) -> dict[str, Any]:
     """Run the table's stream until the table is switched to batch (or, with
     ``until_caught_up``, until it committed everything the broker had when it started)."""
-    from tidemark.ingest.kafka import client_properties, partition_offsets
 
     table = config.table
     table_state = TableState(settings.state_location, table)
@@ -363,7 +364,6 @@ def _watch(
 
 
 def _caught_up(config: TableConfig, commit_log: CommitLog, target: dict[int, tuple[int, int]]) -> bool:
-    from tidemark.ingest.planner import next_ranges
 
     state = commit_log.state()
     if commit_log.pending_plan(state) is not None:

@@ -22,15 +22,23 @@ broker's ends when it started) has no tick and stops planning once it reached th
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: TID253
+from pyspark.sql.types import StructType  # noqa: TID253
 
+from tidemark.catalog import load_table
 from tidemark.config import TableConfig
+from tidemark.ingest.kafka import partition_offsets
+from tidemark.ingest.planner import capped_offsets, next_ranges
+from tidemark.settings import Settings
+from tidemark.state.storage import Location
+from tidemark.table_state import TableState
 
 SOURCE_NAME = "tidemark_stream_offsets"
 SCHEMA = "mq_partition int, end_offset long"
@@ -55,7 +63,6 @@ def next_ends(
     """Where the next micro-batch may end per MQ partition: the batch planner's rule from the
     committed ends (``next_ranges``), never before an end already offered (Spark's offsets
     only move forward), and never past ``until`` (a catch-up run's target)."""
-    from tidemark.ingest.planner import capped_offsets, next_ranges
 
     if until is not None:
         broker_offsets = capped_offsets(broker_offsets, until, committed_ends)
@@ -90,14 +97,6 @@ class StreamOffsetsReader(DataSourceStreamReader):
     """Runs in the driver's Python source process; every answer reads the commit log."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        import os
-        from dataclasses import replace
-        from pathlib import Path
-
-        from tidemark.catalog import load_table
-        from tidemark.settings import Settings
-        from tidemark.state.storage import Location
-        from tidemark.table_state import TableState
 
         os.environ.update(json.loads(options.get("secret.env") or "{}"))  # the state store's S3 keys
         # a table file, or a family's member (its record is in the state store)
@@ -120,7 +119,6 @@ class StreamOffsetsReader(DataSourceStreamReader):
         return stream_offset(self.commit_log.state().end_offsets, 0)
 
     def latestOffset(self) -> dict[str, Any]:
-        from tidemark.ingest.kafka import partition_offsets
 
         committed = self.commit_log.state().end_offsets
         broker = partition_offsets(self.kafka_conf, self.config.source.topic)

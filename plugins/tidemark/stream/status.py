@@ -18,6 +18,7 @@ from tidemark.state.commitlog import CommitLog
 from tidemark.state.mode import STREAM
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.table_state import TableState
+from tidemark.tablefs import Store
 
 STREAM_LOCK = STREAM  # the lock that keeps a second stream of a table from starting
 
@@ -111,7 +112,6 @@ def checkpoint_agreement(checkpoint: str, commit_log: CommitLog, table: str) -> 
     log: which of the recommit cases the next micro-batch is (nothing is decided here: the run
     id binding and the plan from the commit log's ends decide it)."""
     from tidemark.stream.source import offset_ends
-    from tidemark.tablefs import Store
 
     store = Store.of(checkpoint)
     metadata = store.read_json("metadata")

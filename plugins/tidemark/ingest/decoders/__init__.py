@@ -17,7 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tidemark.ingest.decoders.avro import AvroDecoder
 from tidemark.ingest.decoders.base import Decoded, Decoder, Verdict
+from tidemark.ingest.decoders.envelope import EnvelopeDecoder
+from tidemark.ingest.decoders.json import JsonDecoder
+from tidemark.ingest.decoders.protobuf import ProtobufDecoder
+from tidemark.ingest.registry import writer_schemas
 
 if TYPE_CHECKING:
     from tidemark.conversions import Conversion
@@ -35,21 +40,16 @@ def decoder_for(spec: ClassifySpec, columns: list[Column], conversions: dict[str
         ) from None
     decoder = make(spec, columns, conversions)
     if spec.envelope != "flat" and spec.source_format == "json":  # CDC records in an envelope
-        from tidemark.ingest.decoders.envelope import EnvelopeDecoder
-
         decoder = EnvelopeDecoder(decoder, spec.envelope, *spec.cdc_fields)
     return decoder
 
 
 def _json(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:
-    from tidemark.ingest.decoders.json import JsonDecoder
 
     return JsonDecoder(columns, spec.event_time_field, conversions)
 
 
 def _avro(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:
-    from tidemark.ingest.decoders.avro import AvroDecoder
-    from tidemark.ingest.registry import writer_schemas
 
     registry = dict(spec.schema_registry)
     schemas = writer_schemas(spec.table or spec.topic, registry, spec.writer_schema)
@@ -58,8 +58,6 @@ def _avro(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conv
 
 
 def _protobuf(spec: ClassifySpec, columns: list[Column], conversions: dict[str, Conversion]) -> Decoder:
-    from tidemark.ingest.decoders.protobuf import ProtobufDecoder
-    from tidemark.ingest.registry import writer_schemas
 
     schemas = writer_schemas(spec.table or spec.topic, dict(spec.schema_registry), "", serialized=True)
     return ProtobufDecoder(columns, conversions, schemas)
