@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tidemark.conversions import Conversion
+    from tidemark.envelopes import Envelope
 
 # logical types fastavro need not build objects for: the Arrow type reads their numbers
 AS_NUMBERS = {
@@ -142,12 +143,12 @@ def read_plan(
     columns: list[Column],
     conversions: dict[str, Conversion],
     *,
-    debezium: tuple[str, str] | None = None,
+    envelope: Envelope | None = None,
 ) -> ReadPlan:
     """The plan of a writer schema, or :class:`Unresolvable` naming the field at fault. With
-    ``debezium`` (the table's op and version fields) the writer schema is a Debezium envelope:
-    the columns are read from its ``after``/``before`` record, op and version from the envelope
-    (``ingest/envelopes.py``)."""
+    a CDC ``envelope`` the writer schema is that envelope: the columns are read from its row
+    record (Debezium's ``after``/``before``, Maxwell's ``data``, Canal's ``data`` items), op,
+    version and the envelope's time from the envelope (``envelopes.py``)."""
     import fastavro
 
     try:
@@ -159,8 +160,8 @@ def read_plan(
     if not isinstance(top, dict) or top.get("type") != "record":
         raise Unresolvable("the writer schema is not a record")
     fields = {f["name"]: f["type"] for f in top.get("fields", [])}
-    if debezium is not None:
-        fields = _envelope_fields(fields, names, *debezium)
+    if envelope is not None:
+        fields = _envelope_fields(fields, names, envelope)
     sources: dict[str, pa.DataType | None] = {}
     for column in columns:
         if column.name not in fields:
@@ -180,18 +181,22 @@ def read_plan(
 
 
 def _envelope_fields(
-    envelope: dict[str, Any], names: dict[str, Any], op_field: str, version_field: str
+    envelope_fields: dict[str, Any], names: dict[str, Any], envelope: Envelope
 ) -> dict[str, Any]:
-    """The fields a flat record of a Debezium envelope has: the row's, op, version, ts_ms."""
-    if "after" not in envelope or "op" not in envelope:
-        raise Unresolvable("not a Debezium envelope: no after or op field")
-    row = _unwrap(envelope["after"], names, "after")
+    """The fields a flat record of ``envelope`` has: the row's, op, version, the envelope's time."""
+    if any(f not in envelope_fields for f in envelope.required_fields):
+        raise Unresolvable(envelope.not_this_envelope())
+    where = envelope.row_field
+    row = _unwrap(envelope_fields[where], names, where)
+    if envelope.shape.rows_listed:
+        if not isinstance(row, dict) or row.get("type") != "array":
+            raise Unresolvable(f"field {where}: not an array of rows")
+        where, row = f"{where}[]", _unwrap(row["items"], names, f"{where}[]")
     if not isinstance(row, dict) or row.get("type") != "record":
-        raise Unresolvable("field after: not a record")
+        raise Unresolvable(f"field {where}: not a record")
     fields = {f["name"]: f["type"] for f in row.get("fields", [])}
-    fields[op_field] = "string"
-    fields.setdefault(version_field, "long")  # source.lsn or ts_ms, unless the row has its own
-    fields.setdefault("ts_ms", ["null", "long"])
+    for name, (kind, nullable) in envelope.added_fields(fields).items():
+        fields[name] = ["null", kind] if nullable else kind
     return fields
 
 

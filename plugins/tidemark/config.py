@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from tidemark.durations import format_duration, parse_duration
+from tidemark.envelopes import Envelope, envelope_of
 from tidemark.errors import ConfigError
 from tidemark.masking import masked
 from tidemark.schema import TIMESTAMP_TYPES, Column, parse_column
@@ -109,7 +110,7 @@ class CdcConfig(_Strict):
     op_field: str = "op"
     version_field: str = "version"
     delete_ops: list[str] = Field(default_factory=lambda: ["d"])
-    # how the capture tool wraps each change (ingest/envelopes.py): the flat record, or
+    # how the capture tool wraps each change (envelopes.py): the flat record, or
     # Debezium's, Maxwell's or Canal's envelope, read into the columns, op and version
     envelope: Literal["flat", "debezium", "maxwell", "canal"] = "flat"
     snapshot_every: Literal["day", "hour"] = "day"
@@ -215,11 +216,7 @@ class TableConfig(_Strict):
             problems.append(
                 f"event_time.field: column {ts.name!r} has type {ts.type.ddl()}; expected timestamp"
             )
-        cdc = self.cdc
-        debezium = (
-            (cdc.op_field, cdc.version_field) if cdc is not None and cdc.envelope == "debezium" else None
-        )
-        problems += source_problems(self.source, self.columns, debezium)
+        problems += source_problems(self.source, self.columns, self.envelope)
         for key in self.primary_key:
             if key not in self.columns:
                 problems.append(f"primary_key: {key!r} is not a column of the schema")
@@ -261,10 +258,6 @@ class TableConfig(_Strict):
                     problems.append(f"cdc: {key!r} is not a column of the schema")
             if not self.primary_key:
                 problems.append("primary_key: a cdc table needs the key its changes are merged by")
-            if self.cdc.envelope not in {"flat", "debezium"} and self.source.format != "json":
-                problems.append(f"cdc.envelope: {self.cdc.envelope} envelopes are read from JSON messages")
-            elif self.cdc.envelope == "debezium" and self.source.format == "protobuf":
-                problems.append("cdc.envelope: Debezium envelopes are read from JSON or Avro messages")
             if self.late_policy != "amend":
                 problems.append(
                     "late_policy: a cdc table needs 'amend': a late change must reach the sealed hour "
@@ -274,6 +267,12 @@ class TableConfig(_Strict):
             # One line per problem; each line already names its key (see _describe).
             raise ValueError("\n".join(problems))
         return self
+
+    @property
+    def envelope(self) -> Envelope | None:
+        """The CDC envelope of the messages (None: each message is the row)."""
+        cdc = self.cdc
+        return None if cdc is None else envelope_of(cdc.envelope, cdc.op_field, cdc.version_field)
 
     # Derived names, one place so jobs, DAGs and the CLI agree.
     @property

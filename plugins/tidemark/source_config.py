@@ -12,6 +12,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from tidemark.avro_schema import Unresolvable, read_plan
 from tidemark.conversions import Conversion, conversion_problems
 from tidemark.durations import parse_size
+from tidemark.envelopes import Envelope
 from tidemark.errors import ConfigError
 from tidemark.schema import Column
 
@@ -103,7 +104,7 @@ def read_schema_files(data: Any, yaml_path: str, directory: Path) -> Any:
 
 
 def source_problems(
-    source: SourceConfig, columns: dict[str, Column], debezium: tuple[str, str] | None = None
+    source: SourceConfig, columns: dict[str, Column], envelope: Envelope | None = None
 ) -> list[str]:
     """Cross-checks of the source against the schema: conversions, and for Avro where the
     writer schemas come from and, for a schema file, that it resolves into the columns."""
@@ -130,7 +131,7 @@ def source_problems(
         )
     elif source.writer_schema:
         try:
-            read_plan(source.writer_schema, list(columns.values()), source.conversions, debezium=debezium)
+            read_plan(source.writer_schema, list(columns.values()), source.conversions, envelope=envelope)
         except Unresolvable as exc:
             problems.append(f"source.writer_schema: {exc}")
     return problems

@@ -4,6 +4,7 @@ that is not a row change."""
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -13,6 +14,7 @@ import pytest
 
 from tests.helpers.avro import serializer
 from tests.helpers.classify import block, example_config, spec_of
+from tests.helpers.protobuf import debezium_proto, proto_events
 from tidemark.config import TableConfig
 from tidemark.errors import ConfigError
 from tidemark.ingest.classify import Classifier
@@ -187,8 +189,10 @@ DEBEZIUM_AVRO: dict[str, Any] = {
 }
 
 
-def test_envelopes_are_refused_where_they_cannot_be_read() -> None:
-    with pytest.raises(ConfigError, match="maxwell envelopes are read from JSON messages"):
+def test_a_writer_schema_that_is_not_the_envelope_is_refused_naming_what_it_lacks() -> None:
+    with pytest.raises(
+        ConfigError, match=r"source\.writer_schema: not a Maxwell envelope: no data or type field"
+    ):
         orders("maxwell", source__format="avro", source__writer_schema=DEBEZIUM_AVRO)
     with pytest.raises(
         ConfigError, match=r"source\.writer_schema: not a Debezium envelope: no after or op field"
@@ -198,10 +202,10 @@ def test_envelopes_are_refused_where_they_cannot_be_read() -> None:
             source__format="avro",
             source__writer_schema={"type": "record", "name": "x", "fields": []},
         )
-    with pytest.raises(ConfigError, match="Debezium envelopes are read from JSON or Avro"):
-        orders("debezium", source__format="protobuf", source__schema_registry={"url": "http://r"})
     plain = orders("debezium", source__format="avro", source__writer_schema=DEBEZIUM_AVRO)
     assert plain.cdc is not None and plain.cdc.envelope == "debezium"
+    proto = orders("debezium", source__format="protobuf", source__schema_registry={"url": "http://r"})
+    assert proto.envelope is not None and proto.envelope.row_field == "after"
 
 
 def test_debezium_envelopes_in_avro_through_the_registry(schema_registry: str) -> None:
@@ -233,3 +237,154 @@ def test_debezium_envelopes_in_avro_through_the_registry(schema_registry: str) -
         102: ("d", 3, "paid", Decimal("12.50")),  # no LSN: ts_ms
     }
     assert dirty[103] == ("tombstone", None) and dirty[104][0] == "invalid_envelope"
+
+
+CHANGES: list[dict[str, Any]] = [
+    {"op": "r", "after": {"order_id": 7, "customer_id": 3, "status": "paid"}, "lsn": 10, "ts_ms": 1},
+    {
+        "op": "u",
+        "before": {"order_id": 7},
+        "after": {"order_id": 7, "status": "shipped"},
+        "lsn": 40,
+        "ts_ms": 2,
+    },
+    {"op": "d", "before": {"order_id": 7, "customer_id": 3}, "lsn": None, "ts_ms": 3},
+    {"op": "t", "lsn": 41, "ts_ms": 4},  # truncate: not a row change
+    {"op": "u", "after": {"order_id": 8, "status": "new"}, "lsn": None, "ts_ms": None},
+]
+WHEN = datetime(2026, 11, 22, 10, 15, tzinfo=UTC)
+
+
+def _full(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if row is None else {"customer_id": None, "status": None, **row, "updated_at": WHEN}
+
+
+def _as_json(change: dict[str, Any]) -> dict[str, Any]:
+    def row(r: dict[str, Any] | None) -> dict[str, Any] | None:
+        full = _full(r)
+        return None if full is None else {**full, "amount": 12.5, "updated_at": "2026-11-22T10:15:00Z"}
+
+    return {
+        "before": row(change.get("before")),
+        "after": row(change.get("after")),
+        "op": change["op"],
+        "source": {"db": "shop", "lsn": change["lsn"]},
+        "ts_ms": change["ts_ms"],
+    }
+
+
+def _as_avro(change: dict[str, Any]) -> dict[str, Any]:
+    def row(r: dict[str, Any] | None) -> dict[str, Any] | None:
+        full = _full(r)
+        return None if full is None else {**full, "amount": Decimal("12.50")}
+
+    return {
+        "before": row(change.get("before")),
+        "after": row(change.get("after")),
+        "source": {"db": "shop", "lsn": change["lsn"]},
+        "op": change["op"],
+        "ts_ms": change["ts_ms"],
+    }
+
+
+def test_one_envelope_step_reads_the_same_changes_from_json_avro_and_protobuf(schema_registry: str) -> None:
+    """The envelope is unwrapped after decoding, the same for every format: Debezium's JSON,
+    Avro and Protobuf converters' messages of the same changes give the same rows, ops,
+    versions and verdicts (the Protobuf row's decimal comes as text, as Protobuf has none)."""
+
+    write = serializer(schema_registry, DEBEZIUM_AVRO, "orders-avro")
+    proto_changes = [
+        {
+            **c,
+            **{
+                side: {**(_full(c[side]) or {}), "amount": "12.50"}
+                for side in ("before", "after")
+                if c.get(side)
+            },
+        }
+        for c in CHANGES
+    ]
+    read = {
+        "json": classify(orders("debezium"), [_as_json(c) for c in CHANGES]),
+        "avro": classify(
+            orders("debezium", source__format="avro", source__schema_registry={"url": schema_registry}),
+            [write(_as_avro(c)) for c in CHANGES],
+        ),
+        "protobuf": classify(
+            orders(
+                "debezium",
+                source__format="protobuf",
+                source__schema_registry={"url": schema_registry},
+                source__conversions={"amount": {"from": "text"}},
+            ),
+            debezium_proto(schema_registry, proto_changes, topic="orders-proto"),
+        ),
+    }
+    columns = ("op", "version", "order_id", "customer_id", "status", "amount", "updated_at")
+    rows = {
+        fmt: {o: tuple(r[c] for c in columns) for o, r in good.items()} for fmt, (good, _) in read.items()
+    }
+    assert rows["json"] == {
+        100: ("c", 10, 7, 3, "paid", Decimal("12.50"), WHEN),
+        101: ("u", 40, 7, None, "shipped", Decimal("12.50"), WHEN),
+        102: ("d", 3, 7, 3, None, Decimal("12.50"), WHEN),  # no LSN: ts_ms; a delete's row is before
+    }, "104: no LSN and no ts_ms: no version, a not null column"
+    assert rows["avro"] == rows["json"] and rows["protobuf"] == rows["json"]
+    verdicts = {fmt: {o: reason for o, (reason, _) in dirty.items()} for fmt, (_, dirty) in read.items()}
+    assert (
+        verdicts["json"]
+        == verdicts["avro"]
+        == verdicts["protobuf"]
+        == {
+            103: "invalid_envelope",
+            104: "missing_field",
+        }
+    )
+
+
+MAXWELL_AVRO: dict[str, Any] = {
+    "type": "record",
+    "name": "Change",
+    "fields": [
+        {"name": "database", "type": "string"},
+        {"name": "table", "type": "string"},
+        {"name": "type", "type": "string"},
+        {"name": "ts", "type": "long"},
+        {"name": "xoffset", "type": ["null", "long"], "default": None},
+        {"name": "data", "type": ["null", DEBEZIUM_AVRO["fields"][0]["type"][1]], "default": None},
+    ],
+}
+
+
+def test_maxwell_changes_in_avro_resolve_against_their_data_record() -> None:
+    """Any envelope in any format: a Maxwell-shaped Avro writer schema (plain, no registry)."""
+
+    from fastavro import parse_schema, schemaless_writer
+
+    config = orders("maxwell", source__format="avro", source__writer_schema=MAXWELL_AVRO)
+    parsed = parse_schema(MAXWELL_AVRO)
+    row = {"order_id": 7, "customer_id": 3, "status": "paid", "amount": Decimal("12.50"), "updated_at": WHEN}
+    messages = []
+    for change in (
+        {"type": "insert", "ts": 1732270500, "xoffset": 2, "data": row},
+        {"type": "delete", "ts": 1732270501, "xoffset": None, "data": row},
+        {"type": "bootstrap-start", "ts": 1732270502, "xoffset": None, "data": None},
+    ):
+        buffer = io.BytesIO()
+        schemaless_writer(buffer, parsed, {"database": "shop", "table": "orders", **change})
+        messages.append(buffer.getvalue())
+    good, dirty = classify(config, messages)
+    assert [(r["op"], r["version"], r["amount"]) for r in good.values()] == [
+        ("c", 1732270500000002, Decimal("12.50")),
+        ("d", 1732270501000000, Decimal("12.50")),
+    ]
+    assert dirty[102][0] == "invalid_envelope" and "bootstrap-start" in dirty[102][1]
+
+
+def test_a_protobuf_message_that_is_not_the_envelope_is_unresolvable(schema_registry: str) -> None:
+
+    config = orders("debezium", source__format="protobuf", source__schema_registry={"url": schema_registry})
+    good, dirty = classify(config, proto_events(schema_registry, [{}], topic="events-not-cdc"))
+    assert not good
+    assert dirty[100][0] == "schema_unresolvable"
+    assert "not a Debezium envelope: no after or op field" in dirty[100][1]

@@ -78,11 +78,7 @@ def _problem(schema: RegisteredSchema, config: TableConfig, registry: SchemaRegi
         if schema.schema_type == "PROTOBUF":
             return _proto_problem(schema, config, registry)
         else:
-            cdc = config.cdc
-            debezium = (
-                (cdc.op_field, cdc.version_field) if cdc is not None and cdc.envelope == "debezium" else None
-            )
-            read_plan(schema.text, config.schema_columns, config.source.conversions, debezium=debezium)
+            read_plan(schema.text, config.schema_columns, config.source.conversions, envelope=config.envelope)
     except Unresolvable as exc:
         return str(exc)
     return None
@@ -102,7 +98,7 @@ def _proto_problem(schema: RegisteredSchema, config: TableConfig, registry: Sche
     problems = []
     for message in messages:
         try:
-            proto_plan(message, config.schema_columns, config.source.conversions)
+            proto_plan(message, config.schema_columns, config.source.conversions, config.envelope)
             return None
         except Unresolvable as exc:
             problems.append(f"{message.full_name}: {exc}")

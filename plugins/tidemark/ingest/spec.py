@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from tidemark.envelopes import Envelope, envelope_of
 from tidemark.ingest.columns import LINEAGE_FIELDS, RAW_FIELDS, arrow_fields
 from tidemark.schema import Column, parse_column
 from tidemark.time.instants import as_utc
@@ -43,7 +44,7 @@ class ClassifySpec:
     # task, so no secret travels in the spec), or the one writer schema of an unframed topic
     schema_registry: tuple[tuple[str, str], ...] = ()
     writer_schema: str = ""
-    envelope: str = "flat"  # a CDC table's envelope (``ingest/envelopes.py``)
+    envelope: str = "flat"  # a CDC table's envelope (``envelopes.py``)
     cdc_fields: tuple[str, str] = ("op", "version")  # (op field, version field) of a CDC table
     table_format: str = "parquet"  # output.format: the values it cannot hold are dirty (exact.py)
 
@@ -131,6 +132,11 @@ class ClassifySpec:
         data["schema_registry"] = tuple(tuple(c) for c in data.get("schema_registry", ()))
         data["cdc_fields"] = tuple(data.get("cdc_fields", ("op", "version")))
         return cls(**data)
+
+    @property
+    def cdc_envelope(self) -> Envelope | None:
+        """The CDC envelope of the messages (None: each message is the row)."""
+        return envelope_of(self.envelope, *self.cdc_fields)
 
     @property
     def schema_columns(self) -> list[Column]:

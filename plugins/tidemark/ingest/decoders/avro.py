@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tidemark.avro_schema import ReadPlan, Unresolvable, inline_references, read_plan
 from tidemark.conversions import Conversion
+from tidemark.envelopes import Envelope
 from tidemark.ingest.decoders.avro_block import NotVectorisable, conform, decode_records
-from tidemark.ingest.decoders.base import Decoded, Verdict
+from tidemark.ingest.decoders.base import Decoded, RecordGroup, Records, Verdict
 from tidemark.ingest.decoders.binary import (
     HEADER_BYTES,
     Group,
@@ -41,7 +42,6 @@ from tidemark.ingest.decoders.binary import (
     typed_array,
     typed_column,
 )
-from tidemark.ingest.envelopes import flat_record
 from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas
 from tidemark.schema import Column
 
@@ -67,37 +67,53 @@ class AvroDecoder:
         schemas: WriterSchemas,
         *,
         framed: bool,
-        debezium: tuple[str, str] | None = None,
+        envelope: Envelope | None = None,
     ) -> None:
         self.columns = columns
         self.conversions = conversions
         self.schemas = schemas
         self.framed = framed
-        self.debezium = debezium  # (op field, version field): records are Debezium envelopes
+        self.envelope = envelope  # the writer schemas are this CDC envelope (its row resolves)
         self._plans: dict[int | None, ReadPlan | Verdict] = {}
 
     def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
         rejected: dict[int, Verdict] = {}
-        framed = self._by_writer(values, index, rejected)
         groups: list[Group] = []
-        for schema_id, (rows, bodies) in framed.items():
+        for schema_id, (rows, bodies) in self._by_writer(values, index, rejected).items():
             plan = self._plans[schema_id]
             assert not isinstance(plan, tuple)
             vectorised = self._vectorised(schema_id, plan, rows, bodies)
-            if vectorised is not None:
-                groups.append(vectorised)
-                continue
-            good, records = self._records(schema_id, plan, rows, bodies, rejected)
-            if self.debezium is not None:
-                good, records = self._flatten(good, records, rejected)
-            typed = {
-                c.name: typed_column(
-                    [r.get(c.name) for r in records], plan.sources[c.name], c, self.conversions.get(c.name)
-                )
-                for c in self.columns
-            }
-            groups.append((good, typed))
+            if vectorised is None:
+                good, records = self._records(schema_id, plan, rows, bodies, rejected)
+                vectorised = self._typed_group(RecordGroup(schema_id, good, records))
+            groups.append(vectorised)
         return assemble(self.columns, groups, rejected)
+
+    def records(self, values: Sequence[bytes], index: Sequence[int]) -> Records:
+        """The records of each writer schema, as fastavro reads them (what an envelope unwraps)."""
+        rejected: dict[int, Verdict] = {}
+        groups = []
+        for schema_id, (rows, bodies) in self._by_writer(values, index, rejected).items():
+            plan = self._plans[schema_id]
+            assert not isinstance(plan, tuple)
+            good, records = self._records(schema_id, plan, rows, bodies, rejected)
+            groups.append(RecordGroup(schema_id, good, records))
+        return Records(groups, rejected)
+
+    def typed(self, records: Records) -> Decoded:
+        return assemble(self.columns, [self._typed_group(g) for g in records.groups], records.rejected)
+
+    def _typed_group(self, group: RecordGroup) -> Group:
+        """One writer schema's records (dicts of the column names' values) in the table's types."""
+        plan = self._plans[group.key]
+        assert not isinstance(plan, tuple)
+        typed = {
+            c.name: typed_column(
+                [r.get(c.name) for r in group.records], plan.sources[c.name], c, self.conversions.get(c.name)
+            )
+            for c in self.columns
+        }
+        return group.rows, typed
 
     def _by_writer(
         self, values: Sequence[bytes], index: Sequence[int], rejected: dict[int, Verdict]
@@ -140,7 +156,7 @@ class AvroDecoder:
     ) -> Group | None:
         """The group decoded in one vectorised call (``avro_block.py``), or None: the block
         cannot vouch for every message (it is then decoded record by record)."""
-        if self.debezium is not None or not VECTORISED:
+        if self.envelope is not None or not VECTORISED:
             return None
         table = decode_records(plan.writer_text, bodies)
         if table is None:
@@ -160,22 +176,6 @@ class AvroDecoder:
             for c in self.columns
         }
         return rows, typed
-
-    def _flatten(
-        self, rows: list[int], envelopes: list[dict[str, Any]], rejected: dict[int, Verdict]
-    ) -> tuple[list[int], list[dict[str, Any]]]:
-        """Debezium envelopes as the flat records of their row changes; the others refused."""
-        assert self.debezium is not None
-        kept_rows: list[int] = []
-        records: list[dict[str, Any]] = []
-        for i, envelope in zip(rows, envelopes, strict=True):
-            flat = flat_record("debezium", envelope, *self.debezium)
-            if isinstance(flat, tuple):
-                rejected[i] = flat
-            else:
-                kept_rows.append(i)
-                records.append(flat)
-        return kept_rows, records
 
     def _records(
         self,
@@ -249,7 +249,7 @@ class AvroDecoder:
                 text = written.text
                 if written.references:
                     text = inline_references(text, self.schemas.imports(written))
-                plan = read_plan(text, self.columns, self.conversions, debezium=self.debezium)
+                plan = read_plan(text, self.columns, self.conversions, envelope=self.envelope)
             except UnknownSchemaIdError:
                 plan = ("unknown_schema_id", f"schema_id={schema_id}")
             except Unresolvable as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,3 +30,31 @@ class Decoder(Protocol):
     def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
         """Decode ``values`` (the messages of records ``index``, in order)."""
         ...
+
+
+@dataclass
+class RecordGroup:
+    """The decoded records of one writer schema (``key``: the format's own: a schema id, a
+    (schema id, message type)), and the record index of each."""
+
+    key: Any
+    rows: list[int]
+    records: list[Any]
+
+
+@dataclass
+class Records:
+    """A block decoded into records, before typing (what a CDC envelope unwraps)."""
+
+    groups: list[RecordGroup]
+    rejected: dict[int, Verdict]
+
+
+class RecordDecoder(Decoder, Protocol):
+    """A decoder whose two halves a step can go between (``decoders/envelope.py``): the
+    records of the messages as their writer wrote them, then their typing into the table's
+    columns (each group's records: dicts of the column names' values)."""
+
+    def records(self, values: Sequence[bytes], index: Sequence[int]) -> Records: ...
+
+    def typed(self, records: Records) -> Decoded: ...

@@ -1,33 +1,32 @@
-"""A CDC envelope around a format's records (``ingest/envelopes.py``): each message is
-unwrapped into its flat record first, then decoded by the format's decoder; a message that is
-not its envelope's shape is refused whole, the others keep their record indices."""
+"""The CDC envelope step (``tidemark/envelopes.py``), the same for every format: the format
+decodes each message into its record, the envelope unwraps the record into the flat record of
+one row change (or refuses it: ``invalid_envelope``), and the format types the flat records
+into the table's columns. A message refused whole keeps its record index, as everywhere."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidemark.ingest.decoders.base import Decoded, Decoder, Verdict
-from tidemark.ingest.envelopes import flat_message
+from tidemark.envelopes import Envelope
+from tidemark.ingest.decoders.base import Decoded, RecordDecoder, RecordGroup, Records
 
 
 class EnvelopeDecoder:
-    def __init__(self, inner: Decoder, envelope: str, op_field: str, version_field: str) -> None:
+    def __init__(self, inner: RecordDecoder, envelope: Envelope) -> None:
         self.inner = inner
         self.envelope = envelope
-        self.op_field = op_field
-        self.version_field = version_field
 
     def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
-        rejected: dict[int, Verdict] = {}
-        flat: list[bytes] = []
-        kept: list[int] = []
-        for i, value in zip(index, values, strict=True):
-            record = flat_message(self.envelope, value, self.op_field, self.version_field)
-            if isinstance(record, tuple):
-                rejected[i] = record
-            else:
-                flat.append(record)
-                kept.append(i)
-        decoded = self.inner.decode(flat, kept)
-        decoded.rejected.update(rejected)
-        return decoded
+        decoded = self.inner.records(values, index)
+        flat_groups = []
+        for group in decoded.groups:
+            flat = RecordGroup(group.key, [], [])
+            for i, record in zip(group.rows, group.records, strict=True):
+                row = self.envelope.unwrap(record)
+                if isinstance(row, tuple):
+                    decoded.rejected[i] = row
+                else:
+                    flat.rows.append(i)
+                    flat.records.append(row)
+            flat_groups.append(flat)
+        return self.inner.typed(Records(flat_groups, decoded.rejected))

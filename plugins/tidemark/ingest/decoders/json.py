@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidemark.conversions import Conversion, convert, source_type
-from tidemark.ingest.decoders.base import Decoded, Verdict
+from tidemark.envelopes import strict_json_record
+from tidemark.ingest.decoders.base import Decoded, RecordGroup, Records, Verdict
 from tidemark.ingest.jsonlines import (
     JsonLinesReader,
     message_line,
@@ -90,6 +91,33 @@ class JsonDecoder:
                 col = converted
             columns[c.name] = col
         return Decoded(columns, accepted, mismatched, rejected)
+
+    def records(self, values: Sequence[bytes], index: Sequence[int]) -> Records:
+        """Each message parsed by the standard (one group): what an envelope unwraps."""
+        group = RecordGroup(None, [], [])
+        rejected: dict[int, Verdict] = {}
+        for i, value in zip(index, values, strict=True):
+            parsed = strict_json_record(value)
+            if isinstance(parsed, tuple):
+                rejected[i] = parsed
+            else:
+                group.rows.append(i)
+                group.records.append(parsed)
+        return Records([group], rejected)
+
+    def typed(self, records: Records) -> Decoded:
+        """Flat records typed by the same reader and rules as plain messages (one C++ pass
+        over the rows written back as JSON lines: typing them in Python would be a second set
+        of rules to keep equal to the reader's)."""
+        rows = [i for g in records.groups for i in g.rows]
+        lines = [
+            json.dumps(r, separators=(",", ":"), ensure_ascii=False).encode()
+            for g in records.groups
+            for r in g.records
+        ]
+        decoded = self.decode(lines, rows)
+        decoded.rejected.update(records.rejected)
+        return decoded
 
     def _lines(
         self, values: Sequence[bytes], index: Sequence[int], rejected: dict[int, Verdict]

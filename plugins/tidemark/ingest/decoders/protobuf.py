@@ -17,9 +17,17 @@ from typing import Any
 
 from tidemark.avro_schema import Unresolvable
 from tidemark.conversions import Conversion
-from tidemark.ingest.decoders.base import Decoded, Verdict
+from tidemark.envelopes import Envelope
+from tidemark.ingest.decoders.base import Decoded, RecordGroup, Records, Verdict
 from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_column
-from tidemark.ingest.decoders.protobuf_schema import ProtoPlan, message_descriptor, proto_plan
+from tidemark.ingest.decoders.protobuf_schema import (
+    WRAPPERS,
+    ProtoPlan,
+    field_kind,
+    is_map,
+    message_descriptor,
+    proto_plan,
+)
 from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas
 from tidemark.schema import Column
 
@@ -30,18 +38,69 @@ class ProtobufDecoder:
     """One per task: it caches the plan of every (schema id, message type) it met."""
 
     def __init__(
-        self, columns: list[Column], conversions: dict[str, Conversion], schemas: WriterSchemas
+        self,
+        columns: list[Column],
+        conversions: dict[str, Conversion],
+        schemas: WriterSchemas,
+        envelope: Envelope | None = None,
     ) -> None:
         self.columns = columns
         self.conversions = conversions
         self.schemas = schemas
+        self.envelope = envelope  # the messages are this CDC envelope (its row resolves)
         self._plans: dict[PlanKey, ProtoPlan | Verdict] = {}
 
     def decode(self, values: Sequence[bytes], index: Sequence[int]) -> Decoded:
+        rejected: dict[int, Verdict] = {}
+        groups: list[Group] = []
+        for key, (rows, messages) in self._parse(values, index, rejected).items():
+            plan = self._plans[key]
+            assert not isinstance(plan, tuple)
+            typed = {}
+            for c in self.columns:
+                getter = plan.getters[c.name]
+                values_of = [getter[0](m) for m in messages] if getter else [None] * len(messages)
+                typed[c.name] = typed_column(
+                    values_of, getter[1] if getter else None, c, self.conversions.get(c.name)
+                )
+            groups.append((rows, typed))
+        return assemble(self.columns, groups, rejected)
+
+    def records(self, values: Sequence[bytes], index: Sequence[int]) -> Records:
+        """Each message as a dict (what an envelope unwraps): its row messages read by the
+        plan's getters, as plain messages are; the envelope's own fields as values."""
+        rejected: dict[int, Verdict] = {}
+        groups = []
+        for key, (rows, messages) in self._parse(values, index, rejected).items():
+            plan = self._plans[key]
+            assert not isinstance(plan, tuple)
+            groups.append(RecordGroup(key, rows, [message_record(m, plan) for m in messages]))
+        return Records(groups, rejected)
+
+    def typed(self, records: Records) -> Decoded:
+        groups: list[Group] = []
+        for group in records.groups:
+            plan = self._plans[group.key]
+            assert not isinstance(plan, tuple)
+            typed = {
+                c.name: typed_column(
+                    [r.get(c.name) for r in group.records],
+                    plan.source(c.name),
+                    c,
+                    self.conversions.get(c.name),
+                )
+                for c in self.columns
+            }
+            groups.append((group.rows, typed))
+        return assemble(self.columns, groups, records.rejected)
+
+    def _parse(
+        self, values: Sequence[bytes], index: Sequence[int], rejected: dict[int, Verdict]
+    ) -> dict[PlanKey, tuple[list[int], list[Any]]]:
+        """The parsed messages of each (schema id, message type); the refused in ``rejected``."""
         from google.protobuf.message import DecodeError
         from google.protobuf.unknown_fields import UnknownFieldSet
 
-        rejected: dict[int, Verdict] = {}
         found: dict[PlanKey, tuple[list[int], list[Any]]] = {}
         for i, value in zip(index, values, strict=True):
             header = confluent_header(value)
@@ -71,19 +130,7 @@ class ProtobufDecoder:
             rows, messages = found.setdefault(key, ([], []))
             rows.append(i)
             messages.append(message)
-        groups: list[Group] = []
-        for key, (rows, messages) in found.items():
-            plan = self._plans[key]
-            assert not isinstance(plan, tuple)
-            typed = {}
-            for c in self.columns:
-                getter = plan.getters[c.name]
-                values_of = [getter[0](m) for m in messages] if getter else [None] * len(messages)
-                typed[c.name] = typed_column(
-                    values_of, getter[1] if getter else None, c, self.conversions.get(c.name)
-                )
-            groups.append((rows, typed))
-        return assemble(self.columns, groups, rejected)
+        return found
 
     def _plan(self, key: PlanKey) -> ProtoPlan | Verdict:
         plan = self._plans.get(key)
@@ -94,13 +141,48 @@ class ProtobufDecoder:
                 if written.schema_type != "PROTOBUF":
                     raise Unresolvable(f"a {written.schema_type} schema on a Protobuf topic")
                 descriptor = message_descriptor(written.text, list(path), self.schemas.imports(written))
-                plan = proto_plan(descriptor, self.columns, self.conversions)
+                plan = proto_plan(descriptor, self.columns, self.conversions, self.envelope)
             except UnknownSchemaIdError:
                 plan = ("unknown_schema_id", f"schema_id={schema_id}")
             except Unresolvable as exc:
                 plan = ("schema_unresolvable", f"{of(schema_id)}{exc}")
             self._plans[key] = plan
         return plan
+
+
+def message_record(message: Any, plan: ProtoPlan) -> dict[str, Any]:
+    """A parsed envelope message as a dict: its row messages (``plan.row_type``) as the
+    plan's getters read rows, wrappers as their value, enums as their symbol, unset fields
+    with presence as None, other messages as dicts."""
+    out: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        name = field.name
+        value = getattr(message, name)
+        if is_map(field):
+            out[name] = {k: _plain(v, plan) for k, v in value.items()}
+        elif field.is_repeated:
+            out[name] = [_plain(v, plan) for v in value]
+        elif field.has_presence and not message.HasField(name):
+            out[name] = None
+        elif field_kind(field) == "enum":
+            symbol = field.enum_type.values_by_number.get(value)
+            out[name] = symbol.name if symbol is not None else value
+        else:
+            out[name] = _plain(value, plan)
+    return out
+
+
+def _plain(value: Any, plan: ProtoPlan) -> Any:
+    from google.protobuf.message import Message
+
+    if not isinstance(value, Message):
+        return value
+    full = value.DESCRIPTOR.full_name
+    if full == plan.row_type:
+        return {name: getter[0](value) for name, getter in plan.getters.items() if getter is not None}
+    if full in WRAPPERS:
+        return value.value
+    return message_record(value, plan)
 
 
 def message_indexes(data: bytes) -> tuple[tuple[int, ...], bytes] | None:

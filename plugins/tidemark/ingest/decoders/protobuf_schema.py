@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidemark.avro_schema import Unresolvable, require_nullable
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tidemark.conversions import Conversion
+    from tidemark.envelopes import Envelope
 
 Getter = Callable[[Any], Any]  # the Python value of a field of a parsed message (or None)
 
@@ -64,10 +65,21 @@ _KINDS: dict[str, tuple[str, set[str]]] = {  # scalar kind -> (arrow type name, 
 @dataclass(frozen=True)
 class ProtoPlan:
     """How messages of one type are read: the message class, and per column its getter and the
-    Arrow type of what the getter returns (None: not in the message)."""
+    Arrow type of what the getter returns (None: not in the message). For a CDC envelope the
+    getters read its row message (``row_type``), and ``added`` gives the Arrow type of what the
+    envelope adds (op, version, its time)."""
 
     message_class: Any
     getters: dict[str, tuple[Getter, pa.DataType] | None]
+    row_type: str | None = None
+    added: dict[str, pa.DataType] = field(default_factory=dict)
+
+    def source(self, column: str) -> pa.DataType | None:
+        """The Arrow type of a column's values in a flat record (None: the writer lacks it)."""
+        if column in self.added:
+            return self.added[column]
+        getter = self.getters.get(column)
+        return getter[1] if getter is not None else None
 
 
 def file_descriptor(schema_text: str, imports: Mapping[str, str] | None = None) -> Any:
@@ -161,15 +173,28 @@ def _import_well_known() -> None:
     )
 
 
-def proto_plan(descriptor: Any, columns: list[Column], conversions: dict[str, Conversion]) -> ProtoPlan:
-    """The plan of a message type, or :class:`Unresolvable` naming the field at fault."""
+def proto_plan(
+    descriptor: Any,
+    columns: list[Column],
+    conversions: dict[str, Conversion],
+    envelope: Envelope | None = None,
+) -> ProtoPlan:
+    """The plan of a message type, or :class:`Unresolvable` naming the field at fault. With a
+    CDC ``envelope`` the message is that envelope: the columns resolve against its row message."""
+    import pyarrow as pa
     from google.protobuf.message_factory import GetMessageClass
 
+    row = descriptor if envelope is None else envelope_row(descriptor, envelope)
+    added: dict[str, pa.DataType] = {}
+    if envelope is not None:
+        kinds = {"string": pa.string(), "long": pa.int64()}
+        added = {n: kinds[k] for n, (k, _) in envelope.added_fields(row.fields_by_name).items()}
     getters: dict[str, tuple[Getter, pa.DataType] | None] = {}
     for column in columns:
-        field = descriptor.fields_by_name.get(column.name)
-        if field is None:
-            require_nullable(column, f"message {descriptor.full_name}")
+        field = row.fields_by_name.get(column.name)
+        if column.name in added or field is None:
+            if column.name not in added:
+                require_nullable(column, f"message {row.full_name}")
             getters[column.name] = None
             continue
         conversion = conversions.get(column.name)
@@ -178,7 +203,24 @@ def proto_plan(descriptor: Any, columns: list[Column], conversions: dict[str, Co
             target = SqlType("double")
         getter, arrow = _field(field, target, column.name)
         getters[column.name] = (getter, arrow)
-    return ProtoPlan(GetMessageClass(descriptor), getters)
+    row_type = row.full_name if envelope is not None else None
+    return ProtoPlan(GetMessageClass(descriptor), getters, row_type, added)
+
+
+def envelope_row(descriptor: Any, envelope: Envelope) -> Any:
+    """The row message type of an envelope message type (Canal's: of its repeated field)."""
+    fields = descriptor.fields_by_name
+    if any(name not in fields for name in envelope.required_fields):
+        raise Unresolvable(envelope.not_this_envelope())
+    holder = fields[envelope.row_field]
+    if holder.message_type is None or is_map(holder):
+        raise Unresolvable(f"field {holder.name}: not a message")
+    if holder.is_repeated != envelope.shape.rows_listed:
+        raise Unresolvable(
+            f"field {holder.name}: "
+            + ("not a repeated message of rows" if envelope.shape.rows_listed else "repeated, not one row")
+        )
+    return holder.message_type
 
 
 def _field(field: Any, sql: SqlType, path: str) -> tuple[Getter, pa.DataType]:

@@ -8,26 +8,37 @@ table's merge folds (its columns, ``cdc.op_field`` and ``cdc.version_field``).
 | ``maxwell`` | ``{database, table, type, ts, xoffset, data, old}`` | ``data`` | ``insert``/``bootstrap-insert`` ``c``, ``update`` ``u``, ``delete`` ``d`` | ``ts`` (s) x 10^6 + ``xoffset`` |
 | ``canal`` | ``{data: [row], old, type, es, isDdl}`` (canal-json) | ``data[0]`` | ``INSERT`` ``c``, ``UPDATE`` ``u``, ``DELETE`` ``d`` | ``es`` (ms) |
 
+The envelope is a step after decoding, the same for every format (Kafka Connect's
+Transformation after its Converter): the format decodes a message into its record (a JSON
+object, an Avro record, a Protobuf message as a dict), :meth:`Envelope.unwrap` turns that into
+the flat record of one row change, and the format types the flat records into the table's
+columns (``ingest/decoders/envelope.py``). A binary format's writer schema is the envelope:
+:attr:`Envelope.row_field` names where its row type lies, the columns resolve against that type,
+and op, version and the envelope's time are added (:meth:`Envelope.added_fields`).
+
 The envelope's ``ts_ms`` (Debezium), ``ts`` (Maxwell) or ``es`` (Canal) is also given as a
 column of that name when the row has none (declare ``source.conversions`` to use it as the
 event time). A message that is not its envelope's shape (no op, an unknown op, a schema change
 or truncate event, a Canal message of several rows, no row) is dirty ``invalid_envelope`` with
-the reason; tombstones after deletes are tombstones. Numbers keep their exact value: one with
-more digits than a double holds must be sent as a string (Debezium
+the reason; tombstones after deletes are tombstones. Numbers of a JSON envelope keep their
+exact value: one with more digits than a double holds must be sent as a string (Debezium
 ``decimal.handling.mode=string``).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 ENVELOPES = ("flat", "debezium", "maxwell", "canal")
-Verdict = tuple[str, str]
 _DEBEZIUM_OPS = {"c": "c", "r": "c", "u": "u", "d": "d"}
 _MAXWELL_OPS = {"insert": "c", "bootstrap-insert": "c", "update": "u", "delete": "d"}
 _CANAL_OPS = {"INSERT": "c", "UPDATE": "u", "DELETE": "d"}
+
+
+Verdict = tuple[str, str]
 
 
 class _Refused(ValueError):
@@ -38,37 +49,91 @@ class _NotEnvelope(ValueError):
     """The message is JSON but not the envelope's shape (``invalid_envelope``)."""
 
 
-def flat_message(envelope: str, value: bytes, op_field: str, version_field: str) -> bytes | Verdict:
-    """The flat JSON record of one enveloped change, or the verdict of a message that is not."""
+@dataclass(frozen=True)
+class Shape:
+    """Where an envelope's writer schema holds the row, and the fields every envelope has."""
+
+    title: str
+    row_field: str  # the row's type: a record (Canal: an array of records)
+    op_key: str
+    stamp: str  # the envelope's time, a column of that name when the row has none
+    rows_listed: bool = False
+
+
+SHAPES = {
+    "debezium": Shape("Debezium", "after", "op", "ts_ms"),
+    "maxwell": Shape("Maxwell", "data", "type", "ts"),
+    "canal": Shape("Canal", "data", "type", "es", rows_listed=True),
+}
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A CDC table's envelope (``cdc.envelope``, not ``flat``) with the table's op and version
+    fields: what a writer schema of it looks like, and the unwrapping of one decoded message."""
+
+    kind: str
+    op_field: str
+    version_field: str
+
+    @property
+    def shape(self) -> Shape:
+        return SHAPES[self.kind]
+
+    @property
+    def row_field(self) -> str:
+        return self.shape.row_field
+
+    @property
+    def required_fields(self) -> tuple[str, str]:
+        """The fields a writer schema of this envelope must have."""
+        return self.shape.row_field, self.shape.op_key
+
+    def not_this_envelope(self) -> str:
+        """Why a writer schema without :attr:`required_fields` is refused."""
+        return f"not a {self.shape.title} envelope: no {' or '.join(self.required_fields)} field"
+
+    def added_fields(self, row_fields: Any) -> dict[str, tuple[str, bool]]:
+        """The fields the flat record adds to the row's, as (kind, nullable): op always (the
+        envelope's, mapped: a string), version and the envelope's time (longs) where the row
+        has no field of that name."""
+        added = {self.op_field: ("string", False)}
+        if self.version_field not in row_fields:
+            added[self.version_field] = ("long", False)
+        if self.shape.stamp not in row_fields:
+            added[self.shape.stamp] = ("long", True)
+        return added
+
+    def unwrap(self, message: Any) -> dict[str, Any] | Verdict:
+        """The flat record of one decoded envelope (a JSON object, an Avro record, a Protobuf
+        message as a dict), or the verdict of one that is not a row change."""
+        if not isinstance(message, dict):
+            return "invalid_envelope", f"{self.kind}: not a JSON object but {type(message).__name__}"
+        try:
+            row, op, version, stamp = _READERS[self.kind](message)
+        except _NotEnvelope as exc:
+            return "invalid_envelope", f"{self.kind}: {exc}"[:300]
+        flat = {**row, self.op_field: op}
+        if row.get(self.version_field) is None:
+            flat[self.version_field] = version
+        name, when = stamp
+        flat.setdefault(name, when)
+        return flat
+
+
+def envelope_of(kind: str, op_field: str, version_field: str) -> Envelope | None:
+    """The envelope of ``cdc.envelope`` (None: ``flat``, the message is the row)."""
+    return None if kind == "flat" else Envelope(kind, op_field, version_field)
+
+
+def strict_json_record(value: bytes) -> Any:
+    """One JSON message parsed by the standard, numbers exact (an envelope's rows are typed
+    after unwrapping, from values that must not have lost digits), or the ``invalid_json``
+    verdict (a tuple: a JSON value is never one)."""
     try:
-        message = json.loads(
-            value, parse_constant=_refuse, parse_float=_exact_float, object_pairs_hook=_unique
-        )
+        return json.loads(value, parse_constant=_refuse, parse_float=_exact_float, object_pairs_hook=_unique)
     except (_Refused, ValueError, RecursionError) as exc:
         return "invalid_json", f"invalid JSON: {exc}"[:300]
-    if not isinstance(message, dict):
-        return "invalid_envelope", f"{envelope}: not a JSON object but {type(message).__name__}"
-    flat = flat_record(envelope, message, op_field, version_field)
-    if isinstance(flat, tuple):
-        return flat
-    return json.dumps(flat, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def flat_record(
-    envelope: str, message: dict[str, Any], op_field: str, version_field: str
-) -> dict[str, Any] | Verdict:
-    """The flat record of one decoded envelope (a JSON object, or an Avro record), or the
-    verdict of one that is not a row change."""
-    try:
-        row, op, version, stamp = _READERS[envelope](message)
-    except _NotEnvelope as exc:
-        return "invalid_envelope", f"{envelope}: {exc}"[:300]
-    flat = {**row, op_field: op}
-    if row.get(version_field) is None:
-        flat[version_field] = version
-    name, when = stamp
-    flat.setdefault(name, when)
-    return flat
 
 
 Read = tuple[dict[str, Any], str, Any, tuple[str, Any]]
@@ -107,11 +172,7 @@ def _canal(message: dict[str, Any]) -> Read:
     return _row(rows[0], "data[0]"), op, message.get("es"), ("es", message.get("es"))
 
 
-def _flat(message: dict[str, Any]) -> Read:
-    raise AssertionError("flat records are not unwrapped")
-
-
-_READERS = {"debezium": _debezium, "maxwell": _maxwell, "canal": _canal, "flat": _flat}
+_READERS = {"debezium": _debezium, "maxwell": _maxwell, "canal": _canal}
 
 
 def _op(value: Any, ops: dict[str, str], key: str) -> str:
