@@ -131,7 +131,8 @@ def strict_json_record(value: bytes) -> Any:
     after unwrapping, from values that must not have lost digits), or the ``invalid_json``
     verdict (a tuple: a JSON value is never one)."""
     try:
-        return json.loads(value, parse_constant=_refuse, parse_float=_exact_float, object_pairs_hook=_unique)
+        # what json.loads does with bytes, through one decoder (json.loads builds one a call)
+        return _DECODER.decode(value.decode(json.detect_encoding(value), "surrogatepass"))
     except (_Refused, ValueError, RecursionError) as exc:
         return "invalid_json", f"invalid JSON: {exc}"[:300]
 
@@ -193,15 +194,18 @@ def _refuse(name: str) -> Any:
 
 def _exact_float(text: str) -> float:
     value = float(text)
-    if Decimal(repr(value)) != Decimal(text):
+    if repr(value) != text and Decimal(repr(value)) != Decimal(text):  # the first test: most numbers
         raise _Refused(f"the number {text} has more digits than a double holds; send it as a string")
     return value
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Refused(f"key {key!r} given twice")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        keys = [key for key, _ in pairs]
+        twice = next(key for i, key in enumerate(keys) if key in keys[:i])
+        raise _Refused(f"key {twice!r} given twice")
     return out
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse, parse_float=_exact_float, object_pairs_hook=_unique)

@@ -40,6 +40,7 @@ from tidemark.schema import Column
 if TYPE_CHECKING:
     import pyarrow as pa
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one a record
 INTEGER_BITS = {"tinyint": 7, "smallint": 15, "int": 31, "bigint": 63}
 
 
@@ -110,11 +111,7 @@ class JsonDecoder:
         over the rows written back as JSON lines: typing them in Python would be a second set
         of rules to keep equal to the reader's)."""
         rows = [i for g in records.groups for i in g.rows]
-        lines = [
-            json.dumps(r, separators=(",", ":"), ensure_ascii=False).encode()
-            for g in records.groups
-            for r in g.records
-        ]
+        lines = [_ENCODER.encode(r).encode() for g in records.groups for r in g.records]
         decoded = self.decode(lines, rows)
         decoded.rejected.update(records.rejected)
         return decoded
