@@ -33,7 +33,6 @@ def encoder(fmt: str, registry_url: str, topic: str) -> Any:
         context = SerializationContext(topic, MessageField.VALUE)
 
         def avro(value: bytes) -> bytes:
-
             record = json.loads(value)
             record["event_time"] = datetime.fromisoformat(record["event_time"])
             record["amount"] = Decimal(record["amount"])

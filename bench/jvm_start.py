@@ -42,7 +42,6 @@ def run(archive: str, home: str) -> float:
 
 
 def main() -> int:
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()

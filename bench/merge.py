@@ -55,7 +55,6 @@ DAY = datetime(2026, 11, 22, tzinfo=UTC)
 
 
 def _settings_and_config() -> tuple[Any, Any]:
-
     config = load_table_file(ROOT / "conf" / "tables" / "orders.yaml")
     fmt = os.environ.get("TIDEMARK_BENCH_FORMAT", "parquet")
     config = config.model_copy(update={"cdc": config.cdc.model_copy(update={"snapshot_format": fmt})})
@@ -162,7 +161,6 @@ def prepare(snapshot_rows: int, increment_rows: int, hot: float) -> dict[str, An
 
 
 def merge() -> dict[str, Any]:
-
     settings, config = _settings_and_config()
     started = time.perf_counter()
     spark = build_session("tidemark-bench-merge", settings, hive=True)
@@ -181,7 +179,6 @@ def merge() -> dict[str, Any]:
 
 
 def copy() -> dict[str, Any]:
-
     settings, config = _settings_and_config()
     started = time.perf_counter()
     spark = build_session("tidemark-bench-copy", settings, hive=True)

@@ -92,7 +92,6 @@ def environment(home: Path, bootstrap: str, store: dict[str, str] | None = None)
 
 
 def switch_to_stream(home: Path, bootstrap: str, table: str, store: dict[str, str] | None = None) -> None:
-
     os.environ.update({k: v for k, v in (store or {}).items() if k.startswith("AWS_")})  # boto3's
     settings = Settings.from_env(environment(home, bootstrap, store))
     TableWriter(settings.state_location, table).switch("stream", by="bench", reason="bench", at="bench")

@@ -20,7 +20,6 @@ from tidemark.snapshot.sources import add_source_arguments, source_from_argument
 
 
 def _bootstrap(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-
     source = source_from_arguments(args)
     as_of = parse_as_of(args.as_of)
     if args.dry_run:

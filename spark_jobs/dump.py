@@ -22,7 +22,6 @@ from tidemark.time.instants import parse_instant
 
 
 def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-
     if args.dry_run:
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         return preview_batch(config, CommitLog(settings.state_location, config.table), conf)

@@ -16,7 +16,6 @@ from tidemark.snapshot.merge_plan import preview_merge
 
 
 def _merge(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-
     if args.dry_run:
         return preview_merge(config, settings, args.snapshot)
     return run_merge(spark, config, settings, args.run_id, args.snapshot)

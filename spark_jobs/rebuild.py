@@ -15,7 +15,6 @@ from tidemark.seal.rebuild import run_rebuild
 
 
 def _rebuild(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-
     hours = [h.strip() for h in args.hours.split(",") if h.strip()]
     return run_rebuild(spark, config, settings, args.run_id, hours)
 

@@ -17,7 +17,6 @@ from tidemark.time.instants import parse_instant
 
 
 def _replay(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-
     at = parse_instant(args.at)
     assert at is not None
     request = ReplayRequest(ReplayRequest.parse_batches(args.batches), by=args.by, reason=args.reason, at=at)

@@ -15,7 +15,6 @@ from tidemark.seal.sealing import preview_seal, run_release, run_seal
 
 
 def _seal(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-
     if args.dry_run:
         return preview_seal(config, settings)
     for hour in [h.strip() for h in (args.release or "").split(",") if h.strip()]:

@@ -18,7 +18,6 @@ from tidemark.time.clocks import stream_clock
 
 
 def _stream(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-
     interval = parse_duration(args.trigger_interval).total_seconds() if args.trigger_interval else None
     return run_stream(
         spark,

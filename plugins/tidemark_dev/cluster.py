@@ -24,7 +24,6 @@ WORKERS = 2
 
 
 def _spark_class() -> str:
-
     return str(Path(spark_home()) / "bin" / "spark-class")
 
 

@@ -328,7 +328,6 @@ def _records(state: Any) -> int:
 
 
 def _check_events(console: Console, demo: Settings, produced: int) -> bool:
-
     console.say("")
     with console.step("events-check", "events: reading the registered hours back (Spark SQL)"):
         ok, lines = _report(load_table(TABLE, demo), demo, produced)
@@ -338,7 +337,6 @@ def _check_events(console: Console, demo: Settings, produced: int) -> bool:
 
 
 def _report(config: Any, settings: Settings, produced: int) -> tuple[bool, list[str]]:
-
     state = CommitLog(settings.state_location, config.table).state()
     spark = build_session("tidemark-demo-report", settings, hive=True)
     try:
@@ -365,7 +363,6 @@ def _report(config: Any, settings: Settings, produced: int) -> tuple[bool, list[
 
 # -- the orders path: bootstrap + hourly increments + daily merge ---------------------------------
 def _postgres_available() -> bool:
-
     return bool(glob.glob("/usr/lib/postgresql/*/bin/postgres")) and os.path.isfile(JDBC_DRIVER_JARS[0])
 
 
@@ -488,7 +485,6 @@ def _states(run: Any) -> dict[str, str]:
 
 
 def _check_snapshot(config: Any, settings: Settings, expected: dict[int, dict[str, Any]]) -> tuple[bool, str]:
-
     spark = build_session("tidemark-demo-orders", settings, hive=True)
     try:
         rows = spark.sql(

@@ -49,7 +49,6 @@ class SilentServer:
         self._closed = False
 
     def __enter__(self) -> SilentServer:
-
         threading.Thread(target=self._accept, daemon=True).start()
         return self
 

@@ -147,7 +147,6 @@ def test_the_stream_killed_at_every_point_of_a_micro_batch_is_exact_and_hands_ba
 def test_the_stream_dag_switches_starts_watches_announces_and_stops_the_stream(
     dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-
     config, settings = fresh_table(dag_env, tmp_path, retries=0, stream__trigger_interval="2s")
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
     table = config.table

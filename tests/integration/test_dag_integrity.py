@@ -94,7 +94,6 @@ def test_no_db_or_connection_access_at_parse_time(dagbag: Any) -> None:
 
 
 def test_ingest_seal_and_rebuild_dags_per_table(dagbag: Any) -> None:
-
     kinds = ("ingest", "seal", "rebuild")
     expected = {f"tidemark_{kind}_{t.table}" for t in load_tables() for kind in kinds}
     assert expected <= set(dagbag.dag_ids)

@@ -98,7 +98,6 @@ def test_future_event_time_is_dirty(spark: Any, broker: str, settings: Settings,
 def test_dirty_ratio_exceeded_fails_and_commits_nothing(
     spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
-
     config, settings = fresh_table(settings, tmp_path, dirty__max_dirty_ratio=0.01)
     create_topic(broker, config.source.topic, 1)
     produce(broker, config.source.topic, events(30, start=START, partitions=1, dirty_fraction=0.5))

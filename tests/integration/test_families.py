@@ -185,5 +185,4 @@ def test_each_member_of_a_registry_family_gets_the_columns_of_its_own_subject(
 
 
 def produce_values(bootstrap: str, topic: str, values: list[bytes]) -> list[Any]:
-
     return produce(bootstrap, topic, [Message(0, v, None, None) for v in values])

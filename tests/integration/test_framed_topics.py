@@ -33,7 +33,6 @@ pytestmark = pytest.mark.integration
 
 
 def rows_by_offset(settings: Settings, table: str) -> dict[tuple[int, int], tuple[Any, ...]]:
-
     layout = Layout(settings, table)
     out = {}
     for relative in layout.store.all_files(layout.relative(layout.table_dir)):

@@ -113,7 +113,6 @@ def test_replan_closes_the_plan_reading_nothing_and_the_next_run_plans_afresh(
 def test_the_health_page_shows_the_pending_batch_and_the_decisions(
     spark: Any, broker: str, settings: Settings, tmp_path: Path
 ) -> None:
-
     config, settings, _ = stuck_table(spark, broker, settings, tmp_path)
     page = render_report(report_data(config, settings, as_of=DECIDED_AT))
     assert 'id="pending"' in page and "batch 0" in page

@@ -216,7 +216,6 @@ def test_hostile_partition_values_are_dirty_and_the_metastore_untouched(
 def test_partition_values_are_bounded_per_hour_and_a_retry_admits_the_same(
     spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-
     config, settings = fresh_table(
         settings,
         tmp_path,

@@ -366,7 +366,6 @@ def test_jdbc_bootstrap_reads_postgres_in_parallel_ranges_without_leaking_the_pa
 
 
 def test_latest_state_keeps_the_highest_version_then_offset_and_applies_deletes(spark: Any) -> None:
-
     base = spark.createDataFrame(
         [(1, 1, "a"), (2, 3, "b"), (3, 1, "c")], "order_id bigint, version bigint, status string"
     )
@@ -395,7 +394,6 @@ def test_latest_state_keeps_the_highest_version_then_offset_and_applies_deletes(
 
 
 def test_a_merge_source_is_the_newest_change_per_key_and_a_difference_names_deletes(spark: Any) -> None:
-
     changes = spark.createDataFrame(
         [
             ("u", 1, 2, "a-early", 0, 3),

@@ -45,7 +45,6 @@ def test_hive_table_lands_in_the_test_warehouse(spark: Any, settings: Settings) 
 
 def test_executors_run_the_venv_python_and_import_tidemark(spark: Any, settings: Settings) -> None:
     def probe(_: Any) -> list[str]:
-
         return [sys.executable, tidemark.__file__]
 
     executable, module = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()

@@ -212,7 +212,6 @@ def test_bad_environment_is_named() -> None:
 
 
 def test_inconsistent_watermark_tolerances_are_refused_naming_them() -> None:
-
     base = {
         "table": "t",
         "source": {"topic": "t"},
@@ -235,7 +234,6 @@ def test_inconsistent_watermark_tolerances_are_refused_naming_them() -> None:
 
 
 def test_a_table_named_like_another_tables_side_table_is_refused(tmp_path: Path) -> None:
-
     body = "source: {topic: %s}\nschema: {id: string, ts: timestamp}\nevent_time: {field: ts}\n"
     for name in ("clicks", "clicks__late"):
         (tmp_path / f"{name}.yaml").write_text(f"table: {name}\n" + body % name)
@@ -244,7 +242,6 @@ def test_a_table_named_like_another_tables_side_table_is_refused(tmp_path: Path)
 
 
 def test_secrets_are_masked_in_properties_urls_and_messages() -> None:
-
     props = masked(
         {
             "sasl.oauthbearer.config": "clientId=app clientSecret=s3cr3t",
@@ -284,7 +281,6 @@ def test_the_effective_configuration_masks_secrets(tmp_path: Path) -> None:
 
 
 def test_only_the_driver_maps_the_class_archive_and_only_when_it_is_there(tmp_path: Path) -> None:
-
     archive = tmp_path / "spark-classes.jsa"
     settings = Settings.from_env({"TIDEMARK_JVM_CLASS_ARCHIVE": str(archive), "TIDEMARK_HOME": str(tmp_path)})
     assert settings.class_archive == archive

@@ -124,7 +124,6 @@ def test_a_conversion_that_cannot_hold_is_refused_when_the_config_loads(
 def test_conversions_are_part_of_the_schema_version_and_a_rebuild_decodes_with_its_own(
     tmp_path: Path,
 ) -> None:
-
     history = SchemaHistory(tmp_path, "events")
     iso = events_config()
     epoch = events_config(source__conversions={"event_time": {"from": "epoch_millis"}})

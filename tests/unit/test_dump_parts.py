@@ -191,7 +191,6 @@ def test_tombstones_are_reconciled_apart_from_dirty_records() -> None:
 
 
 def test_a_partition_with_only_invalid_records_turns_idle() -> None:
-
     t0 = datetime(2026, 11, 22, 12, tzinfo=UTC)
     wm = advance(
         {},

@@ -382,7 +382,6 @@ def test_maxwell_changes_in_avro_resolve_against_their_data_record() -> None:
 
 
 def test_a_protobuf_message_that_is_not_the_envelope_is_unresolvable(schema_registry: str) -> None:
-
     config = orders("debezium", source__format="protobuf", source__schema_registry={"url": schema_registry})
     good, dirty = classify(config, proto_events(schema_registry, [{}], topic="events-not-cdc"))
     assert not good

@@ -211,7 +211,6 @@ def test_an_expectation_naming_an_unknown_column_is_a_config_error(tmp_path: Pat
 def test_the_schema_command_and_tables_validate_show_the_history_and_refuse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-
     conf = tmp_path / "conf"
     conf.mkdir()
     monkeypatch.setenv("TIDEMARK_HOME", str(tmp_path / "home"))

@@ -140,7 +140,6 @@ def test_topics_that_read_as_one_table_name_get_tables_of_their_own() -> None:
 
 
 def test_two_families_whose_topics_read_as_one_table_keep_it_for_the_first(tmp_path: Path) -> None:
-
     settings = replaced(Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), conf_dir=tmp_path)
     family_file(tmp_path, family="clicks", table="t_{topic}")
     other = yaml.safe_load((tmp_path / "families" / "clicks.yaml").read_text())

@@ -236,7 +236,6 @@ def test_a_table_leaving_never_re_announces_and_a_member_that_cannot_load_holds_
 
 
 def test_a_member_whose_yaml_breaks_is_found_as_holding_its_group(tmp_path: Path) -> None:
-
     conf = tmp_path / "conf"
     conf.mkdir()
     good = "\n".join(
@@ -393,7 +392,6 @@ def test_joining_and_leaving_a_group_are_decisions_with_audit_records(
 def test_a_tables_group_run_records_are_pruned_to_the_newest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-
     monkeypatch.setattr(outcomes, "KEEP_OUTCOMES", 3)
     state_dir = tmp_path / "state"
     for n in range(5):

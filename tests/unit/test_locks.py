@@ -132,7 +132,6 @@ def test_a_pid_is_judged_only_in_the_pid_namespace_it_was_recorded_in(tmp_path: 
 
 
 def test_a_reused_pid_does_not_keep_a_dead_holder_alive(tmp_path: Path) -> None:
-
     lock = TableLock(tmp_path, "t")
     assert process_start(os.getpid())
     here = pid_namespace()

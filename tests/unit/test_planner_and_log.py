@@ -129,7 +129,6 @@ def test_partitions_added_later_start_at_earliest_whatever_starting_offsets_says
 
 
 def test_offsets_that_went_back_raise_a_named_error() -> None:
-
     with pytest.raises(OffsetsWentBackError, match=r"t\[1\] was read up to offset 40 .* ends at offset 3"):
         next_ranges(table(), {0: 5, 1: 40}, {0: (0, 9), 1: (0, 3)})
     with pytest.raises(
@@ -141,7 +140,6 @@ def test_offsets_that_went_back_raise_a_named_error() -> None:
 def test_a_crash_between_a_commit_record_and_its_checkpoint_loses_only_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-
     log = CommitLog(tmp_path, "t")
 
     def commit(batch: int) -> Commit:

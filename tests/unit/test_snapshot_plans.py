@@ -185,7 +185,6 @@ def test_a_delta_merge_moves_forward_from_the_newest_snapshot_still_current(orde
 
 
 def test_the_bootstrap_job_parses_the_source_beside_its_own_table_argument() -> None:
-
     parser = job_parser("bootstrap", "test")
     add_source_arguments(parser)
     args = parser.parse_args(

@@ -60,7 +60,6 @@ def test_a_cap_behind_the_commit_log_reads_nothing_and_a_missing_partition_stays
 
 
 def test_only_the_tables_writer_passes_and_a_switch_is_audited(tmp_path: Path) -> None:
-
     writer = TableWriter(tmp_path, "t")
     writer.require("batch")  # the default
     with pytest.raises(WriterModeError, match="tidemark switch --table t --to stream"):

@@ -58,7 +58,6 @@ class GroupRun:
 
 
 def _dump(spark: SparkSession, config: TableConfig, settings: Settings, run: GroupRun) -> dict[str, Any]:
-
     if run.dry_run:
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
         return preview_batch(config, TableState(settings.state_location, config.table).commit_log, conf)
@@ -69,7 +68,6 @@ def _dump(spark: SparkSession, config: TableConfig, settings: Settings, run: Gro
 
 
 def _seal(spark: SparkSession, config: TableConfig, settings: Settings, run: GroupRun) -> dict[str, Any]:
-
     if run.dry_run:
         return preview_seal(config, settings)
     _skip_when_streamed(config, settings, "its stream seals it")

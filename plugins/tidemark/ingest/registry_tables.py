@@ -198,7 +198,6 @@ def _type(schema: Any, names: dict[str, Any]) -> str:
 
 
 def _top_message(schema: RegisteredSchema, imports: dict[str, str], wanted: str | None) -> Any:
-
     try:
         messages = top_messages(schema.text, imports)
     except Unresolvable as exc:
@@ -240,7 +239,6 @@ def _proto_column(field: Any) -> str:
 
 
 def _proto_type(field: Any, element: bool = False, inside: tuple[str, ...] = ()) -> str:
-
     if not element and is_map(field):
         value = field.message_type.fields_by_name["value"]
         return f"map<string,{_proto_type(value, True, inside)}>"

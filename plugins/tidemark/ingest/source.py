@@ -56,7 +56,6 @@ class KafkaRangeDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-
         return classified_ddl(ClassifySpec.from_json(self.options["spec"]))
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -77,7 +76,6 @@ class KafkaRangeReader(DataSourceReader):
 
     @task_body
     def read(self, partition: InputPartition) -> Iterator[Any]:
-
         assert isinstance(partition, SubRange)
         spec = ClassifySpec.from_json(self.spec)
         classifier = Classifier(spec)

@@ -161,7 +161,6 @@ def stage_frame(frame: DataFrame, targets: StagingTargets, spec: ClassifySpec) -
 def _stage_task(
     batches: Iterator[pa.RecordBatch], *, targets: StagingTargets, spec_json: str
 ) -> Iterator[pa.RecordBatch]:
-
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark import TaskContext

@@ -82,7 +82,6 @@ def _path_spec(path: str) -> dict[str, str]:
 
 
 def _columns(config: TableConfig) -> list[tuple[str, str]]:
-
     return data_fields(config)
 
 
@@ -154,7 +153,6 @@ def _hours(job: str, config: TableConfig, settings: Settings, run_id: str) -> Jo
 
 
 def _snapshot(job: str, config: TableConfig, settings: Settings, run_id: str) -> JobLineage:
-
     records = [
         r
         for r in SnapshotLog(settings.state_location, config.table).records()
@@ -181,5 +179,4 @@ def _snapshot(job: str, config: TableConfig, settings: Settings, run_id: str) ->
 
 
 def as_json(lineage: JobLineage) -> dict[str, Any]:
-
     return asdict(lineage)

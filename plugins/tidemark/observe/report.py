@@ -327,5 +327,4 @@ def write_report(
 
 
 def _relative(path: Path, start: Path) -> str:
-
     return os.path.relpath(path.resolve(), start.resolve())

@@ -302,7 +302,6 @@ class SnapshotStore:
         this label's lock holder writes). Returns the version directories deleted."""
 
         def processing_time() -> datetime | None:
-
             state = TableState(self.settings.state_location, self.config.table).commit_log.state()
             return parse_instant(state.ready.processing_time) if state.ready else None
 

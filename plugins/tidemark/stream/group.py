@@ -98,7 +98,6 @@ def run_group_streams(
     membership = GroupMembership(lambda: group_members(group, settings), members_refresh_s)
 
     def host(config: TableConfig, entry: _TableStream) -> None:
-
         spark.sparkContext.setLocalProperty(TABLE_POOL, config.table)  # its own fair-scheduler pool
         try:
             entry.result = run_stream(

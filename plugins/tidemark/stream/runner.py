@@ -136,7 +136,6 @@ class EpochRunner:
         crash_point("stream_epoch_end")
 
     def _dump_until(self, run_id: str, ends: dict[int, int]) -> None:
-
         for round_ in range(MAX_ROUNDS):
             now = self.clock()
             result = run_dump(
@@ -364,7 +363,6 @@ def _watch(
 
 
 def _caught_up(config: TableConfig, commit_log: CommitLog, target: dict[int, tuple[int, int]]) -> bool:
-
     state = commit_log.state()
     if commit_log.pending_plan(state) is not None:
         return False

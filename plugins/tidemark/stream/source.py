@@ -97,7 +97,6 @@ class StreamOffsetsReader(DataSourceStreamReader):
     """Runs in the driver's Python source process; every answer reads the commit log."""
 
     def __init__(self, options: dict[str, str]) -> None:
-
         os.environ.update(json.loads(options.get("secret.env") or "{}"))  # the state store's S3 keys
         # a table file, or a family's member (its record is in the state store)
         settings = replace(
@@ -119,7 +118,6 @@ class StreamOffsetsReader(DataSourceStreamReader):
         return stream_offset(self.commit_log.state().end_offsets, 0)
 
     def latestOffset(self) -> dict[str, Any]:
-
         committed = self.commit_log.state().end_offsets
         broker = partition_offsets(self.kafka_conf, self.config.source.topic)
         self.offered = next_ends(self.config, committed, broker, self.offered, self.until)
