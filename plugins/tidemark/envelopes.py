@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-ENVELOPES = ("flat", "debezium", "maxwell", "canal")
 _DEBEZIUM_OPS = {"c": "c", "r": "c", "u": "u", "d": "d"}
 _MAXWELL_OPS = {"insert": "c", "bootstrap-insert": "c", "update": "u", "delete": "d"}
 _CANAL_OPS = {"INSERT": "c", "UPDATE": "u", "DELETE": "d"}

@@ -40,7 +40,7 @@ from tidemark.ingest.decoders.binary import (
     confluent_header,
     of,
     typed_array,
-    typed_column,
+    typed_records,
 )
 from tidemark.ingest.registry import UnknownSchemaIdError, WriterSchemas
 from tidemark.schema import Column
@@ -104,16 +104,9 @@ class AvroDecoder:
         return assemble(self.columns, [self._typed_group(g) for g in records.groups], records.rejected)
 
     def _typed_group(self, group: RecordGroup) -> Group:
-        """One writer schema's records (dicts of the column names' values) in the table's types."""
         plan = self._plans[group.key]
         assert not isinstance(plan, tuple)
-        typed = {
-            c.name: typed_column(
-                [r.get(c.name) for r in group.records], plan.sources[c.name], c, self.conversions.get(c.name)
-            )
-            for c in self.columns
-        }
-        return group.rows, typed
+        return typed_records(group, self.columns, self.conversions, plan.sources.__getitem__)
 
     def _by_writer(
         self, values: Sequence[bytes], index: Sequence[int], rejected: dict[int, Verdict]

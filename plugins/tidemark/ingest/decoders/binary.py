@@ -4,10 +4,11 @@ records (one per writer schema) back into record order."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidemark.conversions import Conversion, convert
-from tidemark.ingest.decoders.base import Decoded, Verdict
+from tidemark.ingest.decoders.base import Decoded, RecordGroup, Verdict
 from tidemark.schema import Column
 
 if TYPE_CHECKING:
@@ -47,6 +48,23 @@ def typed_column(
 
     array = pa.array(values, type=source) if source is not None else None
     return typed_array(array, len(values), column, conversion)
+
+
+def typed_records(
+    group: RecordGroup,
+    columns: list[Column],
+    conversions: dict[str, Conversion],
+    source: Callable[[str], pa.DataType | None],
+) -> Group:
+    """One writer schema's records (dicts of the column names' values) in the table's types,
+    each column read as ``source(column)`` gives its Arrow type in the writer."""
+    typed = {
+        c.name: typed_column(
+            [r.get(c.name) for r in group.records], source(c.name), c, conversions.get(c.name)
+        )
+        for c in columns
+    }
+    return group.rows, typed
 
 
 def typed_array(

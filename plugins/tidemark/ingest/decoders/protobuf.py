@@ -19,7 +19,14 @@ from tidemark.avro_schema import Unresolvable
 from tidemark.conversions import Conversion
 from tidemark.envelopes import Envelope
 from tidemark.ingest.decoders.base import Decoded, RecordGroup, Records, Verdict
-from tidemark.ingest.decoders.binary import Group, assemble, confluent_header, of, typed_column
+from tidemark.ingest.decoders.binary import (
+    Group,
+    assemble,
+    confluent_header,
+    of,
+    typed_column,
+    typed_records,
+)
 from tidemark.ingest.decoders.protobuf_schema import (
     WRAPPERS,
     ProtoPlan,
@@ -82,16 +89,7 @@ class ProtobufDecoder:
         for group in records.groups:
             plan = self._plans[group.key]
             assert not isinstance(plan, tuple)
-            typed = {
-                c.name: typed_column(
-                    [r.get(c.name) for r in group.records],
-                    plan.source(c.name),
-                    c,
-                    self.conversions.get(c.name),
-                )
-                for c in self.columns
-            }
-            groups.append((group.rows, typed))
+            groups.append(typed_records(group, self.columns, self.conversions, plan.source))
         return assemble(self.columns, groups, records.rejected)
 
     def _parse(

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tidemark.avro_schema import Unresolvable, require_nullable
@@ -72,7 +73,7 @@ class ProtoPlan:
     message_class: Any
     getters: dict[str, tuple[Getter, pa.DataType] | None]
     row_type: str | None = None
-    added: dict[str, pa.DataType] = field(default_factory=dict)
+    added: dict[str, pa.DataType] = dataclasses.field(default_factory=dict)
 
     def source(self, column: str) -> pa.DataType | None:
         """The Arrow type of a column's values in a flat record (None: the writer lacks it)."""
@@ -192,9 +193,11 @@ def proto_plan(
     getters: dict[str, tuple[Getter, pa.DataType] | None] = {}
     for column in columns:
         field = row.fields_by_name.get(column.name)
-        if column.name in added or field is None:
-            if column.name not in added:
-                require_nullable(column, f"message {row.full_name}")
+        if column.name in added:  # the envelope's value, typed by ``added``
+            getters[column.name] = None
+            continue
+        if field is None:
+            require_nullable(column, f"message {row.full_name}")
             getters[column.name] = None
             continue
         conversion = conversions.get(column.name)
