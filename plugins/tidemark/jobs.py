@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from tidemark.config import TableConfig
-    from tidemark.settings import Settings
 
 Body = Callable[["SparkSession", "TableConfig", "Settings", argparse.Namespace], Any]
 

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from tidemark.ingest.publishers.base import BatchPublisher
-    from tidemark.ingest.staged import Staged
     from tidemark.state.commitlog import LogState
     from tidemark.stopwatch import Stopwatch
 

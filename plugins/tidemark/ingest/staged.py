@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from tidemark.ingest.publishers.base import BatchPublisher
-    from tidemark.ingest.spec import ClassifySpec
     from tidemark.state.batches import Plan
 
 

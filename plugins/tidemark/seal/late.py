@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Writer
@@ -23,9 +22,6 @@ from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, Journal
 from tidemark.state.layout import batch_of_file
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.time.hours import Hour, parse_path
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
