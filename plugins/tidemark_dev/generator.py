@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -294,6 +295,34 @@ def produce_in_transaction(
         raise RuntimeError(f"produce to {topic} failed: {remaining} undelivered, errors {errors[:3]}")
     if commit:
         producer.commit_transaction(30)
-        return delivered
-    producer.abort_transaction(30)
-    return []
+    else:
+        producer.abort_transaction(30)
+    wait_until_stable(bootstrap, topic, {p for p, _, _ in delivered})
+    return delivered if commit else []
+
+
+def wait_until_stable(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s: float = 60.0) -> None:
+    """Wait until each partition's last stable offset is its high watermark. Apache Kafka answers
+    a commit or an abort once the coordinator logged the decision and writes the partitions'
+    markers after it, so for a moment a read_committed reader still stops before the ended
+    transaction (a test that reads right away would see a shorter topic than it produced).
+    Only for topics that no other producer holds a transaction open on."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    latest = {TopicPartition(topic, p): OffsetSpec.latest() for p in sorted(set(partitions))}
+    if not latest:
+        return
+
+    def ends(level: Any) -> dict[int, int]:
+        answers = admin.list_offsets(latest, isolation_level=level, request_timeout=10)
+        return {tp.partition: future.result().offset for tp, future in answers.items()}
+
+    deadline = time.monotonic() + timeout_s
+    while (stable := ends(IsolationLevel.READ_COMMITTED)) != (high := ends(IsolationLevel.READ_UNCOMMITTED)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{topic}: last stable offsets {stable} never reached the high watermarks {high}"
+            )
+        time.sleep(0.05)

@@ -45,6 +45,7 @@ from tidemark_dev.generator import (
     order_changes,
     produce,
     records,
+    wait_until_stable,
 )
 from tidemark_dev.kafka import KafkaService, new_cluster_id
 from tidemark_dev.tls import authority, pem_cert
@@ -71,6 +72,8 @@ def _transaction(
         producer.commit_transaction(30)
     elif commit is False:
         producer.abort_transaction(30)
+    if commit is not None:  # the markers are written after the answer: wait for them
+        wait_until_stable(kafka.listeners.plaintext, topic, {m.partition or 0 for m in messages})
     return producer
 
 
