@@ -13,6 +13,9 @@ seals. Then runs the real jobs as spark-submit runs them (``spark_jobs/dump.py``
 - the end-to-end seconds with the JVM starts;
 - before the cycle, a seal with nothing due creates the embedded metastore's schema, as the
   first seal of a deployment does once (``--cold-metastore``: the measured seal pays it);
+- ``--metastore service``: the jobs use a Hive metastore service (PostgreSQL + the Thrift
+  metastore, started for the bench), as a production deployment does; the seal then
+  registers over Thrift without Spark's Hive client;
 - the floor: one pyarrow process consumes the same records, parses them, writes one file per
   hour and batch, compacts each hour into one file and computes the default checks (key not
   null, key unique, event time inside the hour).
@@ -34,6 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,8 @@ from dump_throughput import (
 
 import tidemark
 from tidemark.settings import Settings
+from tidemark_dev.net import free_port
+from tidemark_dev.postgres import MetastoreService, PostgresService
 from tidemark_dev.services import BrokerService
 
 DUMP_PHASES = ("rollback", "read_stage", "reconcile", "publish", "commit")
@@ -68,6 +74,16 @@ def prepare_metastore(env: dict[str, str]) -> float:
     cmd = [sys.executable, str(ROOT / "spark_jobs" / "seal.py"), "--table", "bench", "--run-id", "seal-0"]
     run_measured(cmd, env)
     return time.perf_counter() - started
+
+
+def start_metastore_service(env: dict[str, str], started: list[Any]) -> str:
+    """PostgreSQL and the Thrift metastore on free ports, for the jobs' ``env`` (their home and
+    warehouse); returns the service's URI (``started`` gets each service, to stop)."""
+    own = replace(Settings.from_env(env), postgres_port=free_port(), metastore_port=free_port())
+    for service in (PostgresService(own), MetastoreService(own)):
+        service.start()
+        started.append(service)
+    return MetastoreService(own).address()
 
 
 def run_cycle(env: dict[str, str], total: int, processing: Any) -> dict[str, Any]:
@@ -165,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="measure the first seal of a new deployment: the seal creates Derby's metastore schema",
     )
+    parser.add_argument(
+        "--metastore",
+        choices=("embedded", "service"),
+        default="embedded",
+        help="embedded Derby (the default of a fresh install) or a metastore service started here",
+    )
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
@@ -172,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     broker_started_here = not broker.status().running
     broker.start()
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-pipeline-"))
+    services: list[Any] = []
     try:
         span = timedelta(hours=args.hours)
         topic = f"bench_{uuid.uuid4().hex[:8]}"
@@ -193,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             "TIDEMARK_CONF_DIR": str(home / "conf"),
             "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         }
+        if args.metastore == "service":
+            env["TIDEMARK_HIVE_METASTORE_URIS"] = start_metastore_service(env, services)
+            print(f"metastore service at {env['TIDEMARK_HIVE_METASTORE_URIS']}")
         if not args.cold_metastore:
             print(f"metastore prepared by a seal with nothing due in {prepare_metastore(env):.1f} s")
         cycle = run_cycle(env, total, START + span + timedelta(hours=2))
@@ -226,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seal/dump = {cycle['seal_s'] / cycle['dump_s']:.2f}")
         print(f"pipeline/floor = {pipeline / base['floor_s']:.2f}")
     finally:
+        for service in reversed(services):
+            service.stop()
         shutil.rmtree(home, ignore_errors=True)
         if broker_started_here:
             broker.stop()

@@ -210,6 +210,10 @@ class SealDeadlineMissedError(TidemarkError):
         )
 
 
+class MetastoreServiceError(TidemarkError):
+    """The metastore service refused or failed a registration (the table and partitions named)."""
+
+
 class BootstrapError(TidemarkError):
     """A bootstrap source cannot be read or does not fit the table (columns, types, label)."""
 

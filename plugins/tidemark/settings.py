@@ -15,6 +15,7 @@ Everything deployment-specific comes from the environment, so one checkout runs 
 | ``TIDEMARK_EXECUTOR_ENV_CACHE`` | unset: where worker nodes keep it unpacked (``tidemark.executor_env``) |
 | ``TIDEMARK_SPARK_PORT`` | ``7077``: the local standalone cluster (``services start spark-master``; 5 more ports) |
 | ``TIDEMARK_HIVE_METASTORE_URIS`` | unset: embedded Derby under ``$TIDEMARK_HOME/metastore_db`` |
+| ``TIDEMARK_METASTORE_CLIENT`` | ``thrift``: a seal registers over the service's plain Thrift API; ``hive``: through Spark's Hive client (a Kerberos or TLS metastore) |
 | ``TIDEMARK_AIRFLOW_PORT`` | ``8080`` |
 | ``TIDEMARK_POSTGRES_PORT`` | ``15432``: the local PostgreSQL of the demo and the JDBC tests |
 | ``TIDEMARK_S3_PORT`` | ``8333``: the local S3 server (``services start s3``; it uses the next 9 ports too) |
@@ -66,6 +67,9 @@ class Settings:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     warehouse: str = ""
     hive_metastore_uris: str = ""
+    # how a seal registers partitions with a metastore service (TIDEMARK_METASTORE_CLIENT):
+    # "thrift" (its Thrift API directly) or "hive" (Spark's Hive client)
+    metastore_client: str = "thrift"
     airflow_port: int = 8080
     postgres_port: int = 15432
     metastore_port: int = 9083
@@ -113,6 +117,9 @@ class Settings:
         bootstrap = env.get("TIDEMARK_KAFKA_BOOTSTRAP", DEFAULT_BOOTSTRAP).strip()
         if not bootstrap:
             problems.append("TIDEMARK_KAFKA_BOOTSTRAP: expected host:port[,host:port...], got an empty value")
+        metastore_client = env.get("TIDEMARK_METASTORE_CLIENT", "thrift").strip() or "thrift"
+        if metastore_client not in ("thrift", "hive"):
+            problems.append(f"TIDEMARK_METASTORE_CLIENT: expected thrift or hive, got {metastore_client!r}")
         if problems:
             raise ConfigError("environment", problems)
         return cls(
@@ -123,6 +130,7 @@ class Settings:
             spark_conf=spark_conf,
             warehouse=env.get("TIDEMARK_WAREHOUSE", str(home / "warehouse")),
             hive_metastore_uris=env.get("TIDEMARK_HIVE_METASTORE_URIS", ""),
+            metastore_client=metastore_client,
             airflow_port=airflow_port,
             postgres_port=postgres_port,
             metastore_port=metastore_port,

@@ -131,8 +131,9 @@ def test_a_seal_a_rebuild_and_a_merge_at_once_on_the_metastore_service(
             "merge-1",
         ),
     ]
-    for process in running:
-        finished(process)
+    outputs = [finished(process) for process in running]
+    # the seal registered over Thrift, not through a Hive client of its own
+    assert f"{sealed}: registering partitions over the metastore service's Thrift API" in outputs[0]
     assert {(t, "dt=2026-11-22/hr=10") for t in tables} <= registered(settings)
     assert (f"{orders}_snapshot", f"snapshot_dt={HOUR}") in registered(settings)
     (merged,) = [r for r in SnapshotLog(settings.state_dir, orders).records() if r.label == HOUR]

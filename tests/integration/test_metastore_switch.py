@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.tables import fresh_table
 from tidemark.errors import InjectedFault
-from tidemark.seal.metastore import Metastore
+from tidemark.seal.metastore import HiveClientMetastore, Metastore
 from tidemark.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ def test_an_hours_value_partitions_switch_together_new_values_added_vanished_one
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
     config, _ = fresh_table(settings, tmp_path, partitioning__columns=["app"])
-    table, metastore = config.table, Metastore(spark, config)
+    table, metastore = config.table, HiveClientMetastore(spark, config)
     metastore.ensure_table(table, tmp_path / "table")
     hour = {"dt": "2026-11-22", "hr": "10"}
 
@@ -69,7 +69,7 @@ def test_a_reader_between_adding_a_new_value_and_the_move_sees_the_old_version_o
     from pyspark.sql import functions as F
 
     config, _ = fresh_table(settings, tmp_path, partitioning__columns=["app"])
-    table, metastore = config.table, Metastore(spark, config)
+    table, metastore = config.table, HiveClientMetastore(spark, config)
     metastore.ensure_table(table, tmp_path / "table")
     hour = {"dt": "2026-11-22", "hr": "10"}
     columns = [f for f in spark.table(table).schema if f.name not in ("dt", "hr", "app")]

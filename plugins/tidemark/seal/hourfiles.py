@@ -17,8 +17,9 @@ from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields
 from tidemark.seal.checks import CheckResult
-from tidemark.seal.metastore import Metastore, quote_identifier
+from tidemark.seal.metastore import quote_identifier
 from tidemark.seal.quality import QualityOutcome, gate, needs_gx, warm_gx
+from tidemark.seal.thrift_metastore import open_metastore
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.layout import data_docs_dir
@@ -42,7 +43,7 @@ class HourFiles:
         self.config = config = table.config
         self.layout = table.layout
         self.commit = table.commit  # how a version of an hour becomes visible
-        self.metastore = Metastore(spark, config)
+        self.metastore = open_metastore(spark, config, table.settings)
         self.extra_columns = list(config.partitioning.columns)
         self.format = table_format(config)  # of the sealed hours; batch files are Parquet
         self.state = table.state
@@ -188,7 +189,7 @@ class HourFiles:
         """Register the hour's partitions, then mark the directory complete for path readers."""
         self.register(self.config.table, self.layout.table_dir, hour, target)
         if refresh:  # a registered hour's files changed: drop the session's cached listing
-            self.spark.catalog.refreshTable(self.config.table)
+            self.metastore.refresh(self.config.table)
         crash_point("after_registration")
         self.mark_complete(target, hour, rows, version)
         crash_point("after_success")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemark.config import TableConfig
 from tidemark.evolution import is_widening
@@ -87,7 +87,32 @@ def drop_partition_sql(table: str, spec: Mapping[str, str]) -> str:
     return f"ALTER TABLE {qualified(table)} DROP IF EXISTS PARTITION ({partition_values_sql(spec)})"
 
 
-class Metastore:
+class Metastore(Protocol):
+    """Where a table's partitions are registered: the session's Hive client
+    (``HiveClientMetastore``) or a metastore service's Thrift API (``thrift_metastore``);
+    ``thrift_metastore.open_metastore`` chooses once per job."""
+
+    def connect(self) -> None: ...
+
+    def ensure_table(self, table: str, location: Path | str) -> None: ...
+
+    def add_partitions(
+        self, table: str, partitions: Sequence[tuple[Mapping[str, str], Path | str]]
+    ) -> None: ...
+
+    def switch_partitions(
+        self, table: str, hour_spec: Mapping[str, str], partitions: Sequence[tuple[Mapping[str, str], str]]
+    ) -> None: ...
+
+    def partition_locations(self, table: str) -> list[str]: ...
+
+    def partition_names(self, table: str) -> list[str]: ...
+
+    def refresh(self, table: str) -> None:
+        """Drop the job's session's cached listing of a table whose registered files changed."""
+
+
+class HiveClientMetastore:
     """Runs the DDL through the session's Hive client (embedded Derby or a metastore service)."""
 
     def __init__(self, spark: SparkSession, config: TableConfig) -> None:
@@ -208,6 +233,9 @@ class Metastore:
 
     def partition_names(self, table: str) -> list[str]:
         return [r[0] for r in self.spark.sql(f"SHOW PARTITIONS {qualified(table)}").collect()]
+
+    def refresh(self, table: str) -> None:
+        self.spark.catalog.refreshTable(qualified(table))
 
 
 def evolve_table(

@@ -323,7 +323,7 @@ class Rebuilder:
                 self.config.table, self.layout.table_dir, hour, target
             ),
         )
-        self.spark.catalog.refreshTable(self.config.table)
+        self.files.metastore.refresh(self.config.table)
         entry = step_entry(
             self.config,
             self.run_id,

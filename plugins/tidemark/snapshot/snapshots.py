@@ -31,7 +31,7 @@ from tidemark.errors import BatchConflictError, MergeError
 from tidemark.hourcommit import snapshot_commit
 from tidemark.hourcommit.snapshot_commit import Retention, StagedSnapshot
 from tidemark.seal.metastore import (
-    Metastore,
+    HiveClientMetastore,
     evolve_table,
     external_parquet_sql,
     quote_identifier,
@@ -286,7 +286,7 @@ class SnapshotStore:
         target, atomic = self.commit.publish(
             staged,
             self.partition_dir(label),
-            metastore=Metastore(self.spark, self.config),
+            metastore=HiveClientMetastore(self.spark, self.config),
             spec=spec,
             ensure_table=self.ensure_table,
         )

@@ -1,0 +1,296 @@
+"""The seal's registrations over a metastore service's Thrift API, without Spark's Hive client.
+
+Spark's Hive client costs a job ~3.5 s before its first statement (Hive's classes in their own
+class loader, the client's start) and ~1 s more for its first DDL; a seal that only adds or
+moves an hour's partitions needs three Thrift calls of a few milliseconds each. So where the
+warehouse has a metastore service (``TIDEMARK_HIVE_METASTORE_URIS``), the seal talks to it
+directly (``pymetastore``'s generated client of the Hive metastore API) and keeps the Hive
+client for what is rare: creating a table and evolving its columns, which need Spark's own
+table properties, and dropping a session's cached listing of a table it read. With embedded
+Derby there is no service to call: the session's Hive client stays (``HiveClientMetastore``).
+
+The partition switch of an object store is the same protocol as the Hive client's: new values
+first at an empty location, then every value of the hour in **one** ``alter_partitions`` call.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
+
+from tidemark.config import TableConfig
+from tidemark.errors import MetastoreServiceError
+from tidemark.faults import crash_point
+from tidemark.ingest.columns import data_fields
+from tidemark.seal.metastore import DATABASE, PENDING, HiveClientMetastore, Metastore
+from tidemark.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Key = tuple[tuple[str, str], ...]  # a partition's spec, sorted
+
+
+def open_metastore(spark: SparkSession, config: TableConfig, settings: Settings) -> Metastore:
+    """The table's registrations: over Thrift where a metastore service is configured, else
+    through the session's Hive client (embedded Derby; or a service that wants SASL, Kerberos
+    or TLS, which only Hive's client speaks: ``TIDEMARK_METASTORE_CLIENT=hive``, or the Hive
+    settings that ask for them in the Spark conf)."""
+    hive_client = HiveClientMetastore(spark, config)
+    # the service the session's own catalog uses: a table it creates must be where its
+    # partitions go (a session built from other settings keeps its own Hive client)
+    uris = spark.sparkContext.getConf().get("spark.hadoop.hive.metastore.uris", "") or ""
+    if not uris or uris != settings.hive_metastore_uris or settings.metastore_client == "hive":
+        return hive_client
+    secured = [k for k in _SECURED if settings.spark_conf.get(k, "").strip().lower() == "true"]
+    if secured:
+        log.info("%s: registering through the Hive client (%s set)", config.table, ", ".join(secured))
+        return hive_client
+    log.info("%s: registering partitions over the metastore service's Thrift API (%s)", config.table, uris)
+    return ThriftMetastore(uris, config, hive_client)
+
+
+class ThriftMetastore:
+    """Registrations of one job over one Thrift connection (opened on first use, reopened once
+    if the service restarted in between; calls are serialised: a Thrift client is not safe to
+    share between threads, and the seal's warm-up thread opens it)."""
+
+    def __init__(self, uris: str, config: TableConfig, hive_client: HiveClientMetastore) -> None:
+        self.uris = [u.strip() for u in uris.split(",") if u.strip()]
+        self.config = config
+        self.hive_client = hive_client  # creates and evolves tables, drops cached listings
+        self.spark = hive_client.spark
+        self._lock = threading.RLock()
+        self._transport: Any = None
+        self._client: Any = None
+        self._ensured: set[tuple[str, str]] = set()
+
+    # -- the connection ---------------------------------------------------------------------
+    def connect(self) -> None:
+        with self._lock:
+            if self._client is None:
+                self._open()
+
+    def _open(self) -> None:
+        from pymetastore.hive_metastore import ThriftHiveMetastore
+        from thrift.protocol import TBinaryProtocol
+        from thrift.transport import TSocket, TTransport
+
+        failures = []
+        for uri in self.uris:
+            address = urlsplit(uri)
+            transport = TTransport.TBufferedTransport(
+                TSocket.TSocket(address.hostname or "127.0.0.1", address.port or 9083)
+            )
+            try:
+                transport.open()
+            except TTransport.TTransportException as exc:
+                failures.append(f"{uri}: {exc}")
+                continue
+            self._transport = transport
+            self._client = ThriftHiveMetastore.Client(TBinaryProtocol.TBinaryProtocol(transport))
+            return
+        raise MetastoreServiceError(
+            f"{self.config.table}: no metastore service answered ({'; '.join(failures)})"
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._transport is not None:
+                self._transport.close()
+            self._transport = self._client = None
+
+    def _call(self, what: str, call: Callable[[Any], T]) -> T:
+        """One Thrift call; a dropped connection is opened again and the call made once more
+        (every call here is idempotent: reads, adds if absent, a move to the same place)."""
+        from thrift.Thrift import TException
+        from thrift.transport.TTransport import TTransportException
+
+        with self._lock:
+            for attempt in (1, 2):
+                if self._client is None:
+                    self._open()
+                try:
+                    return call(self._client)
+                except TTransportException:
+                    self.close()
+                    if attempt == 2:
+                        raise
+                    log.warning(
+                        "%s: metastore connection lost during %s; reconnecting", self.config.table, what
+                    )
+                except TException as exc:
+                    raise MetastoreServiceError(
+                        f"{self.config.table}: {what} failed: {_message(exc)}"
+                    ) from exc
+        raise AssertionError("unreachable")
+
+    # -- tables -----------------------------------------------------------------------------
+    def _table(self, table: str) -> Any | None:
+        from pymetastore.hive_metastore.ttypes import NoSuchObjectException
+
+        def get(client: Any) -> Any | None:
+            try:
+                return client.get_table(DATABASE, table)
+            except NoSuchObjectException:
+                return None
+
+        return self._call(f"reading table {DATABASE}.{table}", get)
+
+    def ensure_table(self, table: str, location: Path | str) -> None:
+        """An existing table whose columns are the config's needs nothing; a missing table or
+        one to evolve goes through the Hive client (Spark's table properties), once per job."""
+        if (table, str(location)) in self._ensured:
+            return
+        found = self._table(table)
+        if found is None or not _same_columns(found, data_fields(self.config)):
+            why = "missing" if found is None else f"columns {[(c.name, c.type) for c in found.sd.cols]}"
+            log.info(
+                "%s: %s.%s is %s: created or evolved through the Hive client",
+                self.config.table,
+                DATABASE,
+                table,
+                why,
+            )
+            self.hive_client.ensure_table(table, location)
+        self._ensured.add((table, str(location)))
+
+    def refresh(self, table: str) -> None:
+        self.hive_client.refresh(table)
+
+    # -- partitions -------------------------------------------------------------------------
+    def add_partitions(self, table: str, partitions: Sequence[tuple[Mapping[str, str], Path | str]]) -> None:
+        """Register partitions in one call (those registered already keep their location)."""
+        from pymetastore.hive_metastore.ttypes import AddPartitionsRequest
+
+        if not partitions:
+            return
+        shape = self._require_table(table)
+        parts = [_partition(shape, spec, str(location)) for spec, location in partitions]
+        request = AddPartitionsRequest(DATABASE, table, parts, ifNotExists=True, needResult=False)
+        self._call(
+            f"adding partitions {[dict(s) for s, _ in partitions]} to {table}",
+            lambda c: c.add_partitions_req(request),
+        )
+        for spec, location in partitions:
+            log.info("%s: registered partition %s at %s", table, dict(spec), location)
+
+    def switch_partitions(
+        self, table: str, hour_spec: Mapping[str, str], partitions: Sequence[tuple[Mapping[str, str], str]]
+    ) -> None:
+        """Point an hour's partitions at a new version's directories (``HiveClientMetastore``'s
+        protocol: added values wait at an empty location, then one ``alter_partitions``)."""
+        shape = self._require_table(table)
+        wanted = {tuple(sorted(spec.items())): location for spec, location in partitions}
+        current = self._hour_partitions(shape, hour_spec)
+        added = [key for key in wanted if key not in current]
+        if added:
+            self.add_partitions(table, [(dict(key), f"{wanted[key]}/{PENDING}") for key in added])
+            crash_point("mid_partition_switch")
+            current.update(self._hour_partitions(shape, hour_spec))
+        moved = []
+        for key, part in current.items():
+            new_location = wanted.get(key)
+            if new_location is None or _same_location(part.sd.location, new_location):
+                continue
+            switched = copy.deepcopy(part)
+            switched.sd.location = new_location
+            moved.append(switched)
+        if moved:
+            self._call(
+                f"moving partitions of hour {dict(hour_spec)} of {table}",
+                lambda c: c.alter_partitions(DATABASE, table, moved),
+            )
+        gone = [current[key] for key in current if key not in wanted]
+        for part in gone:
+            self._drop(table, list(part.values))
+        for spec, location in partitions:
+            log.info("%s: registered partition %s at %s", table, dict(spec), location)
+        if gone:
+            log.info("%s: dropped partitions %s (not in the new version)", table, [p.values for p in gone])
+
+    def _drop(self, table: str, values: list[str]) -> None:
+        """Unregister one partition (its files stay, for the collector)."""
+        self._call(
+            f"dropping partition {values} of {table}",
+            lambda c: c.drop_partition(DATABASE, table, values, False),
+        )
+
+    def partition_locations(self, table: str) -> list[str]:
+        if self._table(table) is None:
+            return []
+        found = self._call(f"listing partitions of {table}", lambda c: c.get_partitions(DATABASE, table, -1))
+        return [str(p.sd.location) for p in found]
+
+    def partition_names(self, table: str) -> list[str]:
+        return [
+            str(name)
+            for name in self._call(
+                f"listing partition names of {table}", lambda c: c.get_partition_names(DATABASE, table, -1)
+            )
+        ]
+
+    def _require_table(self, table: str) -> Any:
+        found = self._table(table)
+        if found is None:
+            raise MetastoreServiceError(f"{DATABASE}.{table} does not exist: partitions cannot be registered")
+        return found
+
+    def _hour_partitions(self, shape: Any, hour_spec: Mapping[str, str]) -> dict[Key, Any]:
+        """The table's partitions of one hour (the hour's columns lead the partition columns)."""
+        keys = [k.name for k in shape.partitionKeys]
+        prefix = [hour_spec[k] for k in keys[: len(hour_spec)]]
+        found = self._call(
+            f"listing partitions {dict(hour_spec)} of {shape.tableName}",
+            lambda c: c.get_partitions_ps(DATABASE, shape.tableName, prefix, -1),
+        )
+        return {tuple(sorted(zip(keys, p.values, strict=True))): p for p in found}
+
+
+_SECURED = (
+    "spark.hadoop.hive.metastore.sasl.enabled",
+    "spark.hadoop.hive.metastore.use.SSL",
+)
+
+
+def _partition(shape: Any, spec: Mapping[str, str], location: str) -> Any:
+    """A partition of ``shape`` (the table) at ``location``: the table's storage (columns,
+    format, serde), as Hive and Spark make one."""
+    from pymetastore.hive_metastore.ttypes import Partition
+
+    storage = copy.deepcopy(shape.sd)
+    storage.location = location
+    values = [spec[k.name] for k in shape.partitionKeys]
+    return Partition(values=values, dbName=DATABASE, tableName=shape.tableName, sd=storage, parameters={})
+
+
+def _same_columns(shape: Any, fields: Sequence[tuple[str, str]]) -> bool:
+    """Whether the table's data columns are the config's (names and types, as Hive spells them)."""
+
+    def norm(kind: str) -> str:
+        return kind.replace(" ", "").lower()
+
+    have = [(c.name.lower(), norm(c.type)) for c in shape.sd.cols]
+    return have == [(name.lower(), norm(kind)) for name, kind in fields]
+
+
+def _same_location(registered: str, wanted: str) -> bool:
+    """The metastore qualifies what it stores (``s3a://b/x`` stays, ``/x`` becomes ``file:/x``)."""
+    if registered.rstrip("/") == wanted.rstrip("/"):
+        return True
+    here = urlsplit(registered)
+    return (
+        not urlsplit(wanted).scheme and here.scheme == "file" and here.path.rstrip("/") == wanted.rstrip("/")
+    )
+
+
+def _message(exc: Any) -> str:
+    return str(getattr(exc, "message", None) or exc)
