@@ -275,14 +275,23 @@ def produce_input(
 
 
 def produce_sealable(
-    bootstrap: str, topic: str, messages: int, partitions: int, *, span: timedelta = timedelta(hours=1)
+    bootstrap: str,
+    topic: str,
+    messages: int,
+    partitions: int,
+    *,
+    span: timedelta = timedelta(hours=1),
+    encode: Any = None,
 ) -> tuple[dict[int, int], int]:
     """``produce_input``, then one record per partition 80 minutes past the last hour, so every
     watermark passes the last hour's end and its commit delay: every hour of the events seals."""
 
-    ends, value_bytes = produce_input(bootstrap, topic, messages, partitions, span=span)
+    ends, value_bytes = produce_input(bootstrap, topic, messages, partitions, encode, span=span)
     tail = START + span + timedelta(minutes=80)
-    for p, o, _ in produce(bootstrap, topic, records([(p, tail) for p in range(partitions)], prefix="tail")):
+    last = records([(p, tail) for p in range(partitions)], prefix="tail")
+    if encode:
+        last = [replace(m, value=encode(m.value)) for m in last]
+    for p, o, _ in produce(bootstrap, topic, last):
         ends[p] = max(ends[p], o + 1)
     return ends, value_bytes
 

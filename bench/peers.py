@@ -1,6 +1,6 @@
 """tidemark against the system a data team would run instead, on the same topic, in one sitting.
 
-    .venv/bin/python bench/peers.py [--messages 2000000] [--partitions 4] [--runs 3]
+    .venv/bin/python bench/peers.py [--messages 2000000] [--partitions 4] [--runs 3] [--format json|avro]
 
 Produces M JSON events (the bench's generator, ~200 B, large producer batches) over one
 event-time hour, plus one record per MQ partition past it so the hour seals, to a topic of
@@ -20,7 +20,10 @@ Per run it prints records/s end to end (the first job's start to the hour visibl
 partition registered, Flink's success file; the events are all produced before), the CPU
 seconds of the whole process tree (sampled from /proc every 0.2 s), and the peak RSS of the
 tree; then each system's settings, and last ``tidemark/flink = X.XX``: the median ratio of
-records per CPU-second. The Iceberg Kafka Connect sink is not run yet (its Iceberg catalog
+records per CPU-second. ``--format avro``: the same events in Avro, Confluent's wire format, their
+schema in the Schema Registry stand-in (``tidemark_dev.schema_registry``, written to by
+confluent-kafka's serializer and read by both systems' real registry clients): tidemark's
+``format: avro`` table, Flink's ``avro-confluent`` format. The Iceberg Kafka Connect sink is not run yet (its Iceberg catalog
 comes with the Iceberg issue). Not a test: the figures are for docs/benchmarks.md.
 """
 
@@ -40,11 +43,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _formats import encoder, table_changes
 from dump_throughput import ROOT, START, bench_table, dump_command, last_json, produce_sealable, run_tree
 
 from tidemark.settings import Settings
 from tidemark_dev.kafka import KafkaService
 from tidemark_dev.net import free_port_block
+from tidemark_dev.schema_registry import SchemaRegistryStandIn
 
 FLINK_VERSION = "2.3.0"  # bench/peer_jobs/flink-requirements.txt and jvm/pom.xml's flink.version
 FLINK_SETTINGS: dict[str, str] = {}  # as the job printed them
@@ -70,10 +75,12 @@ class Run:
         )
 
 
-def tidemark_run(bootstrap: str, topic: str, total: int, per_partition: int, home: Path) -> Run:
-    """The dump and the seal of a fresh table on the topic; the hour is visible once the seal
-    registered it."""
-    bench_table(home / "conf", topic, per_partition)
+def tidemark_run(
+    bootstrap: str, topic: str, total: int, per_partition: int, *, home: Path, source: dict[str, Any]
+) -> Run:
+    """The dump and the seal of a fresh table on the topic (``source``: the format's changes to
+    the table's source section); the hour is visible once the seal registered it."""
+    bench_table(home / "conf", topic, per_partition, source=source)
     env = {
         **os.environ,
         "TIDEMARK_HOME": str(home / "run"),
@@ -122,7 +129,15 @@ def flink_jars() -> str:
 
 
 def flink_run(
-    python: Path, jars: str, bootstrap: str, topic: str, total: int, *, home: Path, cores: int
+    python: Path,
+    jars: str,
+    bootstrap: str,
+    topic: str,
+    total: int,
+    *,
+    home: Path,
+    cores: int,
+    encoding: list[str],
 ) -> Run:
     """The Flink job over the whole topic; the hour is visible once its success file is."""
     out_dir = home / "flink-out"
@@ -130,7 +145,7 @@ def flink_run(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PYSPARK"))}
     env["_python_worker_execution_mode"] = "process"  # SQL only: no loopback server for Python UDFs
     out, wall, cpu, rss = run_tree(
-        [str(python), str(job), bootstrap, topic, str(out_dir), jars, str(cores)], env
+        [str(python), str(job), bootstrap, topic, str(out_dir), jars, str(cores), *encoding], env
     )
     result = last_json(out)
     jars_used = [Path(j).name for j in result["settings"].pop("pipeline.jars").split(";")]
@@ -162,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--systems", default="tidemark,flink", help="comma-separated; the ratio needs both")
+    parser.add_argument("--format", choices=("json", "avro"), default="json")
     args = parser.parse_args(argv)
     systems = args.systems.split(",")
 
@@ -173,13 +189,19 @@ def main(argv: list[str] | None = None) -> int:
         replace(settings, home=scratch / "kafka", kafka_bootstrap=f"127.0.0.1:{free_port_block(4)}")
     )
     kafka.start()
+    registry = SchemaRegistryStandIn().start() if args.format == "avro" else None
     try:
         bootstrap = kafka.listeners.plaintext
         topic = f"bench_{uuid.uuid4().hex[:8]}"
-        ends, value_bytes = produce_sealable(bootstrap, topic, args.messages, args.partitions)
+        encode, source, encoding = None, {}, ["json"]
+        if registry is not None:
+            encode = encoder("avro", registry.url, topic)
+            source, encoding = table_changes("avro", registry.url), ["avro", registry.url]
+        ends, value_bytes = produce_sealable(bootstrap, topic, args.messages, args.partitions, encode=encode)
         total = sum(ends.values())
         print(
-            f"{total:,} events ({value_bytes / 1e6:.0f} MB) to {topic} on Apache Kafka; offsets {ends}",
+            f"{total:,} events ({value_bytes / 1e6:.0f} MB, {args.format}) to {topic} on Apache Kafka; "
+            f"offsets {ends}",
             flush=True,
         )
         runs: dict[str, list[Run]] = {"tidemark": [], "flink": []}
@@ -187,17 +209,27 @@ def main(argv: list[str] | None = None) -> int:
             for system in systems if i % 2 == 0 else reversed(systems):
                 home = scratch / f"{system}-{i}"
                 if system == "tidemark":
-                    run = tidemark_run(bootstrap, topic, total, max(ends.values()), home)
+                    run = tidemark_run(bootstrap, topic, total, max(ends.values()), home=home, source=source)
                 else:
                     run = flink_run(
-                        python, jars, bootstrap, topic, total, home=home, cores=min(cores, args.partitions)
+                        python,
+                        jars,
+                        bootstrap,
+                        topic,
+                        total,
+                        home=home,
+                        cores=min(cores, args.partitions),
+                        encoding=encoding,
                     )
                 runs[system].append(run)
                 print(run.line(), flush=True)
                 shutil.rmtree(home, ignore_errors=True)
         if not (runs["tidemark"] and runs["flink"]):
             return 0
-        print("tidemark settings: conf/tables/events.yaml's defaults; local[*] Spark, embedded metastore")
+        print(
+            f"tidemark settings: conf/tables/events.yaml's defaults, source {source or 'json'}; "
+            "local[*] Spark, embedded metastore"
+        )
         print(
             f"flink settings: {FLINK_SETTINGS}; PyFlink {FLINK_VERSION}, local MiniCluster; SQL of bench/peer_jobs/"
         )
@@ -211,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     finally:
+        if registry is not None:
+            registry.stop()
         kafka.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 
