@@ -6,6 +6,8 @@ is reconnected to, and a missing table or a refused call is a named error."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -161,3 +163,36 @@ def test_no_service_answering_is_a_named_error(spark: Any, settings: Settings, t
     metastore = ThriftMetastore(nobody, config, HiveClientMetastore(spark, config))
     with pytest.raises(MetastoreServiceError, match=rf"{config.table}: no metastore service answered"):
         metastore.connect()
+
+
+def test_a_service_that_hangs_up_on_plain_thrift_names_the_hive_client_setting(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    """A Kerberos (SASL) or TLS metastore drops a plain Thrift client's connection: after the one
+    reconnect the error says which setting reaches it through Hive's client."""
+    config, _ = fresh_table(settings, tmp_path)
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def hang_up() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            connection.recv(1024)
+            connection.close()
+
+    server = threading.Thread(target=hang_up, daemon=True)
+    server.start()
+    try:
+        uri = f"thrift://127.0.0.1:{listener.getsockname()[1]}"
+        metastore = ThriftMetastore(uri, config, HiveClientMetastore(spark, config))
+        with pytest.raises(MetastoreServiceError, match="TIDEMARK_METASTORE_CLIENT=hive") as refused:
+            metastore.partition_locations(config.table)
+        assert config.table in str(refused.value) and "broke twice" in str(refused.value)
+    finally:
+        stop.set()
+        server.join(5)
+        listener.close()

@@ -120,10 +120,14 @@ class ThriftMetastore:
                     self._open()
                 try:
                     return call(self._client)
-                except TTransportException:
+                except TTransportException as exc:
                     self.close()
                     if attempt == 2:
-                        raise
+                        raise MetastoreServiceError(
+                            f"{self.config.table}: {what} failed: the connection to {self.uris} broke twice "
+                            f"({exc}); a metastore that wants SASL/Kerberos or TLS is reached only "
+                            "through Hive's client: set TIDEMARK_METASTORE_CLIENT=hive"
+                        ) from exc
                     log.warning(
                         "%s: metastore connection lost during %s; reconnecting", self.config.table, what
                     )
