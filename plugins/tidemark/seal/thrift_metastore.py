@@ -193,7 +193,7 @@ class ThriftMetastore:
         """Point an hour's partitions at a new version's directories (``HiveClientMetastore``'s
         protocol: added values wait at an empty location, then one ``alter_partitions``)."""
         shape = self._require_table(table)
-        wanted = {tuple(sorted(spec.items())): location for spec, location in partitions}
+        wanted = {tuple(sorted(_lower(spec).items())): location for spec, location in partitions}
         current = self._hour_partitions(shape, hour_spec)
         added = [key for key in wanted if key not in current]
         if added:
@@ -251,7 +251,7 @@ class ThriftMetastore:
     def _hour_partitions(self, shape: Any, hour_spec: Mapping[str, str]) -> dict[Key, Any]:
         """The table's partitions of one hour (the hour's columns lead the partition columns)."""
         keys = [k.name for k in shape.partitionKeys]
-        prefix = [hour_spec[k] for k in keys[: len(hour_spec)]]
+        prefix = [_lower(hour_spec)[k] for k in keys[: len(hour_spec)]]
         found = self._call(
             f"listing partitions {dict(hour_spec)} of {shape.tableName}",
             lambda c: c.get_partitions_ps(DATABASE, shape.tableName, prefix, -1),
@@ -272,8 +272,13 @@ def _partition(shape: Any, spec: Mapping[str, str], location: str) -> Any:
 
     storage = copy.deepcopy(shape.sd)
     storage.location = location
-    values = [spec[k.name] for k in shape.partitionKeys]
+    values = [_lower(spec)[k.name] for k in shape.partitionKeys]
     return Partition(values=values, dbName=DATABASE, tableName=shape.tableName, sd=storage, parameters={})
+
+
+def _lower(spec: Mapping[str, str]) -> dict[str, str]:
+    """A partition spec by the metastore's column names (it keeps them in lower case)."""
+    return {k.lower(): v for k, v in spec.items()}
 
 
 def _same_columns(shape: Any, fields: Sequence[tuple[str, str]]) -> bool:
