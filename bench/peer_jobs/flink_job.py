@@ -34,51 +34,46 @@ SETTINGS = {
     "table.exec.source.idle-timeout": "30 min",  # tidemark's idle_timeout
 }
 
-SOURCE_JSON = """
+# the Kafka source, bounded by the topic's end offsets at the start; one per format below
+SOURCE = """
 CREATE TABLE events_src (
-  event_id STRING,
+{columns},
+  WATERMARK FOR ts AS ts - INTERVAL '10' MINUTE
+) WITH (
+  'connector' = 'kafka',
+  'topic' = '{{topic}}',
+  'properties.bootstrap.servers' = '{{bootstrap}}',
+  'properties.group.id' = 'flink-peer',
+  'properties.isolation.level' = 'read_committed',
+  'scan.startup.mode' = 'earliest-offset',
+  'scan.bounded.mode' = 'latest-offset',
+{format}
+)
+"""
+
+SOURCE_JSON = SOURCE.format(
+    columns="""  event_id STRING,
   user_id BIGINT,
   app STRING,
   event_type STRING,
   amount STRING,
   event_time STRING,
-  ts AS TO_TIMESTAMP(REPLACE(SUBSTR(event_time, 1, 19), 'T', ' ')),
-  WATERMARK FOR ts AS ts - INTERVAL '10' MINUTE
-) WITH (
-  'connector' = 'kafka',
-  'topic' = '{topic}',
-  'properties.bootstrap.servers' = '{bootstrap}',
-  'properties.group.id' = 'flink-peer',
-  'properties.isolation.level' = 'read_committed',
-  'scan.startup.mode' = 'earliest-offset',
-  'scan.bounded.mode' = 'latest-offset',
-  'format' = 'json',
-  'json.ignore-parse-errors' = 'true'
+  ts AS TO_TIMESTAMP(REPLACE(SUBSTR(event_time, 1, 19), 'T', ' '))""",
+    format="""  'format' = 'json',
+  'json.ignore-parse-errors' = 'true'""",
 )
-"""
 
-SOURCE_AVRO = """
-CREATE TABLE events_src (
-  event_id STRING NOT NULL,
+SOURCE_AVRO = SOURCE.format(
+    columns="""  event_id STRING NOT NULL,
   user_id BIGINT,
   app STRING,
   event_type STRING NOT NULL,
   amount DECIMAL(12, 2),
   event_time TIMESTAMP(3) NOT NULL,
-  ts AS event_time,
-  WATERMARK FOR ts AS ts - INTERVAL '10' MINUTE
-) WITH (
-  'connector' = 'kafka',
-  'topic' = '{topic}',
-  'properties.bootstrap.servers' = '{bootstrap}',
-  'properties.group.id' = 'flink-peer',
-  'properties.isolation.level' = 'read_committed',
-  'scan.startup.mode' = 'earliest-offset',
-  'scan.bounded.mode' = 'latest-offset',
-  'format' = 'avro-confluent',
-  'avro-confluent.url' = '{registry}'
+  ts AS event_time""",
+    format="""  'format' = 'avro-confluent',
+  'avro-confluent.url' = '{registry}'""",
 )
-"""
 
 SINK = """
 CREATE TABLE events_hourly (
