@@ -319,6 +319,12 @@ class VersionConflictError(TidemarkError):
     an amend naming the same next version): this step wrote nothing there; retry it."""
 
 
+class HourCommitConflictError(TidemarkError):
+    """An Iceberg table already holds a newer (or another) version of the hour than the one a
+    step was about to commit: the step is a zombie or raced a newer one, and committed nothing.
+    The table and hour are named; ``tidemark status --table`` shows the journal's version."""
+
+
 class SchemaRegistryUnavailableError(TidemarkError):
     """The Schema Registry of a table did not answer (or refused the client): no record was
     judged by it. The batch fails before its commit, and its retry reads the same offsets."""

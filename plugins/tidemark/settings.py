@@ -88,6 +88,11 @@ class Settings:
     # the drivers' class-data-sharing archive (TIDEMARK_JVM_CLASS_ARCHIVE; "off": none; empty:
     # <venv>/share/tidemark/spark-classes.jsa, written by `make spark-classes`)
     jvm_class_archive: str = ""
+    # the Iceberg catalog of tables with output.table_format: iceberg (TIDEMARK_ICEBERG_CATALOG_URI,
+    # an SQLAlchemy URL: sqlite:///<file> or postgresql+pg8000://...; empty: a SQLite file in the
+    # home) and its name, which Spark's catalog takes too (TIDEMARK_ICEBERG_CATALOG)
+    iceberg_catalog_uri: str = ""
+    iceberg_catalog: str = "iceberg"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -142,6 +147,8 @@ class Settings:
             state_uri=env.get("TIDEMARK_STATE_DIR", ""),
             jvm_options=env.get("TIDEMARK_JVM_OPTIONS", "").strip(),
             jvm_class_archive=env.get("TIDEMARK_JVM_CLASS_ARCHIVE", "").strip(),
+            iceberg_catalog_uri=env.get("TIDEMARK_ICEBERG_CATALOG_URI", "").strip(),
+            iceberg_catalog=env.get("TIDEMARK_ICEBERG_CATALOG", "").strip() or "iceberg",
         )
 
     @property
@@ -170,6 +177,11 @@ class Settings:
         )
 
         return base.with_name(f"{base.stem}-s3a{base.suffix}") if needs_s3a(self.warehouse) else base
+
+    @property
+    def iceberg_catalog_url(self) -> str:
+        """The Iceberg catalog's SQLAlchemy URL (a SQLite file in the home by default)."""
+        return self.iceberg_catalog_uri or f"sqlite:///{self.home / 'iceberg' / 'catalog.db'}"
 
     @property
     def state_dir(self) -> Path:

@@ -145,9 +145,12 @@ def read_table_files(
     """Table files under ``base`` (or just ``files``), all under the warehouse ``store``, as
     one frame of ``ddl`` with the partition columns read back from the paths below ``base``.
     Spark's own reader where its Hadoop filesystems reach the store (local disk, HDFS), else
-    tidemark's pyarrow data source (S3: no s3a on the executors)."""
+    tidemark's pyarrow data source (S3: no s3a on the executors; and files from several
+    directories, such as an amend's current version and late files, which no one
+    ``basePath`` of Spark's reader covers)."""
     root = Path(store.root)
-    if not store.spark_reads:
+    scattered = files is not None and not all(f.is_relative_to(base) for f in files)
+    if not store.spark_reads or scattered:
         chosen = (
             [str(f.relative_to(root)) for f in files]
             if files is not None

@@ -33,9 +33,8 @@ class Table:
     @classmethod
     def open(cls, config: TableConfig, settings: Settings) -> Table:
         layout = Layout(settings, config.table)
-        return cls(
-            config, settings, TableState(settings.state_location, config.table), layout, hour_commit(layout)
-        )
+        commit = hour_commit(layout, config.output.table_format, settings)
+        return cls(config, settings, TableState(settings.state_location, config.table), layout, commit)
 
     @property
     def name(self) -> str:

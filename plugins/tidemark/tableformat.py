@@ -31,6 +31,9 @@ COMPRESSIONS = {
 class TableFormat:
     name: str  # parquet | orc
     compression: str = "snappy"
+    # Parquet timestamps as INT96 (Hive's SerDe reads no other); an Iceberg table's files
+    # take the spec's INT64 microseconds instead, with their min/max statistics
+    int96: bool = True
 
     @property
     def suffix(self) -> str:
@@ -58,7 +61,7 @@ class TableFormat:
         import pyarrow.parquet as pq
 
         return pq.ParquetWriter(
-            out, schema, compression=self.compression, use_deprecated_int96_timestamps=True
+            out, schema, compression=self.compression, use_deprecated_int96_timestamps=self.int96
         )
 
 
@@ -67,7 +70,9 @@ PARQUET = TableFormat("parquet")
 
 def table_format(config: TableConfig) -> TableFormat:
     """The format of the table's sealed hours."""
-    return TableFormat(config.output.format, config.output.compression)
+    return TableFormat(
+        config.output.format, config.output.compression, int96=config.output.table_format == "hive"
+    )
 
 
 def format_of(path: str) -> TableFormat:

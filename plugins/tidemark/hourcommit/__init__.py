@@ -1,12 +1,13 @@
 """How a new version of an hour becomes visible (``base.HourCommit``), one implementation per
 kind of warehouse, chosen once per table here: ``renaming`` on a filesystem with rename,
-``versioned`` on an object store; the snapshot table's partitions follow the same protocol
-(``snapshot_commit``). ``versions`` holds the object store's version directories
+``versioned`` on an object store, ``iceberg`` for an Iceberg table (on either); the snapshot
+table's partitions follow the same protocol (``snapshot_commit``). ``versions`` holds the object store's version directories
 (owners, markers, the collector), which the snapshot store shares."""
 
 from __future__ import annotations
 
 from tidemark.hourcommit.base import HourCommit
+from tidemark.hourcommit.iceberg import IcebergHourCommit
 from tidemark.hourcommit.renaming import RenamingHourCommit
 from tidemark.hourcommit.snapshot_commit import (
     RenamingSnapshotCommit,
@@ -14,6 +15,7 @@ from tidemark.hourcommit.snapshot_commit import (
     VersionedSnapshotCommit,
 )
 from tidemark.hourcommit.versioned import VersionedHourCommit
+from tidemark.settings import Settings
 from tidemark.state.layout import Layout
 from tidemark.tablefs import storage_kind
 
@@ -28,9 +30,10 @@ _SNAPSHOT_COMMITS: dict[str, type[SnapshotCommit]] = {
 }
 
 
-def hour_commit(layout: Layout) -> HourCommit:
-    """The table's ``HourCommit``, by its warehouse URL."""
-    return _IMPLEMENTATIONS[storage_kind(layout.warehouse_uri)](layout)
+def hour_commit(layout: Layout, table_format: str, settings: Settings) -> HourCommit:
+    """The table's ``HourCommit``: an Iceberg table's on any store, else by its warehouse URL."""
+    own = _IMPLEMENTATIONS[storage_kind(layout.warehouse_uri)](layout)
+    return IcebergHourCommit(layout, settings, own) if table_format == "iceberg" else own
 
 
 def snapshot_commit(layout: Layout, partition_column: str) -> SnapshotCommit:

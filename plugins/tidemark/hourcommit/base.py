@@ -89,6 +89,18 @@ class Writer:
 
 
 @dataclass(frozen=True)
+class HourNote:
+    """What a publish of an hour announces where the table format keeps it (an Iceberg
+    snapshot's summary): the run, the batches the version holds with their offsets per MQ
+    partition ({batch: {mq partition: [start, end)}}), and the global ready time."""
+
+    run_id: str
+    batches: dict[int, dict[int, list[int]]]
+    ready_time: str | None = None
+    processing_time: str = ""
+
+
+@dataclass(frozen=True)
 class PublishedHour:
     """An hour as a reader of the table sees it now: its journal's version, the last batch it
     folded in, and the version directory its files lie in (object stores; "" if unknown)."""
@@ -101,6 +113,9 @@ class PublishedHour:
 
 class HourCommit(ABC):
     """Stages, completes, publishes, drops and collects the versions of one table's hours."""
+
+    # whether ``register`` records an ``HourNote`` (an Iceberg snapshot's summary does)
+    records_notes = False
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
@@ -153,9 +168,21 @@ class HourCommit(ABC):
 
     @abstractmethod
     def register(
-        self, metastore: Any, table: str, location: Path, hour: Hour, specs: list[tuple[dict[str, str], Path]]
+        self,
+        metastore: Any,
+        table: str,
+        location: Path,
+        hour: Hour,
+        specs: list[tuple[dict[str, str], Path]],
+        *,
+        note: HourNote | None = None,
     ) -> None:
-        """Create ``table`` at ``location`` if missing; make ``specs`` the hour's partitions."""
+        """Create ``table`` at ``location`` if missing; make ``specs`` the hour's partitions
+        (``note``: what the version holds, for formats that record it)."""
+
+    def refresh(self, metastore: Any, table: str) -> None:
+        """Drop the job's cached listing of a table whose registered files changed."""
+        metastore.refresh(table)
 
     @abstractmethod
     def mark_complete(self, target: Path, hour_key: str, rows: int, version: int) -> None:

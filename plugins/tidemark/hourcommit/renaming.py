@@ -31,6 +31,7 @@ from tidemark.faults import crash_point
 from tidemark.hourcommit.base import (
     Compacted,
     HourCommit,
+    HourNote,
     HourWriting,
     PublishedHour,
     Writer,
@@ -226,7 +227,14 @@ class RenamingHourCommit(HourCommit):
         return sorted(p for p in target.glob("/".join("*" for _ in range(depth))) if p.is_dir())
 
     def register(
-        self, metastore: Any, table: str, location: Path, hour: Hour, specs: list[tuple[dict[str, str], Path]]
+        self,
+        metastore: Any,
+        table: str,
+        location: Path,
+        hour: Hour,
+        specs: list[tuple[dict[str, str], Path]],
+        *,
+        note: HourNote | None = None,
     ) -> None:
         metastore.ensure_table(table, location)
         metastore.add_partitions(table, specs)

@@ -27,6 +27,7 @@ from tidemark.faults import crash_point
 from tidemark.hourcommit.base import (
     Compacted,
     HourCommit,
+    HourNote,
     HourWriting,
     PublishedHour,
     Writer,
@@ -141,7 +142,14 @@ class VersionedHourCommit(HourCommit):
         return sorted(target / b for b in below if b.count("/") == depth - 1)
 
     def register(
-        self, metastore: Any, table: str, location: Path, hour: Hour, specs: list[tuple[dict[str, str], Path]]
+        self,
+        metastore: Any,
+        table: str,
+        location: Path,
+        hour: Hour,
+        specs: list[tuple[dict[str, str], Path]],
+        *,
+        note: HourNote | None = None,
     ) -> None:
         metastore.ensure_table(table, self.layout.location(location))
         metastore.switch_partitions(

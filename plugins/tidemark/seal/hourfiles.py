@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
+from tidemark.hourcommit.base import HourNote
 from tidemark.ingest.columns import data_fields
 from tidemark.seal.checks import CheckResult
 from tidemark.seal.metastore import quote_identifier
@@ -22,7 +23,7 @@ from tidemark.seal.quality import QualityOutcome, gate, needs_gx, warm_gx
 from tidemark.seal.thrift_metastore import open_metastore
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
-from tidemark.state.layout import data_docs_dir
+from tidemark.state.layout import batch_through, data_docs_dir
 from tidemark.table import Table
 from tidemark.tableformat import file_rows, table_format
 from tidemark.tablefs import data_files
@@ -37,9 +38,10 @@ log = logging.getLogger(__name__)
 class HourFiles:
     """The hours of one table as files and metastore partitions (I/O: files, Spark, metastore)."""
 
-    def __init__(self, spark: SparkSession, table: Table) -> None:
+    def __init__(self, spark: SparkSession, table: Table, run_id: str = "") -> None:
         self.spark = spark
         self.table = table
+        self.run_id = run_id  # the step's, announced where the table format records it
         self.config = config = table.config
         self.layout = table.layout
         self.commit = table.commit  # how a version of an hour becomes visible
@@ -183,13 +185,35 @@ class HourFiles:
     def register(self, table: str, location: Path, hour: Hour, target: Path) -> None:
         """Create ``table`` at ``location`` if missing and add the hour's partitions at ``target``
         (on an object store: point them at ``target``, a new version of the hour)."""
-        self.commit.register(self.metastore, table, location, hour, self.partition_specs(hour, target))
+        note = self.note(hour, target) if self.commit.records_notes else None
+        self.commit.register(
+            self.metastore, table, location, hour, self.partition_specs(hour, target), note=note
+        )
+
+    def refresh(self, table: str) -> None:
+        """Drop the job's cached listing of a table whose registered files changed."""
+        self.commit.refresh(self.metastore, table)
+
+    def note(self, hour: Hour, target: Path) -> HourNote:
+        """What the version in ``target`` holds: the hour's batches through the one it is
+        named by, with their offsets, and the ready time (a snapshot summary records it)."""
+        state = self.commit_log.state()
+        through = batch_through(target.name, state.last_committed)
+        batches: dict[int, dict[int, list[int]]] = {}
+        for batch in state.batches_of_hour(hour.path) or ():
+            commit = self.commit_log.commit(batch) if batch <= through else None
+            if commit is not None:
+                batches[batch] = {r.mq_partition: [r.start, r.end] for r in commit.ranges}
+        ready = state.ready
+        return HourNote(
+            self.run_id, batches, ready.time if ready else None, ready.processing_time if ready else ""
+        )
 
     def publish(self, hour: Hour, target: Path, rows: int, *, version: int, refresh: bool = False) -> None:
         """Register the hour's partitions, then mark the directory complete for path readers."""
         self.register(self.config.table, self.layout.table_dir, hour, target)
         if refresh:  # a registered hour's files changed: drop the session's cached listing
-            self.metastore.refresh(self.config.table)
+            self.refresh(self.config.table)
         crash_point("after_registration")
         self.mark_complete(target, hour, rows, version)
         crash_point("after_success")

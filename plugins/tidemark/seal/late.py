@@ -115,7 +115,7 @@ class LateRows:
             crash_point("after_amend_files")
             self.writer.check()
             self.files.register(self.config.table, self.layout.table_dir, hour, target)
-            self.files.metastore.refresh(self.config.table)
+            self.files.refresh(self.config.table)
             rows = (current.rows if current else 0) + added
             self.files.mark_complete(target, hour, rows, version)
             crash_point("after_amend_moves")

@@ -80,7 +80,7 @@ class Rebuilder:
         self.config = table.config
         self.settings = table.settings
         self.run_id = run_id
-        self.files = HourFiles(spark, table)
+        self.files = HourFiles(spark, table, run_id)
         self.layout = table.layout
         self.commit = table.commit
         self.state = table.state
@@ -323,7 +323,7 @@ class Rebuilder:
                 self.config.table, self.layout.table_dir, hour, target
             ),
         )
-        self.files.metastore.refresh(self.config.table)
+        self.files.refresh(self.config.table)
         entry = step_entry(
             self.config,
             self.run_id,

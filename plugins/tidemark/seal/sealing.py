@@ -85,7 +85,7 @@ class Sealer:
         self.spark = spark
         self.config = table.config
         self.run_id = run_id
-        self.files = HourFiles(spark, table)
+        self.files = HourFiles(spark, table, run_id)
         self.layout = table.layout
         self.commit_log = table.state.commit_log
         self.journal = table.state.journal

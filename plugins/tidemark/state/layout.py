@@ -63,6 +63,7 @@ VERSIONS = "_versions"  # hidden parent of an object-store partition's version d
 _VERSION_DIR = re.compile(
     rf"^(.*/(?:_|{VERSIONS}/)(?:v\d{{4,}}-b\d{{10}}|s[0-9a-f]{{12}})(?:-[0-9a-f]{{8}})?)/"
 )
+_VERSION_NAME = re.compile(r"^v\d{4,}-b(\d{10})(?:-[0-9a-f]{8})?$")
 _BATCH_FILE = re.compile(r"part-b(\d{10})-(?:p\d+-)?\d+(?:-t\d{10})?\.parquet$")
 _ATTEMPT_TOKEN = re.compile(r"-t(\d{10})\.parquet$")
 
@@ -124,6 +125,13 @@ def version_dir_of(relative: str) -> str | None:
     warehouse-relative file lies in."""
     match = _VERSION_DIR.match(relative)
     return match.group(1) if match else None
+
+
+def batch_through(version_name: str, default: int) -> int:
+    """The last batch a version directory (``v0002-b0000000007``) holds; ``default`` for a
+    directory not named so (a renamed hour's)."""
+    match = _VERSION_NAME.match(version_name)
+    return int(match.group(1)) if match else default
 
 
 def batch_of_file(name: str) -> int | None:

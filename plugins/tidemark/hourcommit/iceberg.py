@@ -1,0 +1,404 @@
+"""``HourCommit`` of an Iceberg table (``output.table_format: iceberg``): an hour becomes
+visible in one Iceberg snapshot.
+
+The stages are the object store's (``versioned``), on any store: a version of an hour is a
+directory written once, named by its content, with a marker written last; its inputs (batch
+and late files) are read where the store's own commit has the dump leave them. Only
+**publish** differs: instead of pointing metastore partitions at the directory, one Iceberg commit
+replaces the hour's data files (identity partitions ``dt``, ``hr`` and the data-derived
+columns, in the table's zone: DST's repeated hour is its own partition) with the version's.
+Its summary says which hour, version and directory it is, the batches it holds with their
+offsets, the ready time and the run:
+
+- a retried step finds its own commit there and commits nothing again;
+- a zombie (a step that lost its lease and resumed) or an older step finds a newer version
+  of the hour and commits nothing (``HourCommitConflictError``);
+- a commit that lost a race with another writer of the table (Iceberg's optimistic
+  concurrency) is re-planned on the new snapshot and retried.
+
+Collect keeps every version directory a live snapshot references (time travel and running
+readers), besides what the journal names. The late side table stays a Hive table.
+The commit runs in pyiceberg against the SQL catalog (``iceberg_catalog``): no JVM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark.errors import HourCommitConflictError
+from tidemark.hourcommit.base import HourCommit, HourNote, HourWriting, Writer
+from tidemark.hourcommit.versioned import VersionedHourCommit
+from tidemark.iceberg_catalog import identifier, open_catalog
+from tidemark.settings import Settings
+from tidemark.state.layout import Layout, version_dir_of
+from tidemark.time.hours import Hour
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table as IcebergTable
+    from pyiceberg.table import Transaction
+
+    from tidemark.config import TableConfig
+    from tidemark.state.commitlog import LogState
+    from tidemark.state.journal import HourJournal, JournalState
+
+log = logging.getLogger(__name__)
+
+PREFIX = "tidemark."
+COMMIT_ATTEMPTS = 8  # commits lost to another writer of the table, re-planned each time
+_NAMED = re.compile(r"/v(\d+)-b(\d+)(?:-[0-9a-f]{8})?$")
+
+
+class IcebergHourCommit(VersionedHourCommit):
+    """Versions written once as directories; each published by one Iceberg snapshot."""
+
+    records_notes = True
+
+    def __init__(self, layout: Layout, settings: Settings, inputs: HourCommit) -> None:
+        super().__init__(layout)
+        self.settings = settings
+        self.inputs = inputs  # the store's own commit: where a dump leaves batch and late files
+        self._catalog: SqlCatalog | None = None
+
+    # -- inputs: where the dump put them, as the store's own commit reads them ------------
+    def batch_files(
+        self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
+    ) -> list[Path]:
+        return self.inputs.batch_files(directory, through=through, after=after, committed=committed)
+
+    def late_inputs(self, hour: Hour) -> Path:
+        return self.inputs.late_inputs(hour)
+
+    def late_partition(
+        self, hour: Hour, state: LogState, files: HourWriting, writer: Writer
+    ) -> tuple[Path, str | None]:
+        return self.inputs.late_partition(hour, state, files, writer)
+
+    def drop_batch_files(self, hour: Hour) -> None:
+        self.inputs.drop_batch_files(hour)
+
+    def sweep_sealed(self, partitions: JournalState, frontier: datetime, zone: str) -> None:
+        self.inputs.sweep_sealed(partitions, frontier, zone)
+
+    @property
+    def catalog(self) -> SqlCatalog:
+        if self._catalog is None:
+            self._catalog = open_catalog(self.settings)
+        return self._catalog
+
+    @property
+    def identifier(self) -> str:
+        return identifier(self.layout.table)
+
+    def load(self) -> IcebergTable | None:
+        """The table, or None before its first hour."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table(self.identifier)
+        except NoSuchTableError:
+            return None
+
+    # -- publish ----------------------------------------------------------------------------
+    def register(
+        self,
+        metastore: Any,
+        table: str,
+        location: Path,
+        hour: Hour,
+        specs: list[tuple[dict[str, str], Path]],
+        *,
+        note: HourNote | None = None,
+    ) -> None:
+        if table != self.layout.table:  # the late side table: Hive partitions, as before
+            super().register(metastore, table, location, hour, specs, note=note)
+            return
+        self.commit_hour(hour, specs, note or HourNote(run_id="", batches={}))
+
+    def refresh(self, metastore: Any, table: str) -> None:
+        """An Iceberg table has no cached listing: each read plans from its current snapshot."""
+        if table != self.layout.table:
+            metastore.refresh(table)
+
+    def commit_hour(self, hour: Hour, specs: list[tuple[dict[str, str], Path]], note: HourNote) -> None:
+        """Replace the hour's data files by the version's in one snapshot (see the module)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        if not specs:  # data-derived partition columns and no rows: no partition to commit
+            return
+        files = [
+            (spec, relative)
+            for spec, leaf in specs
+            for relative in self.store.files(self.layout.relative(leaf))
+        ]
+        directory = self._version_dir(specs[0][1])
+        version, through = _version_of(directory)
+        summary = self._summary(hour, directory, version, through, note)
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            table = self.load() or self._create(files)
+            if table is None:
+                log.info(
+                    "%s: hour %s has no rows and the table no snapshot yet: nothing to commit",
+                    self.layout.table,
+                    hour.key,
+                )
+                return
+            if self._already(table, hour, directory, version, through):
+                return
+            try:
+                self._commit(table, hour, files, summary)
+            except CommitFailedException as exc:
+                log.warning(
+                    "%s: hour %s v%s: the Iceberg commit lost a race with another writer (attempt %s of %s): %s; "
+                    "planning it again on the new snapshot",
+                    self.layout.table,
+                    hour.key,
+                    version,
+                    attempt,
+                    COMMIT_ATTEMPTS,
+                    exc,
+                )
+                continue
+            log.info(
+                "%s: hour %s v%s committed to Iceberg table %s.%s (%s files, batches %s)",
+                self.layout.table,
+                hour.key,
+                version,
+                self.settings.iceberg_catalog,
+                self.identifier,
+                len(files),
+                sorted(note.batches) or "none",
+            )
+            return
+        raise HourCommitConflictError(
+            f"{self.layout.table} hour {hour.key} v{version}: {COMMIT_ATTEMPTS} Iceberg commits lost races with "
+            "other writers of the table; nothing was committed: retry the task"
+        )
+
+    def _version_dir(self, leaf: Path) -> str:
+        relative = self.layout.relative(leaf)
+        return version_dir_of(f"{relative}/") or relative
+
+    def _summary(
+        self, hour: Hour, directory: str, version: int, through: int, note: HourNote
+    ) -> dict[str, str]:
+        summary = {
+            "table": self.layout.table,
+            "hour": hour.key,
+            "version": str(version),
+            "through-batch": str(through),
+            "directory": directory,
+            "run-id": note.run_id,
+            "batches": json.dumps(
+                {str(b): {str(p): r for p, r in ranges.items()} for b, ranges in note.batches.items()}
+            ),
+            "ready-time": note.ready_time or "",
+            "processing-time": note.processing_time,
+        }
+        return {f"{PREFIX}{k}": v for k, v in summary.items()}
+
+    def _already(self, table: IcebergTable, hour: Hour, directory: str, version: int, through: int) -> bool:
+        """Whether this version is the hour's commit already (a retry: True); refuses one
+        older than the hour's last commit (a zombie or a raced step)."""
+        last = last_hour_commit(table, hour.key)
+        if last is None:
+            return False
+        if last.get(f"{PREFIX}directory") == directory:
+            log.info(
+                "%s: hour %s v%s is already the table's (snapshot summary): not committed again",
+                self.layout.table,
+                hour.key,
+                version,
+            )
+            return True
+        known = (int(last[f"{PREFIX}version"]), int(last[f"{PREFIX}through-batch"]))
+        if known > (version, through):
+            raise HourCommitConflictError(
+                f"{self.layout.table} hour {hour.key}: the Iceberg table already holds v{known[0]} through batch "
+                f"{known[1]} (run {last.get(f'{PREFIX}run-id')}), newer than v{version} through batch {through} "
+                f"this step wrote in {directory}: committed nothing (a paused or raced step)"
+            )
+        return False
+
+    def _commit(
+        self,
+        table: IcebergTable,
+        hour: Hour,
+        files: list[tuple[dict[str, str], str]],
+        summary: dict[str, str],
+    ) -> None:
+        where = " AND ".join(f"{k} = '{v}'" for k, v in hour.spec.items())  # dt, hr: digits
+        current = [task.file for task in table.scan(row_filter=where).plan_files()]
+        with table.transaction() as tx:
+            if files:
+                self._evolve(tx, self._file_schema(files[0][1]))
+            added = [self._data_file(tx, spec, relative) for spec, relative in files]
+            with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
+                for data_file in current:
+                    overwrite.delete_data_file(data_file)
+                for data_file in added:
+                    overwrite.append_data_file(data_file)
+
+    # -- the table's schema and files -----------------------------------------------------
+    def _file_schema(self, relative: str) -> pa.Schema:
+        import pyarrow.parquet as pq
+
+        with self.store.fs.open_input_file(self.store.path(relative)) as handle:
+            return pq.read_schema(handle)
+
+    def _table_schema(self, files: list[tuple[dict[str, str], str]]) -> pa.Schema:
+        """The files' columns, then the partition columns (strings) they lie under."""
+        import pyarrow as pa
+
+        schema = self._file_schema(files[0][1])
+        missing = [c for c in files[0][0] if c not in schema.names]
+        return pa.schema([*schema, *(pa.field(c, pa.string()) for c in missing)])
+
+    def _create(self, files: list[tuple[dict[str, str], str]]) -> IcebergTable | None:
+        """The table, created from its first hour's files: their columns, then identity
+        partitions by ``dt``, ``hr`` and the data-derived columns. None with no files."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        if not files:
+            return None
+        try:
+            tx = self.catalog.create_table_transaction(
+                self.identifier,
+                schema=self._table_schema(files),
+                location=self._location(self.layout.table_dir),
+                properties={"format-version": "2", f"{PREFIX}table": self.layout.table},
+            )
+            with tx.update_spec() as spec:
+                for column in files[0][0]:
+                    spec.add_identity(column)
+            _map_names(tx)
+            tx.commit_transaction()
+        except TableAlreadyExistsError:
+            pass  # created by a racing step
+        log.info(
+            "%s: created Iceberg table %s.%s at %s",
+            self.layout.table,
+            self.settings.iceberg_catalog,
+            self.identifier,
+            self._location(self.layout.table_dir),
+        )
+        return self.load()
+
+    def _evolve(self, tx: Transaction, schema: pa.Schema) -> None:
+        """New or widened columns of the files (checked compatible when the job started)."""
+        from pyiceberg.io.pyarrow import pyarrow_to_schema
+
+        current = tx.table_metadata.schema()
+        try:  # by the table's ids: raises on a column the table lacks
+            new = pyarrow_to_schema(schema, name_mapping=current.name_mapping)
+            if all(current.find_field(f.name).field_type == f.field_type for f in new.fields):
+                return
+        except ValueError:
+            pass
+        with tx.update_schema() as update:
+            update.union_by_name(schema)
+        _map_names(tx)
+
+    def _data_file(self, tx: Transaction, spec: dict[str, str], relative: str) -> DataFile:
+        import pyarrow.parquet as pq
+        from pyiceberg.io.pyarrow import (
+            compute_statistics_plan,
+            data_file_statistics_from_parquet_metadata,
+            parquet_path_to_id_mapping,
+        )
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+
+        metadata = tx.table_metadata
+        with self.store.fs.open_input_file(self.store.path(relative)) as handle:
+            footer = pq.read_metadata(handle)
+        schema = metadata.schema()
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer,
+            stats_columns=compute_statistics_plan(schema, metadata.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        )
+        partition = metadata.spec()
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=self._location(self.layout.warehouse / relative),
+            file_format=FileFormat.PARQUET,
+            partition=Record(*(spec[schema.find_column_name(f.source_id) or ""] for f in partition.fields)),
+            file_size_in_bytes=self.store.size(relative),
+            sort_order_id=None,
+            spec_id=metadata.default_spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
+        )
+
+    def _location(self, path: Path) -> str:
+        """A warehouse path as the table's metadata names it: ``file://`` and the path as it is
+        on local disk (not percent-encoded: readers take ``dt=...`` literally)."""
+        return self.layout.location(path) if self.store.object_store else f"file://{path}"
+
+    # -- collect ----------------------------------------------------------------------------
+    def live_locations(self) -> list[str]:
+        """The directories of every data file a snapshot still references (expired ones no
+        longer count), as the collector reads locations."""
+        table = self.load()
+        if table is None:
+            return []
+        found: set[str] = set()
+        for snapshot in table.snapshots():
+            for manifest in snapshot.manifests(table.io):
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    found.add(entry.data_file.file_path.rsplit("/", 1)[0])
+        return sorted(p.removeprefix("file://") for p in found)
+
+    def collect(
+        self,
+        config: TableConfig,
+        journal: HourJournal,
+        *,
+        state: LogState,
+        partitions: JournalState,
+        late_locations: dict[str, str],
+        writer: Writer,
+        registered: Callable[[], list[str]],
+    ) -> list[str]:
+        return super().collect(
+            config,
+            journal,
+            state=state,
+            partitions=partitions,
+            late_locations=late_locations,
+            writer=writer,
+            registered=lambda: [*registered(), *self.live_locations()],
+        )
+
+
+def last_hour_commit(table: IcebergTable, hour_key: str) -> dict[str, str] | None:
+    """The summary of the newest snapshot (of the current one's ancestry) that committed the
+    hour; None if none did (or it expired and nothing of the hour is in the table)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        summary = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
+        if summary.get(f"{PREFIX}hour") == hour_key:
+            return summary
+    return None
+
+
+def _version_of(directory: str) -> tuple[int, int]:
+    match = _NAMED.search(directory)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, -1)
+
+
+def _map_names(tx: Transaction) -> None:
+    """Files carry no Iceberg field ids: readers resolve their columns by name."""
+    mapping = tx.table_metadata.schema().name_mapping
+    tx.set_properties({"schema.name-mapping.default": mapping.model_dump_json()})

@@ -1,0 +1,54 @@
+"""Readers of tidemark's Iceberg tables for the tests, each by the table's name in the
+catalog: pyiceberg, DuckDB (its iceberg extension from the PyPI wheel, on the table's current
+metadata file, which it takes from the catalog) and the snapshot summaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb  # noqa: TID253
+import duckdb_extension_avro
+import duckdb_extension_iceberg
+
+from tidemark.iceberg_catalog import identifier, open_catalog
+from tidemark.settings import Settings
+
+Rows = dict[tuple[int, int], Any]
+
+
+def _table(settings: Settings, table: str) -> Any:
+    return open_catalog(settings).load_table(identifier(table))
+
+
+def pyiceberg_rows(settings: Settings, table: str, *, hour: str, column: str = "event_id") -> Rows:
+    """{(MQ partition, offset): column} of an hour (``hr``) of the table's current snapshot."""
+    frame = _table(settings, table).scan(row_filter=f"hr = '{hour}'").to_arrow()
+    keys = zip(frame["_mq_partition"].to_pylist(), frame["_mq_offset"].to_pylist(), strict=True)
+    return dict(zip(keys, frame[column].to_pylist(), strict=True))
+
+
+def duckdb_connection() -> Any:
+    """DuckDB with the avro and iceberg extensions loaded from their wheels (no download)."""
+    connection = duckdb.connect()
+    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
+        (path,) = Path(module.__file__ or "").parent.rglob("*.duckdb_extension")
+        connection.sql(f"LOAD '{path}'")
+    return connection
+
+
+def duckdb_rows(settings: Settings, table: str, *, hour: str, column: str = "event_id") -> Rows:
+    metadata = _table(settings, table).metadata_location
+    found = duckdb_connection().sql(
+        f"SELECT _mq_partition, _mq_offset, {column} FROM iceberg_scan('{metadata}') WHERE hr = '{hour}'"
+    )
+    return {(p, o): v for p, o, v in found.fetchall()}
+
+
+def snapshots_of(settings: Settings, table: str) -> list[dict[str, str]]:
+    """The summaries of the table's snapshots, oldest first (``operation`` included)."""
+    snapshots = _table(settings, table).snapshots()
+    return [
+        {"operation": s.summary.operation.value, **s.summary.additional_properties}
+        for s in sorted(snapshots, key=lambda s: s.sequence_number or 0)
+    ]

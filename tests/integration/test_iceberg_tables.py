@@ -1,0 +1,81 @@
+"""A table with ``output.table_format: iceberg``: each hour visible in one Iceberg snapshot
+through the seal, a late-row amend and a rebuild; the summaries name hour, version, batches
+and offsets; a retry commits nothing twice, a zombie's older version never lands; pyiceberg
+and DuckDB read the same rows by the table's name in the catalog."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of
+from tests.helpers.tables import at, fresh_table
+from tidemark.errors import HourCommitConflictError
+from tidemark.hourcommit.base import HourNote
+from tidemark.ingest.dump import run_dump
+from tidemark.seal.rebuild import run_rebuild
+from tidemark.seal.sealing import run_seal
+from tidemark.settings import Settings
+from tidemark.table import Table
+from tidemark.time.hours import parse_key
+from tidemark_dev.generator import create_topic, produce, records
+
+pytestmark = pytest.mark.integration
+
+HOUR = "2026-11-22T10"
+
+
+def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(settings, tmp_path, late_policy="amend", output__table_format="iceberg")
+    table, topic = config.table, config.source.topic
+    create_topic(broker, topic, 2)
+    sent = produce(broker, topic, records([(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 10)]))
+    run_dump(spark, config, settings, "run-1", at(11))
+    produce(broker, topic, records([(0, at(11, 40)), (1, at(11, 30))], prefix="b"))
+    run_dump(spark, config, settings, "run-2", at(12))
+    assert HOUR in run_seal(spark, config, settings, "run-2").sealed
+
+    expected = {(p, o): json.loads(m.value or b"{}")["event_id"] for p, o, m in sent}
+    assert pyiceberg_rows(settings, table, hour="10") == expected
+    assert duckdb_rows(settings, table, hour="10") == expected
+    (sealed,) = [s for s in snapshots_of(settings, table) if s["tidemark.hour"] == HOUR]
+    assert sealed["tidemark.version"] == "1" and sealed["tidemark.run-id"] == "run-2"
+    assert json.loads(sealed["tidemark.batches"]) == {"0": {"0": [0, 6], "1": [0, 6]}}
+    assert sealed["tidemark.ready-time"] and "_versions/v0001-b" in sealed["tidemark.directory"]
+
+    # a retry of the seal's commit (a kill after it, before the journal) commits nothing again
+    handle = Table.open(config, settings)
+    hour = parse_key(HOUR, config.event_time.time_zone)
+    directory = handle.layout.warehouse / sealed["tidemark.directory"]
+    before = len(snapshots_of(settings, table))
+    handle.commit.register(
+        None, table, handle.layout.table_dir, hour, [(hour.spec, directory)], note=HourNote("retry", {})
+    )
+    assert len(snapshots_of(settings, table)) == before
+
+    late = produce(broker, topic, records([(0, at(10, 15)), (1, at(10, 45))], prefix="late"))
+    run_dump(spark, config, settings, "run-3", at(12, 10))
+    assert run_seal(spark, config, settings, "run-3").amended == [HOUR]
+    after = pyiceberg_rows(settings, table, hour="10")
+    assert len(after) == 14 and {after[(p, o)] for p, o, _ in late} == {"late-0", "late-1"}
+    assert duckdb_rows(settings, table, hour="10") == after
+    amended = snapshots_of(settings, table)[-1]
+    assert (amended["tidemark.hour"], amended["tidemark.version"]) == (HOUR, "2")
+    assert amended["operation"] == "overwrite"  # the hour's v1 files replaced, in one snapshot
+
+    # the zombie: v1's directory committed again after v2 is refused, nothing committed
+    with pytest.raises(HourCommitConflictError, match=rf"{table} hour {HOUR}.*v2"):
+        handle.commit.register(
+            None, table, handle.layout.table_dir, hour, [(hour.spec, directory)], note=HourNote("zombie", {})
+        )
+    assert pyiceberg_rows(settings, table, hour="10") == after
+
+    (done,) = run_rebuild(spark, config, settings, "rebuild-1", [HOUR]).hours
+    assert done["status"] == "rebuilt"
+    assert pyiceberg_rows(settings, table, hour="10") == after
+    assert snapshots_of(settings, table)[-1]["tidemark.version"] == "3"
