@@ -29,7 +29,7 @@ postgres:  ## PostgreSQL server + JDBC driver for the JDBC bootstrap tests (Debi
 	@scripts/ensure_postgres.sh
 
 jvm: java  ## jvm/pom.xml's pinned JVM artifacts (Apache Kafka broker, hadoop-aws + AWS SDK) from Maven Central, once, into ~/.cache/tidemark/jvm (~660 MB)
-	@scripts/ensure_jvm.sh kafka s3a
+	@scripts/ensure_jvm.sh kafka s3a iceberg
 
 executor-env: venv  ## the venv archive Spark executors of a cluster unpack (TIDEMARK_EXECUTOR_ENV)
 	@scripts/build_executor_env.sh $(VENV)

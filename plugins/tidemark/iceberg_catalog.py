@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tidemark.errors import ConfigError
+from tidemark.jvm_jars import require_jars
 from tidemark.settings import Settings
 from tidemark.tablefs import s3_from_environment
 
@@ -85,7 +86,11 @@ def spark_catalog_conf(settings: Settings) -> dict[str, str]:
     profile) on the class path, its ``SparkCatalog`` over the same SQL catalog."""
     url, credentials = jdbc_url(settings.iceberg_catalog_url)
     prefix = f"spark.sql.catalog.{settings.iceberg_catalog}"
+    jars = require_jars("iceberg")
     conf = {
+        "spark.jars": ",".join(jars),
+        # the JDBC driver must be on the driver's own class path (DriverManager)
+        "spark.driver.extraClassPath": ":".join(jars),
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         f"{prefix}.type": "jdbc",
         f"{prefix}.uri": url,

@@ -1,9 +1,13 @@
 """Readers of tidemark's Iceberg tables for the tests, each by the table's name in the
-catalog: pyiceberg, DuckDB (its iceberg extension from the PyPI wheel, on the table's current
+catalog: Spark SQL, pyiceberg, DuckDB (its iceberg extension from the PyPI wheel, on the table's current
 metadata file, which it takes from the catalog) and the snapshot summaries."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +47,44 @@ def duckdb_rows(settings: Settings, table: str, *, hour: str, column: str = "eve
         f"SELECT _mq_partition, _mq_offset, {column} FROM iceberg_scan('{metadata}') WHERE hr = '{hour}'"
     )
     return {(p, o): v for p, o, v in found.fetchall()}
+
+
+SPARK_READER = """
+import json, sys
+from tidemark.iceberg_catalog import spark_catalog_conf
+from tidemark.settings import Settings
+from tidemark.spark import build_session
+
+settings = Settings.from_env()
+spark = build_session("iceberg-reader", settings, hive=False, extra_conf=spark_catalog_conf(settings))
+name, hour, column = sys.argv[1:4]
+rows = spark.sql(f"SELECT _mq_partition, _mq_offset, {column} FROM {name} WHERE hr = '{hour}'").collect()
+print(json.dumps([list(r) for r in rows]))
+"""
+
+
+def spark_rows(settings: Settings, table: str, *, hour: str, column: str = "event_id") -> Rows:
+    """The hour read by Spark SQL by name (``iceberg.default.<table>``), in a process of its
+    own: Iceberg's runtime must be on the driver's class path from its start."""
+    env = {
+        **os.environ,
+        "TIDEMARK_HOME": str(settings.home),
+        "TIDEMARK_WAREHOUSE": settings.warehouse,
+        "TIDEMARK_ICEBERG_CATALOG_URI": settings.iceberg_catalog_url,
+        "TIDEMARK_ICEBERG_CATALOG": settings.iceberg_catalog,
+        "TIDEMARK_JVM_CLASS_ARCHIVE": "off",
+    }
+    name = f"{settings.iceberg_catalog}.{identifier(table)}"
+    done = subprocess.run(
+        [sys.executable, "-c", SPARK_READER, name, hour, column],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {(p, o): v for p, o, v in json.loads(done.stdout.strip().splitlines()[-1])}
 
 
 def snapshots_of(settings: Settings, table: str) -> list[dict[str, str]]:

@@ -1,20 +1,24 @@
 """A table with ``output.table_format: iceberg``: each hour visible in one Iceberg snapshot
 through the seal, a late-row amend and a rebuild; the summaries name hour, version, batches
 and offsets; a retry commits nothing twice, a zombie's older version never lands; pyiceberg
-and DuckDB read the same rows by the table's name in the catalog."""
+DuckDB and Spark SQL read the same rows by the table's name in the catalog."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of
+from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of, spark_rows
 from tests.helpers.tables import at, fresh_table
-from tidemark.errors import HourCommitConflictError
+from tidemark.errors import HourCommitConflictError, InjectedFault
 from tidemark.hourcommit.base import HourNote
+from tidemark.hourcommit.iceberg import IcebergHourCommit
 from tidemark.ingest.dump import run_dump
 from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_seal
@@ -43,6 +47,7 @@ def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
     expected = {(p, o): json.loads(m.value or b"{}")["event_id"] for p, o, m in sent}
     assert pyiceberg_rows(settings, table, hour="10") == expected
     assert duckdb_rows(settings, table, hour="10") == expected
+    assert spark_rows(settings, table, hour="10") == expected
     (sealed,) = [s for s in snapshots_of(settings, table) if s["tidemark.hour"] == HOUR]
     assert sealed["tidemark.version"] == "1" and sealed["tidemark.run-id"] == "run-2"
     assert json.loads(sealed["tidemark.batches"]) == {"0": {"0": [0, 6], "1": [0, 6]}}
@@ -79,3 +84,96 @@ def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
     assert done["status"] == "rebuilt"
     assert pyiceberg_rows(settings, table, hour="10") == after
     assert snapshots_of(settings, table)[-1]["tidemark.version"] == "3"
+
+
+@pytest.mark.parametrize(
+    "seal_point, amend_point",
+    [
+        ("after_registration", "after_amend_moves"),  # killed between the commit and the journal
+        ("after_journal_entry", "after_amend_files"),  # after the journal; files written, no commit
+    ],
+)
+def test_a_kill_around_the_iceberg_commit_is_recovered_by_the_retry(
+    seal_point: str,
+    amend_point: str,
+    spark: Any,
+    broker: str,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each hour in the table once, at its journal's version, committed once per version."""
+    config, settings = fresh_table(settings, tmp_path, late_policy="amend", output__table_format="iceberg")
+    table, topic = config.table, config.source.topic
+    create_topic(broker, topic, 2)
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    produced = produce(broker, topic, records([(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 10)]))
+    produced += produce(broker, topic, records([(0, at(11, 50)), (1, at(11, 45))], prefix="b"))
+    run_dump(spark, config, settings, "run-1", at(12))
+    for point, run in ((seal_point, "run-1"), (amend_point, "run-2")):
+        if run == "run-2":
+            produced += produce(broker, topic, records([(0, at(10, 30)), (1, at(10, 5))], prefix="late"))
+            run_dump(spark, config, settings, run, at(12, 30))
+        monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
+        with pytest.raises(InjectedFault):
+            run_seal(spark, config, settings, run)
+        monkeypatch.delenv("TIDEMARK_FAIL_AT")
+        run_seal(spark, config, settings, run)
+
+    journal = Table.open(config, settings).state.journal.state()
+    ten = journal.hours[HOUR]
+    assert (ten.version, ten.rows) == (2, 14)
+    rows = pyiceberg_rows(settings, table, hour="10")
+    assert sorted(rows) == sorted((p, o) for p, o, m in produced if b"T10:" in (m.value or b""))
+    commits = [(s["tidemark.hour"], s["tidemark.version"]) for s in snapshots_of(settings, table)]
+    assert commits == [(HOUR, "1"), (HOUR, "2")], commits
+
+
+def test_two_seals_racing_on_one_table_both_land(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two commits planned on the same snapshot: one loses Iceberg's optimistic check, is
+    planned again on the winner's snapshot, and lands; neither hour is lost."""
+    config, settings = fresh_table(settings, tmp_path, output__table_format="iceberg")
+    create_topic(broker, config.source.topic, 1)
+    produce(broker, config.source.topic, records([(0, at(10, m)) for m in (*range(0, 60, 10), 110)]))
+    run_dump(spark, config, settings, "run-1", at(12))
+    run_seal(spark, config, settings, "run-1")
+    handle = Table.open(config, settings)
+    (sealed,) = snapshots_of(settings, config.table)
+    version = handle.layout.warehouse / sealed["tidemark.directory"]
+    hours = [parse_key(f"2026-11-22T{h}", "UTC") for h in (20, 21)]
+    copies = []
+    for hour in hours:  # the sealed hour's file, as two other hours' versions
+        target = handle.layout.table_dir / hour.path / "_versions" / "v0001-b0000000000"
+        target.mkdir(parents=True)
+        for f in version.glob("*.parquet"):
+            shutil.copy(f, target / f.name)
+        copies.append(target)
+    barrier = threading.Barrier(2)
+    commit = IcebergHourCommit._commit
+
+    def planned_together(self: IcebergHourCommit, *args: Any) -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=10)  # both planned on the same snapshot before either commits
+        commit(self, *args)
+
+    monkeypatch.setattr(IcebergHourCommit, "_commit", planned_together)
+    writers = [Table.open(config, settings).commit for _ in hours]
+    threads = [
+        threading.Thread(
+            target=w.register, args=(None, config.table, handle.layout.table_dir, h, [(h.spec, c)])
+        )
+        for w, h, c in zip(writers, hours, copies, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [s["tidemark.hour"] for s in snapshots_of(settings, config.table)][1:] in (
+        ["2026-11-22T20", "2026-11-22T21"],
+        ["2026-11-22T21", "2026-11-22T20"],
+    )
+    assert len(pyiceberg_rows(settings, config.table, hour="20")) == 6
+    assert len(pyiceberg_rows(settings, config.table, hour="21")) == 6
+    assert len(pyiceberg_rows(settings, config.table, hour="10")) == 6

@@ -130,7 +130,7 @@ class IcebergHourCommit(VersionedHourCommit):
 
     def commit_hour(self, hour: Hour, specs: list[tuple[dict[str, str], Path]], note: HourNote) -> None:
         """Replace the hour's data files by the version's in one snapshot (see the module)."""
-        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
 
         if not specs:  # data-derived partition columns and no rows: no partition to commit
             return
@@ -155,7 +155,7 @@ class IcebergHourCommit(VersionedHourCommit):
                 return
             try:
                 self._commit(table, hour, files, summary)
-            except CommitFailedException as exc:
+            except (CommitFailedException, ValidationException) as exc:
                 log.warning(
                     "%s: hour %s v%s: the Iceberg commit lost a race with another writer (attempt %s of %s): %s; "
                     "planning it again on the new snapshot",
@@ -274,7 +274,13 @@ class IcebergHourCommit(VersionedHourCommit):
                 self.identifier,
                 schema=self._table_schema(files),
                 location=self._location(self.layout.table_dir),
-                properties={"format-version": "2", f"{PREFIX}table": self.layout.table},
+                # a commit that lost a race is planned again here (the hour's files read anew
+                # from the winner's snapshot), not replayed by pyiceberg's own retry
+                properties={
+                    "format-version": "2",
+                    "commit.retry.num-retries": "0",
+                    f"{PREFIX}table": self.layout.table,
+                },
             )
             with tx.update_spec() as spec:
                 for column in files[0][0]:
