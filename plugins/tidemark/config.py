@@ -91,10 +91,7 @@ class OutputConfig(_Strict):
     # the sealed hours' file format and compression (tableformat.py); Hive DDL STORED AS it
     format: Literal["parquet", "orc"] = "parquet"
     compression: Literal["snappy", "zstd", "lz4", "gzip", "zlib", "none"] = "snappy"
-    # hive: Hive partitions registered in the metastore; iceberg: an Iceberg table in the
-    # Iceberg catalog (TIDEMARK_ICEBERG_CATALOG_URI), each hour committed in one snapshot
-    # (hourcommit/iceberg.py). Parquet only: Iceberg's file statistics are read from footers.
-    table_format: Literal["hive", "iceberg"] = "hive"
+    table_format: Literal["hive", "iceberg"] = "hive"  # hive partitions, or hourcommit/iceberg.py
     # Object stores: a replaced version of a partition stays readable this long (in the
     # pipeline's processing time) for queries that listed it, then the seal deletes it.
     version_retention: Duration = timedelta(hours=24)
@@ -244,10 +241,7 @@ class TableConfig(_Strict):
                 f"({', '.join(COMPRESSIONS[self.output.format])})"
             )
         if self.output.table_format == "iceberg" and self.output.format != "parquet":
-            problems.append(
-                f"output.format: {self.output.format}: an Iceberg table (output.table_format: iceberg) is "
-                "written as Parquet here (its file statistics come from Parquet footers)"
-            )
+            problems.append(f"output.format: {self.output.format}: an Iceberg table is Parquet")
         wm = self.watermark
         if wm.idle_timeout <= timedelta(0):
             problems.append("watermark.idle_timeout: must be longer than 0")

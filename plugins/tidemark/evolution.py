@@ -58,6 +58,7 @@ class SchemaVersion:
     # (column, Conversion.describe()) of source.conversions: how the version's batches decode
     conversions: tuple[tuple[str, str], ...] = ()
     output_format: str = "parquet"  # of the sealed hours: the metastore table is STORED AS it
+    table_format: str = "hive"  # hive partitions or an Iceberg table (output.table_format)
 
     @classmethod
     def of(cls, config: TableConfig, version: int = 0, run_id: str = "") -> SchemaVersion:
@@ -70,6 +71,7 @@ class SchemaVersion:
             run_id=run_id,
             conversions=tuple(sorted((k, v.describe()) for k, v in config.source.conversions.items())),
             output_format=config.output.format,
+            table_format=config.output.table_format,
         )
 
     def same_schema(self, other: SchemaVersion) -> bool:
@@ -80,6 +82,7 @@ class SchemaVersion:
             and self.partition_columns == other.partition_columns
             and self.conversions == other.conversions
             and self.output_format == other.output_format
+            and self.table_format == other.table_format
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -93,6 +96,7 @@ class SchemaVersion:
             "changes": list(self.changes),
             "conversions": dict(self.conversions),
             "output_format": self.output_format,
+            "table_format": self.table_format,
         }
 
     @classmethod
@@ -107,6 +111,7 @@ class SchemaVersion:
             changes=tuple(data.get("changes", ())),
             conversions=tuple(sorted(dict(data.get("conversions", {})).items())),
             output_format=data.get("output_format", "parquet"),
+            table_format=data.get("table_format", "hive"),
         )
 
     def column_objects(self) -> list[Column]:
@@ -152,6 +157,11 @@ def evolution(old: SchemaVersion, new: SchemaVersion) -> tuple[list[str], list[s
         refused.append(
             f"output.format: {old.output_format} -> {new.output_format}; rule: the format of the hours "
             "never changes (the metastore table is stored as it): land the topic in a new table"
+        )
+    if new.table_format != old.table_format:
+        refused.append(
+            f"output.table_format: {old.table_format} -> {new.table_format}; rule: the table format never "
+            "changes (its hours are in one catalog or the other): land the topic in a new table"
         )
     old_columns = {name: (parse_column(name, ddl).type, nullable) for name, ddl, nullable in old.columns}
     new_columns = {name: (parse_column(name, ddl).type, nullable) for name, ddl, nullable in new.columns}

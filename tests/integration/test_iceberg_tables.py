@@ -16,7 +16,8 @@ import pytest
 
 from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of, spark_rows
 from tests.helpers.tables import at, fresh_table
-from tidemark.errors import HourCommitConflictError, InjectedFault
+from tidemark.errors import ConfigError, HourCommitConflictError, InjectedFault, SchemaEvolutionError
+from tidemark.evolution import SchemaHistory
 from tidemark.hourcommit.base import HourNote
 from tidemark.hourcommit.iceberg import IcebergHourCommit
 from tidemark.ingest.dump import run_dump
@@ -177,3 +178,15 @@ def test_two_seals_racing_on_one_table_both_land(
     assert len(pyiceberg_rows(settings, config.table, hour="20")) == 6
     assert len(pyiceberg_rows(settings, config.table, hour="21")) == 6
     assert len(pyiceberg_rows(settings, config.table, hour="10")) == 6
+
+
+def test_the_table_format_never_changes_and_iceberg_is_parquet(settings: Settings, tmp_path: Path) -> None:
+    config, settings = fresh_table(settings, tmp_path)
+    SchemaHistory(settings.state_location, config.table).ensure(config, "run-1")
+    iceberg = config.model_copy(
+        update={"output": config.output.model_copy(update={"table_format": "iceberg"})}
+    )
+    with pytest.raises(SchemaEvolutionError, match=r"output\.table_format: hive -> iceberg"):
+        SchemaHistory(settings.state_location, config.table).check(iceberg)
+    with pytest.raises(ConfigError, match=r"output\.format: orc: an Iceberg table is Parquet"):
+        fresh_table(settings, tmp_path, output__table_format="iceberg", output__format="orc")

@@ -33,6 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.errors import HourCommitConflictError
 from tidemark.hourcommit.base import HourCommit, HourNote, HourWriting, Writer
+from tidemark.hourcommit.iceberg_files import (
+    PREFIX,
+    data_file_of,
+    evolve,
+    file_schema,
+    last_hour_commit,
+    map_names,
+    table_schema,
+)
 from tidemark.hourcommit.versioned import VersionedHourCommit
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.settings import Settings
@@ -40,11 +49,8 @@ from tidemark.state.layout import Layout, version_dir_of
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table as IcebergTable
-    from pyiceberg.table import Transaction
 
     from tidemark.config import TableConfig
     from tidemark.state.commitlog import LogState
@@ -52,7 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PREFIX = "tidemark."
 COMMIT_ATTEMPTS = 8  # commits lost to another writer of the table, re-planned each time
 _NAMED = re.compile(r"/v(\d+)-b(\d+)(?:-[0-9a-f]{8})?$")
 
@@ -239,28 +244,16 @@ class IcebergHourCommit(VersionedHourCommit):
         current = [task.file for task in table.scan(row_filter=where).plan_files()]
         with table.transaction() as tx:
             if files:
-                self._evolve(tx, self._file_schema(files[0][1]))
-            added = [self._data_file(tx, spec, relative) for spec, relative in files]
+                evolve(tx, file_schema(self.store, files[0][1]))
+            added = [
+                data_file_of(self.store, tx, spec, relative, self._location(self.layout.warehouse / relative))
+                for spec, relative in files
+            ]
             with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
                 for data_file in current:
                     overwrite.delete_data_file(data_file)
                 for data_file in added:
                     overwrite.append_data_file(data_file)
-
-    # -- the table's schema and files -----------------------------------------------------
-    def _file_schema(self, relative: str) -> pa.Schema:
-        import pyarrow.parquet as pq
-
-        with self.store.fs.open_input_file(self.store.path(relative)) as handle:
-            return pq.read_schema(handle)
-
-    def _table_schema(self, files: list[tuple[dict[str, str], str]]) -> pa.Schema:
-        """The files' columns, then the partition columns (strings) they lie under."""
-        import pyarrow as pa
-
-        schema = self._file_schema(files[0][1])
-        missing = [c for c in files[0][0] if c not in schema.names]
-        return pa.schema([*schema, *(pa.field(c, pa.string()) for c in missing)])
 
     def _create(self, files: list[tuple[dict[str, str], str]]) -> IcebergTable | None:
         """The table, created from its first hour's files: their columns, then identity
@@ -272,7 +265,7 @@ class IcebergHourCommit(VersionedHourCommit):
         try:
             tx = self.catalog.create_table_transaction(
                 self.identifier,
-                schema=self._table_schema(files),
+                schema=table_schema(self.store, files),
                 location=self._location(self.layout.table_dir),
                 # a commit that lost a race is planned again here (the hour's files read anew
                 # from the winner's snapshot), not replayed by pyiceberg's own retry
@@ -285,7 +278,7 @@ class IcebergHourCommit(VersionedHourCommit):
             with tx.update_spec() as spec:
                 for column in files[0][0]:
                     spec.add_identity(column)
-            _map_names(tx)
+            map_names(tx)
             tx.commit_transaction()
         except TableAlreadyExistsError:
             pass  # created by a racing step
@@ -297,54 +290,6 @@ class IcebergHourCommit(VersionedHourCommit):
             self._location(self.layout.table_dir),
         )
         return self.load()
-
-    def _evolve(self, tx: Transaction, schema: pa.Schema) -> None:
-        """New or widened columns of the files (checked compatible when the job started)."""
-        from pyiceberg.io.pyarrow import pyarrow_to_schema
-
-        current = tx.table_metadata.schema()
-        try:  # by the table's ids: raises on a column the table lacks
-            new = pyarrow_to_schema(schema, name_mapping=current.name_mapping)
-            if all(current.find_field(f.name).field_type == f.field_type for f in new.fields):
-                return
-        except ValueError:
-            pass
-        with tx.update_schema() as update:
-            update.union_by_name(schema)
-        _map_names(tx)
-
-    def _data_file(self, tx: Transaction, spec: dict[str, str], relative: str) -> DataFile:
-        import pyarrow.parquet as pq
-        from pyiceberg.io.pyarrow import (
-            compute_statistics_plan,
-            data_file_statistics_from_parquet_metadata,
-            parquet_path_to_id_mapping,
-        )
-        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-        from pyiceberg.typedef import Record
-
-        metadata = tx.table_metadata
-        with self.store.fs.open_input_file(self.store.path(relative)) as handle:
-            footer = pq.read_metadata(handle)
-        schema = metadata.schema()
-        statistics = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=footer,
-            stats_columns=compute_statistics_plan(schema, metadata.properties),
-            parquet_column_mapping=parquet_path_to_id_mapping(schema),
-        )
-        partition = metadata.spec()
-        return DataFile.from_args(
-            content=DataFileContent.DATA,
-            file_path=self._location(self.layout.warehouse / relative),
-            file_format=FileFormat.PARQUET,
-            partition=Record(*(spec[schema.find_column_name(f.source_id) or ""] for f in partition.fields)),
-            file_size_in_bytes=self.store.size(relative),
-            sort_order_id=None,
-            spec_id=metadata.default_spec_id,
-            equality_ids=None,
-            key_metadata=None,
-            **statistics.to_serialized_dict(),
-        )
 
     def _location(self, path: Path) -> str:
         """A warehouse path as the table's metadata names it: ``file://`` and the path as it is
@@ -387,24 +332,6 @@ class IcebergHourCommit(VersionedHourCommit):
         )
 
 
-def last_hour_commit(table: IcebergTable, hour_key: str) -> dict[str, str] | None:
-    """The summary of the newest snapshot (of the current one's ancestry) that committed the
-    hour; None if none did (or it expired and nothing of the hour is in the table)."""
-    from pyiceberg.table.snapshots import ancestors_of
-
-    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-        summary = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
-        if summary.get(f"{PREFIX}hour") == hour_key:
-            return summary
-    return None
-
-
 def _version_of(directory: str) -> tuple[int, int]:
     match = _NAMED.search(directory)
     return (int(match.group(1)), int(match.group(2))) if match else (0, -1)
-
-
-def _map_names(tx: Transaction) -> None:
-    """Files carry no Iceberg field ids: readers resolve their columns by name."""
-    mapping = tx.table_metadata.schema().name_mapping
-    tx.set_properties({"schema.name-mapping.default": mapping.model_dump_json()})

@@ -1,0 +1,172 @@
+"""A one-node Trino (coordinator and worker) on 127.0.0.1, with an Iceberg catalog on
+tidemark's Iceberg SQL catalog: a reader of the Iceberg tables in the tests.
+
+Its parts are jvm/pom.xml's ``trino`` profile (``make jvm``): ``trino-server-core`` (the
+server without plugins) and the ``trino-iceberg`` plugin, which carries PostgreSQL's JDBC
+driver. They are unpacked once beside the cache. Trino's JDBC catalog speaks to PostgreSQL
+(not SQLite), so the tables it reads are in a PostgreSQL catalog
+(``TIDEMARK_ICEBERG_CATALOG_URI=postgresql+pg8000://...``). Trino 476 needs Java 24 or later:
+``TIDEMARK_TRINO_JAVA_HOME``, else the newest JDK under /usr/lib/jvm that is one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tarfile
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from tidemark.errors import ServiceError
+from tidemark.jvm_jars import jvm_cache
+from tidemark.settings import Settings
+from tidemark_dev.services import Service
+
+log = logging.getLogger(__name__)
+
+TRINO_JAVA = 24  # the oldest Java a Trino 476 server starts on
+
+
+def trino_java_home() -> Path:
+    """A JDK Trino starts on: ``TIDEMARK_TRINO_JAVA_HOME``, else the newest of /usr/lib/jvm."""
+    configured = os.environ.get("TIDEMARK_TRINO_JAVA_HOME")
+    if configured:
+        return Path(configured)
+    found = []
+    for home in Path("/usr/lib/jvm").glob("*"):
+        release = home / "release"
+        match = re.search(r'JAVA_VERSION="(\d+)', release.read_text()) if release.is_file() else None
+        if match and int(match.group(1)) >= TRINO_JAVA and (home / "bin" / "java").is_file():
+            found.append((int(match.group(1)), home))
+    if not found:
+        raise ServiceError(
+            f"trino: no Java {TRINO_JAVA}+ under /usr/lib/jvm (Trino 476 needs it); "
+            "set TIDEMARK_TRINO_JAVA_HOME to one"
+        )
+    return max(found)[1]
+
+
+def trino_home() -> Path:
+    """The server unpacked from the ``trino`` profile (once), its Iceberg plugin in place."""
+    source = jvm_cache() / "trino"
+    archives = sorted(source.glob("trino-server-core-*.tar.gz")) if (source / ".complete").is_file() else []
+    if not archives:
+        raise ServiceError(f"trino: the 'trino' JVM artifacts are not in {jvm_cache()}: run `make jvm`")
+    version = archives[0].name.removeprefix("trino-server-core-").removesuffix(".tar.gz")
+    home = jvm_cache() / f"trino-server-{version}"
+    if (home / ".unpacked").is_file():
+        return home
+    partial = home.with_name(f"{home.name}.partial")
+    with tarfile.open(archives[0]) as archive:
+        archive.extractall(partial, filter="tar")
+    (server,) = partial.iterdir()
+    with zipfile.ZipFile(source / f"trino-iceberg-{version}.zip") as plugin:
+        plugin.extractall(server / "plugin")
+    (server / "plugin" / f"trino-iceberg-{version}").rename(server / "plugin" / "iceberg")
+    server.rename(home)
+    (home / ".unpacked").touch()
+    partial.rmdir()
+    return home
+
+
+class TrinoService(Service):
+    """``launcher run`` of the unpacked server, its configuration under ``$TIDEMARK_HOME/trino``."""
+
+    name = "trino"
+    start_timeout = 240.0  # some 35 s on two cores
+
+    def __init__(self, settings: Settings, port: int) -> None:
+        super().__init__(settings)
+        self.port = port
+        self.etc = settings.home / "trino" / "etc"
+
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def answers(self) -> bool:
+        return self._active()
+
+    def _active(self) -> bool:
+        """Past its start-up: the coordinator answers before it accepts queries."""
+        try:
+            with urllib.request.urlopen(f"http://{self.address()}/v1/info/state", timeout=3) as response:
+                return bool(response.read().decode().strip('"\n') == "ACTIVE")
+        except OSError:
+            return False
+
+    def environment(self) -> dict[str, str]:
+        java = trino_java_home()
+        return {**os.environ, "JAVA_HOME": str(java), "PATH": f"{java / 'bin'}:{os.environ['PATH']}"}
+
+    def command(self) -> list[str]:
+        home = trino_home()
+        data = self.settings.home / "trino" / "data"
+        return [str(home / "bin" / "launcher"), "run", f"--etc-dir={self.etc}", f"--data-dir={data}"]
+
+    def prepare(self) -> None:
+        (self.etc / "catalog").mkdir(parents=True, exist_ok=True)
+        node = {
+            "node.environment": "tidemark",
+            "node.id": "tidemark",
+            "node.bind-ip": "127.0.0.1",
+            "node.internal-address": "127.0.0.1",
+            "node.data-dir": str(self.settings.home / "trino" / "data"),
+        }
+        server = {
+            "coordinator": "true",
+            "node-scheduler.include-coordinator": "true",
+            "http-server.http.port": str(self.port),
+            "discovery.uri": f"http://127.0.0.1:{self.port}",
+            "query.max-memory": "512MB",
+        }
+        _write(self.etc / "node.properties", node)
+        _write(self.etc / "config.properties", server)
+        (self.etc / "jvm.config").write_text(
+            "-server\n-Xmx1G\n-XX:+UseG1GC\n-Djdk.attach.allowAttachSelf=true\n-Duser.timezone=UTC\n"
+        )
+        _write(
+            self.etc / "catalog" / f"{self.settings.iceberg_catalog}.properties",
+            iceberg_catalog(self.settings),
+        )
+
+    def connect(self) -> Any:
+        """A DB-API connection (Trino's Python client) to the Iceberg catalog's ``default``."""
+        import trino
+
+        return trino.dbapi.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user="tidemark",
+            catalog=self.settings.iceberg_catalog,
+            schema="default",
+        )
+
+
+def iceberg_catalog(settings: Settings) -> dict[str, str]:
+    """Trino's Iceberg connector on tidemark's catalog (PostgreSQL), local files readable."""
+    url = urlsplit(settings.iceberg_catalog_url)
+    if not url.scheme.startswith("postgres"):
+        raise ServiceError(
+            f"trino: its JDBC catalog reads PostgreSQL, not {url.scheme}: set TIDEMARK_ICEBERG_CATALOG_URI "
+            "to postgresql+pg8000://user:password@host:port/db"
+        )
+    return {
+        "connector.name": "iceberg",
+        "iceberg.catalog.type": "jdbc",
+        "iceberg.jdbc-catalog.catalog-name": settings.iceberg_catalog,
+        "iceberg.jdbc-catalog.driver-class": "org.postgresql.Driver",
+        "iceberg.jdbc-catalog.connection-url": f"jdbc:postgresql://{url.hostname}:{url.port or 5432}{url.path}",
+        "iceberg.jdbc-catalog.connection-user": url.username or "",
+        "iceberg.jdbc-catalog.connection-password": url.password or "",
+        "iceberg.jdbc-catalog.default-warehouse-dir": settings.warehouse,
+        "fs.native-local.enabled": "true",  # file:// data files on this machine
+        "local.location": "/",
+    }
+
+
+def _write(path: Path, properties: dict[str, str]) -> None:
+    path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
