@@ -324,13 +324,20 @@ def dump_command(processing: datetime, table: str = "bench") -> list[str]:
 
 
 def bench_table(
-    conf_dir: Path, topic: str, per_partition: int, table: str = "bench", source: dict[str, Any] | None = None
+    conf_dir: Path,
+    topic: str,
+    per_partition: int,
+    table: str = "bench",
+    source: dict[str, Any] | None = None,
+    *,
+    output: dict[str, Any] | None = None,
 ) -> None:
     data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
     data["table"] = table
     data["source"]["topic"] = topic
     data["source"]["max_records_per_partition"] = per_partition
     data["source"].update(source or {})
+    data.setdefault("output", {}).update(output or {})
     conf_dir.mkdir(parents=True, exist_ok=True)
     (conf_dir / f"{table}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 

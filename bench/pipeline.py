@@ -112,6 +112,31 @@ def run_cycle(env: dict[str, str], total: int, processing: Any) -> dict[str, Any
     }
 
 
+def report(cycle: dict[str, Any], total: int, n_hours: int) -> None:
+    """One cycle's figures: the dump's and the seal's processing, phases, end to end."""
+    hours = [h for h in cycle["sealed"] if h.startswith("2026")]
+    print(
+        f"dump   processing {cycle['dump_s']:6.2f} s ({total / cycle['dump_s']:>9,.0f} rec/s; "
+        f"wall with the JVM start {cycle['dump_wall_s']:.1f} s) phases {cycle['dump_phases']}"
+    )
+    print(
+        f"seal   processing {cycle['seal_s']:6.2f} s ({total / cycle['seal_s']:>9,.0f} rec/s; "
+        f"wall with the JVM start {cycle['seal_wall_s']:.1f} s), {len(hours)} hours sealed"
+    )
+    print(f"       seal phases (s): {cycle['seal_phases']}")
+    big = [h for h in hours if sum(cycle["hour_timings"].get(h, {}).values()) > 0]
+    for hour in big[:3]:
+        print(f"       hour {hour}: {cycle['hour_timings'][hour]}")
+    if n_hours > 1:
+        print(
+            f"       per sealed hour: {cycle['seal_s'] / len(hours):.2f} s ({total / len(hours):,.0f} rows an hour)"
+        )
+    print(
+        f"pipeline processing {cycle['dump_s'] + cycle['seal_s']:.2f} s; end to end with the JVM starts "
+        f"{cycle['dump_wall_s'] + cycle['seal_wall_s']:.1f} s"
+    )
+
+
 def floor(bootstrap: str, topic: str, ends: dict[int, int], out_dir: Path) -> dict[str, float]:
     """pyarrow alone: consume + parse + one file per hour and chunk, then per hour: read its
     files, write one, and the default checks."""
@@ -187,7 +212,14 @@ def main(argv: list[str] | None = None) -> int:
         default="embedded",
         help="embedded Derby (the default of a fresh install) or a metastore service started here",
     )
+    parser.add_argument(
+        "--table-formats",
+        default="hive",
+        help="comma-separated output.table_format values, each a cycle of its own table on the "
+        "same topic, alternating (hive,iceberg prints iceberg/hive for the seal)",
+    )
     args = parser.parse_args(argv)
+    formats = [f.strip() for f in args.table_formats.split(",") if f.strip()]
 
     settings = Settings.from_env()
     broker = BrokerService(settings)
@@ -208,49 +240,39 @@ def main(argv: list[str] | None = None) -> int:
             f"{time.perf_counter() - t0:.1f} s; {platform.node()}; library {Path(tidemark.__file__).parent}"
         )
 
-        bench_table(home / "conf", topic, max(ends.values()))
-
-        env = {
-            **os.environ,
-            "TIDEMARK_HOME": str(home / "run"),
-            "TIDEMARK_CONF_DIR": str(home / "conf"),
-            "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        }
-        if args.metastore == "service":
-            env["TIDEMARK_HIVE_METASTORE_URIS"] = start_metastore_service(env, services)
-            print(f"metastore service at {env['TIDEMARK_HIVE_METASTORE_URIS']}")
-        if not args.cold_metastore:
-            print(f"metastore prepared by a seal with nothing due in {prepare_metastore(env):.1f} s")
-        cycle = run_cycle(env, total, START + span + timedelta(hours=2))
+        cycles: dict[str, dict[str, Any]] = {}
+        for table_format in formats:
+            own = home / table_format
+            bench_table(own / "conf", topic, max(ends.values()), output={"table_format": table_format})
+            env = {
+                **os.environ,
+                "TIDEMARK_HOME": str(own / "run"),
+                "TIDEMARK_CONF_DIR": str(own / "conf"),
+                "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            }
+            if args.metastore == "service":
+                env["TIDEMARK_HIVE_METASTORE_URIS"] = start_metastore_service(env, services)
+                print(f"metastore service at {env['TIDEMARK_HIVE_METASTORE_URIS']}")
+            if not args.cold_metastore:
+                print(f"metastore prepared by a seal with nothing due in {prepare_metastore(env):.1f} s")
+            cycles[table_format] = run_cycle(env, total, START + span + timedelta(hours=2))
         base = floor(settings.kafka_bootstrap, topic, ends, home / "floor")
-
-        hours = [h for h in cycle["sealed"] if h.startswith("2026")]
-        print(
-            f"dump   processing {cycle['dump_s']:6.2f} s ({total / cycle['dump_s']:>9,.0f} rec/s; "
-            f"wall with the JVM start {cycle['dump_wall_s']:.1f} s) phases {cycle['dump_phases']}"
-        )
-        print(
-            f"seal   processing {cycle['seal_s']:6.2f} s ({total / cycle['seal_s']:>9,.0f} rec/s; "
-            f"wall with the JVM start {cycle['seal_wall_s']:.1f} s), {len(hours)} hours sealed"
-        )
-        print(f"       seal phases (s): {cycle['seal_phases']}")
-        big = [h for h in hours if sum(cycle["hour_timings"].get(h, {}).values()) > 0]
-        for hour in big[:3]:
-            print(f"       hour {hour}: {cycle['hour_timings'][hour]}")
-        if args.hours > 1:
-            per_hour = cycle["seal_s"] / len(hours)
-            print(f"       per sealed hour: {per_hour:.2f} s ({total / len(hours):,.0f} rows an hour)")
+        for table_format, cycle in cycles.items():
+            print(f"== output.table_format: {table_format}")
+            report(cycle, total, args.hours)
         print(
             f"floor  {base['floor_s']:6.2f} s (consume + parse + write {base['floor_dump_s']:.2f} s, "
             f"compact + checks {base['floor_seal_s']:.2f} s)"
         )
-        pipeline = cycle["dump_s"] + cycle["seal_s"]
-        print(
-            f"pipeline processing {pipeline:.2f} s; end to end with the JVM starts "
-            f"{cycle['dump_wall_s'] + cycle['seal_wall_s']:.1f} s"
-        )
-        print(f"seal/dump = {cycle['seal_s'] / cycle['dump_s']:.2f}")
-        print(f"pipeline/floor = {pipeline / base['floor_s']:.2f}")
+        for table_format, cycle in cycles.items():
+            pipeline = cycle["dump_s"] + cycle["seal_s"]
+            suffix = "" if len(cycles) == 1 else f" ({table_format})"
+            print(f"seal/dump = {cycle['seal_s'] / cycle['dump_s']:.2f}{suffix}")
+            print(f"pipeline/floor = {pipeline / base['floor_s']:.2f}{suffix}")
+        if {"hive", "iceberg"} <= set(cycles):
+            print(
+                f"iceberg/hive = {cycles['iceberg']['seal_s'] / cycles['hive']['seal_s']:.2f} (seal processing)"
+            )
     finally:
         for service in reversed(services):
             service.stop()

@@ -22,7 +22,9 @@ The terminal gets the story, one line per step (``console.Console``); everything
 Spark and the JVM print goes to a log file per step under ``<demo home>/logs``.
 
 Then ``events_avro`` (``demo_avro.py``): the same clickstream in Avro behind a Schema
-Registry (a stand-in), one ingest run, reconciled like the JSON table.
+Registry (a stand-in), one ingest run, reconciled like the JSON table. And ``events_iceberg``
+(``demo_iceberg.py``): the clickstream as an Iceberg table, one snapshot per sealed hour, read
+back by name by pyiceberg and DuckDB.
 
 Then the orders path (full + periodic increment): order changes of 06:00-08:00 go to the
 ``orders`` topic and into the source (PostgreSQL through JDBC when the server is installed,
@@ -62,6 +64,7 @@ from tidemark.time.hours import hour_path
 from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, airflow_environment, metastore_pool
 from tidemark_dev.console import Console
 from tidemark_dev.demo_avro import AVRO_TABLE, run_avro, write_avro_config
+from tidemark_dev.demo_iceberg import ICEBERG_TABLE, run_iceberg, write_iceberg_config
 from tidemark_dev.generator import (
     Message,
     change_messages,
@@ -162,6 +165,11 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
         f"tidemark-demo-{AVRO_TABLE}-{uuid.uuid4().hex[:8]}",
         registry.url,
     )
+    write_iceberg_config(
+        demo.conf_dir,
+        base.conf_dir / f"{TABLE}.yaml",
+        f"tidemark-demo-{ICEBERG_TABLE}-{uuid.uuid4().hex[:8]}",
+    )
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its goodbye at exit is not the story's
     console = Console(demo.home / "logs")
     say = console.say
@@ -177,13 +185,14 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
         produced += _run_stream(console, demo, dag, scale)
         orders, final_state = _run_orders(console, demo, base, scale)
         avro_ok = run_avro(console, demo, _dag(f"tidemark_ingest_{AVRO_TABLE}"), at(8), scale)
+        iceberg_ok = run_iceberg(console, demo, _dag(f"tidemark_ingest_{ICEBERG_TABLE}"), at(8), scale)
         # In-process Spark last: its JVM keeps the embedded Derby metastore booted until exit,
         # and a spark-submit job started after it could not open the metastore.
         events_ok = _check_events(console, demo, produced)
         with console.step("orders-check", "checking the merged snapshot against the source (Spark SQL)"):
             orders_ok = _check_snapshot(orders, demo, final_state)
         say(orders_ok[1])
-        ok = events_ok and orders_ok[0] and avro_ok
+        ok = events_ok and orders_ok[0] and avro_ok and iceberg_ok
         say("")
         say("where to look next:")
         say(f"  TIDEMARK_HOME={demo.home} tidemark status --table {TABLE} --hour 2026-11-22T08")

@@ -8,15 +8,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
-
-import duckdb  # noqa: TID253
-import duckdb_extension_avro
-import duckdb_extension_iceberg
 
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.settings import Settings
+from tidemark_dev.duckdb_reader import duckdb_connection
 
 Rows = dict[tuple[int, int], Any]
 
@@ -32,15 +28,6 @@ def pyiceberg_rows(settings: Settings, table: str, *, hour: str, column: str = "
     return dict(zip(keys, frame[column].to_pylist(), strict=True))
 
 
-def duckdb_connection() -> Any:
-    """DuckDB with the avro and iceberg extensions loaded from their wheels (no download)."""
-    connection = duckdb.connect()
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
-        (path,) = Path(module.__file__ or "").parent.rglob("*.duckdb_extension")
-        connection.sql(f"LOAD '{path}'")
-    return connection
-
-
 def duckdb_rows(settings: Settings, table: str, *, hour: str, column: str = "event_id") -> Rows:
     metadata = _table(settings, table).metadata_location
     found = duckdb_connection().sql(
@@ -53,6 +40,7 @@ SPARK_READER = """
 import json, sys
 from tidemark.iceberg_catalog import spark_catalog_conf
 from tidemark.settings import Settings
+from tidemark_dev.duckdb_reader import duckdb_connection
 from tidemark.spark import build_session
 
 settings = Settings.from_env()

@@ -15,14 +15,20 @@ from typing import Any
 import pytest
 
 from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of, spark_rows
-from tests.helpers.tables import at, fresh_table
-from tidemark.errors import ConfigError, HourCommitConflictError, InjectedFault, SchemaEvolutionError
+from tests.helpers.tables import AMOUNT_AT_MOST_100, at, fresh_table
+from tidemark.errors import (
+    ConfigError,
+    HourCommitConflictError,
+    InjectedFault,
+    QualityGateError,
+    SchemaEvolutionError,
+)
 from tidemark.evolution import SchemaHistory
 from tidemark.hourcommit.base import HourNote
 from tidemark.hourcommit.iceberg import IcebergHourCommit
 from tidemark.ingest.dump import run_dump
 from tidemark.seal.rebuild import run_rebuild
-from tidemark.seal.sealing import run_seal
+from tidemark.seal.sealing import run_release, run_seal
 from tidemark.settings import Settings
 from tidemark.table import Table
 from tidemark.time.hours import parse_key
@@ -190,3 +196,28 @@ def test_the_table_format_never_changes_and_iceberg_is_parquet(settings: Setting
         SchemaHistory(settings.state_location, config.table).check(iceberg)
     with pytest.raises(ConfigError, match=r"output\.format: orc: an Iceberg table is Parquet"):
         fresh_table(settings, tmp_path, output__table_format="iceberg", output__format="orc")
+
+
+def test_a_quarantined_hour_is_in_no_snapshot_until_released(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = fresh_table(
+        settings, tmp_path, output__table_format="iceberg", quality__expectations=AMOUNT_AT_MOST_100
+    )
+    create_topic(broker, config.source.topic, 1)
+    bad = [(0, at(10, 5)), (0, at(10, 6)), (0, at(10, 7), {"amount": "500.00"})]
+    produce(broker, config.source.topic, records([*bad, (0, at(11, 10)), (0, at(11, 20)), (0, at(12, 30))]))
+    run_dump(spark, config, settings, "run-1", at(12, 40))
+    with pytest.raises(QualityGateError):
+        run_seal(spark, config, settings, "run-1")
+    assert [s["tidemark.hour"] for s in snapshots_of(settings, config.table)] == ["2026-11-22T11"]
+    assert pyiceberg_rows(settings, config.table, hour="10") == {}
+
+    run_release(spark, config, settings, HOUR, "release-1")
+    released = snapshots_of(settings, config.table)[-1]
+    assert (released["tidemark.hour"], released["tidemark.version"], released["tidemark.run-id"]) == (
+        HOUR,
+        "1",
+        "release-1",
+    )
+    assert len(pyiceberg_rows(settings, config.table, hour="10")) == 3
