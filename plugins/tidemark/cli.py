@@ -150,6 +150,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_maintain(args: argparse.Namespace) -> int:
+    import json
+    from datetime import UTC, datetime
+
+    from tidemark.catalog import load_table
+    from tidemark.seal.maintenance import maintain
+    from tidemark.settings import Settings
+    from tidemark.table import Table
+
+    settings = Settings.from_env()
+    result = maintain(
+        Table.open(load_table(args.table, settings), settings), datetime.now(UTC), dry_run=args.dry_run
+    )
+    print(json.dumps(result.to_json(), indent=2))
+    return 0
+
+
 def _decision_arguments(parser: argparse.ArgumentParser) -> None:
     """Why and who, of an operator decision kept in the table's audit log."""
     parser.add_argument("--reason", required=True, help="why: kept in the audit log")
@@ -215,6 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--run-id", help="the stream's run id (default: host and start time)")
     stream.add_argument("--until-caught-up", action="store_true", help="stop once caught up (a catch-up run)")
     stream.add_argument("--trigger-interval", help="override stream.trigger_interval, e.g. 5s")
+
+    maintain = _table_command(
+        sub,
+        "maintain",
+        _cmd_maintain,
+        help="an Iceberg table: expire snapshots past output.version_retention, delete their metadata",
+        description="What tidemark_maintain_<table> runs daily: snapshots committed more than "
+        "output.version_retention ago are expired (never the current one), then the metadata files no kept "
+        "snapshot references; the next seal deletes the hour versions no snapshot holds any more.",
+    )
+    maintain.add_argument("--dry-run", action="store_true", help="only print what would go")
 
     status = _table_command(
         sub, "status", _cmd_status, help="batches, committed offsets, lag and dirty counts of a table"

@@ -1,6 +1,8 @@
-"""Trino (476, from Maven Central, on the Temurin JDK 25) reads an Iceberg table tidemark
-sealed, by name through its Iceberg connector on the same catalog (PostgreSQL), equal row by
-row to pyiceberg's read of the same hour; the snapshot's summary is Trino's to read too."""
+"""An Iceberg table through Airflow (dag.test): the ingest DAG's spark-submit jobs dump and
+seal it into a PostgreSQL Iceberg catalog, its maintenance DAG runs; then Trino (476, from
+Maven Central, on the Temurin JDK 25) reads the sealed hour by name through its Iceberg
+connector on the same catalog, equal row by row to pyiceberg's read; the snapshot's summary
+is Trino's to read too."""
 
 from __future__ import annotations
 
@@ -8,14 +10,12 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.helpers.iceberg import pyiceberg_rows
+from tests.helpers.dags import run_dag
+from tests.helpers.iceberg import pyiceberg_rows, snapshots_of
 from tests.helpers.tables import at, fresh_table
-from tidemark.ingest.dump import run_dump
-from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark_dev.generator import create_topic, produce, records
 from tidemark_dev.net import free_port
@@ -26,12 +26,13 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def on_postgres(settings: Settings, postgres: str) -> Settings:
-    """The settings with the Iceberg catalog on tidemark's PostgreSQL (Trino reads no SQLite)."""
-    url = (
-        f"postgresql+pg8000://{POSTGRES_USER}:{POSTGRES_PASSWORD}@127.0.0.1:{settings.postgres_port}/postgres"
-    )
-    return replace(settings, iceberg_catalog_uri=url)
+def on_postgres(dag_env: Settings, postgres: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The DAGs' settings with the Iceberg catalog on tidemark's PostgreSQL (Trino reads no
+    SQLite), for the jobs too."""
+    user = f"{POSTGRES_USER}:{POSTGRES_PASSWORD}"
+    url = f"postgresql+pg8000://{user}@127.0.0.1:{dag_env.postgres_port}/postgres"
+    monkeypatch.setenv("TIDEMARK_ICEBERG_CATALOG_URI", url)
+    return replace(dag_env, iceberg_catalog_uri=url)
 
 
 @pytest.fixture
@@ -44,15 +45,19 @@ def trino(on_postgres: Settings) -> Iterator[TrinoService]:
         service.stop()
 
 
-def test_trino_reads_the_sealed_hour_by_name(
-    spark: Any, broker: str, on_postgres: Settings, trino: TrinoService, tmp_path: Path
+def test_the_dags_land_an_iceberg_table_that_trino_reads_by_name(
+    broker: str, on_postgres: Settings, trino: TrinoService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, settings = fresh_table(on_postgres, tmp_path, output__table_format="iceberg")
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
     table, topic = config.table, config.source.topic
     create_topic(broker, topic, 2)
     sent = produce(broker, topic, records([(p, at(10, m)) for p in (0, 1) for m in (*range(0, 60, 10), 110)]))
-    run_dump(spark, config, settings, "run-1", at(12))
-    assert run_seal(spark, config, settings, "run-1").sealed == ["2026-11-22T10"]
+    states = run_dag(f"tidemark_ingest_{table}", at(12))
+    assert set(states.values()) == {"success"}, states
+    assert [s["tidemark.hour"] for s in snapshots_of(settings, table)] == ["2026-11-22T10"]
+    assert run_dag(f"tidemark_maintain_{table}", at(12)) == {"expire_snapshots": "success"}
+    assert len(snapshots_of(settings, table)) == 1  # within the retention: nothing expired
 
     cursor = trino.connect().cursor()
     cursor.execute(f"SELECT _mq_partition, _mq_offset, event_id, dt, hr FROM {table} WHERE hr = '10'")

@@ -9,6 +9,8 @@ import contextlib
 import json
 import shutil
 import threading
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from tidemark.evolution import SchemaHistory
 from tidemark.hourcommit.base import HourNote
 from tidemark.hourcommit.iceberg import IcebergHourCommit
 from tidemark.ingest.dump import run_dump
+from tidemark.seal.maintenance import maintain
 from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_release, run_seal
 from tidemark.settings import Settings
@@ -221,3 +224,57 @@ def test_a_quarantined_hour_is_in_no_snapshot_until_released(
         "release-1",
     )
     assert len(pyiceberg_rows(settings, config.table, hour="10")) == 3
+
+
+def test_maintenance_expires_old_snapshots_and_their_metadata_never_the_current(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Three snapshots of hour 10 (seal, amend, rebuild); within the retention nothing goes;
+    past it the two older snapshots and the metadata only they used go, the hour still reads
+    the same, and the seal's collector then deletes the versions they held."""
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        late_policy="amend",
+        output__table_format="iceberg",
+        output__version_retention="2s",
+    )
+    table, topic = config.table, config.source.topic
+    create_topic(broker, topic, 1)
+    produce(broker, topic, records([(0, at(10, m)) for m in (0, 20, 40, 110)]))
+    run_dump(spark, config, settings, "run-1", at(12))
+    run_seal(spark, config, settings, "run-1")
+    produce(broker, topic, records([(0, at(10, 50))], prefix="late"))
+    run_dump(spark, config, settings, "run-2", at(12, 10))
+    run_seal(spark, config, settings, "run-2")
+    run_rebuild(spark, config, settings, "rebuild-1", [HOUR])
+    handle = Table.open(config, settings)
+    rows = pyiceberg_rows(settings, table, hour="10")
+    assert len(rows) == 4 and len(snapshots_of(settings, table)) == 3
+
+    far = datetime(2100, 1, 1, tzinfo=UTC)  # the wall clock bounds it: only what is 2 s old
+    day = config.output.model_copy(update={"version_retention": timedelta(days=1)})
+    lenient = config.model_copy(update={"output": day})
+    kept = maintain(Table.open(lenient, settings), far)
+    assert kept.expired == [] and kept.deleted == []  # within the retention: a reader may use them
+
+    time.sleep(2.5)
+    dry = maintain(handle, far, dry_run=True)
+    assert len(dry.expired) == 2 and len(snapshots_of(settings, table)) == 3
+    done = maintain(handle, far)
+    assert done.expired == dry.expired and done.deleted  # manifests and lists of the expired ones
+    (current,) = snapshots_of(settings, table)
+    assert current["tidemark.version"] == "3"
+    assert pyiceberg_rows(settings, table, hour="10") == rows == duckdb_rows(settings, table, hour="10")
+    assert not any(handle.layout.store.exists(f) for f in done.deleted)
+
+    # the next seal's collector: v1 and v2 are in no snapshot now, and past the retention
+    produce(broker, topic, records([(0, at(12, 30))], prefix="c"))
+    run_dump(spark, config, settings, "run-3", at(13))
+    run_seal(spark, config, settings, "run-3")
+    time.sleep(2.5)
+    produce(broker, topic, records([(0, at(13, 30))], prefix="d"))
+    run_dump(spark, config, settings, "run-4", at(16))
+    collected = run_seal(spark, config, settings, "run-4").versions_deleted
+    assert any("/v0001-" in v for v in collected) and any("/v0002-" in v for v in collected), collected
+    assert pyiceberg_rows(settings, table, hour="10") == rows

@@ -24,6 +24,7 @@ from typing import Any
 from tidemark.airflow.family import discovery_dag
 from tidemark.airflow.group import group_dag
 from tidemark.airflow.ingest import ingest_dag
+from tidemark.airflow.maintain import maintain_dag
 from tidemark.airflow.seal import rebuild_dag, seal_dag
 from tidemark.airflow.snapshot import bootstrap_dag, merge_dag
 from tidemark.airflow.stream import stream_dag
@@ -54,12 +55,14 @@ def shard_dags(dag_file: str, settings: Settings | None = None) -> dict[str, Any
 
 def builders_for(config: TableConfig) -> list[Builder]:
     """The DAG kinds of one table: ingest, seal, rebuild and stream; bootstrap and merge for
-    CDC tables."""
+    CDC tables; maintain for Iceberg tables."""
     kinds: list[Builder] = [seal_dag, rebuild_dag, stream_dag]
     if config.group is None:  # a group's tables are dumped and sealed by the group's DAG
         kinds.insert(0, ingest_dag)
     if config.cdc is not None:
         kinds += [bootstrap_dag, merge_dag]
+    if config.output.table_format == "iceberg":
+        kinds.append(maintain_dag)
     return kinds
 
 
