@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from tidemark.errors import ConfigError
 from tidemark.jvm_jars import require_jars
 from tidemark.settings import Settings
+from tidemark.spark import driver_class_path
 from tidemark.tablefs import s3_from_environment
 
 if TYPE_CHECKING:
@@ -87,10 +88,12 @@ def spark_catalog_conf(settings: Settings) -> dict[str, str]:
     url, credentials = jdbc_url(settings.iceberg_catalog_url)
     prefix = f"spark.sql.catalog.{settings.iceberg_catalog}"
     jars = require_jars("iceberg")
+    # the JDBC driver must be on the driver's own class path (DriverManager), beside the
+    # session's own (JDBC drivers; s3a for a warehouse on S3: Iceberg reads s3a:// through it)
+    class_path = [p for p in (driver_class_path(settings), *jars) if p]
     conf = {
         "spark.jars": ",".join(jars),
-        # the JDBC driver must be on the driver's own class path (DriverManager)
-        "spark.driver.extraClassPath": ":".join(jars),
+        "spark.driver.extraClassPath": ":".join(class_path),
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         f"{prefix}.type": "jdbc",
         f"{prefix}.uri": url,

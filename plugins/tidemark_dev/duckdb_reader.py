@@ -1,21 +1,39 @@
-"""DuckDB as a reader of tidemark's Iceberg tables, with its ``iceberg`` and ``avro``
-extensions loaded from their PyPI wheels (``duckdb-extension-*``, pinned with duckdb): no
-download from extensions.duckdb.org, which a machine without internet cannot reach."""
+"""DuckDB as a reader of tidemark's Iceberg tables, with its ``iceberg``, ``avro`` and
+``httpfs`` extensions loaded from their PyPI wheels (``duckdb-extension-*``, pinned with
+duckdb): no download from extensions.duckdb.org, which a machine without internet cannot
+reach. An S3 endpoint of the ``AWS_*`` environment becomes DuckDB's S3 secret."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from tidemark.tablefs import s3_from_environment
 
 
 def duckdb_connection() -> Any:
     """An in-memory DuckDB that reads Iceberg tables (``iceberg_scan(<metadata file>)``)."""
     import duckdb
     import duckdb_extension_avro
+    import duckdb_extension_httpfs
     import duckdb_extension_iceberg
 
     connection = duckdb.connect()
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
+    for module in (duckdb_extension_httpfs, duckdb_extension_avro, duckdb_extension_iceberg):
         (path,) = Path(module.__file__ or "").parent.rglob("*.duckdb_extension")
         connection.sql(f"LOAD '{path}'")
+    s3 = s3_from_environment()
+    if s3.get("endpoint"):
+        endpoint = urlsplit(s3["endpoint"])
+        connection.execute(
+            "CREATE SECRET tidemark_s3 (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL ?)",
+            [
+                s3.get("access_key", ""),
+                s3.get("secret_key", ""),
+                s3.get("region", "us-east-1"),
+                endpoint.netloc,
+                endpoint.scheme == "https",
+            ],
+        )
     return connection
