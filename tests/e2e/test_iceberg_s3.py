@@ -1,6 +1,7 @@
 """An Iceberg table on the production topology's store (warehouse and state on S3), with the
 jobs as spark-submit runs them: the seal writes the hour's version through pyarrow in the
-tasks and commits it with pyiceberg's S3 FileIO; an amend replaces it in a second snapshot.
+tasks and commits it with pyiceberg's S3 FileIO (a kill after the commit: the retry commits
+nothing twice); an amend replaces it in a second snapshot.
 Spark SQL (Iceberg over s3a), pyiceberg and DuckDB (httpfs) read the same rows by name."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of, spark_rows
 from tests.helpers.jobs import run_job_process
 from tests.helpers.tables import at, fresh_table
+from tidemark.faults import EXIT_CODE
 from tidemark.settings import Settings
 from tidemark_dev.generator import create_topic, produce, records
 
@@ -41,6 +43,10 @@ def test_an_iceberg_table_on_s3_seals_and_amends_and_every_engine_reads_it(
     sent = produce(broker, topic, records([(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 10)]))
     sent += produce(broker, topic, records([(0, at(11, 40)), (1, at(11, 30))], prefix="b"))
     run(settings, "dump", table, "run-1", "--processing-time", at(12).isoformat())
+    # the seal killed (os._exit) after its Iceberg commit, before its journal entry: the retry
+    # finds its own commit in the summaries and commits nothing again
+    code, _, _ = run_job_process(settings, "seal", table, "seal-1", fail_at="after_registration")
+    assert code == EXIT_CODE and len(snapshots_of(settings, table)) == 1
     assert run(settings, "seal", table, "seal-1")["sealed"] == ["2026-11-22T10"]
     on_time = {(p, o): json.loads(m.value or b"{}")["event_id"] for p, o, m in sent if o < 6}
     assert pyiceberg_rows(settings, table, hour="10") == on_time
