@@ -184,6 +184,11 @@ class HourCommit(ABC):
         """Drop the job's cached listing of a table whose registered files changed."""
         metastore.refresh(table)
 
+    def warm_ups(self, metastore: Any) -> list[Callable[[], object]]:
+        """What a seal can start while Spark compacts: what its first registration needs
+        (the Hive client's start: Derby's boot or the metastore connection)."""
+        return [metastore.connect]
+
     @abstractmethod
     def mark_complete(self, target: Path, hour_key: str, rows: int, version: int) -> None:
         """``_SUCCESS`` for path-based readers, after registration."""

@@ -128,6 +128,11 @@ class IcebergHourCommit(VersionedHourCommit):
             return
         self.commit_hour(hour, specs, note or HourNote(run_id="", batches={}))
 
+    def warm_ups(self, metastore: Any) -> list[Callable[[], object]]:
+        """pyiceberg's import and the catalog's table, not the Hive client (a late side
+        table's registration starts it when it comes)."""
+        return [self.load]
+
     def refresh(self, metastore: Any, table: str) -> None:
         """An Iceberg table has no cached listing: each read plans from its current snapshot."""
         if table != self.layout.table:

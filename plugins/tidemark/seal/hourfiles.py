@@ -67,12 +67,12 @@ class HourFiles:
         raise, with its own message (imports and the Hive client are safe to start from two
         threads: the second waits for the first)."""
 
-        work = [self.metastore.connect]
+        work = self.commit.warm_ups(self.metastore)
         if needs_gx(self.config):
             work.append(warm_gx)
         for task in work:
             threading.Thread(
-                target=_quietly, args=(task,), name=f"warm-up-{task.__name__}", daemon=True
+                target=_quietly, args=(task,), name=f"warm-up-{getattr(task, '__name__', task)}", daemon=True
             ).start()
 
     def hour_dir(self, hour: Hour) -> Path:
