@@ -41,7 +41,11 @@ def open_catalog(settings: Settings) -> SqlCatalog:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     properties = {"uri": url, **_s3_properties()}
     catalog = SqlCatalog(settings.iceberg_catalog, **properties)
-    catalog.create_namespace_if_not_exists(NAMESPACE)
+    try:
+        catalog.create_namespace_if_not_exists(NAMESPACE)
+    except Exception:  # created by another process or thread at the same moment
+        if not catalog.namespace_exists(NAMESPACE):
+            raise
     return catalog
 
 

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of, spark_rows
 from tests.helpers.tables import AMOUNT_AT_MOST_100, at, fresh_table
+from tidemark.config import load_table_file
 from tidemark.errors import (
     ConfigError,
     HourCommitConflictError,
@@ -28,6 +30,7 @@ from tidemark.errors import (
 from tidemark.evolution import SchemaHistory
 from tidemark.hourcommit.base import HourNote
 from tidemark.hourcommit.iceberg import IcebergHourCommit
+from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.ingest.dump import run_dump
 from tidemark.seal.maintenance import maintain
 from tidemark.seal.rebuild import run_rebuild
@@ -35,6 +38,7 @@ from tidemark.seal.sealing import run_release, run_seal
 from tidemark.settings import Settings
 from tidemark.table import Table
 from tidemark.time.hours import parse_key
+from tidemark_dev.duckdb_reader import duckdb_connection
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.integration
@@ -278,3 +282,50 @@ def test_maintenance_expires_old_snapshots_and_their_metadata_never_the_current(
     collected = run_seal(spark, config, settings, "run-4").versions_deleted
     assert any("/v0001-" in v for v in collected) and any("/v0002-" in v for v in collected), collected
     assert pyiceberg_rows(settings, table, hour="10") == rows
+
+
+def test_data_partition_columns_a_late_side_table_and_a_new_column(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Identity partitions by hour and ``app``; late rows in the Hive side table, the Iceberg
+    hour untouched; a column added to the YAML: the next hour's files carry it, the table's
+    schema and name mapping grow, older hours read it as null."""
+    config, settings = fresh_table(
+        settings, tmp_path, output__table_format="iceberg", partitioning__columns=["app"]
+    )
+    table, topic = config.table, config.source.topic
+    create_topic(broker, topic, 1)
+    apps = [{"app": a} for a in ("web", "ios", "web")]
+    produce(
+        broker,
+        topic,
+        records([*((0, at(10, m), a) for m, a in zip((0, 20, 40), apps, strict=True)), (0, at(11, 50))]),
+    )
+    run_dump(spark, config, settings, "run-1", at(12))
+    run_seal(spark, config, settings, "run-1")
+    by_app = duckdb_connection().sql(
+        f"SELECT app, count(*) FROM iceberg_scan('{open_catalog(settings).load_table(identifier(table)).metadata_location}') "
+        "WHERE hr = '10' GROUP BY app ORDER BY app"
+    )
+    assert by_app.fetchall() == [("ios", 1), ("web", 2)]
+    spec = open_catalog(settings).load_table(identifier(table)).spec()
+    assert [f.name for f in spec.fields] == ["dt", "hr", "app"]
+
+    produce(broker, topic, records([(0, at(10, 30))], prefix="late"))
+    run_dump(spark, config, settings, "run-2", at(12, 10))
+    assert run_seal(spark, config, settings, "run-2").late_registered
+    assert len(pyiceberg_rows(settings, table, hour="10")) == 3  # the hour as sealed
+    late = spark.sql(f"SELECT event_id FROM `{config.late_table}` WHERE hr = '10'").collect()
+    assert [r[0] for r in late] == ["late-0"]
+
+    path = settings.conf_dir / f"{table}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["schema"]["referrer"] = "string"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    evolved = load_table_file(path)
+    produce(broker, topic, records([(0, at(12, 5), {"referrer": "search"}), (0, at(13, 50))], prefix="c"))
+    run_dump(spark, evolved, settings, "run-3", at(14))
+    assert "2026-11-22T12" in run_seal(spark, evolved, settings, "run-3").sealed
+    assert list(pyiceberg_rows(settings, table, hour="12", column="referrer").values()) == ["search"]
+    assert set(pyiceberg_rows(settings, table, hour="10", column="referrer").values()) == {None}
+    assert list(duckdb_rows(settings, table, hour="12", column="referrer").values()) == ["search"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -72,6 +73,7 @@ class IcebergHourCommit(VersionedHourCommit):
         self.settings = settings
         self.inputs = inputs  # the store's own commit: where a dump leaves batch and late files
         self._catalog: SqlCatalog | None = None
+        self._opening = threading.Lock()
 
     # -- inputs: where the dump put them, as the store's own commit reads them ------------
     def batch_files(
@@ -95,9 +97,10 @@ class IcebergHourCommit(VersionedHourCommit):
 
     @property
     def catalog(self) -> SqlCatalog:
-        if self._catalog is None:
-            self._catalog = open_catalog(self.settings)
-        return self._catalog
+        with self._opening:  # the seal's warm-up thread may be opening it
+            if self._catalog is None:
+                self._catalog = open_catalog(self.settings)
+            return self._catalog
 
     @property
     def identifier(self) -> str:
@@ -326,6 +329,9 @@ class IcebergHourCommit(VersionedHourCommit):
         writer: Writer,
         registered: Callable[[], list[str]],
     ) -> list[str]:
+        # the metastore holds only the late side table: asked (its client started) only
+        # when that table has files
+        late = bool(self.store.all_files(self.layout.relative(self.layout.late_dir)))
         return super().collect(
             config,
             journal,
@@ -333,7 +339,7 @@ class IcebergHourCommit(VersionedHourCommit):
             partitions=partitions,
             late_locations=late_locations,
             writer=writer,
-            registered=lambda: [*registered(), *self.live_locations()],
+            registered=lambda: [*(registered() if late else []), *self.live_locations()],
         )
 
 
