@@ -13,7 +13,7 @@ from typing import Any
 from tidemark import __version__
 from tidemark.cli_decisions import cmd_release, cmd_resolve, cmd_switch, cmd_unlock
 from tidemark.cli_fleet import add_fleet_commands
-from tidemark.cli_tables import add_tables_command, cmd_schema
+from tidemark.cli_tables import add_tables_command, cmd_maintain, cmd_schema
 from tidemark.errors import TidemarkError
 
 log = logging.getLogger("tidemark")
@@ -150,23 +150,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_maintain(args: argparse.Namespace) -> int:
-    import json
-    from datetime import UTC, datetime
-
-    from tidemark.catalog import load_table
-    from tidemark.seal.maintenance import maintain
-    from tidemark.settings import Settings
-    from tidemark.table import Table
-
-    settings = Settings.from_env()
-    result = maintain(
-        Table.open(load_table(args.table, settings), settings), datetime.now(UTC), dry_run=args.dry_run
-    )
-    print(json.dumps(result.to_json(), indent=2))
-    return 0
-
-
 def _decision_arguments(parser: argparse.ArgumentParser) -> None:
     """Why and who, of an operator decision kept in the table's audit log."""
     parser.add_argument("--reason", required=True, help="why: kept in the audit log")
@@ -236,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     maintain = _table_command(
         sub,
         "maintain",
-        _cmd_maintain,
+        cmd_maintain,
         help="an Iceberg table: expire snapshots past output.version_retention, delete their metadata",
         description="What tidemark_maintain_<table> runs daily: snapshots committed more than "
         "output.version_retention ago are expired (never the current one), then the metadata files no kept "

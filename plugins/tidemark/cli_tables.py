@@ -194,3 +194,21 @@ def cmd_schema(args: argparse.Namespace) -> int:
     else:
         print(f"the YAML's schema is v{versions[-1].version}")
     return 2 if registry_refused else 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    """``tidemark maintain``: what ``tidemark_maintain_<table>`` runs, now."""
+    import json
+    from datetime import UTC, datetime
+
+    from tidemark.catalog import load_table
+    from tidemark.seal.maintenance import maintain
+    from tidemark.settings import Settings
+    from tidemark.table import Table
+
+    settings = Settings.from_env()
+    result = maintain(
+        Table.open(load_table(args.table, settings), settings), datetime.now(UTC), dry_run=args.dry_run
+    )
+    print(json.dumps(result.to_json(), indent=2))
+    return 0

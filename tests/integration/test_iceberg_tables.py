@@ -255,6 +255,7 @@ def test_maintenance_expires_old_snapshots_and_their_metadata_never_the_current(
     handle = Table.open(config, settings)
     rows = pyiceberg_rows(settings, table, hour="10")
     assert len(rows) == 4 and len(snapshots_of(settings, table)) == 3
+    directories = {s["tidemark.version"]: s["tidemark.directory"] for s in snapshots_of(settings, table)}
 
     far = datetime(2100, 1, 1, tzinfo=UTC)  # the wall clock bounds it: only what is 2 s old
     day = config.output.model_copy(update={"version_retention": timedelta(days=1)})
@@ -281,6 +282,24 @@ def test_maintenance_expires_old_snapshots_and_their_metadata_never_the_current(
     run_dump(spark, config, settings, "run-4", at(16))
     collected = run_seal(spark, config, settings, "run-4").versions_deleted
     assert any("/v0001-" in v for v in collected) and any("/v0002-" in v for v in collected), collected
+    assert pyiceberg_rows(settings, table, hour="10") == rows
+
+    # hour 10's own snapshot expires too: its version is then read from its files' directory
+    time.sleep(2.5)
+    maintain(handle, far)
+    assert "2026-11-22T10" not in {s["tidemark.hour"] for s in snapshots_of(settings, table)}
+    hour = parse_key(HOUR, "UTC")
+    before = len(snapshots_of(settings, table))
+    retry = handle.layout.warehouse / directories["3"]
+    handle.commit.register(
+        None, table, handle.layout.table_dir, hour, [(hour.spec, retry)], note=HourNote("r", {})
+    )
+    assert len(snapshots_of(settings, table)) == before  # its own version: nothing committed again
+    zombie = handle.layout.warehouse / directories["1"]
+    with pytest.raises(HourCommitConflictError, match="already holds v3"):
+        handle.commit.register(
+            None, table, handle.layout.table_dir, hour, [(hour.spec, zombie)], note=HourNote("z", {})
+        )
     assert pyiceberg_rows(settings, table, hour="10") == rows
 
 

@@ -51,6 +51,7 @@ from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table as IcebergTable
 
     from tidemark.config import TableConfig
@@ -221,7 +222,7 @@ class IcebergHourCommit(VersionedHourCommit):
     def _already(self, table: IcebergTable, hour: Hour, directory: str, version: int, through: int) -> bool:
         """Whether this version is the hour's commit already (a retry: True); refuses one
         older than the hour's last commit (a zombie or a raced step)."""
-        last = last_hour_commit(table, hour.key)
+        last = last_hour_commit(table, hour.key) or self._from_files(table, hour)
         if last is None:
             return False
         if last.get(f"{PREFIX}directory") == directory:
@@ -241,6 +242,26 @@ class IcebergHourCommit(VersionedHourCommit):
             )
         return False
 
+    def _from_files(self, table: IcebergTable, hour: Hour) -> dict[str, str] | None:
+        """The hour's last commit read from its current files' version directory, where its
+        snapshot has expired (maintenance): what a summary would say of it, minus the run."""
+        for data_file in self._hour_files(table, hour):
+            directory = version_dir_of(
+                self.layout.store_relative(data_file.file_path.removeprefix("file://"))
+            )
+            if directory:
+                version, through = _version_of(directory)
+                return {
+                    f"{PREFIX}directory": directory,
+                    f"{PREFIX}version": str(version),
+                    f"{PREFIX}through-batch": str(through),
+                }
+        return None
+
+    def _hour_files(self, table: IcebergTable, hour: Hour) -> list[DataFile]:
+        where = " AND ".join(f"{k} = '{v}'" for k, v in hour.spec.items())  # dt, hr: digits
+        return [task.file for task in table.scan(row_filter=where).plan_files()]
+
     def _commit(
         self,
         table: IcebergTable,
@@ -248,8 +269,7 @@ class IcebergHourCommit(VersionedHourCommit):
         files: list[tuple[dict[str, str], str]],
         summary: dict[str, str],
     ) -> None:
-        where = " AND ".join(f"{k} = '{v}'" for k, v in hour.spec.items())  # dt, hr: digits
-        current = [task.file for task in table.scan(row_filter=where).plan_files()]
+        current = self._hour_files(table, hour)
         with table.transaction() as tx:
             if files:
                 evolve(tx, file_schema(self.store, files[0][1]))
