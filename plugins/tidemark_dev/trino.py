@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import tarfile
 import urllib.request
 import zipfile
@@ -61,6 +62,7 @@ def trino_home() -> Path:
     if (home / ".unpacked").is_file():
         return home
     partial = home.with_name(f"{home.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)  # an unpacking that was killed
     with tarfile.open(archives[0]) as archive:
         archive.extractall(partial, filter="tar")
     (server,) = partial.iterdir()
