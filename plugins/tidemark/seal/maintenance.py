@@ -29,6 +29,7 @@ from tidemark.table import Table
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table as IcebergTable
+    from pyiceberg.table.snapshots import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,9 @@ def maintain(table: Table, interval_end: datetime, *, dry_run: bool = False) -> 
     if result.expired and not dry_run:
         iceberg.maintenance.expire_snapshots().by_ids(result.expired).commit()
         iceberg = commit.load() or iceberg
-    result.kept = len(iceberg.snapshots()) - (len(result.expired) if dry_run else 0)
-    result.deleted = _orphan_metadata(commit, iceberg, cutoff)
+    kept = [s for s in iceberg.snapshots() if s.snapshot_id not in result.expired]
+    result.kept = len(kept)
+    result.deleted = _orphan_metadata(commit, iceberg, kept, cutoff)
     if not dry_run:
         for relative in result.deleted:
             commit.store.delete(relative)
@@ -86,15 +88,17 @@ def maintain(table: Table, interval_end: datetime, *, dry_run: bool = False) -> 
     return result
 
 
-def _orphan_metadata(commit: IcebergHourCommit, iceberg: IcebergTable, cutoff: datetime) -> list[str]:
-    """Files under ``metadata/`` that nothing kept references, last written before ``cutoff``."""
+def _orphan_metadata(
+    commit: IcebergHourCommit, iceberg: IcebergTable, kept: list[Snapshot], cutoff: datetime
+) -> list[str]:
+    """Files under ``metadata/`` that nothing ``kept`` references, last written before ``cutoff``."""
     from pyarrow import fs as pafs
 
     referenced = {
         iceberg.metadata_location,
         *(entry.metadata_file for entry in iceberg.metadata.metadata_log),
     }
-    for snapshot in iceberg.snapshots():
+    for snapshot in kept:
         referenced.add(snapshot.manifest_list)
         referenced.update(manifest.manifest_path for manifest in snapshot.manifests(iceberg.io))
     names = {_relative(commit, location) for location in referenced}
