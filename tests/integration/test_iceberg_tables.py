@@ -32,6 +32,7 @@ from tidemark.hourcommit.base import HourNote
 from tidemark.hourcommit.iceberg import IcebergHourCommit
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.ingest.dump import run_dump
+from tidemark.observe.lineage import job_lineage
 from tidemark.seal.maintenance import maintain
 from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_release, run_seal
@@ -66,6 +67,8 @@ def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
     assert sealed["tidemark.version"] == "1" and sealed["tidemark.run-id"] == "run-2"
     assert json.loads(sealed["tidemark.batches"]) == {"0": {"0": [0, 6], "1": [0, 6]}}
     assert sealed["tidemark.ready-time"] and "_versions/v0001-b" in sealed["tidemark.directory"]
+    (lineage,) = job_lineage("seal", config, settings, "run-2").outputs  # the table by its location
+    assert (lineage.namespace, lineage.name) == ("file", str(Path(settings.warehouse) / table))
 
     # a retry of the seal's commit (a kill after it, before the journal) commits nothing again
     handle = Table.open(config, settings)

@@ -5,7 +5,9 @@ Read after the job, from the records it left (commit record, journal entries, sn
 records of its run id), so the lineage is what happened, retries and no-ops included, not
 what a task was asked to do. Dataset names follow the OpenLineage naming spec: a topic is
 ``kafka://<bootstrap>`` / ``<topic>``, a table ``hive://<metastore>`` / ``default.<table>``,
-a JDBC source ``<scheme>://<host:port>`` / ``<database>.<table>``.
+an Iceberg table by its location as the spec names file datasets (``file`` / ``<path>``,
+``s3://<bucket>`` / ``<key>``: what Spark's OpenLineage integration names one too), a JDBC
+source ``<scheme>://<host:port>`` / ``<database>.<table>``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tidemark.seal.metastore import DATABASE
 from tidemark.seal.rebuild_plan import plan_rebuild
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import PARTITION_COLUMN, SnapshotLog
+from tidemark.state.layout import Layout
 from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
 
@@ -58,6 +61,24 @@ def table_dataset(
     return LineageDataset(
         namespace, f"{DATABASE}.{table}", partitions=tuple(partitions), columns=tuple(columns or ())
     )
+
+
+def hours_dataset(
+    config: TableConfig,
+    settings: Settings,
+    partitions: list[dict[str, str]],
+    columns: list[tuple[str, str]] | None = None,
+) -> LineageDataset:
+    """The table's hours: its Hive table, or an Iceberg table by its location."""
+    if config.output.table_format != "iceberg":
+        return table_dataset(settings, config.table, partitions, columns)
+    layout = Layout(settings, config.table)
+    location = layout.uri(layout.table_dir)
+    scheme, found, rest = location.partition("://")
+    namespace, name = (
+        (f"{scheme}://{rest.split('/', 1)[0]}", rest.split("/", 1)[1]) if found else ("file", location)
+    )
+    return LineageDataset(namespace, name, partitions=tuple(partitions), columns=tuple(columns or ()))
 
 
 def source_dataset(described: str) -> LineageDataset:
@@ -115,7 +136,7 @@ def _dump(config: TableConfig, settings: Settings, run_id: str) -> JobLineage:
                 )
             )
         hours = [_path_spec(p) for p in sorted(commit.rows_per_hour)]
-        outputs.append(table_dataset(settings, config.table, hours, _columns(config)))
+        outputs.append(hours_dataset(config, settings, hours, _columns(config)))
         if commit.late_per_hour and config.late_policy == "side_table":
             late = [_path_spec(p) for p in sorted(commit.late_per_hour)]
             outputs.append(table_dataset(settings, config.late_table, late, _columns(config)))
@@ -135,9 +156,9 @@ def _hours(job: str, config: TableConfig, settings: Settings, run_id: str) -> Jo
     if not entries:
         return JobLineage((), ())
     hours = [_hour_spec(config, e.hour) for e in sorted(entries, key=lambda e: e.hour)]
-    output = table_dataset(settings, config.table, hours, _columns(config))
+    output = hours_dataset(config, settings, hours, _columns(config))
     if job == "seal":  # sealed from the batches the dumps committed (the table's open hours)
-        return JobLineage((table_dataset(settings, config.table, hours),), (output,))
+        return JobLineage((hours_dataset(config, settings, hours),), (output,))
     ranges: dict[int, dict[str, int]] = {}
     for entry in entries:
         for source in plan_rebuild(config, settings, entry.hour, journal.state()).sources:
@@ -171,7 +192,7 @@ def _snapshot(job: str, config: TableConfig, settings: Settings, run_id: str) ->
             inputs.append(topic_dataset(settings, config.source.topic, aligned))
         return JobLineage(tuple(inputs), (output,))
     hours = [_hour_spec(config, key) for key, version in sorted(record.hours.items()) if version]
-    inputs = [table_dataset(settings, config.table, hours)]
+    inputs = [hours_dataset(config, settings, hours)]
     if record.base:
         label = record.base.split("@", 1)[0]
         inputs.append(table_dataset(settings, config.snapshot_table, [{PARTITION_COLUMN: label}]))
