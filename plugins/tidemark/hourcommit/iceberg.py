@@ -246,9 +246,7 @@ class IcebergHourCommit(VersionedHourCommit):
         """The hour's last commit read from its current files' version directory, where its
         snapshot has expired (maintenance): what a summary would say of it, minus the run."""
         for data_file in self._hour_files(table, hour):
-            directory = version_dir_of(
-                self.layout.store_relative(data_file.file_path.removeprefix("file://"))
-            )
+            directory = version_dir_of(self.relative_of(data_file.file_path))
             if directory:
                 version, through = _version_of(directory)
                 return {
@@ -324,6 +322,15 @@ class IcebergHourCommit(VersionedHourCommit):
         on local disk (not percent-encoded: readers take ``dt=...`` literally)."""
         return self.layout.location(path) if self.store.object_store else f"file://{path}"
 
+    @staticmethod
+    def _unlocated(location: str) -> str:
+        """``_location``'s inverse: a location as the store and the collector address it."""
+        return location.removeprefix("file://")
+
+    def relative_of(self, location: str) -> str:
+        """A location the table's metadata names, warehouse-relative ("" outside it)."""
+        return self.layout.store_relative(self._unlocated(location))
+
     # -- collect ----------------------------------------------------------------------------
     def live_locations(self) -> list[str]:
         """The directories of every data file a snapshot still references (expired ones no
@@ -336,7 +343,7 @@ class IcebergHourCommit(VersionedHourCommit):
             for manifest in snapshot.manifests(table.io):
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                     found.add(entry.data_file.file_path.rsplit("/", 1)[0])
-        return sorted(p.removeprefix("file://") for p in found)
+        return sorted(self._unlocated(p) for p in found)
 
     def collect(
         self,

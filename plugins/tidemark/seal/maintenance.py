@@ -101,7 +101,7 @@ def _orphan_metadata(
     for snapshot in kept:
         referenced.add(snapshot.manifest_list)
         referenced.update(manifest.manifest_path for manifest in snapshot.manifests(iceberg.io))
-    names = {_relative(commit, location) for location in referenced}
+    names = {commit.relative_of(location) for location in referenced}
     base = commit.layout.relative(commit.layout.table_dir / "metadata")
     store = commit.store
     found = store.fs.get_file_info(pafs.FileSelector(store.path(base), recursive=True, allow_not_found=True))
@@ -114,8 +114,3 @@ def _orphan_metadata(
         and info.mtime is not None
         and info.mtime.replace(tzinfo=info.mtime.tzinfo or UTC) < cutoff
     )
-
-
-def _relative(commit: IcebergHourCommit, location: str) -> str:
-    path = location.removeprefix("file://")
-    return commit.layout.store_relative(path) or path
