@@ -14,6 +14,7 @@ import yaml
 
 from tidemark.catalog import load_table
 from tidemark.iceberg_catalog import identifier, open_catalog
+from tidemark.masking import mask_text
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark_dev.console import Console
@@ -42,7 +43,7 @@ def run_iceberg(console: Console, demo: Settings, dag: Any, start: datetime, sca
     clicks = list(events(scale // 6, start=start, span=timedelta(hours=2, minutes=30), partitions=2, seed=17))
     console.say("")
     console.say(
-        f"{ICEBERG_TABLE}: the clickstream as an Iceberg table (catalog {demo.iceberg_catalog_url}), topic {topic}"
+        f"{ICEBERG_TABLE}: the clickstream as an Iceberg table (catalog {mask_text(demo.iceberg_catalog_url)}), topic {topic}"
     )
     produced = len(produce(demo.kafka_bootstrap, topic, clicks))
     processing = start + timedelta(hours=3)
