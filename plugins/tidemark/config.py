@@ -102,11 +102,9 @@ class OutputConfig(_Strict):
 
 
 class CdcConfig(_Strict):
-    """For change-data-capture tables: which fields carry the operation and the version, and
-    how often the merge folds sealed increments into a snapshot (``<table>_snapshot``), and in
-    which format: ``parquet`` (a Hive partition per snapshot, each merge rewrites the state) or
-    ``delta`` (one Delta table updated in place by record-level MERGE; each snapshot is a
-    version of it)."""
+    """For change-data-capture tables: the operation and version fields, how often and in which
+    format the merge folds sealed increments into ``<table>_snapshot`` (``parquet``: a Hive
+    partition per snapshot; ``delta``: one Delta table, a version per snapshot)."""
 
     op_field: str = "op"
     version_field: str = "version"
@@ -116,12 +114,12 @@ class CdcConfig(_Strict):
     envelope: Literal["flat", "debezium", "maxwell", "canal"] = "flat"
     snapshot_every: Literal["day", "hour"] = "day"
     snapshot_format: Literal["parquet", "delta"] = "parquet"
-    # delta: the table's delta.targetFileSize. A MERGE rewrites only the files holding changed
-    # keys, and the bootstrap writes the state in key order, so smaller files cost less.
+    # delta: its target file size; a MERGE rewrites only files holding changed keys (key-ordered)
     snapshot_file_size: Size = 32 * 1024 * 1024
-    # delta: the newest labels kept readable (``<table>_snapshot_labels``, read_snapshot); an
-    # older label expires: out of the view, and the merge's VACUUM may delete its files
+    # delta: the newest labels kept readable; an older one expires (VACUUM may delete its files)
     keep_labels: int = Field(default=48, ge=1)
+    # delta: who writes a version: delta-rs in the driver, or delta-spark on the executors
+    merge_engine: Literal["delta-rs", "spark"] = "delta-rs"
 
 
 class StreamConfig(_Strict):
@@ -261,6 +259,8 @@ class TableConfig(_Strict):
                     problems.append(f"cdc: {key!r} is not a column of the schema")
             if not self.primary_key:
                 problems.append("primary_key: a cdc table needs the key its changes are merged by")
+            if self.cdc.merge_engine != "delta-rs" and self.cdc.snapshot_format != "delta":
+                problems.append("cdc.merge_engine applies to cdc.snapshot_format: delta only")
             if self.late_policy != "amend":
                 problems.append(
                     "late_policy: a cdc table needs 'amend': a late change must reach the sealed hour "

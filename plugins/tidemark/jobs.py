@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.catalog import load_table
+from tidemark.delta_spark import table_session_conf
 from tidemark.settings import Settings
 from tidemark.spark import build_session, driver_class_path, driver_java_options
 from tidemark.table_state import TableState
@@ -138,15 +139,24 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
         settings,
         hive,
         lambda spark: body(spark, config, settings, args),
+        extra_conf=table_session_conf(config),
     )
 
 
-def in_session(name: str, settings: Settings, hive: bool, body: Callable[[SparkSession], Any]) -> int:
-    """Build the session, run ``body`` (the session always stopped) and print its result as
-    one JSON line with the session's start seconds."""
+def in_session(
+    name: str,
+    settings: Settings,
+    hive: bool,
+    body: Callable[[SparkSession], Any],
+    *,
+    extra_conf: dict[str, str] | None = None,
+) -> int:
+    """Build the session (``extra_conf``: what the table's jobs need beyond the defaults), run
+    ``body`` (the session always stopped) and print its result as one JSON line with the
+    session's start seconds."""
 
     started = time.perf_counter()
-    spark = build_session(name, settings, hive=hive)
+    spark = build_session(name, settings, hive=hive, extra_conf=extra_conf)
     session_start = time.perf_counter() - started
     try:
         result = body(spark)

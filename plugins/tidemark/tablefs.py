@@ -52,6 +52,13 @@ def spark_reads(uri: str) -> bool:
     return not is_object_store(uri)
 
 
+def hadoop_create_is_exclusive(uri: str) -> bool:
+    """Whether two writers creating one file at ``uri`` through Hadoop (Delta's log store
+    under delta-spark) cannot both succeed: local disk and HDFS, yes; s3a without conditional
+    writes, no (Delta's S3 log store relies on one driver)."""
+    return not is_object_store(uri)
+
+
 def needs_s3a(uri: str) -> bool:
     """Whether the Hive client registers this warehouse's locations as ``s3a://``
     (``hadoop_uri``): its session then needs hadoop-aws on the class path and the s3a

@@ -12,11 +12,12 @@ import pyarrow as pa  # noqa: TID253
 import pyarrow.parquet as pq  # noqa: TID253
 from deltalake import DeltaTable  # noqa: TID253
 
+from tests.helpers.tables import fresh_table
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 from tidemark.snapshot.delta import is_delta, read_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
-from tidemark_dev.generator import Message, change_messages, produce
+from tidemark_dev.generator import Message, change_messages, create_topic, produce
 
 Row = tuple[Any, ...]
 Delivered = list[tuple[int, int, dict[str, Any]]]
@@ -158,3 +159,28 @@ def _rows(spark: Any, relation: str) -> list[Row]:
     return sorted(
         normal({**r.asDict(), "updated_at": r["updated_at"].replace(" ", "T")}) for r in frame.collect()
     )
+
+
+def orders_table(
+    settings: Settings,
+    tmp_path: Path,
+    broker: str,
+    snapshot_format: str = "parquet",
+    envelope: str = "flat",
+    output_format: str = "parquet",
+    **overrides: Any,
+) -> tuple[TableConfig, Settings]:
+    """A fresh orders table (hourly snapshots) and its 2-partition topic; ``overrides`` as
+    ``fresh_table`` takes them."""
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        template="orders",
+        cdc__snapshot_every="hour",
+        cdc__snapshot_format=snapshot_format,
+        cdc__envelope=envelope,
+        output__format=output_format,
+        **overrides,
+    )
+    create_topic(broker, config.source.topic, 2)
+    return config, settings

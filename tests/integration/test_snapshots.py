@@ -16,6 +16,7 @@ from tests.helpers.orders import (
     Row,
     late_update,
     normal,
+    orders_table,
     send,
     snapshot,
     truth,
@@ -72,27 +73,6 @@ def reference_merge(
         if change["order_id"] not in best or rank > best[change["order_id"]][0]:
             best[change["order_id"]] = (rank, change)
     return sorted(normal(c) for _, c in best.values() if c["op"] != "d")
-
-
-def orders_table(
-    settings: Settings,
-    tmp_path: Path,
-    broker: str,
-    snapshot_format: str = "parquet",
-    envelope: str = "flat",
-    output_format: str = "parquet",
-) -> tuple[TableConfig, Settings]:
-    config, settings = fresh_table(
-        settings,
-        tmp_path,
-        template="orders",
-        cdc__snapshot_every="hour",
-        cdc__snapshot_format=snapshot_format,
-        cdc__envelope=envelope,
-        output__format=output_format,
-    )
-    create_topic(broker, config.source.topic, 2)
-    return config, settings
 
 
 def ingest(spark: Any, config: TableConfig, settings: Settings, run: str, processing: datetime) -> None:

@@ -308,7 +308,7 @@ def test_a_delta_merge_on_s3_probes_the_store_and_refuses_one_ignoring_the_condi
         config.cdc.version_field if config.cdc else "": [1],
         DELETE_FLAG: [False],
     }
-    source = pa.table(row, schema=delta.arrow_schema(with_flag=True))
+    source = spark.createDataFrame(pa.table(row, schema=delta.arrow_schema(with_flag=True)))
     pending = SnapshotRecord(1, config.table, "h1", "merge", 1, "run-1", "", "", -1, (), "")
 
     with (

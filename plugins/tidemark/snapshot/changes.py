@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tidemark.seal.metastore import quote_identifier
-from tidemark.snapshot.delta import DELETE_FLAG
+from tidemark.snapshot.delta_engines import DELETE_FLAG
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -12,6 +12,11 @@ its record in the snapshot log carries ``delta_version``, and the Delta commit c
 record in its commitInfo (``tidemark.record``) and an app transaction
 (``tidemark-snapshot-<table>``, version = the Delta version it created).
 
+Who writes. The bootstrap's write and the MERGE are one commit each by the table's engine
+(``cdc.merge_engine``, ``tidemark.snapshot.delta_engines``: delta-rs in the driver by default,
+or delta-spark on the executors); everything else here reads and maintains the table through
+delta-rs, whichever engine wrote it.
+
 Exactly once. The Delta commit is the commit point and the snapshot log follows it. A job
 that dies between the two leaves a commit the log lacks; every bootstrap and merge first
 records such commits (``recover``) under the table's snapshot lock, so the retry of that run
@@ -29,9 +34,8 @@ the difference. Older versions keep the state as it was merged (history is not r
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,11 +46,12 @@ from tidemark.faults import crash_point
 from tidemark.ingest.columns import arrow_fields
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
+from tidemark.snapshot.delta_engines import DELETE_FLAG, DeltaCommit, commit_metrics, engine_for, record_of
 from tidemark.snapshot.delta_views import publish_views
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore
 from tidemark.state.layout import Layout
 from tidemark.state.storage import require_conditional_create
-from tidemark.tablefs import delta_storage_options, filesystem
+from tidemark.tablefs import delta_storage_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,9 +60,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECORD_KEY = "tidemark.record"
-DELETE_FLAG = "_tm_delete"
 DELTA = "delta"
+__all__ = ["DELETE_FLAG", "DeltaSnapshot", "is_delta", "read_snapshot", "snapshot_lock"]
 
 
 def is_delta(config: TableConfig) -> bool:
@@ -74,11 +78,6 @@ def app_id(table: str) -> str:
     return f"tidemark-snapshot-{table}"
 
 
-def sql_name(name: str) -> str:
-    """A column in a delta-rs (DataFusion) predicate."""
-    return name if name.isidentifier() and name.islower() else '"' + name.replace('"', '""') + '"'
-
-
 class DeltaSnapshot:
     """The Delta table of a CDC table's snapshots, and how a version of it is committed."""
 
@@ -93,6 +92,7 @@ class DeltaSnapshot:
         self.store = SnapshotStore(spark, config, settings)
         self.columns = self.store.columns()
         self.names = [name for name, _ in self.columns]
+        self.engine = engine_for(self.cdc.merge_engine, spark)
 
     # -- reading ---------------------------------------------------------------------------
     def arrow_schema(self, *, with_flag: bool = False) -> pa.Schema:
@@ -151,12 +151,13 @@ class DeltaSnapshot:
         recorded_runs = {r.run_id for r in records}
         recovered = []
         for commit in sorted(table.history(table.version() - known), key=lambda c: int(c["version"])):
-            if int(commit["version"]) <= known or RECORD_KEY not in commit:
+            carried = record_of(commit)
+            if int(commit["version"]) <= known or carried is None:
                 continue
-            pending = SnapshotRecord.from_json(json.loads(commit[RECORD_KEY]))
+            pending = SnapshotRecord.from_json(carried)
             if pending.run_id in recorded_runs:
                 continue
-            done = self._finished(pending, int(commit["version"]), commit.get("operationMetrics") or {})
+            done = self._finished(pending, int(commit["version"]), commit_metrics(commit))
             recovered.append(snapshots.append(done))
             log.warning(
                 "%s: Delta version %s of %s (run %s, snapshot %s) was committed but not recorded "
@@ -265,61 +266,28 @@ class DeltaSnapshot:
     def overwrite(self, files: Sequence[str], pending: SnapshotRecord) -> SnapshotRecord:
         """A bootstrap: the staged Parquet files (URIs or paths; the bootstrap sorts them by
         key) become the whole state, in files of ``cdc.snapshot_file_size`` (one commit)."""
-        import pyarrow as pa
-        from deltalake import write_deltalake
-
         self._require_safe_commits()
-        schema = self.arrow_schema()
-        reader = pa.RecordBatchReader.from_batches(schema, _batches(files, schema))
         version = self.table().version() + 1 if self.exists() else 0
-        write_deltalake(
-            self.uri,
-            reader,
-            mode="overwrite",
-            schema_mode="overwrite",
-            configuration={"delta.targetFileSize": str(int(self.cdc.snapshot_file_size))},
-            target_file_size=int(self.cdc.snapshot_file_size),
-            commit_properties=self._commit(pending, version),
-            storage_options=self.storage_options,
-        )
+        self.engine.overwrite(files, self.arrow_schema(), self._commit(pending, version))
         return self._finished(pending, self.table().version(), {})
 
-    def merge(self, source: pa.Table, pending: SnapshotRecord, *, only_newer: bool) -> SnapshotRecord:
+    def merge(self, source: DataFrame, pending: SnapshotRecord, *, only_newer: bool) -> SnapshotRecord:
         """One MERGE of ``source`` (snapshot columns + ``_tm_delete``, one row per key).
         ``only_newer``: a row applies only when its version is at least the target's (the
         increment path); otherwise it applies as is (a difference already computed)."""
         self._require_safe_commits()
-        table = self.table()
-        key = self.config.primary_key
-        on = " AND ".join(f"t.{sql_name(k)} = s.{sql_name(k)}" for k in key)
-        version = sql_name(self.cdc.version_field)
-        newer = f"(t.{version} IS NULL OR s.{version} >= t.{version})" if only_newer else "true"
-        values = {sql_name(n): f"s.{sql_name(n)}" for n in self.names}
-        metrics = (
-            table.merge(
-                source.cast(self.arrow_schema(with_flag=True)),
-                on,
-                source_alias="s",
-                target_alias="t",
-                commit_properties=self._commit(pending, table.version() + 1),
-            )
-            .when_matched_delete(f"s.{DELETE_FLAG} AND {newer}")
-            .when_matched_update(values, f"NOT s.{DELETE_FLAG} AND {newer}")
-            .when_not_matched_insert(values, f"NOT s.{DELETE_FLAG}")
-            .execute()
-        )
+        commit = self._commit(pending, self.table().version() + 1)
+        metrics = self.engine.merge(source, self.arrow_schema(with_flag=True), commit, only_newer=only_newer)
         log.info(
-            "%s: MERGE into %s: %s source rows, %s inserted, %s updated, %s deleted; "
-            "%s of %s files rewritten",
+            "%s: MERGE (%s) into %s: %s source rows, %s inserted, %s updated, %s deleted; %s files rewritten",
             self.config.table,
+            self.engine.name,
             self.uri,
             metrics.get("num_source_rows"),
             metrics.get("num_target_rows_inserted"),
             metrics.get("num_target_rows_updated"),
             metrics.get("num_target_rows_deleted"),
             metrics.get("num_target_files_removed"),
-            int(metrics.get("num_target_files_scanned", 0))
-            + int(metrics.get("num_target_files_skipped_during_scan", 0)),
         )
         return self._finished(pending, self.table().version(), metrics)
 
@@ -336,13 +304,17 @@ class DeltaSnapshot:
             )
         )
 
-    def _commit(self, pending: SnapshotRecord, version: int) -> Any:
-        from deltalake import CommitProperties, Transaction
-
-        return CommitProperties(
-            custom_metadata={RECORD_KEY: json.dumps(pending.to_json(), sort_keys=True)},
-            app_transactions=[Transaction(app_id(self.config.table), version)],
-            max_commit_retries=0,  # one writer under the snapshot lock: a conflict is an error
+    def _commit(self, pending: SnapshotRecord, version: int) -> DeltaCommit:
+        return DeltaCommit(
+            table=self.config.table,
+            uri=self.uri,
+            version=version,
+            app_id=app_id(self.config.table),
+            record=pending.to_json(),
+            columns=tuple(self.columns),
+            key=tuple(self.config.primary_key),
+            version_field=self.cdc.version_field,
+            file_size=int(self.cdc.snapshot_file_size),
         )
 
     def _finished(self, pending: SnapshotRecord, version: int, metrics: dict[str, Any]) -> SnapshotRecord:
@@ -369,20 +341,6 @@ MERGE_COUNTS = {
     "deleted": "num_target_rows_deleted",
     "files_rewritten": "num_target_files_removed",
 }
-
-
-def _batches(files: Sequence[str], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The staged files' rows in the Delta schema (Spark's timestamps may be INT96)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    for uri in files:
-        fs, path = filesystem(uri)
-        with fs.open_input_file(path) as handle:
-            for batch in pq.ParquetFile(handle, coerce_int96_timestamp_unit="us").iter_batches(
-                batch_size=65_536, columns=schema.names
-            ):
-                yield from pa.Table.from_batches([batch]).select(schema.names).cast(schema).to_batches()
 
 
 def read_snapshot(spark: SparkSession, config: TableConfig, settings: Settings, label: str) -> DataFrame:

@@ -164,12 +164,12 @@ class Merger:
         )
         changes = after_alignment(self._increments(plan), anchor.aligned_offsets)
         increment_rows = changes.count()
-        source = self._delta_source(delta, changes, anchor, head)
-        rows = source.toArrow()
+        source = self._delta_source(delta, changes, anchor, head).persist()  # computed once, by the engine
+        source.count()
         crash_point("after_snapshot_staging")
         self._fence()
         committed = delta.merge(
-            rows,
+            source,
             SnapshotRecord(
                 seq=-1,
                 table=table,
@@ -188,6 +188,7 @@ class Merger:
             ),
             only_newer=anchor.ref == head.ref,
         )
+        source.unpersist()
         crash_point("after_snapshot_swap")
         return self._result(self.snapshots.append(committed), [])
 
