@@ -187,7 +187,8 @@ class SparkDeltaEngine:
         frame = self.spark.read.parquet(*(hadoop_uri(f) for f in files)).select(
             *(F.col(quote_identifier(n)).cast(t).alias(n) for n, t in commit.columns)
         )
-        frame = frame.coalesce(max(1, math.ceil(size / commit.file_size)))  # keeps the key order
+        # files of about cdc.snapshot_file_size, each of whole key-sorted staged files
+        frame = frame.coalesce(max(1, math.ceil(size / commit.file_size)))
         with self._commit_conf(commit):
             frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
                 hadoop_uri(commit.uri)
