@@ -18,11 +18,7 @@ CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
 def uses_spark_engine(config: TableConfig) -> bool:
-    return (
-        config.cdc is not None
-        and config.cdc.snapshot_format == "delta"
-        and config.cdc.merge_engine == "spark"
-    )
+    return config.cdc is not None and config.cdc.merge_engine == "spark"  # delta only (TableConfig checks)
 
 
 def delta_spark_conf() -> dict[str, str]:

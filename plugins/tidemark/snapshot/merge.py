@@ -164,31 +164,34 @@ class Merger:
         )
         changes = after_alignment(self._increments(plan), anchor.aligned_offsets)
         increment_rows = changes.count()
-        source = self._delta_source(delta, changes, anchor, head).persist()  # computed once, by the engine
+        # computed before the lease check, not inside the engine's commit
+        source = self._delta_source(delta, changes, anchor, head).persist()
         source.count()
-        crash_point("after_snapshot_staging")
-        self._fence()
-        committed = delta.merge(
-            source,
-            SnapshotRecord(
-                seq=-1,
-                table=table,
-                label=period.label,
-                kind="merge",
-                version=0,
-                run_id=self.run_id,
-                through=period.end.isoformat(),
-                increments_from=period.end.isoformat(),
-                rows=-1,  # counted from the MERGE's metrics
-                files=(),
-                created_at=datetime.now().astimezone().isoformat(),
-                base=anchor.ref,
-                hours=plan.hours,
-                changes={"increment_rows": increment_rows, "rows_before": head.rows},
-            ),
-            only_newer=anchor.ref == head.ref,
-        )
-        source.unpersist()
+        try:
+            crash_point("after_snapshot_staging")
+            self._fence()
+            committed = delta.merge(
+                source,
+                SnapshotRecord(
+                    seq=-1,
+                    table=table,
+                    label=period.label,
+                    kind="merge",
+                    version=0,
+                    run_id=self.run_id,
+                    through=period.end.isoformat(),
+                    increments_from=period.end.isoformat(),
+                    rows=-1,  # counted from the MERGE's metrics
+                    files=(),
+                    created_at=datetime.now().astimezone().isoformat(),
+                    base=anchor.ref,
+                    hours=plan.hours,
+                    changes={"increment_rows": increment_rows, "rows_before": head.rows},
+                ),
+                only_newer=anchor.ref == head.ref,
+            )
+        finally:
+            source.unpersist()
         crash_point("after_snapshot_swap")
         return self._result(self.snapshots.append(committed), [])
 
