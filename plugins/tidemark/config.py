@@ -104,7 +104,7 @@ class OutputConfig(_Strict):
 class CdcConfig(_Strict):
     """For change-data-capture tables: the operation and version fields, how often and in which
     format the merge folds sealed increments into ``<table>_snapshot`` (``parquet``: a Hive
-    partition per snapshot; ``delta``: one Delta table, a version per snapshot)."""
+    partition per snapshot; ``delta`` / ``iceberg``: one table, a version per snapshot)."""
 
     op_field: str = "op"
     version_field: str = "version"
@@ -113,10 +113,10 @@ class CdcConfig(_Strict):
     # Debezium's, Maxwell's or Canal's envelope, read into the columns, op and version
     envelope: Literal["flat", "debezium", "maxwell", "canal"] = "flat"
     snapshot_every: Literal["day", "hour"] = "day"
-    snapshot_format: Literal["parquet", "delta"] = "parquet"
-    # delta: its target file size; a MERGE rewrites only files holding changed keys (key-ordered)
+    snapshot_format: Literal["parquet", "delta", "iceberg"] = "parquet"
+    # delta/iceberg: target file size; a MERGE rewrites only files holding changed keys
     snapshot_file_size: Size = 32 * 1024 * 1024
-    # delta: the newest labels kept readable; an older one expires (VACUUM may delete its files)
+    # delta/iceberg: the newest labels kept readable; an older one expires (its files go)
     keep_labels: int = Field(default=48, ge=1)
     # delta: who writes a version: delta-rs in the driver, or delta-spark on the executors
     merge_engine: Literal["delta-rs", "spark"] = "delta-rs"

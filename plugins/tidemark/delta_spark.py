@@ -1,7 +1,7 @@
 """What a Spark session needs to write Delta tables itself: delta-spark on its class path, the
 Delta SQL extension and ``DeltaCatalog`` as the session catalog.
 
-Only the jobs of a table with ``cdc.merge_engine: spark`` get it (``table_session_conf``):
+Only the jobs of a table with ``cdc.merge_engine: spark`` get it (``jobs.table_session_conf``):
 delta-spark 4.3 (``jvm/pom.xml``'s ``delta`` profile, without the jars the pyspark wheel
 already ships) is the release built on Spark 4.1. ``DeltaCatalog`` delegates every non-Delta
 table to the Hive session catalog, so the same session still reads and registers Hive tables
@@ -31,8 +31,3 @@ def delta_spark_conf() -> dict[str, str]:
         # no deletion vectors, no features delta-rs cannot read
         "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
     }
-
-
-def table_session_conf(config: TableConfig) -> dict[str, str]:
-    """The Spark conf a job of ``config`` needs beyond tidemark's defaults."""
-    return delta_spark_conf() if uses_spark_engine(config) else {}

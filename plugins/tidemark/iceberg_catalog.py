@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "default"  # as the Hive tables' database (seal.metastore.DATABASE)
+NAMESPACE = "default"
+EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"  # as the Hive tables' database (seal.metastore.DATABASE)
 
 
 def open_catalog(settings: Settings) -> SqlCatalog:
@@ -102,6 +103,14 @@ def spark_catalog_conf(settings: Settings) -> dict[str, str]:
         f"{prefix}.type": "jdbc",
         f"{prefix}.uri": url,
         f"{prefix}.warehouse": settings.warehouse,
+        # every read sees the newest commit (pyiceberg commits beside the session: tags, seals)
+        f"{prefix}.cache-enabled": "false",
         **{f"{prefix}.jdbc.{k}": v for k, v in credentials.items()},
     }
     return conf
+
+
+def iceberg_writer_conf(settings: Settings) -> dict[str, str]:
+    """A session that also writes Iceberg with Spark (``MERGE INTO``, procedures such as
+    ``expire_snapshots``): the catalog and Iceberg's SQL extensions."""
+    return {**spark_catalog_conf(settings), "spark.sql.extensions": EXTENSIONS}

@@ -18,10 +18,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.catalog import load_table
-from tidemark.delta_spark import table_session_conf
+from tidemark.delta_spark import delta_spark_conf, uses_spark_engine
+from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog
 from tidemark.settings import Settings
-from tidemark.spark import build_session, driver_class_path, driver_java_options
+from tidemark.spark import (
+    build_session,
+    driver_class_path,
+    driver_java_options,
+    jdbc_driver_class_path,
+    s3a_jars,
+)
 from tidemark.table_state import TableState
+from tidemark.tablefs import needs_s3a
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -139,8 +147,28 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
         settings,
         hive,
         lambda spark: body(spark, config, settings, args),
-        extra_conf=table_session_conf(config),
+        extra_conf=table_session_conf(config, settings),
     )
+
+
+def table_session_conf(config: TableConfig, settings: Settings) -> dict[str, str]:
+    """The Spark conf a job of ``config`` needs beyond tidemark's defaults: delta-spark for
+    ``cdc.merge_engine: spark``, Iceberg's runtime for ``cdc.snapshot_format: iceberg``; for
+    either on S3, s3a on the executors' class path (the same paths must hold the jars on every
+    worker: here the workers share the machine; elsewhere the Spark distribution's hadoop-aws)."""
+    if uses_spark_engine(config):
+        conf = delta_spark_conf()
+    elif config.cdc is not None and config.cdc.snapshot_format == "iceberg":
+        open_catalog(settings)  # the SQL catalog's file and namespace, before the JVM opens it
+        conf = iceberg_writer_conf(settings)
+    else:
+        return {}
+    # Spark's own writers read and write the table's files on the executors: s3a there too
+    # (tidemark's other tasks use pyarrow), from the same local jars as the driver's
+    if needs_s3a(settings.warehouse):
+        jars = [jdbc_driver_class_path(), *s3a_jars(settings)]
+        conf["spark.executor.extraClassPath"] = ":".join(j for j in jars if j)
+    return conf
 
 
 def in_session(

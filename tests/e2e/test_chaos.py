@@ -192,7 +192,7 @@ def test_random_kills_of_delta_snapshot_merges_lose_and_double_nothing(
             state_after(changes, source_state)
         )  # the jobs' own metastore
     records = list(SnapshotLog(own.state_location, config.table).records())
-    assert [(r.label, r.version, r.delta_version) for r in records] == [
+    assert [(r.label, r.version, r.table_version) for r in records] == [
         ("base", 1, 0),
         ("2026-11-22T10", 1, 1),
         ("2026-11-22T11", 1, 2),

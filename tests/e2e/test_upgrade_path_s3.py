@@ -7,6 +7,8 @@ SeaweedFS), the metastore service on PostgreSQL and the standalone cluster.
   retry or a run of another id); a late change makes the current version stale and
   the next merge recomputes it forward; each label and the current version are read by name
   through Spark SQL, in a process of its own, and equal the source's state.
+- Iceberg snapshots: the same path with ``cdc.snapshot_format: iceberg``, every bootstrap and
+  MERGE on the cluster's executors, labels read by their tags.
 - The continuous writer, its Structured Streaming checkpoint on S3 too: killed at each point
   of a micro-batch on the cluster and restarted, handed over from and back to the batch dump;
   every record once where readers are pointed, the batches tiling the topic."""
@@ -35,6 +37,7 @@ from tests.helpers.streams import KILLS, STREAM_ARGS, assert_the_kill_stands, re
 from tests.helpers.tables import at, fresh_table
 from tests.helpers.timeouts import HEAVY
 from tidemark.faults import EXIT_CODE
+from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.observe.lineage import job_lineage
 from tidemark.observe.metrics import emit_metrics
 from tidemark.observe.report import render_report, report_data
@@ -158,7 +161,7 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
         state_after([c for c in after if at(11) <= datetime.fromisoformat(c["updated_at"]) < at(12)], fixed)
     )
     records = list(SnapshotLog(settings.state_location, table).records())
-    assert [(r.ref, r.delta_version) for r in records] == [
+    assert [(r.ref, r.table_version) for r in records] == [
         ("base@v1", 0),
         ("2026-11-22T10@v1", 1),
         ("2026-11-22T11@v1", 2),
@@ -191,7 +194,7 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
     assert "; Delta version 3" in render(table_status(config, settings))
     assert "Delta version 3" in render_report(report_data(config, settings))  # the health page
     gauges = emit_metrics(config, settings, gauge=lambda name, value: None)
-    assert gauges[f"tidemark.{table}.snapshot.delta_version"] == 3
+    assert gauges[f"tidemark.{table}.snapshot.table_version"] == 3
     lineage = job_lineage("merge", config, settings, "remerge-11")
     assert [d.name for d in lineage.outputs] == [f"default.{snapshots}"]
     assert {d.name for d in lineage.inputs} == {f"default.{table}", f"default.{snapshots}"}
@@ -288,4 +291,83 @@ def test_the_stream_on_s3_and_the_cluster_killed_at_every_point_is_exact_and_han
     assert outcome(job(on_cluster, "dump", table, "scheduled__3", *processing))["status"] == "committed"
     assert readable(settings, table) == Counter((p, o) for p, o, _ in delivered)
     assert tiled(settings, table) == {p: max(o for q, o, _ in delivered if q == p) + 1 for p in (0, 1)}
+    assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk
+
+
+@HEAVY
+def test_an_iceberg_snapshot_merged_on_the_cluster_on_s3_recovers_remerges_and_is_read_by_tag(
+    broker: str, postgres: str, cluster: Settings, tmp_path: Path
+) -> None:
+    """``cdc.snapshot_format: iceberg``: the bootstrap's overwrite and every MERGE run on the
+    cluster's executors, writing the table's files to S3 through s3a; a merge killed after its
+    commit is recovered from the snapshot summary, never committed twice; a late change is
+    merged forward; labels are tags, read by name."""
+    config, on_cluster = fresh_table(
+        cluster, tmp_path, template="orders", cdc__snapshot_every="hour", cdc__snapshot_format="iceberg"
+    )
+    on_cluster = replace(on_cluster, home=tmp_path / "home")
+    settings = replace(on_cluster, spark_master="local[2]", executor_env="")
+    create_topic(broker, config.source.topic, 2)
+    table, snapshots = config.table, config.snapshot_table
+    before = order_changes(60, start=at(9), seed=31)
+    source_state = state_after(before)
+    send(broker, config, before)
+    replace_table(settings, table, ORDERS_DDL, ORDERS_COLUMNS, source_state.values())
+    secret = {USER_ENV: POSTGRES_USER, PASSWORD_ENV: POSTGRES_PASSWORD}
+    boot_args = ["--source-kind", "jdbc", "--source", postgres, "--source-table", table]
+    boot_args += ["--label", "base", "--as-of", at(10).isoformat()]
+
+    boot = outcome(job(on_cluster, "bootstrap", table, "boot-1", *boot_args, env_extra=secret))
+    assert boot["rows"] == len(source_state)
+
+    after = order_changes(80, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=32)
+    send(broker, config, after)
+    assert outcome(job(settings, "dump", table, "ingest-1", "--processing-time", at(12, 30).isoformat()))
+    assert outcome(job(settings, "seal", table, "ingest-1"))["sealed"][-2:] == [
+        "2026-11-22T10",
+        "2026-11-22T11",
+    ]
+    # killed after its Iceberg commit, before its record: the retry records it, commits nothing
+    killed = job(
+        on_cluster, "merge", table, "merge-11", "--snapshot", "2026-11-22T11", fail_at="after_snapshot_swap"
+    )
+    assert killed.returncode == EXIT_CODE, why(killed)
+    assert not [r for r in SnapshotLog(settings.state_location, table).records() if r.kind == "merge"]
+    assert outcome(job(on_cluster, "merge", table, "merge-11", "--snapshot", "2026-11-22T11"))["version"] == 1
+
+    state_at_11 = state_after(
+        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
+    )
+    victim = max(k for k, r in state_at_11.items() if datetime.fromisoformat(r["updated_at"]) < at(10, 50))
+    late = late_update(state_at_11[victim], at(10, 50))
+    send(broker, config, [late])
+    assert outcome(job(settings, "dump", table, "ingest-2", "--processing-time", at(12, 40).isoformat()))
+    assert outcome(job(settings, "seal", table, "ingest-2"))["amended"] == ["2026-11-22T10"]
+    remerged = outcome(job(on_cluster, "merge", table, "remerge-11", "--snapshot", "2026-11-22T11"))
+    assert (remerged["version"], remerged["base"]) == (2, "base@v1")
+
+    records = list(SnapshotLog(settings.state_location, table).records())
+    assert [(r.ref, r.table_version) for r in records] == [
+        ("base@v1", 1),
+        ("2026-11-22T11@v1", 2),
+        ("2026-11-22T11@v2", 3),
+    ]
+    iceberg = open_catalog(settings).load_table(identifier(snapshots))
+    assert iceberg.location().startswith("s3a://")
+    # one snapshot per commit (the killed one recovered, not made again); 11@v1's expired: no
+    # label reads it any more
+    assert sorted(s.sequence_number or 0 for s in iceberg.snapshots()) == [1, 3]
+    assert {n for n, r in iceberg.metadata.refs.items() if r.snapshot_ref_type == "tag"} == {
+        "base",
+        "2026-11-22T11",
+    }
+    fixed = state_after([late], state_at_11)
+    expected_11 = truth(
+        state_after([c for c in after if at(11) <= datetime.fromisoformat(c["updated_at"]) < at(12)], fixed)
+    )
+    name = f"{settings.iceberg_catalog}.{identifier(snapshots)}"
+    assert read_by_name(
+        settings, name, f"{name} VERSION AS OF '2026-11-22T11'", f"{name} VERSION AS OF 'base'"
+    ) == [expected_11, expected_11, truth(source_state)]
+    assert "; Iceberg sequence number 3" in render(table_status(config, settings))
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk

@@ -14,8 +14,10 @@ from deltalake import DeltaTable  # noqa: TID253
 
 from tests.helpers.tables import fresh_table
 from tidemark.config import TableConfig
+from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.settings import Settings
-from tidemark.snapshot.delta import is_delta, read_snapshot
+from tidemark.snapshot.delta import is_delta
+from tidemark.snapshot.formats import is_versioned, read_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
 from tidemark_dev.generator import Message, change_messages, create_topic, produce
 
@@ -118,30 +120,52 @@ def snapshot(
     """The snapshot as its readers see it by name, failing on a duplicated key: a Parquet
     snapshot's partition as the metastore serves it; a Delta snapshot's label through the
     registered ``<table>_snapshot_labels`` view (and ``<table>_snapshot`` when the label is the
-    current version), checked against Spark reading the version's files and delta-rs
-    (``by_name=False``: the files only, for jobs that wrote to another metastore)."""
-    if is_delta(config) and not by_name:
+    current version), checked against Spark reading the version's files and delta-rs; an
+    Iceberg snapshot's label by its tag in Spark SQL (and the table's name when current),
+    checked against pyiceberg reading the tag (``by_name=False``: the files only, for jobs
+    that wrote to another metastore or catalog)."""
+    if is_versioned(config):  # a label tidemark no longer keeps is refused (MergeError) first
         assert settings is not None
         read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
+    if is_versioned(config) and not by_name:
         relation = "tm_snapshot"
     elif is_delta(config):
         relation = f"`{config.snapshot_table}_labels` WHERE snapshot_dt = '{label}'"
+    elif is_versioned(config):
+        assert settings is not None
+        relation = f"{iceberg_name(settings, config)} VERSION AS OF '{label}'"
     else:
         spark.catalog.refreshTable(config.snapshot_table)
         relation = f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'"
     rows = keyed_once(_rows(spark, relation), label)
+    if not is_versioned(config):
+        return rows
+    assert settings is not None
+    assert _rows(spark, "tm_snapshot") == rows
+    live = SnapshotLog(settings.state_location, config.table).live()
+    current = by_name and max(live.values(), key=lambda r: r.table_version).label == label
     if is_delta(config):
-        assert settings is not None
-        read_snapshot(spark, config, settings, label).createOrReplaceTempView("tm_snapshot")
-        assert _rows(spark, "tm_snapshot") == rows
-        live = SnapshotLog(settings.state_location, config.table).live()
-        if by_name and max(live.values(), key=lambda r: r.delta_version).label == label:
+        if current:
             assert _rows(spark, f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'") == rows
         delta = DeltaTable(
-            str(SnapshotStore(spark, config, settings).table_dir), version=live[label].delta_version
+            str(SnapshotStore(spark, config, settings).table_dir), version=live[label].table_version
         )
         assert sorted(normal(r) for r in delta.to_pyarrow_table().to_pylist()) == rows
+        return rows
+    if current:
+        assert _rows(spark, iceberg_name(settings, config)) == rows
+    if by_name:
+        table = open_catalog(settings).load_table(identifier(config.snapshot_table))
+        tag = table.snapshot_by_name(label)
+        assert tag is not None, f"{label}: no tag"
+        assert tag.sequence_number == live[label].table_version
+        scanned = table.scan(snapshot_id=tag.snapshot_id).to_arrow().to_pylist()
+        assert sorted(normal(r) for r in scanned) == rows
     return rows
+
+
+def iceberg_name(settings: Settings, config: TableConfig) -> str:
+    return f"{settings.iceberg_catalog}.{identifier(config.snapshot_table)}"
 
 
 def keyed_once(rows: list[Row], what: str) -> list[Row]:

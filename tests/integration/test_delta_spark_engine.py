@@ -86,7 +86,7 @@ def test_delta_spark_writes_the_snapshot_exactly_once_through_crashes_and_delta_
 ) -> None:
     config, own, _ = _bootstrap_and_merge(spark, broker, settings, tmp_path, "spark", crash=True)
     records = list(SnapshotLog(own.state_location, config.table).records())
-    assert [(r.label, r.kind, r.delta_version) for r in records] == [
+    assert [(r.label, r.kind, r.table_version) for r in records] == [
         ("base", "bootstrap", 0),
         ("2026-11-22T10", "merge", 1),
     ]

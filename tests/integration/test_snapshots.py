@@ -26,6 +26,7 @@ from tests.helpers.tables import at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
 from tidemark.faults import SNAPSHOT_POINTS
+from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.metrics import emit_metrics
 from tidemark.observe.status import render, table_status
@@ -33,7 +34,7 @@ from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import run_bootstrap
 from tidemark.snapshot.changes import latest_changes, latest_state, state_difference
-from tidemark.snapshot.delta import is_delta
+from tidemark.snapshot.formats import is_versioned
 from tidemark.snapshot.merge import run_merge
 from tidemark.snapshot.merge_plan import preview_merge, stale_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
@@ -47,9 +48,9 @@ pytestmark = pytest.mark.integration
 BOOTSTRAP_AT = at(10)
 
 
-@pytest.fixture(params=["parquet", "delta"])
+@pytest.fixture(params=["parquet", "delta", "iceberg"])
 def snapshot_format(request: pytest.FixtureRequest) -> str:
-    """Every snapshot test runs on both formats of ``<table>_snapshot``."""
+    """Every snapshot test runs on the three formats of ``<table>_snapshot``."""
     return str(request.param)
 
 
@@ -245,8 +246,13 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
     if snapshot_format == "delta":  # a commit whose record was lost is recovered, not made again
         from deltalake import DeltaTable
 
-        assert [r.delta_version for r in records] == [0, 1]
+        assert [r.table_version for r in records] == [0, 1]
         assert DeltaTable(str(SnapshotStore(spark, config, settings).table_dir)).version() == 1
+    if snapshot_format == "iceberg":  # sequence numbers: one Iceberg snapshot per commit, none twice
+        table = open_catalog(settings).load_table(identifier(config.snapshot_table))
+        assert [r.table_version for r in records] == [1, 2]
+        assert [s.sequence_number for s in table.snapshots()] == [1, 2]
+        assert {"base", "2026-11-22T10"} <= set(table.metadata.refs)
     # tidemark status lists the snapshots, each at its current version
     listed = table_status(config, settings)["snapshots"]
     assert [(s["label"], s["kind"], s["version"], s["base"]) for s in listed] == [
@@ -259,7 +265,7 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
     assert (
         sent[prefix + "rows"] == listed[0]["rows"] and sent[prefix + "lag_seconds"] == 40 * 60
     )  # 11:40 - 11:00
-    assert sent.get(prefix + "delta_version") == (1 if snapshot_format == "delta" else None)
+    assert sent.get(prefix + "table_version") == {"delta": 1, "iceberg": 2}.get(snapshot_format)
     store = SnapshotStore(spark, config, settings)
     assert not store.staging_root.exists() or not any(store.staging_root.iterdir())
 
@@ -283,14 +289,14 @@ def test_a_late_change_makes_its_snapshot_stale_and_the_next_merge_fixes_the_cha
     send(broker, config, [late])
     ingest(spark, config, settings, "ingest-2", at(12, 40))
     assert stale_snapshot(config, settings) == "2026-11-22T11"
-    if is_delta(config):  # the dry run names the anchor the re-merge starts from
+    if is_versioned(config):  # the dry run names the anchor the re-merge starts from
         preview = preview_merge(config, settings, "2026-11-22T11")
-        assert preview["base"] == "base@v1" and preview["delta"].startswith("recompute")
+        assert preview["base"] == "base@v1" and preview["into"].startswith("recompute")
     result = run_merge(spark, config, settings, "remerge-1", "2026-11-22T11")
     fixed = state_after([late], state_at_11)
-    if is_delta(config):
+    if is_versioned(config):
         # Forward only: 11 is recomputed from the bootstrap (hour 10's snapshot is stale) and
-        # its difference merged; hour 10's Delta version keeps the state as merged then.
+        # its difference merged; hour 10's table version keeps the state as merged then.
         assert result.remerged == [] and result.version == 2 and result.base == "base@v1"
         assert snapshot(spark, config, "2026-11-22T10", settings) == truth(state_at_11)
         with pytest.raises(MergeError, match="only move forward"):
@@ -461,7 +467,7 @@ def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_
     needed = {
         Path(f).name
         for label in labels[1:]
-        for f in DeltaTable(root, version=live[label].delta_version).file_uris()
+        for f in DeltaTable(root, version=live[label].table_version).file_uris()
     }
     on_disk = {p.name for p in Path(root).glob("*.parquet")}
     assert on_disk == needed  # base's and the first label's replaced files are gone
@@ -477,10 +483,86 @@ def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_
     monkeypatch.setenv("TIDEMARK_FAIL_AT", "snapshot_views")
     merged = run_merge(spark, config, settings, "merge-13", "2026-11-22T13")
     monkeypatch.delenv("TIDEMARK_FAIL_AT")
-    assert merged.version == 1 and "its views were not registered" in caplog.text
+    assert merged.version == 1 and "its labels were not published" in caplog.text
     assert run_merge(spark, config, settings, "merge-13", "2026-11-22T13").already_done  # registers them
     shown = {
         r[0]
         for r in spark.sql(f"SELECT DISTINCT snapshot_dt FROM `{config.snapshot_table}_labels`").collect()
     }
     assert shown == {"2026-11-22T12", "2026-11-22T13"}
+
+
+def test_an_iceberg_snapshot_tags_its_newest_labels_and_expires_what_only_expired_ones_read(
+    spark: Any,
+    broker: str,
+    settings: Settings,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``cdc.keep_labels`` on Iceberg: the kept labels are tags (read by name), an expired
+    label's tag goes and the label is refused, its snapshots expire with the files only they
+    read; a user's own tag stays. Tags a failure left stale are made good by the next merge."""
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        template="orders",
+        cdc__snapshot_every="hour",
+        cdc__snapshot_format="iceberg",
+        cdc__keep_labels=2,
+    )
+    create_topic(broker, config.source.topic, 2)
+    before, source_state = history()
+    send(broker, config, before)
+    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
+    run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
+    catalog = open_catalog(settings)
+    table = catalog.load_table(identifier(config.snapshot_table))
+    bootstrap_files = {t.file.file_path for t in table.scan().plan_files()}
+    current = table.current_snapshot()
+    assert current is not None
+    table.manage_snapshots().create_tag(current.snapshot_id, "audit-2026").commit()
+    after = order_changes(200, start=at(10), span=at(13, 30) - at(10), existing=source_state, seed=7)
+    send(broker, config, after)
+    ingest(spark, config, settings, "ingest-1", at(13, 40))
+    labels = ["2026-11-22T10", "2026-11-22T11", "2026-11-22T12"]
+    for label in labels:
+        run_merge(spark, config, settings, f"merge-{label}", label)
+    expected = state_after(
+        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(13)], source_state
+    )
+    assert snapshot(spark, config, "2026-11-22T12", settings) == truth(expected)
+    table = catalog.load_table(identifier(config.snapshot_table))
+    tags = {n for n, r in table.metadata.refs.items() if r.snapshot_ref_type == "tag"}
+    assert tags == {"2026-11-22T11", "2026-11-22T12", "audit-2026"}  # the user's tag stays
+    with pytest.raises(MergeError, match="'base' expired"):
+        snapshot(spark, config, "base", settings)
+    # base's and 10's snapshots expired; base's files stay only because the user's tag reads them
+    assert sorted(s.sequence_number or 0 for s in table.snapshots()) == [1, 3, 4]
+    table.manage_snapshots().remove_tag("audit-2026").commit()
+
+    send(
+        broker,
+        config,
+        order_changes(20, start=at(13, 30), span=at(14, 30) - at(13, 30), existing=expected, seed=8),
+    )
+    ingest(spark, config, settings, "ingest-2", at(14, 40))
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "snapshot_views")
+    merged = run_merge(spark, config, settings, "merge-13", "2026-11-22T13")
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    assert merged.version == 1 and "its labels were not published" in caplog.text
+    table = catalog.load_table(identifier(config.snapshot_table))
+    assert "2026-11-22T13" not in table.metadata.refs  # stale until the next merge (or a retry)
+    assert run_merge(spark, config, settings, "merge-13", "2026-11-22T13").already_done
+    table = catalog.load_table(identifier(config.snapshot_table))
+    tags = {n for n, r in table.metadata.refs.items() if r.snapshot_ref_type == "tag"}
+    assert tags == {"2026-11-22T12", "2026-11-22T13"}
+    assert sorted(s.sequence_number or 0 for s in table.snapshots()) == [4, 5]
+    remaining = {
+        t.file.file_path
+        for s in table.snapshots()
+        for t in table.scan(snapshot_id=s.snapshot_id).plan_files()
+    }
+    gone = bootstrap_files - remaining
+    assert gone and not any(Path(f.removeprefix("file:")).exists() for f in gone)  # deleted with base

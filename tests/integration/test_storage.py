@@ -318,7 +318,7 @@ def test_a_delta_merge_on_s3_probes_the_store_and_refuses_one_ignoring_the_condi
         delta.merge(source, pending, only_newer=True)
     assert delta.table().version() == 0
     merged = delta.merge(source, pending, only_newer=True)  # the honest store: probed, then merged
-    assert merged.delta_version == 1 and delta.table().to_pyarrow_table().num_rows == 1
+    assert merged.table_version == 1 and delta.table().to_pyarrow_table().num_rows == 1
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])

@@ -15,9 +15,9 @@ COLUMNS = [("order_id", "bigint"), ("status", "string")]
 
 
 def test_a_view_reads_exactly_its_versions_files_cast_to_the_table_types_and_quoted() -> None:
-    head = record("2026-11-22T11", "merge", files=("part-2.parquet", "odd`name.parquet"), delta_version=2)
-    base = record("base", "bootstrap", files=("part-0.parquet",), delta_version=0)
-    empty = record("it's", "merge", files=(), delta_version=1)
+    head = record("2026-11-22T11", "merge", files=("part-2.parquet", "odd`name.parquet"), table_version=2)
+    base = record("base", "bootstrap", files=("part-0.parquet",), table_version=0)
+    empty = record("it's", "merge", files=(), table_version=1)
     current, labels, left_out = views_sql("s3://lake/wh/orders_snapshot", COLUMNS, head, [head, empty, base])
     assert left_out == []
     assert current == (
@@ -45,7 +45,7 @@ def test_the_labels_view_keeps_the_newest_labels_that_fit_in_the_metastores_limi
             f"2026-11-{1 + i // 24:02d}T{i % 24:02d}",
             "merge",
             files=(f"part-{i:05d}-0123456789abcdef.parquet",),
-            delta_version=i,
+            table_version=i,
         )
         for i in range(200)
     ]

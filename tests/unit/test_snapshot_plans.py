@@ -14,8 +14,8 @@ from tests.helpers.records import snapshot_record as record
 from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import BootstrapError, MergeError, UnsealedHoursError
 from tidemark.jobs import job_parser
-from tidemark.snapshot.merge_plan import MergePlan, is_stale, plan_delta_merge, plan_merge
-from tidemark.snapshot.snapshots import base_for, period_of
+from tidemark.snapshot.merge_plan import MergePlan, is_stale, plan_merge, plan_versioned_merge
+from tidemark.snapshot.snapshots import SnapshotRecord, base_for, format_name, is_versioned, period_of
 from tidemark.snapshot.sources import (
     BootstrapSource,
     add_source_arguments,
@@ -23,6 +23,7 @@ from tidemark.snapshot.sources import (
     jdbc_options,
     source_from_arguments,
 )
+from tidemark.snapshot.spark_merge import merge_sql
 from tidemark.state.journal import JournalEntry, JournalState
 
 pytestmark = pytest.mark.unit
@@ -144,32 +145,35 @@ def test_a_snapshot_is_stale_when_an_hour_it_read_or_its_base_changed() -> None:
 
 
 def test_a_delta_merge_moves_forward_from_the_newest_snapshot_still_current(orders: TableConfig) -> None:
-    boot = record("base", "bootstrap", "2026-11-22T10:00:00+00:00", delta_version=0)
+    orders = formatted(orders, "delta")
+    boot = record("base", "bootstrap", "2026-11-22T10:00:00+00:00", table_version=0)
     first = record(
         "2026-11-22T10",
         "merge",
         "2026-11-22T11:00:00+00:00",
         base="base@v1",
         hours={"2026-11-22T10": 1},
-        delta_version=1,
+        table_version=1,
     )
     records = [boot, first]
     partitions = JournalState()
     for hour in ("2026-11-22T10", "2026-11-22T11", "2026-11-22T12"):
         partitions.apply(entry(hour))
     # Forward: the next period is merged into the current version.
-    plan = plan_delta_merge(orders, period_of(orders, "2026-11-22T11"), records, first, partitions)
+    plan = plan_versioned_merge(orders, period_of(orders, "2026-11-22T11"), records, first, partitions)
     assert isinstance(plan, MergePlan) and plan.base == first and list(plan.hours) == ["2026-11-22T11"]
     # The current version, not stale: nothing to do; a period behind it: refused by name.
-    assert plan_delta_merge(orders, period_of(orders, "2026-11-22T10"), records, first, partitions) == first
+    assert (
+        plan_versioned_merge(orders, period_of(orders, "2026-11-22T10"), records, first, partitions) == first
+    )
     with pytest.raises(MergeError, match="bootstrap first"):
-        plan_delta_merge(orders, period_of(orders, "2026-11-22T08"), records, first, partitions)
+        plan_versioned_merge(orders, period_of(orders, "2026-11-22T08"), records, first, partitions)
     # Hour 10 amended: the current version is stale; its re-merge starts from the bootstrap.
     partitions.apply(entry("2026-11-22T10", "amend", 2))
-    plan = plan_delta_merge(orders, period_of(orders, "2026-11-22T10"), records, first, partitions)
+    plan = plan_versioned_merge(orders, period_of(orders, "2026-11-22T10"), records, first, partitions)
     assert isinstance(plan, MergePlan) and plan.base == boot and plan.hours == {"2026-11-22T10": 2}
     # The next period on top of the stale current version reaches back to the bootstrap too.
-    plan = plan_delta_merge(orders, period_of(orders, "2026-11-22T12"), records, first, partitions)
+    plan = plan_versioned_merge(orders, period_of(orders, "2026-11-22T12"), records, first, partitions)
     assert isinstance(plan, MergePlan) and plan.base == boot
     assert plan.hours == {"2026-11-22T10": 2, "2026-11-22T11": 1, "2026-11-22T12": 1}
     second = record(
@@ -178,10 +182,12 @@ def test_a_delta_merge_moves_forward_from_the_newest_snapshot_still_current(orde
         "2026-11-22T13:00:00+00:00",
         base="base@v1",
         hours=plan.hours,
-        delta_version=2,
+        table_version=2,
     )
     with pytest.raises(MergeError, match=r"only move forward.*Delta version 1 keeps 2026-11-22T10@v1"):
-        plan_delta_merge(orders, period_of(orders, "2026-11-22T10"), [*records, second], second, partitions)
+        plan_versioned_merge(
+            orders, period_of(orders, "2026-11-22T10"), [*records, second], second, partitions
+        )
 
 
 def test_the_bootstrap_job_parses_the_source_beside_its_own_table_argument() -> None:
@@ -208,3 +214,37 @@ def test_the_bootstrap_job_parses_the_source_beside_its_own_table_argument() -> 
         "src",
     )
     assert source.num_partitions == 4
+
+
+def test_one_merge_statement_serves_delta_and_iceberg() -> None:
+    """The MERGE both Spark writers run: deletes and updates only when the change is at least
+    as new (the increment path), inserts never a delete; a difference applies as is."""
+    newer = merge_sql(
+        "iceberg.default.o", "src", key=["id"], names=["id", "v"], version_field="v", only_newer=True
+    )
+    assert newer == (
+        "MERGE INTO iceberg.default.o t USING src s ON t.`id` = s.`id` "
+        "WHEN MATCHED AND s.`_tm_delete` AND (t.`v` IS NULL OR s.`v` >= t.`v`) THEN DELETE "
+        "WHEN MATCHED AND NOT s.`_tm_delete` AND (t.`v` IS NULL OR s.`v` >= t.`v`) THEN UPDATE SET "
+        "`id` = s.`id`, `v` = s.`v` WHEN NOT MATCHED AND NOT s.`_tm_delete` THEN INSERT (`id`, `v`) "
+        "VALUES (s.`id`, s.`v`)"
+    )
+    as_is = merge_sql("t", "src", key=["a", "b"], names=["a", "b"], version_field="v", only_newer=False)
+    assert "ON t.`a` = s.`a` AND t.`b` = s.`b`" in as_is and "AND true THEN DELETE" in as_is
+
+
+def test_a_snapshot_log_written_before_iceberg_snapshots_reads_its_delta_version(orders: TableConfig) -> None:
+    old = {**record("base", "bootstrap").to_json(), "delta_version": 3}
+    old.pop("table_version")
+    assert SnapshotRecord.from_json(old).table_version == 3
+    assert not is_versioned(orders)
+    assert (
+        is_versioned(formatted(orders, "iceberg")) and format_name(formatted(orders, "iceberg")) == "Iceberg"
+    )
+
+
+def formatted(config: TableConfig, snapshot_format: str) -> TableConfig:
+    assert config.cdc is not None
+    return config.model_copy(
+        update={"cdc": config.cdc.model_copy(update={"snapshot_format": snapshot_format})}
+    )

@@ -22,7 +22,7 @@ only; the batch is committed) |
 heartbeat; seconds since its last heartbeat (alert on it in stream mode) |
 | ``hour.rows``, ``hour.late``, ``hour.freshness_seconds``, ``hour.quality_failures`` | each hour \
 sealed, amended or released since the previous metrics task, in order |
-| ``snapshot.rows``, ``snapshot.lag_seconds``, ``snapshot.delta_version`` | a CDC table's newest \
+| ``snapshot.rows``, ``snapshot.lag_seconds``, ``snapshot.table_version`` | a CDC table's newest \
 snapshot: its rows; the last batch's processing time - the state it holds (how far snapshots \
 trail ingestion); its Delta version (``cdc.snapshot_format: delta``) |
 """
@@ -102,8 +102,8 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         if last is not None:
             held = datetime.fromisoformat(last.processing_time) - datetime.fromisoformat(newest["through"])
             send("snapshot.lag_seconds", held.total_seconds())
-        if newest["delta_version"] is not None:
-            send("snapshot.delta_version", newest["delta_version"])
+        if newest["table_version"] is not None:
+            send("snapshot.table_version", newest["table_version"])
 
     journal = TableState(settings.state_location, config.table).journal
     partitions = journal.state()

@@ -153,10 +153,11 @@ def render_stream(stream: dict[str, Any]) -> list[str]:
 def render_snapshot(snap: dict[str, Any]) -> str:
     """One snapshot of ``snapshots`` in a line (status and the health page)."""
     base = f", from {snap['base']}" if snap["base"] else ""
-    delta = f"; Delta version {snap['delta_version']}" if snap.get("delta_version") is not None else ""
+    kind = "Iceberg sequence number" if snap.get("format") == "iceberg" else "Delta version"
+    version = f"; {kind} {snap['table_version']}" if snap.get("table_version") is not None else ""
     return (
         f"snapshot {snap['label']} v{snap['version']} ({snap['kind']}{base}): {snap['rows']} rows "
-        f"as of {snap['through']}{delta}"
+        f"as of {snap['through']}{version}"
     )
 
 
@@ -175,7 +176,8 @@ def snapshots(config: TableConfig, settings: Settings) -> list[dict[str, Any]]:
             "through": r.through,
             "base": r.base or None,
             "run_id": r.run_id,
-            "delta_version": r.delta_version if r.delta_version >= 0 else None,
+            "table_version": r.table_version if r.table_version >= 0 else None,
+            "format": config.cdc.snapshot_format,
         }
         for _, r in sorted(live.items())
     ]

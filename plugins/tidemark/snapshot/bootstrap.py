@@ -25,7 +25,7 @@ from tidemark.faults import crash_point
 from tidemark.ingest.kafka import client_properties, partition_offsets
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
-from tidemark.snapshot.delta import DeltaSnapshot, is_delta, snapshot_lock
+from tidemark.snapshot.formats import is_versioned, open_versioned, snapshot_lock
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore, check_label
 from tidemark.snapshot.sources import BootstrapSource, credentials, read_source
 from tidemark.table_state import TableState
@@ -116,17 +116,17 @@ def run_bootstrap(
         raise BootstrapError(f"{config.table}: not a cdc table (no cdc: section), nothing to bootstrap")
     snapshots = SnapshotLog(settings.state_location, config.table)
     label = check_label(config, label or default_label(as_of))
-    delta = DeltaSnapshot(spark, config, settings) if is_delta(config) else None
+    versioned = open_versioned(spark, config, settings) if is_versioned(config) else None
     for record in snapshots.records():
         if record.run_id == run_id and record.kind == "bootstrap":
             log.info("%s: run %s already bootstrapped %s; nothing to do", config.table, run_id, record.ref)
-            if delta is not None:  # its job may have died before the views
+            if versioned is not None:  # its job may have died before the views
                 with (
                     TableState(settings.state_location, config.table)
                     .lock(snapshot_lock(config, label))
                     .hold(run_id)
                 ):
-                    delta.after_commit(snapshots)
+                    versioned.after_commit(snapshots)
             return _result(record, already_done=True)
     store = SnapshotStore(spark, config, settings)
     with (
@@ -134,16 +134,16 @@ def run_bootstrap(
         .lock(snapshot_lock(config, label))
         .hold(run_id) as lease
     ):
-        if delta is not None:
-            for record in delta.recover(snapshots):
+        if versioned is not None:
+            for record in versioned.recover(snapshots):
                 if record.run_id == run_id:
                     store.drop_staging(label, run_id)
-                    delta.after_commit(snapshots)
+                    versioned.after_commit(snapshots)
                     return _result(record)
         plan = _plan(snapshots, config, settings, run_id, label=label, as_of=as_of, source=source)
         log.info("%s: bootstrap %s of %s from %s", config.table, run_id, label, plan["source"])
         frame = conform(read_source(spark, source, credentials()), config, store.columns())
-        if delta is not None:  # key-ranged files: a MERGE of recent keys rewrites few of them
+        if versioned is not None:  # key-ranged files: a MERGE of recent keys rewrites few of them
             frame = frame.orderBy(*(quote_identifier(k) for k in config.primary_key))
         staged = store.stage(
             frame, label, run_id, f"bootstrap {plan['as_of']} {plan['aligned_offsets']}", lease
@@ -166,13 +166,13 @@ def run_bootstrap(
             location=staged.location,
         )
         lease.check()  # paused past the label's lease: another bootstrap owns it now
-        if delta is not None:  # the Delta commit is the swap; the record follows it
-            committed = delta.overwrite(store.staged_uris(staged), replace(pending, location=""))
+        if versioned is not None:  # the table's commit is the swap; the record follows it
+            committed = versioned.overwrite(store.staged_uris(staged), replace(pending, location=""))
             crash_point("after_snapshot_swap")
             record = snapshots.append(committed)
             store.drop_staging(label, run_id)
             lease.check()
-            delta.after_commit(snapshots)
+            versioned.after_commit(snapshots)
             atomic = True
         else:
             atomic = store.publish(staged)

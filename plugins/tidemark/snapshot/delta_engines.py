@@ -20,21 +20,20 @@ Metrics come back in delta-rs' names (``num_target_rows_inserted``, ...), whoeve
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemark.errors import MergeError
 from tidemark.seal.metastore import quote_identifier
+from tidemark.snapshot.spark_merge import SessionConf, merge_sql, staged_frame
+from tidemark.snapshot.versioned import DELETE_FLAG, RECORD_KEY
 from tidemark.tablefs import delta_storage_options, filesystem, hadoop_create_is_exclusive, hadoop_uri
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-RECORD_KEY = "tidemark.record"
-DELETE_FLAG = "_tm_delete"
 SPARK_COMMIT_CONF = (
     "spark.databricks.delta.write.txnAppId",
     "spark.databricks.delta.write.txnVersion",
@@ -180,15 +179,8 @@ class SparkDeltaEngine:
         self.spark = spark
 
     def overwrite(self, files: Sequence[str], schema: pa.Schema, commit: DeltaCommit) -> dict[str, Any]:
-        from pyspark.sql import functions as F
-
         self._refuse_object_store(commit)
-        size = sum(_file_size(f) for f in files)
-        frame = self.spark.read.parquet(*(hadoop_uri(f) for f in files)).select(
-            *(F.col(quote_identifier(n)).cast(t).alias(n) for n, t in commit.columns)
-        )
-        # files of about cdc.snapshot_file_size, each of whole key-sorted staged files
-        frame = frame.coalesce(max(1, math.ceil(size / commit.file_size)))
+        frame = staged_frame(self.spark, files, commit.columns, commit.file_size)
         with self._commit_conf(commit):
             frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
                 hadoop_uri(commit.uri)
@@ -202,19 +194,13 @@ class SparkDeltaEngine:
         self._refuse_object_store(commit)
         view = f"tidemark_merge_source_{abs(hash(commit.uri)) % 10**8}"
         source.createOrReplaceTempView(view)
-        q = quote_identifier
-        on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in commit.key)
-        version = q(commit.version_field)
-        newer = f"(t.{version} IS NULL OR s.{version} >= t.{version})" if only_newer else "true"
-        flag = f"s.{q(DELETE_FLAG)}"
-        columns = ", ".join(q(n) for n in commit.names)
-        statement = (
-            f"MERGE INTO delta.{q(hadoop_uri(commit.uri))} t USING {view} s ON {on} "
-            f"WHEN MATCHED AND {flag} AND {newer} THEN DELETE "
-            f"WHEN MATCHED AND NOT {flag} AND {newer} THEN UPDATE SET "
-            + ", ".join(f"{q(n)} = s.{q(n)}" for n in commit.names)
-            + f" WHEN NOT MATCHED AND NOT {flag} THEN INSERT ({columns}) "
-            f"VALUES ({', '.join(f's.{q(n)}' for n in commit.names)})"
+        statement = merge_sql(
+            f"delta.{quote_identifier(hadoop_uri(commit.uri))}",
+            view,
+            key=commit.key,
+            names=commit.names,
+            version_field=commit.version_field,
+            only_newer=only_newer,
         )
         try:
             with self._commit_conf(commit):
@@ -223,13 +209,13 @@ class SparkDeltaEngine:
             self.spark.catalog.dropTempView(view)
         return commit_metrics(self._landed(commit))
 
-    def _commit_conf(self, commit: DeltaCommit) -> _SessionConf:
+    def _commit_conf(self, commit: DeltaCommit) -> SessionConf:
         values = (
             commit.app_id,
             str(commit.version),
             json.dumps({RECORD_KEY: json.dumps(commit.record, sort_keys=True)}),
         )
-        return _SessionConf(self.spark, dict(zip(SPARK_COMMIT_CONF, values, strict=True)))
+        return SessionConf(self.spark, dict(zip(SPARK_COMMIT_CONF, values, strict=True)))
 
     @staticmethod
     def _landed(commit: DeltaCommit) -> dict[str, Any]:
@@ -258,29 +244,8 @@ class SparkDeltaEngine:
             )
 
 
-class _SessionConf:
-    """Set session conf for one statement and unset it after (the commit's app transaction
-    and record must not leak into the next write of the session)."""
-
-    def __init__(self, spark: SparkSession, values: dict[str, str]) -> None:
-        self.spark, self.values = spark, values
-
-    def __enter__(self) -> None:
-        for key, value in self.values.items():
-            self.spark.conf.set(key, value)
-
-    def __exit__(self, *exc: object) -> None:
-        for key in self.values:
-            self.spark.conf.unset(key)
-
-
 def engine_for(name: str, spark: SparkSession) -> DeltaWriteEngine:
     return SparkDeltaEngine(spark) if name == "spark" else DeltaRsEngine()
-
-
-def _file_size(uri: str) -> int:
-    fs, path = filesystem(uri)
-    return int(fs.get_file_info(path).size or 0)
 
 
 def _batches(files: Sequence[str], schema: pa.Schema) -> Iterator[pa.RecordBatch]:

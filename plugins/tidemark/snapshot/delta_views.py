@@ -77,7 +77,7 @@ def views_sql(
 ) -> tuple[str, str, list[str]]:
     """The queries of the current version's view and of the newest live labels whose text
     fits in ``limit`` characters (the head's label always), and the labels left out."""
-    labels = sorted(live, key=lambda r: r.delta_version)
+    labels = sorted(live, key=lambda r: r.table_version)
     parts = [version_sql(root, columns, r) for r in labels]
     while len(parts) > 1 and sum(map(len, parts)) + len(" UNION ALL ") * (len(parts) - 1) > limit:
         parts.pop(0)
@@ -180,7 +180,7 @@ def publish_views(
         "%s: views %s (Delta version %s, snapshot %s) and %s%s (%s label(s)) registered",
         head.table,
         view,
-        head.delta_version,
+        head.table_version,
         head.ref,
         view,
         LABELS_SUFFIX,

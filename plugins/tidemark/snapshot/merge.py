@@ -26,8 +26,8 @@ from tidemark.seal.hourfiles import HourFiles
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
 from tidemark.snapshot.changes import after_alignment, latest_changes, latest_state, state_difference
-from tidemark.snapshot.delta import DeltaSnapshot, is_delta, snapshot_lock
-from tidemark.snapshot.merge_plan import MergePlan, is_stale, plan_delta_merge, plan_merge
+from tidemark.snapshot.formats import is_versioned, open_versioned, snapshot_lock
+from tidemark.snapshot.merge_plan import MergePlan, is_stale, plan_merge, plan_versioned_merge
 from tidemark.snapshot.snapshots import (
     Period,
     SnapshotLog,
@@ -36,6 +36,7 @@ from tidemark.snapshot.snapshots import (
     base_for,
     period_of,
 )
+from tidemark.snapshot.versioned import VersionedSnapshot
 from tidemark.state.locks import Lease
 from tidemark.table import Table
 from tidemark.time.hours import parse_key
@@ -87,12 +88,12 @@ class Merger:
 
     def merge(self, label: str) -> MergeResult:
         period = period_of(self.config, label)
-        if is_delta(self.config):
+        if is_versioned(self.config):
             with self.table.state.lock(snapshot_lock(self.config, label)).hold(self.run_id) as self.lease:
-                delta = DeltaSnapshot(self.spark, self.config, self.settings)
-                result = self._merge_delta(period, delta)
+                versioned = open_versioned(self.spark, self.config, self.settings)
+                result = self._merge_versioned(period, versioned)
                 self._fence()
-                delta.after_commit(self.snapshots)  # also after a retry: its job may have died first
+                versioned.after_commit(self.snapshots)  # also after a retry: its job may have died first
                 return result
         live = self.snapshots.live()
         current = live.get(period.label)
@@ -117,13 +118,13 @@ class Merger:
         with self.table.state.lock(snapshot_lock(self.config, period.label)).hold(self.run_id) as self.lease:
             return self._merge(plan, remerged)
 
-    def _merge_delta(self, period: Period, delta: DeltaSnapshot) -> MergeResult:
-        """A new version of the Delta snapshot (see tidemark.snapshot.delta): one MERGE of the
+    def _merge_versioned(self, period: Period, target: VersionedSnapshot) -> MergeResult:
+        """A new version of the Delta snapshot (see tidemark.snapshot.target): one MERGE of the
         period's newest change per key into the current version; or, when late changes made
         the current state stale, of the difference to the state recomputed from the newest
         snapshot still current."""
         table = self.config.table
-        recovered = delta.recover(self.snapshots)
+        recovered = target.recover(self.snapshots)
         records = list(self.snapshots.records())
         live = {r.label: r for r in records}
         current = live.get(period.label)
@@ -132,27 +133,28 @@ class Merger:
             if not finished_now:
                 log.info("%s: run %s already merged %s; nothing to do", table, self.run_id, current.ref)
             return self._result(current, [], already_done=not finished_now)
-        head = delta.head(records)
+        head = target.head(records)
         if head is None:
             raise MergeError(
-                f"{table}: {delta.uri} has no Delta snapshot yet: bootstrap first "
+                f"{table}: {target.uri} has no {target.kind} snapshot yet: bootstrap first "
                 f"(the tidemark_bootstrap_{table} DAG or `tidemark bootstrap`)"
             )
-        planned = plan_delta_merge(self.config, period, records, head, self.journal.state())
+        planned = plan_versioned_merge(self.config, period, records, head, self.journal.state())
         if isinstance(planned, SnapshotRecord):
             return self._result(planned, [], already_done=True)
         plan, anchor = planned, planned.base
-        if anchor.ref != head.ref and anchor.delta_version not in {
-            r.delta_version for r in delta.kept(self.snapshots)
+        if anchor.ref != head.ref and anchor.table_version not in {
+            r.table_version for r in target.kept(self.snapshots)
         }:
             raise MergeError(
-                f"{table}: late changes reach back to snapshot {anchor.ref} (Delta version {anchor.delta_version}), "
-                f"which expired (cdc.keep_labels = {self.cdc.keep_labels}) and whose files VACUUM may have "
+                f"{table}: late changes reach back to snapshot {anchor.ref} ({target.kind} version {anchor.table_version}), "
+                f"which expired (cdc.keep_labels = {self.cdc.keep_labels}) and whose files may have been "
                 f"removed: raise cdc.keep_labels, or bootstrap again (tidemark bootstrap --table {table})"
             )
         log.info(
-            "%s: Delta snapshot %s = %s + %s increment hour(s) %s..%s, %s",
+            "%s: %s snapshot %s = %s + %s increment hour(s) %s..%s, %s",
             table,
+            target.kind,
             period.label,
             anchor.ref,
             len(plan.hours),
@@ -165,12 +167,12 @@ class Merger:
         changes = after_alignment(self._increments(plan), anchor.aligned_offsets)
         increment_rows = changes.count()
         # computed before the lease check, not inside the engine's commit
-        source = self._delta_source(delta, changes, anchor, head).persist()
+        source = self._versioned_source(target, changes, anchor, head).persist()
         source.count()
         try:
             crash_point("after_snapshot_staging")
             self._fence()
-            committed = delta.merge(
+            committed = target.merge(
                 source,
                 SnapshotRecord(
                     seq=-1,
@@ -195,8 +197,8 @@ class Merger:
         crash_point("after_snapshot_swap")
         return self._result(self.snapshots.append(committed), [])
 
-    def _delta_source(
-        self, delta: DeltaSnapshot, changes: DataFrame, anchor: SnapshotRecord, head: SnapshotRecord
+    def _versioned_source(
+        self, target: VersionedSnapshot, changes: DataFrame, anchor: SnapshotRecord, head: SnapshotRecord
     ) -> DataFrame:
         """What the MERGE applies: the period's newest change per key (the current version is
         the anchor), or the difference between the state recomputed from the anchor and the
@@ -208,9 +210,9 @@ class Merger:
             "delete_ops": self.cdc.delete_ops,
         }
         if anchor.ref == head.ref:
-            return latest_changes(changes, delta.names, **rules)
-        desired = latest_state(delta.read(anchor), changes, **rules)
-        return state_difference(desired, delta.read(head), self.config.primary_key)
+            return latest_changes(changes, target.names, **rules)
+        desired = latest_state(target.read(anchor), changes, **rules)
+        return state_difference(desired, target.read(head), self.config.primary_key)
 
     def _merge(self, plan: MergePlan, remerged: list[str]) -> MergeResult:
         table = self.config.table

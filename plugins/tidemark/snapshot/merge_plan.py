@@ -17,8 +17,15 @@ from tidemark.config import TableConfig
 from tidemark.errors import MergeError, UnsealedHoursError
 from tidemark.hourcommit.versions import version_dirs
 from tidemark.settings import Settings
-from tidemark.snapshot.delta import is_delta
-from tidemark.snapshot.snapshots import Period, SnapshotLog, SnapshotRecord, base_for, period_of
+from tidemark.snapshot.snapshots import (
+    Period,
+    SnapshotLog,
+    SnapshotRecord,
+    base_for,
+    format_name,
+    is_versioned,
+    period_of,
+)
 from tidemark.state.journal import JournalState
 from tidemark.table_state import TableState
 from tidemark.time.hours import hour_of, hours_from
@@ -91,32 +98,33 @@ def is_stale(record: SnapshotRecord, live: dict[str, SnapshotRecord], partitions
     return base is None or base.ref != record.base or is_stale(base, live, partitions)
 
 
-def plan_delta_merge(
+def plan_versioned_merge(
     config: TableConfig,
     period: Period,
     records: list[SnapshotRecord],
     head: SnapshotRecord,
     partitions: JournalState,
 ) -> MergePlan | SnapshotRecord:
-    """A Delta snapshot's merge of ``period`` on top of its current version ``head``: the
+    """A Delta or Iceberg snapshot's merge of ``period`` on top of its current version ``head``: the
     plan (its base is the anchor: ``head`` itself, or when late changes made ``head`` stale,
     the newest snapshot still current), or the record already holding the period (nothing to
-    do). Refuses a period behind ``head``: Delta snapshots only move forward."""
+    do). Refuses a period behind ``head``: such snapshots only move forward."""
     live = {r.label: r for r in records}
     current = live.get(period.label)
+    kind = format_name(config)
     if period.label != head.label and period.end <= head.through_at:
         if current is not None and not is_stale(current, live, partitions):
             return current
         if base_for(live, period) is None:
             plan_merge(config, period, live, partitions)  # raises: bootstrap first
         kept = (
-            f"; Delta version {current.delta_version} keeps {current.ref} as it was merged"
+            f"; {kind} version {current.table_version} keeps {current.ref} as it was merged"
             if current is not None
             else ""
         )
         raise MergeError(
-            f"{config.table}: snapshot {period.label} is behind the Delta snapshot's current version "
-            f"{head.delta_version} ({head.ref}, the state through {head.through}): Delta snapshots "
+            f"{config.table}: snapshot {period.label} is behind the {kind} snapshot's current version "
+            f"{head.table_version} ({head.ref}, the state through {head.through}): {kind} snapshots "
             f"only move forward. Late changes to its hours are folded into the next merge of "
             f"{head.label} (tidemark merge --table {config.table} --snapshot {head.label}){kept}"
         )
@@ -129,10 +137,10 @@ def plan_delta_merge(
     return plan_merge(config, period, {anchor.label: anchor}, partitions)
 
 
-def delta_head(records: list[SnapshotRecord]) -> SnapshotRecord | None:
-    """The record of the newest Delta version the log knows."""
-    versions = [r for r in records if r.delta_version >= 0]
-    return max(versions, key=lambda r: r.delta_version) if versions else None
+def versioned_head(records: list[SnapshotRecord]) -> SnapshotRecord | None:
+    """The record of the newest table version (Delta, Iceberg) the log knows."""
+    versions = [r for r in records if r.table_version >= 0]
+    return max(versions, key=lambda r: r.table_version) if versions else None
 
 
 def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
@@ -140,8 +148,8 @@ def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
     re-merges the whole stale chain. None when every snapshot is current."""
     log = SnapshotLog(settings.state_location, config.table)
     live = log.live()
-    if is_delta(config):  # only the current Delta version can be merged again (forward only)
-        head = delta_head(list(log.records()))
+    if is_versioned(config):  # only the current table version can be merged again (forward only)
+        head = versioned_head(list(log.records()))
         merged = [head] if head is not None and head.kind == "merge" else []
     else:
         merged = [r for r in live.values() if r.kind == "merge"]
@@ -160,16 +168,16 @@ def preview_merge(config: TableConfig, settings: Settings, label: str) -> dict[s
     partitions = TableState(settings.state_location, config.table).journal.state()
     preview: dict[str, Any] = {"table": config.table, "snapshot": period.label, "dry_run": True}
     try:
-        if is_delta(config):
+        if is_versioned(config):
             records = list(log.records())
-            head = delta_head(records)
+            head = versioned_head(records)
             if head is None:
-                raise MergeError(f"{config.table}: no Delta snapshot yet: bootstrap first")
-            planned = plan_delta_merge(config, period, records, head, partitions)
+                raise MergeError(f"{config.table}: no {format_name(config)} snapshot yet: bootstrap first")
+            planned = plan_versioned_merge(config, period, records, head, partitions)
             if isinstance(planned, SnapshotRecord):
-                return {**preview, "already_merged": planned.ref, "delta_version": planned.delta_version}
+                return {**preview, "already_merged": planned.ref, "table_version": planned.table_version}
             how = "merge into" if planned.base.ref == head.ref else "recompute, merge the difference into"
-            return {**preview, "base": planned.base.ref, "delta": f"{how} {head.ref}", "hours": planned.hours}
+            return {**preview, "base": planned.base.ref, "into": f"{how} {head.ref}", "hours": planned.hours}
         plan = plan_merge(config, period, live, partitions)
     except MergeError as exc:
         return {**preview, "would_refuse": str(exc)}

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PARTITION_COLUMN = "snapshot_dt"
+# the formats that keep every snapshot as a version of one table (merged forward, labels as
+# versions); ``parquet`` keeps a partition per label
+VERSIONED_FORMATS = {"delta": "Delta", "iceberg": "Iceberg"}
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DAY_LABEL = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -86,6 +89,17 @@ def period_of(config: TableConfig, label: str) -> Period:
     return Period(text, hour.start, hour.end)
 
 
+def is_versioned(config: TableConfig) -> bool:
+    """Whether the table's snapshots are versions of one Delta or Iceberg table."""
+    return config.cdc is not None and config.cdc.snapshot_format in VERSIONED_FORMATS
+
+
+def format_name(config: TableConfig) -> str:
+    """``Delta`` or ``Iceberg``, for messages."""
+    assert config.cdc is not None
+    return VERSIONED_FORMATS.get(config.cdc.snapshot_format, config.cdc.snapshot_format)
+
+
 def check_label(config: TableConfig, label: str) -> str:
     if not LABEL_PATTERN.match(label):
         raise MergeError(
@@ -117,7 +131,9 @@ class SnapshotRecord:
     hours: dict[str, int] = field(default_factory=dict)  # merge: hour -> version read (0 = empty)
     changes: dict[str, int] = field(default_factory=dict)  # merge: increment rows read, deletes, ...
     location: str = ""  # object stores: the warehouse-relative version directory of its files
-    delta_version: int = -1  # cdc.snapshot_format delta: the Delta version holding this state
+    # cdc.snapshot_format delta / iceberg: the table's version holding this state (the Delta
+    # version; the Iceberg snapshot's sequence number)
+    table_version: int = -1
 
     @property
     def through_at(self) -> datetime:
@@ -134,6 +150,8 @@ class SnapshotRecord:
     def from_json(cls, data: dict[str, Any]) -> SnapshotRecord:
         data = dict(data)
         data["files"] = tuple(data.get("files", ()))
+        if "delta_version" in data:  # logs written before Iceberg snapshots (session 31)
+            data["table_version"] = data.pop("delta_version")
         return cls(**data)
 
 
