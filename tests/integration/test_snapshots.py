@@ -253,6 +253,8 @@ def test_a_crashed_bootstrap_or_merge_recovers_by_retrying_the_run(
         assert [r.table_version for r in records] == [1, 2]
         assert [s.sequence_number for s in table.snapshots()] == [1, 2]
         assert {"base", "2026-11-22T10"} <= set(table.metadata.refs)
+        # a writer whose base moved fails instead of committing on top (one writer at a time)
+        assert table.properties["commit.retry.num-retries"] == "0"
     # tidemark status lists the snapshots, each at its current version
     listed = table_status(config, settings)["snapshots"]
     assert [(s["label"], s["kind"], s["version"], s["base"]) for s in listed] == [

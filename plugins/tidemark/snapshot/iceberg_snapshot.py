@@ -139,8 +139,9 @@ class IcebergSnapshot(VersionedSnapshot):
 
     # -- labels and housekeeping -------------------------------------------------------------
     def publish(self, head: SnapshotRecord, kept: Sequence[SnapshotRecord]) -> str:
-        """Every kept label a tag on its snapshot; tidemark's tags of expired labels (a tag
-        whose snapshot carries a record of that label) removed; one metadata commit."""
+        """Every kept label a tag on its snapshot (moved when the label has a new version),
+        tidemark's tags of expired labels (a tag whose snapshot carries a record of that
+        label) removed: one metadata commit, so a reader never finds a kept label missing."""
         table = self.table()
         wanted = {r.label: self.snapshot_at(r.table_version, table).snapshot_id for r in kept}
         tags = {
@@ -148,22 +149,20 @@ class IcebergSnapshot(VersionedSnapshot):
             for name, ref in table.metadata.refs.items()
             if ref.snapshot_ref_type == "tag"
         }
-        ours = {
+        expired = {
             name
             for name, snapshot_id in tags.items()
-            if (s := table.snapshot_by_id(snapshot_id)) is not None
+            if name not in wanted
+            and (s := table.snapshot_by_id(snapshot_id)) is not None
             and (record_in(s) or {}).get("label") == name
         }
-        stale = {n for n in ours if wanted.get(n) != tags[n]}
-        missing = {n: i for n, i in wanted.items() if tags.get(n) != i}
-        if stale:
+        moved = {n: i for n, i in wanted.items() if tags.get(n) != i}
+        if expired or moved:
             with table.manage_snapshots() as refs:
-                for name in sorted(stale):
+                for name in sorted(expired):
                     refs.remove_tag(name)
-        if missing:
-            with self.table().manage_snapshots() as refs:
-                for name, snapshot_id in sorted(missing.items()):
-                    refs.create_tag(snapshot_id, name)
+                for name, snapshot_id in sorted(moved.items()):
+                    refs.create_tag(snapshot_id, name)  # replaces the tag of that name
         log.info(
             "%s: %s tags %s (current: %s, sequence number %s)",
             self.config.table,
