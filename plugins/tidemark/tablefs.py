@@ -53,9 +53,9 @@ def spark_reads(uri: str) -> bool:
 
 
 def hadoop_create_is_exclusive(uri: str) -> bool:
-    """Whether two writers creating one file at ``uri`` through Hadoop (Delta's log store
-    under delta-spark) cannot both succeed: local disk and HDFS, yes; s3a without conditional
-    writes, no (Delta's S3 log store relies on one driver)."""
+    """Whether two writers creating one file at ``uri`` through Hadoop's plain ``create``
+    cannot both succeed: local disk and HDFS, yes; s3a, no (only its ``createFile()`` builder
+    makes a conditional PUT: what tidemark's Delta log store for S3 uses)."""
     return not is_object_store(uri)
 
 

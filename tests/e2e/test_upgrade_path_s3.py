@@ -1,7 +1,8 @@
 """The upgrade path where the lake lives: the warehouse and the state on S3 (a real
 SeaweedFS), the metastore service on PostgreSQL and the standalone cluster.
 
-- Delta snapshots: the orders (CDC) path with ``cdc.snapshot_format: delta``. The bootstrap
+- Delta snapshots: the orders (CDC) path with ``cdc.snapshot_format: delta`` (delta-rs, then
+  delta-spark on the cluster for the forward re-merge: ``cdc.merge_engine: spark``). The bootstrap
   and a merge are killed after their Delta commit and before its record and retried (the
   commit is recovered, not made twice), another merge at a random moment (finished by its
   retry or a run of another id); a late change makes the current version stale and
@@ -27,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from deltalake import DeltaTable  # noqa: TID253
 
 from tests.helpers.chaos import killed_at_random
@@ -153,6 +155,13 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
     send(broker, config, [late])
     assert outcome(job(settings, "dump", table, "ingest-2", "--processing-time", at(12, 40).isoformat()))
     assert outcome(job(settings, "seal", table, "ingest-2"))["amended"] == ["2026-11-22T10"]
+    # the same table now written by delta-spark (cdc.merge_engine: spark) on the cluster's
+    # executors, through tidemark's conditional log store on S3: the engine is who writes, the
+    # table and its records stay
+    conf_file = on_cluster.conf_dir / f"{table}.yaml"
+    data = yaml.safe_load(conf_file.read_text())
+    data["cdc"]["merge_engine"] = "spark"
+    conf_file.write_text(yaml.safe_dump(data, sort_keys=False))
     remerged = outcome(job(on_cluster, "merge", table, "remerge-11", "--snapshot", "2026-11-22T11"))
     assert (remerged["version"], remerged["base"]) == (2, "base@v1")
 
@@ -174,6 +183,8 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
         "VACUUM END",
         "VACUUM START",
     ]
+    engines = {int(c["version"]): str(c.get("engineInfo")) for c in delta.history()}
+    assert "Delta-Lake/4.3.1" in engines[3] and "Delta-Lake" not in engines[2]  # delta-spark, then delta-rs
     # by name: the current version, and each label: the bootstrap's, hour 10's as merged (before
     # the late change: Delta history is not rewritten) and hour 11's recomputed one
     labels = f"`{snapshots}_labels` WHERE snapshot_dt ="

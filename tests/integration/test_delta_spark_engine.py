@@ -6,6 +6,10 @@ the default delta-rs engine runs the same checks in test_snapshots.py."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import uuid
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -14,7 +18,7 @@ from typing import Any, cast
 import pytest
 from deltalake import DeltaTable  # noqa: TID253
 
-from tests.helpers.jobs import run_job_process
+from tests.helpers.jobs import job_env, run_job_process
 from tests.helpers.orders import orders_table, send, snapshot, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
 from tidemark.config import TableConfig
@@ -27,6 +31,8 @@ from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
 from tidemark_dev.generator import order_changes, state_after
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _job(
@@ -97,6 +103,45 @@ def test_delta_spark_writes_the_snapshot_exactly_once_through_crashes_and_delta_
     assert all("Delta-Lake/4.3.1" in str(c.get("engineInfo")) for c in commits)  # delta-spark wrote both
     assert [(record_of(c) or {}).get("run_id") for c in commits] == ["boot-1", "merge-1"]
     assert not delta.protocol().reader_features  # what tidemark's delta-rs reads and VACUUM need
+    # the views the delta-spark session registered, read by name by Spark without Delta's jars
+    # (the writer's DeltaCatalog conf is not carried into them)
+    jobs = replace(own, home=tmp_path / "jobs", state_uri=own.state_uri or str(own.home / "state"))
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.sql_read", f"SELECT count(*) n FROM `{config.snapshot_table}`"],
+        cwd=ROOT,
+        env=job_env(jobs),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    errors = [x for x in done.stderr.splitlines() if "Exception" in x and not x.startswith("\tat ")]
+    assert done.returncode == 0, "\n".join(errors[:10])
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[{"n": records[-1].rows}]]
+
+
+def test_on_s3_delta_spark_commits_through_a_log_store_that_refuses_a_second_writer(s3: str) -> None:
+    """On S3 (SeaweedFS) the spark engine MERGEs through tidemark's conditional log store
+    (jvm/logstore): its commit lands as planned, and a second writer of one commit file is
+    refused by the store itself (a conditional PUT), not by a check that a paused writer
+    could pass; the first writer's commit stays."""
+    uri = f"{s3}/delta-spark-{uuid.uuid4().hex[:8]}/orders_snapshot"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.delta_s3_writer", uri],
+        cwd=ROOT,
+        env={**os.environ, "TIDEMARK_JVM_CLASS_ARCHIVE": "off"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    errors = [x for x in done.stderr.splitlines() if "Exception" in x and not x.startswith("\tat ")]
+    assert done.returncode == 0, "\n".join(errors[:10]) + done.stderr[-1500:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["log_store"] and result["merged"] == [1, 1], result["store_classes"]
+    first, second = result["second_writer"]
+    assert first == "written" and "FileAlreadyExistsException" in second, second
+    assert json.loads(result["version_2_holds"]) == {"commitInfo": {"writer": "first"}}
 
 
 def test_the_spark_engine_is_refused_where_it_cannot_be_fenced_and_without_delta(
@@ -113,8 +158,14 @@ def test_the_spark_engine_is_refused_where_it_cannot_be_fenced_and_without_delta
         "version",
         1,
     )
-    engine = SparkDeltaEngine(spark=cast(Any, None))  # refused before the session is used
-    with pytest.raises(MergeError, match=r"orders: cdc.merge_engine: spark is not safe on s3://lake"):
+
+    class PlainSession:  # a session built without tidemark.delta_spark's conf (refused before use)
+        conf: dict[str, str] = {}
+
+    engine = SparkDeltaEngine(spark=cast(Any, PlainSession()))
+    with pytest.raises(
+        MergeError, match=r"orders: cdc.merge_engine: spark on s3://lake/orders_snapshot needs"
+    ):
         engine.merge(cast(Any, None), cast(Any, None), commit, only_newer=True)
     with pytest.raises(ConfigError, match=r"cdc\.merge_engine applies to cdc\.snapshot_format: delta only"):
         fresh_table(settings, tmp_path, template="orders", cdc__merge_engine="spark")

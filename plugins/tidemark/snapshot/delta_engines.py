@@ -12,7 +12,8 @@ that carries the snapshot record and the app transaction ``DeltaSnapshot`` check
   goes in the commit's ``userMetadata`` and the app transaction through Delta's idempotent
   writes (``spark.databricks.delta.write.txnAppId``/``txnVersion``), both of which delta-rs
   reads. A commit that did not land where expected (skipped as already written, or another
-  writer's) is an error, never recorded.
+  writer's) is an error, never recorded. On S3 its commit files are conditional PUTs through
+  tidemark's log store (``tidemark.delta_spark``); a session without it is refused there.
 
 Metrics come back in delta-rs' names (``num_target_rows_inserted``, ...), whoever wrote.
 """
@@ -24,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tidemark.delta_spark import S3_LOG_STORE, S3_LOG_STORE_CONF
 from tidemark.errors import MergeError
 from tidemark.seal.metastore import quote_identifier
 from tidemark.snapshot.spark_merge import SessionConf, merge_sql, staged_frame
@@ -234,13 +236,16 @@ class SparkDeltaEngine:
             )
         return dict(info)
 
-    @staticmethod
-    def _refuse_object_store(commit: DeltaCommit) -> None:
-        if not hadoop_create_is_exclusive(commit.uri):
+    def _refuse_object_store(self, commit: DeltaCommit) -> None:
+        """On S3 only with tidemark's conditional log store (``tidemark.delta_spark``): Delta's
+        own S3 store does not stop a writer past its lease from replacing a version."""
+        if hadoop_create_is_exclusive(commit.uri):
+            return
+        if self.spark.conf.get(S3_LOG_STORE_CONF, None) != S3_LOG_STORE:
             raise MergeError(
-                f"{commit.table}: cdc.merge_engine: spark is not safe on {commit.uri} yet (Delta's S3 log "
-                "store does not fence a writer past its lease the way delta-rs' conditional PUT does); "
-                "use cdc.merge_engine: delta-rs"
+                f"{commit.table}: cdc.merge_engine: spark on {commit.uri} needs the session conf "
+                f"{S3_LOG_STORE_CONF}={S3_LOG_STORE} (tidemark.delta_spark.delta_spark_conf; `make jvm` "
+                "compiles it): Delta's own S3 log store does not fence a writer past its lease"
             )
 
 

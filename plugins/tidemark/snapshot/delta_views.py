@@ -128,6 +128,9 @@ def _with_text(jvm: Any, shape: Any, target: Any, text: str) -> Any:
     if len(copies) != 1 or len(copies[0].getParameterTypes()) != 21:
         return None
     some = jvm.scala.Some.apply(text)
+    properties = shape.properties()
+    for key in _captured_catalog_confs(properties):
+        properties = properties.removed(key)
     return shape.copy(
         target,
         shape.tableType(),
@@ -140,7 +143,7 @@ def _with_text(jvm: Any, shape: Any, target: Any, text: str) -> Any:
         shape.createTime(),
         shape.lastAccessTime(),
         shape.createVersion(),
-        shape.properties(),
+        properties,
         shape.stats(),
         some,  # viewText
         shape.comment(),
@@ -151,6 +154,20 @@ def _with_text(jvm: Any, shape: Any, target: Any, text: str) -> Any:
         shape.ignoredProperties(),
         some,  # viewOriginalText
     )
+
+
+def _captured_catalog_confs(properties: Any) -> list[str]:
+    """The session's catalog and extension confs Spark captured into the view
+    (``view.sqlConfig.*``): a session writing with delta-spark has ``DeltaCatalog`` as its
+    session catalog, and a reader without Delta's jars that applied the captured conf could not
+    resolve the view at all. The view reads Parquet files only: it needs neither."""
+    keys = []
+    found = properties.keysIterator()
+    while found.hasNext():
+        key = str(found.next())
+        if key.startswith(("view.sqlConfig.spark.sql.catalog", "view.sqlConfig.spark.sql.extensions")):
+            keys.append(key)
+    return keys
 
 
 def publish_views(
