@@ -381,4 +381,9 @@ def test_an_iceberg_snapshot_merged_on_the_cluster_on_s3_recovers_remerges_and_i
         settings, name, f"{name} VERSION AS OF '2026-11-22T11'", f"{name} VERSION AS OF 'base'"
     ) == [expected_11, expected_11, truth(source_state)]
     assert "; Iceberg sequence number 3" in render(table_status(config, settings))
+    lineage = job_lineage("merge", config, settings, "remerge-11")  # the Iceberg table by its location
+    location = iceberg.location().removeprefix("s3a://")
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [
+        (f"s3://{location.split('/', 1)[0]}", location.split("/", 1)[1])
+    ]
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk

@@ -72,7 +72,25 @@ def hours_dataset(
     """The table's hours: its Hive table, or an Iceberg table by its location."""
     if config.output.table_format != "iceberg":
         return table_dataset(settings, config.table, partitions, columns)
-    layout = Layout(settings, config.table)
+    return _location_dataset(settings, config.table, partitions, columns)
+
+
+def snapshot_dataset(config: TableConfig, settings: Settings, label: str) -> LineageDataset:
+    """A snapshot label: of the Hive table (Parquet partitions, Delta's views), or of an
+    Iceberg snapshot table by its location (the label is its tag)."""
+    partitions = [{PARTITION_COLUMN: label}]
+    if config.cdc is not None and config.cdc.snapshot_format == "iceberg":
+        return _location_dataset(settings, config.snapshot_table, partitions)
+    return table_dataset(settings, config.snapshot_table, partitions)
+
+
+def _location_dataset(
+    settings: Settings,
+    table: str,
+    partitions: list[dict[str, str]],
+    columns: list[tuple[str, str]] | None = None,
+) -> LineageDataset:
+    layout = Layout(settings, table)
     location = layout.uri(layout.table_dir)
     scheme, found, rest = location.partition("://")
     namespace, name = (
@@ -182,7 +200,7 @@ def _snapshot(job: str, config: TableConfig, settings: Settings, run_id: str) ->
     if not records:
         return JobLineage((), ())
     record = records[-1]
-    output = table_dataset(settings, config.snapshot_table, [{PARTITION_COLUMN: record.label}])
+    output = snapshot_dataset(config, settings, record.label)
     if job == "bootstrap":
         inputs: list[LineageDataset] = [source_dataset(record.source)]
         if record.aligned_offsets:  # the topic position the snapshot is aligned with
@@ -195,7 +213,7 @@ def _snapshot(job: str, config: TableConfig, settings: Settings, run_id: str) ->
     inputs = [hours_dataset(config, settings, hours)]
     if record.base:
         label = record.base.split("@", 1)[0]
-        inputs.append(table_dataset(settings, config.snapshot_table, [{PARTITION_COLUMN: label}]))
+        inputs.append(snapshot_dataset(config, settings, label))
     return JobLineage(tuple(inputs), (output,))
 
 
