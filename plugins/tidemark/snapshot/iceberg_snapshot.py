@@ -62,6 +62,10 @@ def summary_of(snapshot: Snapshot) -> dict[str, str]:
     return dict(snapshot.summary.additional_properties) if snapshot.summary is not None else {}
 
 
+def _operation(snapshot: Snapshot) -> str:
+    return str(snapshot.summary.operation.value) if snapshot.summary is not None else ""
+
+
 def record_in(snapshot: Snapshot) -> dict[str, Any] | None:
     raw = summary_of(snapshot).get(RECORD_KEY)
     return json.loads(raw) if raw else None
@@ -101,7 +105,7 @@ class IcebergSnapshot(VersionedSnapshot):
                 return snapshot
         raise MergeError(
             f"{self.config.table}: {self.name} has no snapshot with sequence number {version} "
-            "(expired?): bootstrap again (tidemark bootstrap --table {self.config.table})"
+            f"(expired?): bootstrap again (tidemark bootstrap --table {self.config.table})"
         )
 
     def files(self, version: int) -> list[str]:
@@ -127,8 +131,7 @@ class IcebergSnapshot(VersionedSnapshot):
                 version=int(s.sequence_number or 0),
                 record=record_in(s),
                 metrics=self._metrics(summary_of(s)),
-                maintenance=record_in(s) is None
-                and str(s.summary.operation if s.summary else "") == "replace",
+                maintenance=record_in(s) is None and _operation(s) == "replace",  # a compaction
             )
             for s in later
         ]
