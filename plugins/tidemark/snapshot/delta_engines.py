@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tidemark.delta_spark import S3_LOG_STORE, S3_LOG_STORE_CONF
 from tidemark.errors import MergeError
 from tidemark.seal.metastore import quote_identifier
-from tidemark.snapshot.spark_merge import SessionConf, merge_sql, staged_frame
+from tidemark.snapshot.spark_merge import SessionConf, run_merge, staged_frame
 from tidemark.snapshot.versioned import DELETE_FLAG, RECORD_KEY
 from tidemark.tablefs import delta_storage_options, filesystem, hadoop_create_is_exclusive, hadoop_uri
 
@@ -183,7 +183,7 @@ class SparkDeltaEngine:
     def overwrite(self, files: Sequence[str], schema: pa.Schema, commit: DeltaCommit) -> dict[str, Any]:
         self._refuse_object_store(commit)
         frame = staged_frame(self.spark, files, commit.columns, commit.file_size)
-        with self._commit_conf(commit):
+        with SessionConf(self.spark, self._commit_conf(commit)):
             frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
                 hadoop_uri(commit.uri)
             )
@@ -194,30 +194,26 @@ class SparkDeltaEngine:
         self, source: DataFrame, schema: pa.Schema, commit: DeltaCommit, *, only_newer: bool
     ) -> dict[str, Any]:
         self._refuse_object_store(commit)
-        view = f"tidemark_merge_source_{abs(hash(commit.uri)) % 10**8}"
-        source.createOrReplaceTempView(view)
-        statement = merge_sql(
+        run_merge(
+            self.spark,
+            source,
             f"delta.{quote_identifier(hadoop_uri(commit.uri))}",
-            view,
             key=commit.key,
             names=commit.names,
             version_field=commit.version_field,
             only_newer=only_newer,
+            commit_conf=self._commit_conf(commit),
         )
-        try:
-            with self._commit_conf(commit):
-                self.spark.sql(statement).collect()
-        finally:
-            self.spark.catalog.dropTempView(view)
         return commit_metrics(self._landed(commit))
 
-    def _commit_conf(self, commit: DeltaCommit) -> SessionConf:
+    @staticmethod
+    def _commit_conf(commit: DeltaCommit) -> dict[str, str]:
         values = (
             commit.app_id,
             str(commit.version),
             json.dumps({RECORD_KEY: json.dumps(commit.record, sort_keys=True)}),
         )
-        return SessionConf(self.spark, dict(zip(SPARK_COMMIT_CONF, values, strict=True)))
+        return dict(zip(SPARK_COMMIT_CONF, values, strict=True))
 
     @staticmethod
     def _landed(commit: DeltaCommit) -> dict[str, Any]:

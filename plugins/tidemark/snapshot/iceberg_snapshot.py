@@ -36,7 +36,7 @@ from tidemark.masking import mask_text
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotRecord
-from tidemark.snapshot.spark_merge import SessionConf, merge_sql, staged_frame
+from tidemark.snapshot.spark_merge import SessionConf, run_merge, staged_frame
 from tidemark.snapshot.versioned import RECORD_KEY, TableCommit, VersionedSnapshot
 from tidemark.tablefs import hadoop_uri
 
@@ -217,28 +217,23 @@ class IcebergSnapshot(VersionedSnapshot):
         self._create()
         frame = staged_frame(self.spark, files, self.columns, int(self.cdc.snapshot_file_size))
         expected = self.current_version() + 1
-        with self._carrying(pending):
+        with SessionConf(self.spark, self._carrying(pending)):
             frame.writeTo(self.name).overwrite(F.lit(True))
         self._landed(pending, expected)
 
     def write_merge(
         self, source: DataFrame, pending: SnapshotRecord, version: int, *, only_newer: bool
     ) -> dict[str, Any]:
-        view = f"tidemark_merge_source_{abs(hash(self.name)) % 10**8}"
-        source.createOrReplaceTempView(view)
-        statement = merge_sql(
+        run_merge(
+            self.spark,
+            source,
             self.name,
-            view,
             key=self.config.primary_key,
             names=self.names,
             version_field=self.cdc.version_field,
             only_newer=only_newer,
+            commit_conf=self._carrying(pending),
         )
-        try:
-            with self._carrying(pending):
-                self.spark.sql(statement).collect()
-        finally:
-            self.spark.catalog.dropTempView(view)
         return self._metrics(summary_of(self._landed(pending, version)))
 
     def _create(self) -> None:
@@ -254,10 +249,10 @@ class IcebergSnapshot(VersionedSnapshot):
         )
         log.info("%s: Iceberg snapshot table %s created at %s", self.config.table, self.name, self.uri)
 
-    def _carrying(self, pending: SnapshotRecord) -> SessionConf:
-        return SessionConf(
-            self.spark, {PROPERTY_CONF + RECORD_KEY: json.dumps(pending.to_json(), sort_keys=True)}
-        )
+    @staticmethod
+    def _carrying(pending: SnapshotRecord) -> dict[str, str]:
+        """The session conf that puts the record in the commit's summary."""
+        return {PROPERTY_CONF + RECORD_KEY: json.dumps(pending.to_json(), sort_keys=True)}
 
     def _landed(self, pending: SnapshotRecord, version: int) -> Snapshot:
         """The commit's snapshot, once it is the current one at ``version`` and carries

@@ -63,6 +63,31 @@ def merge_sql(
     )
 
 
+def run_merge(
+    spark: SparkSession,
+    source: DataFrame,
+    target: str,
+    *,
+    key: Sequence[str],
+    names: Sequence[str],
+    version_field: str,
+    only_newer: bool,
+    commit_conf: dict[str, str],
+) -> None:
+    """``merge_sql`` of ``source`` (as a temporary view, dropped after) into ``target``, with
+    ``commit_conf`` set for this one statement (what the commit carries)."""
+    view = f"tidemark_merge_source_{abs(hash(target)) % 10**8}"
+    source.createOrReplaceTempView(view)
+    statement = merge_sql(
+        target, view, key=key, names=names, version_field=version_field, only_newer=only_newer
+    )
+    try:
+        with SessionConf(spark, commit_conf):
+            spark.sql(statement).collect()
+    finally:
+        spark.catalog.dropTempView(view)
+
+
 class SessionConf:
     """Set session conf for one statement and unset it after (a commit's record and app
     transaction must not leak into the next write of the session)."""
