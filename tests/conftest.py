@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog
+from tidemark.jobs import reader_conf
 from tidemark.settings import Settings
 from tidemark.spark import build_session
 from tidemark_dev.airflow_env import HIVE_METASTORE_POOL
@@ -127,12 +127,13 @@ def kafka(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="session")
 def spark(request: pytest.FixtureRequest, settings: Settings) -> Iterator[object]:
-    """Session-scoped local Spark with Hive support on the test run's own Derby metastore, and
-    Iceberg's runtime on the run's own Iceberg catalog (Iceberg-format CDC snapshots MERGE in
-    it: the runtime must be on the class path from the JVM's start)."""
+    """Session-scoped local Spark with Hive support on the test run's own Derby metastore, with
+    what reads every format by name (``jobs.reader_conf``): Iceberg's runtime on the run's own
+    Iceberg catalog (Iceberg-format CDC snapshots MERGE in it) and delta-spark (Delta snapshots
+    are registered and read as Delta tables); the jars must be on the class path from the
+    JVM's start."""
 
-    open_catalog(settings)
-    session = build_session("tidemark-tests", settings, extra_conf=iceberg_writer_conf(settings))
+    session = build_session("tidemark-tests", settings, extra_conf=reader_conf(settings))
     try:
         yield session
     finally:

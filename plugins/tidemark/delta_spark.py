@@ -1,7 +1,8 @@
-"""What a Spark session needs to write Delta tables itself: delta-spark on its class path, the
-Delta SQL extension and ``DeltaCatalog`` as the session catalog.
+"""What a Spark session needs to write and register Delta tables itself: delta-spark on its
+class path, the Delta SQL extension and ``DeltaCatalog`` as the session catalog.
 
-Only the jobs of a table with ``cdc.merge_engine: spark`` get it (``jobs.table_session_conf``):
+The jobs of a Delta-snapshot table get it (``jobs.table_session_conf``: the MERGE of
+``cdc.merge_engine: spark``, and the metastore entry every engine registers):
 delta-spark 4.3 (``jvm/pom.xml``'s ``delta`` profile, without the jars the pyspark wheel
 already ships) is the release built on Spark 4.1. ``DeltaCatalog`` delegates every non-Delta
 table to the Hive session catalog, so the same session still reads and registers Hive tables
@@ -12,7 +13,6 @@ writer of one version is refused by the store (docs/operations.md, "Who writes")
 
 from __future__ import annotations
 
-from tidemark.config import TableConfig
 from tidemark.jvm_jars import require_jars
 
 EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -20,10 +20,6 @@ EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 S3_LOG_STORE = "io.tidemark.delta.S3ConditionalLogStore"
 S3_LOG_STORE_CONF = "spark.delta.logStore.s3a.impl"
 CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-
-
-def uses_spark_engine(config: TableConfig) -> bool:
-    return config.cdc is not None and config.cdc.merge_engine == "spark"  # delta only (TableConfig checks)
 
 
 def delta_spark_conf() -> dict[str, str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.catalog import load_table
-from tidemark.delta_spark import delta_spark_conf, uses_spark_engine
+from tidemark.delta_spark import delta_spark_conf
 from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog
 from tidemark.settings import Settings
 from tidemark.spark import (
@@ -152,13 +152,16 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
 
 
 def table_session_conf(config: TableConfig, settings: Settings) -> dict[str, str]:
-    """The Spark conf a job of ``config`` needs beyond tidemark's defaults: delta-spark for
-    ``cdc.merge_engine: spark``, Iceberg's runtime for ``cdc.snapshot_format: iceberg``; for
-    either on S3, s3a on the executors' class path (the same paths must hold the jars on every
-    worker: here the workers share the machine; elsewhere the Spark distribution's hadoop-aws)."""
-    if uses_spark_engine(config):
+    """The Spark conf a job of ``config`` needs beyond tidemark's defaults: delta-spark for a
+    Delta snapshot (its MERGE with ``cdc.merge_engine: spark``, and the table registered in the
+    metastore as a Delta table by every engine), Iceberg's runtime for ``cdc.snapshot_format:
+    iceberg``; for either on S3, s3a on the executors' class path (the same paths must hold the
+    jars on every worker: here the workers share the machine; elsewhere the Spark
+    distribution's hadoop-aws)."""
+    snapshot_format = config.cdc.snapshot_format if config.cdc is not None else None
+    if snapshot_format == "delta":
         conf = delta_spark_conf()
-    elif config.cdc is not None and config.cdc.snapshot_format == "iceberg":
+    elif snapshot_format == "iceberg":
         open_catalog(settings)  # the SQL catalog's file and namespace, before the JVM opens it
         conf = iceberg_writer_conf(settings)
     else:
@@ -168,6 +171,22 @@ def table_session_conf(config: TableConfig, settings: Settings) -> dict[str, str
     if needs_s3a(settings.warehouse):
         jars = [jdbc_driver_class_path(), *s3a_jars(settings)]
         conf["spark.executor.extraClassPath"] = ":".join(j for j in jars if j)
+    return conf
+
+
+# confs whose values are lists: two confs that both set one are joined, not overridden
+LIST_CONFS = {"spark.jars": ",", "spark.sql.extensions": ",", "spark.driver.extraClassPath": ":"}
+
+
+def reader_conf(settings: Settings) -> dict[str, str]:
+    """A session that reads every table tidemark writes by name: Hive tables, Delta snapshots
+    (delta-spark, ``DeltaCatalog`` as the session catalog) and Iceberg tables
+    (``iceberg.default.<table>``, with Iceberg's SQL extensions)."""
+    open_catalog(settings)
+    conf = delta_spark_conf()
+    for key, value in iceberg_writer_conf(settings).items():
+        joined = key in conf and key in LIST_CONFS
+        conf[key] = LIST_CONFS[key].join([conf[key], value]) if joined else value
     return conf
 
 

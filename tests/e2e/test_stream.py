@@ -1,7 +1,8 @@
 """The continuous writer end to end: the batch DAG's dump, a switch to the stream, the stream
 (spark_jobs/stream.py, its own process) killed at each point of a micro-batch and restarted,
 sealing hours as it goes, then a switch back to the batch dump. Every record lands once; the
-batches of the commit log tile the topic whoever wrote them."""
+batches of the commit log tile the topic whoever wrote them. The stream also seals an Iceberg
+table, through a kill between its Iceberg commit and the journal."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.dags import asset_events, run_dag
+from tests.helpers.iceberg import pyiceberg_rows, snapshots_of
 from tests.helpers.jobs import create_metastore, job_process, run_job_process
 from tests.helpers.streams import KILLS, STREAM_ARGS, assert_the_kill_stands, restart_words, tiled
 from tests.helpers.tables import fresh_table, landed, late_landed
@@ -182,3 +184,44 @@ def test_the_stream_dag_switches_starts_watches_announces_and_stops_the_stream(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert_exact(settings, table, delivered)
+
+
+def test_the_stream_commits_each_hour_of_an_iceberg_table_once_through_a_kill_after_the_commit(
+    broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """``output.table_format: iceberg`` under the stream: its seal makes each hour one Iceberg
+    snapshot; killed between that commit and the journal, the restarted stream recognises the
+    commit from the snapshot's summary and commits nothing twice; pyiceberg reads each sealed
+    hour's records once."""
+    home = tmp_path / "home"
+    own = replace(settings, home=home, warehouse=str(home / "warehouse"))
+    config, own = fresh_table(own, tmp_path, output__table_format="iceberg")
+    table = config.table
+    create_topic(broker, config.source.topic, 2)
+    TableWriter(own.state_dir, table).switch(
+        "stream", by="test", reason="an Iceberg stream", at=NOW.isoformat()
+    )
+    create_metastore(own)
+    # hour H, then the next hour (its watermark makes H ready); no jitter back into H - 1
+    delivered = produce(broker, table, events(60, start=HOUR, partitions=2, disorder=timedelta(0)))
+    delivered += produce(broker, table, events(20, start=HOUR + timedelta(hours=1), partitions=2, seed=1))
+    key = HOUR.strftime("%Y-%m-%dT%H")
+
+    code, _, err = stream(own, table, fail_at="after_registration")  # committed, not journaled
+    assert code == EXIT_CODE, err[-3000:]
+    assert [s["tidemark.hour"] for s in snapshots_of(own, table)] == [key]
+    assert key not in HourJournal(own.state_dir, table).state().hours  # its entry follows the commit
+
+    code, out, err = stream(own, table)
+    assert code == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "stopped"
+    assert key in HourJournal(own.state_dir, table).state().hours, err[-6000:]
+    assert HourJournal(own.state_dir, table).state().hours[key].published
+    assert [s["tidemark.hour"] for s in snapshots_of(own, table)] == [key]  # not committed twice
+    assert tiled(own, table) == {p: max(o for q, o, _ in delivered if q == p) + 1 for p in (0, 1)}
+    expected = {
+        (p, o): json.loads(m.value or b"{}")["event_id"]
+        for p, o, m in delivered
+        if m.event_time is not None and m.event_time.replace(minute=0, second=0, microsecond=0) == HOUR
+    }
+    assert pyiceberg_rows(own, table, hour=HOUR.strftime("%H")) == expected

@@ -2,7 +2,8 @@
 seal it into a PostgreSQL Iceberg catalog, its maintenance DAG runs; then Trino (476, from
 Maven Central, on the Temurin JDK 25) reads the sealed hour by name through its Iceberg
 connector on the same catalog, equal row by row to pyiceberg's read; the snapshot's summary
-is Trino's to read too."""
+is Trino's to read too. A CDC table's Iceberg snapshot (``cdc.snapshot_format: iceberg``,
+bootstrapped by its spark-submit job) is read by Trino by name, its label by tag."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import pytest
 
 from tests.helpers.dags import run_dag
 from tests.helpers.iceberg import pyiceberg_rows, snapshots_of
+from tests.helpers.jobs import run_job_process
+from tests.helpers.orders import keyed_once, normal, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
 from tidemark.settings import Settings
-from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.generator import create_topic, order_changes, produce, records, state_after
 from tidemark_dev.net import free_port
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
 from tidemark_dev.trino import TrinoService
@@ -68,3 +71,28 @@ def test_the_dags_land_an_iceberg_table_that_trino_reads_by_name(
     cursor.execute(f'SELECT summary FROM "{table}$snapshots"')
     (summary,) = (row[0] for row in cursor.fetchall())
     assert (summary["tidemark.hour"], summary["tidemark.version"]) == ("2026-11-22T10", "1")
+
+    # a CDC table's snapshot in the same catalog: Spark's overwrite on the bootstrap job's
+    # executors, the label a tag, Trino reads the table by name and the label by the tag
+    orders, own = fresh_table(on_postgres, tmp_path, template="orders", cdc__snapshot_format="iceberg")
+    create_topic(broker, orders.source.topic, 2)
+    state = state_after(order_changes(80, start=at(9), seed=4))
+    source = write_parquet_source(tmp_path / "src", state)
+    boot = [
+        "--source-kind",
+        "parquet",
+        "--source",
+        str(source),
+        "--label",
+        "base",
+        "--as-of",
+        at(10).isoformat(),
+    ]
+    code, _, err = run_job_process(own, "bootstrap", orders.table, "boot-1", *boot)
+    assert code == 0, err[-3000:]
+    columns = "SELECT order_id, version, customer_id, status, amount, updated_at FROM"
+    for relation in (orders.snapshot_table, f"{orders.snapshot_table} FOR VERSION AS OF 'base'"):
+        cursor.execute(f"{columns} {relation}")
+        names = [d[0] for d in cursor.description]
+        read = [normal(dict(zip(names, r, strict=True))) for r in cursor.fetchall()]
+        assert keyed_once(read, relation) == truth(state)

@@ -32,6 +32,7 @@ import yaml
 from deltalake import DeltaTable  # noqa: TID253
 
 from tests.helpers.chaos import killed_at_random
+from tests.helpers.iceberg import snapshots_of
 from tests.helpers.jobs import job_env, job_process
 from tests.helpers.orders import Row, keyed_once, late_update, normal, send, truth
 from tests.helpers.s3cluster import cluster, job, lake, offsets, outcome, registered, s3_metastore, why
@@ -185,15 +186,15 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
     ]
     engines = {int(c["version"]): str(c.get("engineInfo")) for c in delta.history()}
     assert "Delta-Lake/4.3.1" in engines[3] and "Delta-Lake" not in engines[2]  # delta-spark, then delta-rs
-    # by name: the current version, and each label: the bootstrap's, hour 10's as merged (before
-    # the late change: Delta history is not rewritten) and hour 11's recomputed one
-    labels = f"`{snapshots}_labels` WHERE snapshot_dt ="
+    # by name, as the Delta table registered in the metastore service: the current version, and
+    # each label's version: the bootstrap's, hour 10's as merged (before the late change: Delta
+    # history is not rewritten) and hour 11's recomputed one
     assert read_by_name(
         settings,
         f"`{snapshots}`",
-        f"{labels} '2026-11-22T11'",
-        f"{labels} '2026-11-22T10'",
-        f"{labels} 'base'",
+        f"`{snapshots}` VERSION AS OF 3",
+        f"`{snapshots}` VERSION AS OF 1",
+        f"`{snapshots}` VERSION AS OF 0",
     ) == [expected_11, expected_11, truth(state_at_11), truth(source_state)]
 
     listed = table_status(config, settings)["snapshots"]
@@ -312,9 +313,16 @@ def test_an_iceberg_snapshot_merged_on_the_cluster_on_s3_recovers_remerges_and_i
     """``cdc.snapshot_format: iceberg``: the bootstrap's overwrite and every MERGE run on the
     cluster's executors, writing the table's files to S3 through s3a; a merge killed after its
     commit is recovered from the snapshot summary, never committed twice; a late change is
-    merged forward; labels are tags, read by name."""
+    merged forward; labels are tags, read by name. The increments are an Iceberg table too
+    (``output.table_format: iceberg``), dumped and sealed on the cluster: each hour one
+    snapshot, the late change's amend another."""
     config, on_cluster = fresh_table(
-        cluster, tmp_path, template="orders", cdc__snapshot_every="hour", cdc__snapshot_format="iceberg"
+        cluster,
+        tmp_path,
+        template="orders",
+        cdc__snapshot_every="hour",
+        cdc__snapshot_format="iceberg",
+        output__table_format="iceberg",
     )
     on_cluster = replace(on_cluster, home=tmp_path / "home")
     settings = replace(on_cluster, spark_master="local[2]", executor_env="")
@@ -333,8 +341,8 @@ def test_an_iceberg_snapshot_merged_on_the_cluster_on_s3_recovers_remerges_and_i
 
     after = order_changes(80, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=32)
     send(broker, config, after)
-    assert outcome(job(settings, "dump", table, "ingest-1", "--processing-time", at(12, 30).isoformat()))
-    assert outcome(job(settings, "seal", table, "ingest-1"))["sealed"][-2:] == [
+    assert outcome(job(on_cluster, "dump", table, "ingest-1", "--processing-time", at(12, 30).isoformat()))
+    assert outcome(job(on_cluster, "seal", table, "ingest-1"))["sealed"][-2:] == [
         "2026-11-22T10",
         "2026-11-22T11",
     ]
@@ -352,10 +360,15 @@ def test_an_iceberg_snapshot_merged_on_the_cluster_on_s3_recovers_remerges_and_i
     victim = max(k for k, r in state_at_11.items() if datetime.fromisoformat(r["updated_at"]) < at(10, 50))
     late = late_update(state_at_11[victim], at(10, 50))
     send(broker, config, [late])
-    assert outcome(job(settings, "dump", table, "ingest-2", "--processing-time", at(12, 40).isoformat()))
-    assert outcome(job(settings, "seal", table, "ingest-2"))["amended"] == ["2026-11-22T10"]
+    assert outcome(job(on_cluster, "dump", table, "ingest-2", "--processing-time", at(12, 40).isoformat()))
+    assert outcome(job(on_cluster, "seal", table, "ingest-2"))["amended"] == ["2026-11-22T10"]
     remerged = outcome(job(on_cluster, "merge", table, "remerge-11", "--snapshot", "2026-11-22T11"))
     assert (remerged["version"], remerged["base"]) == (2, "base@v1")
+    increments = open_catalog(settings).load_table(identifier(table))
+    assert increments.location().startswith("s3a://")
+    hours = [(s["tidemark.hour"], s["tidemark.version"]) for s in snapshots_of(settings, table)]
+    assert ("2026-11-22T10", "1") in hours and ("2026-11-22T11", "1") in hours
+    assert hours[-1] == ("2026-11-22T10", "2") and len(hours) == len(set(hours))  # the amend; none twice
 
     records = list(SnapshotLog(settings.state_location, table).records())
     assert [(r.ref, r.table_version) for r in records] == [

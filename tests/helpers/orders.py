@@ -19,6 +19,7 @@ from tidemark.settings import Settings
 from tidemark.snapshot.delta import is_delta
 from tidemark.snapshot.formats import is_versioned, read_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
+from tidemark_dev.duckdb_reader import duckdb_connection
 from tidemark_dev.generator import Message, change_messages, create_topic, produce
 
 Row = tuple[Any, ...]
@@ -118,9 +119,10 @@ def snapshot(
     spark: Any, config: TableConfig, label: str, settings: Settings | None = None, *, by_name: bool = True
 ) -> list[Row]:
     """The snapshot as its readers see it by name, failing on a duplicated key: a Parquet
-    snapshot's partition as the metastore serves it; a Delta snapshot's label through the
-    registered ``<table>_snapshot_labels`` view (and ``<table>_snapshot`` when the label is the
-    current version), checked against Spark reading the version's files and delta-rs; an
+    snapshot's partition as the metastore serves it; a Delta snapshot's label as delta-spark
+    reads the registered Delta table, ``VERSION AS OF`` the version ``DESCRIBE HISTORY`` names
+    for the label (and by its name alone when the label is the current version), checked
+    against Spark reading the version's files and delta-rs; an
     Iceberg snapshot's label by its tag in Spark SQL (and the table's name when current),
     checked against pyiceberg reading the tag (``by_name=False``: the files only, for jobs
     that wrote to another metastore or catalog)."""
@@ -130,7 +132,7 @@ def snapshot(
     if is_versioned(config) and not by_name:
         relation = "tm_snapshot"
     elif is_delta(config):
-        relation = f"`{config.snapshot_table}_labels` WHERE snapshot_dt = '{label}'"
+        relation = f"`{config.snapshot_table}` VERSION AS OF {delta_label_version(spark, config, label)}"
     elif is_versioned(config):
         assert settings is not None
         relation = f"{iceberg_name(settings, config)} VERSION AS OF '{label}'"
@@ -145,8 +147,10 @@ def snapshot(
     live = SnapshotLog(settings.state_location, config.table).live()
     current = by_name and max(live.values(), key=lambda r: r.table_version).label == label
     if is_delta(config):
+        if by_name:
+            assert delta_label_version(spark, config, label) == live[label].table_version
         if current:
-            assert _rows(spark, f"`{config.snapshot_table}` WHERE snapshot_dt = '{label}'") == rows
+            assert _rows(spark, f"`{config.snapshot_table}`") == rows
         delta = DeltaTable(
             str(SnapshotStore(spark, config, settings).table_dir), version=live[label].table_version
         )
@@ -162,6 +166,38 @@ def snapshot(
         scanned = table.scan(snapshot_id=tag.snapshot_id).to_arrow().to_pylist()
         assert sorted(normal(r) for r in scanned) == rows
     return rows
+
+
+def delta_label_version(spark: Any, config: TableConfig, label: str) -> int:
+    """The Delta version holding ``label``, as docs/operations.md tells a delta-spark reader to
+    find it: the newest commit whose ``userMetadata`` names the label."""
+    from pyspark.sql import functions as F
+
+    found = (
+        spark.sql(f"DESCRIBE HISTORY `{config.snapshot_table}`")
+        .where(F.get_json_object("userMetadata", "$.label") == label)
+        .agg(F.max("version"))
+        .first()[0]
+    )
+    assert found is not None, f"{label}: no Delta commit names it"
+    return int(found)
+
+
+def duckdb_snapshot(settings: Settings, config: TableConfig, label: str | None = None) -> list[Row]:
+    """An Iceberg snapshot table read by DuckDB (its iceberg extension, on the table's current
+    metadata file from the catalog): the current state, or ``label``'s tag."""
+    table = open_catalog(settings).load_table(identifier(config.snapshot_table))
+    at_tag = ""
+    if label is not None:
+        tag = table.snapshot_by_name(label)
+        assert tag is not None, f"{label}: no tag"
+        at_tag = f", snapshot_from_id => {tag.snapshot_id}"
+    found = duckdb_connection().sql(
+        "SELECT order_id, version, customer_id, status, CAST(amount AS VARCHAR) AS amount, updated_at "
+        f"FROM iceberg_scan('{table.metadata_location}'{at_tag})"
+    )
+    names = [c[0] for c in found.description]
+    return keyed_once([normal(dict(zip(names, r, strict=True))) for r in found.fetchall()], "duckdb")
 
 
 def iceberg_name(settings: Settings, config: TableConfig) -> str:

@@ -1,7 +1,8 @@
 """Read queries by table name as a Spark SQL user of the metastore would, in a process of its
 own with a job's settings (the s3a client, the metastore service): ``python -m
 tests.helpers.sql_read [--pickle] "SELECT ..." ["SET k=v" "SELECT ..." ...]`` prints each
-query's rows (Hive tables by name, Iceberg ones as ``iceberg.default.<table>``), as one JSON list of lists (one Spark session for them all); ``--pickle``: the
+query's rows (Hive and Delta tables by name, Iceberg ones as ``iceberg.default.<table>``:
+``jobs.reader_conf``), as one JSON list of lists (one Spark session for them all); ``--pickle``: the
 rows with their Python values (``Row.asDict(recursive=True)``: NaN, bytes, Decimal, datetime),
 pickled and base64-encoded on the last line."""
 
@@ -12,7 +13,7 @@ import json
 import pickle
 import sys
 
-from tidemark.iceberg_catalog import open_catalog, spark_catalog_conf
+from tidemark.jobs import reader_conf
 from tidemark.settings import Settings
 from tidemark.spark import build_session
 
@@ -21,8 +22,7 @@ def main(arguments: list[str]) -> None:
     exact = arguments[:1] == ["--pickle"]
     queries = arguments[1:] if exact else arguments
     settings = Settings.from_env()
-    open_catalog(settings)  # Iceberg tables by name too: ``iceberg.default.<table>``
-    spark = build_session("tidemark-sql-read", settings, extra_conf=spark_catalog_conf(settings))
+    spark = build_session("tidemark-sql-read", settings, extra_conf=reader_conf(settings))
     try:
         rows = [[r.asDict(recursive=exact) for r in spark.sql(query).collect()] for query in queries]
     finally:

@@ -103,8 +103,7 @@ def test_delta_spark_writes_the_snapshot_exactly_once_through_crashes_and_delta_
     assert all("Delta-Lake/4.3.1" in str(c.get("engineInfo")) for c in commits)  # delta-spark wrote both
     assert [(record_of(c) or {}).get("run_id") for c in commits] == ["boot-1", "merge-1"]
     assert not delta.protocol().reader_features  # what tidemark's delta-rs reads and VACUUM need
-    # the views the delta-spark session registered, read by name by Spark without Delta's jars
-    # (the writer's DeltaCatalog conf is not carried into them)
+    # the Delta table the jobs registered in their metastore, read by name in another session
     jobs = replace(own, home=tmp_path / "jobs", state_uri=own.state_uri or str(own.home / "state"))
     done = subprocess.run(
         [sys.executable, "-m", "tests.helpers.sql_read", f"SELECT count(*) n FROM `{config.snapshot_table}`"],

@@ -3,6 +3,7 @@ snapshot a merge starts from, which hours it needs, and when a merged snapshot i
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +15,7 @@ from tests.helpers.records import snapshot_record as record
 from tidemark.config import TableConfig, load_table_file
 from tidemark.errors import BootstrapError, MergeError, UnsealedHoursError
 from tidemark.jobs import job_parser
+from tidemark.snapshot.delta_engines import record_of, user_metadata
 from tidemark.snapshot.merge_plan import MergePlan, is_stale, plan_merge, plan_versioned_merge
 from tidemark.snapshot.snapshots import SnapshotRecord, base_for, format_name, is_versioned, period_of
 from tidemark.snapshot.sources import (
@@ -248,3 +250,17 @@ def formatted(config: TableConfig, snapshot_format: str) -> TableConfig:
     return config.model_copy(
         update={"cdc": config.cdc.model_copy(update={"snapshot_format": snapshot_format})}
     )
+
+
+def test_a_delta_commit_names_its_label_and_carries_its_record_in_user_metadata() -> None:
+    """``DESCRIBE HISTORY`` shows each version's label (``userMetadata``); the record comes
+    back from it, from delta-rs commits of earlier releases (a commitInfo key), and a user's
+    own commit message is no record."""
+    written = {"table": "orders", "label": "2026-11-22T10", "run_id": "merge-1", "rows": 3}
+    carried = user_metadata(written)
+    assert json.loads(carried)["label"] == "2026-11-22T10"
+    assert record_of({"userMetadata": carried}) == written
+    assert record_of({"tidemark.record": json.dumps(written)}) == written
+    assert record_of({"userMetadata": "nightly fix by hand"}) is None
+    assert record_of({"userMetadata": "[1, 2]"}) is None
+    assert record_of({"operation": "VACUUM END"}) is None

@@ -8,7 +8,8 @@ Why Delta, through delta-rs (``deltalake``): one MERGE of 1M changes into 10M ro
 key, ~17 min for 1M rows: apache/iceberg-python#2159) is no candidate at CDC increment sizes;
 Iceberg snapshots MERGE with Spark (``tidemark.snapshot.iceberg_snapshot``).
 
-Each Delta commit carries the record in its commitInfo (``tidemark.record``) and an app
+Each Delta commit carries the record in its ``userMetadata`` (``tidemark.record``, beside the
+label, so ``DESCRIBE HISTORY`` shows which version holds which label) and an app
 transaction (``tidemark-snapshot-<table>``, version = the Delta version it created): Delta
 does not skip a repeated commit by itself, and the app transaction is the cheap check of
 ``recover`` (the history is read only when it is past the log's newest Delta version).
@@ -16,8 +17,9 @@ does not skip a repeated commit by itself, and the app transaction is the cheap 
 Who writes. The bootstrap's write and the MERGE are one commit each by the table's engine
 (``cdc.merge_engine``, ``tidemark.snapshot.delta_engines``: delta-rs in the driver by default,
 or delta-spark on the executors); everything else here reads and maintains the table through
-delta-rs, whichever engine wrote it. Labels are published as views
-(``tidemark.snapshot.delta_views``).
+delta-rs, whichever engine wrote it. The table is registered in the metastore as a Delta
+table (``tidemark.snapshot.delta_catalog``): read by name natively, a label by ``VERSION AS
+OF`` its Delta version.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from tidemark.errors import MergeError
 from tidemark.ingest.columns import arrow_fields
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
+from tidemark.snapshot.delta_catalog import register_delta_table
 from tidemark.snapshot.delta_engines import DeltaCommit, commit_metrics, engine_for, record_of
-from tidemark.snapshot.delta_views import publish_views
 from tidemark.snapshot.snapshots import SnapshotRecord
 from tidemark.snapshot.versioned import DELETE_FLAG, TableCommit, VersionedSnapshot
 from tidemark.state.storage import require_conditional_create
@@ -130,10 +132,9 @@ class DeltaSnapshot(VersionedSnapshot):
 
     # -- labels and housekeeping -------------------------------------------------------------
     def publish(self, head: SnapshotRecord, kept: Sequence[SnapshotRecord]) -> str:
-        publish_views(
-            self.spark, self.config.snapshot_table, root=self.uri, columns=self.columns, head=head, live=kept
-        )
-        return "views registered"
+        """The table by name in the metastore; its labels are Delta versions whose commits
+        name them, so nothing per label is published."""
+        return register_delta_table(self.spark, self.config.snapshot_table, self.uri, table=self.config.table)
 
     def vacuum(self, kept: Sequence[SnapshotRecord]) -> list[str]:
         """Delete the files that only expired labels and replaced versions read (a VACUUM

@@ -83,12 +83,22 @@ class DeltaWriteEngine(Protocol):
         ...
 
 
+def user_metadata(record: dict[str, Any]) -> str:
+    """A commit's ``userMetadata`` (both engines): its label, readable in ``DESCRIBE HISTORY``,
+    and the whole snapshot record."""
+    return json.dumps({"label": record.get("label"), RECORD_KEY: json.dumps(record, sort_keys=True)})
+
+
 def record_of(commit_info: dict[str, Any]) -> dict[str, Any] | None:
-    """The snapshot record a commit carries (delta-rs: a commitInfo key; delta-spark: its
-    ``userMetadata``), or None."""
+    """The snapshot record a commit carries (its ``userMetadata``; delta-rs commits of earlier
+    releases: a commitInfo key of its own), or None."""
     raw = commit_info.get(RECORD_KEY)
     if raw is None and isinstance(commit_info.get("userMetadata"), str):
-        raw = json.loads(commit_info["userMetadata"]).get(RECORD_KEY)
+        try:
+            carried = json.loads(commit_info["userMetadata"])
+        except ValueError:  # someone else's commit message
+            carried = None
+        raw = carried.get(RECORD_KEY) if isinstance(carried, dict) else None
     return json.loads(raw) if isinstance(raw, str) else None
 
 
@@ -168,7 +178,7 @@ class DeltaRsEngine:
         from deltalake import CommitProperties, Transaction
 
         return CommitProperties(
-            custom_metadata={RECORD_KEY: json.dumps(commit.record, sort_keys=True)},
+            custom_metadata={"userMetadata": user_metadata(commit.record)},
             app_transactions=[Transaction(commit.app_id, commit.version)],
             max_commit_retries=0,  # one writer under the snapshot lock: a conflict is an error
         )
@@ -208,11 +218,7 @@ class SparkDeltaEngine:
 
     @staticmethod
     def _commit_conf(commit: DeltaCommit) -> dict[str, str]:
-        values = (
-            commit.app_id,
-            str(commit.version),
-            json.dumps({RECORD_KEY: json.dumps(commit.record, sort_keys=True)}),
-        )
+        values = (commit.app_id, str(commit.version), user_metadata(commit.record))
         return dict(zip(SPARK_COMMIT_CONF, values, strict=True))
 
     @staticmethod

@@ -17,7 +17,9 @@ the query's checkpoint:
   ahead of it (a micro-batch that committed nothing) reads nothing less.
 
 Between micro-batches, hours whose end + ``commit_delay`` the ready time passed are sealed by
-the seal job's own ``Sealer`` (same journal, quality gate, registration). Only the table's
+the seal job's own ``Sealer`` (same journal, quality gate, registration), and once when the
+stream starts, before its first micro-batch: a run killed inside its seal leaves hours due that
+no later micro-batch may come to seal (a quiet topic, a catch-up run with nothing to read). Only the table's
 writer runs (``state/mode.py``): a switch to batch stops the stream after its current
 micro-batch. The ``stream`` lock keeps a second stream of the table from starting, and a
 status record (``<state>/<table>/stream/status.json``) tells ``tidemark status``, the
@@ -130,7 +132,7 @@ class EpochRunner:
         self.progress.last_epoch = epoch
         self.progress.dump_s = round(self.progress.dump_s + time.perf_counter() - started, 3)
         started = time.perf_counter()
-        self._seal_if_due(run_id)
+        self.seal_if_due(run_id)
         self.progress.seal_s = round(self.progress.seal_s + time.perf_counter() - started, 3)
         self.status.write(self.progress.to_json(self.clock()))
         crash_point("stream_epoch_end")
@@ -177,7 +179,7 @@ class EpochRunner:
             progress.late += result.late
             self._late_unsealed = self._late_unsealed or result.late > 0
 
-    def _seal_if_due(self, run_id: str) -> None:
+    def seal_if_due(self, run_id: str) -> None:
         """Seal (register, gate, amend or register late rows) when an hour is complete or late
         rows wait; a quarantined hour is reported, and the stream goes on."""
 
@@ -246,6 +248,9 @@ def run_stream(
             status=status,
             lease=lease,
         )
+        # hours a run killed inside its seal left due: sealed before the first micro-batch, which
+        # may never come (nothing new on the topic, or a catch-up run with nothing to read)
+        runner.seal_if_due(f"{run_id}-start")
         until = json.dumps({p: latest for p, (_, latest) in target.items()}) if target is not None else ""
         query = _start_query(
             spark, config, settings, runner, kafka_conf=kafka_conf, until=until, interval=interval

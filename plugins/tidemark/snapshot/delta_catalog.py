@@ -1,0 +1,126 @@
+"""A Delta snapshot registered in the metastore as a Delta table, read by name natively.
+
+``<table>_snapshot`` is one metastore entry whose provider is ``delta`` and whose location is
+the Delta table's directory (what ``CREATE TABLE ... USING delta LOCATION`` makes): Spark with
+delta-spark reads its current version by name and a label's version with ``VERSION AS OF``;
+Trino's Delta Lake connector on the same metastore reads it by name too. The entry holds no
+schema and no label: Delta reads both from its log, so it is registered once and never
+rewritten by a commit. A label is the Delta version its record names; every commit carries
+the record in its ``userMetadata`` (``DESCRIBE HISTORY <table>_snapshot`` shows the label),
+and ``tidemark status`` prints each label's version.
+
+Registering needs delta-spark in the session (``DeltaCatalog`` as the session catalog): the
+jobs of a Delta-snapshot table get it (``tidemark.jobs.table_session_conf``). Registration is
+derived state, done under the table's snapshot lock after each commit, idempotent, and made
+good by the next bootstrap or merge when it fails. It replaces the two SQL views that earlier
+releases registered under these names (their text grew with every label until the metastore
+refused it).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tidemark.errors import MergeError
+from tidemark.seal.metastore import DATABASE, qualified, quote_value
+from tidemark.tablefs import hadoop_uri
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+# the views earlier releases registered: <table>_snapshot (current) and <table>_snapshot_labels
+OLD_LABELS_VIEW_SUFFIX = "_labels"
+
+
+def register_delta_table(spark: SparkSession, name: str, uri: str, *, table: str) -> str:
+    """Make ``name`` the Delta table at ``uri`` in the metastore (``table``: the CDC table, for
+    messages); returns what it did. A view of tidemark's earlier releases under the name is
+    replaced; another table there is a MergeError (tidemark never drops a table it did not
+    make)."""
+    if spark.conf.get("spark.sql.catalog.spark_catalog", "") != DELTA_CATALOG:
+        raise MergeError(
+            f"{table}: registering {name} as a Delta table needs delta-spark in the session "
+            "(tidemark.delta_spark.delta_spark_conf, which the jobs of a Delta-snapshot table get)"
+        )
+    location = hadoop_uri(uri).rstrip("/")
+    dropped = _drop_old_views(spark, name)
+    found = _metadata(spark, name)
+    if found is not None:
+        provider, where = found
+        if provider == "delta" and _same_place(where, location):
+            return "registered" if not dropped else _replaced(table, name, dropped)
+        raise MergeError(
+            f"{table}: the metastore's {DATABASE}.{name} is a {provider or 'Hive'} table at {where}, not the "
+            f"Delta table at {location}: drop or rename it (DROP TABLE {DATABASE}.{name}) and merge again"
+        )
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(name)} USING delta LOCATION {quote_value(location)}")
+    log.info(
+        "%s: %s.%s registered in the metastore as the Delta table at %s", table, DATABASE, name, location
+    )
+    return _replaced(table, name, dropped) if dropped else "registered now"
+
+
+def _replaced(table: str, name: str, dropped: list[str]) -> str:
+    log.warning(
+        "%s: the views %s of an earlier tidemark are dropped: %s.%s is the Delta table now "
+        "(a label is read with VERSION AS OF its Delta version)",
+        table,
+        ", ".join(dropped),
+        DATABASE,
+        name,
+    )
+    return f"registered, views {', '.join(dropped)} replaced"
+
+
+def _same_place(a: str, b: str) -> bool:
+    """Whether two locations name one directory (the metastore keeps ``file:/x`` for ``/x``)."""
+
+    def plain(uri: str) -> str:
+        for prefix in ("file://", "file:"):
+            if uri.startswith(prefix):
+                uri = uri[len(prefix) :]
+                break
+        return uri.rstrip("/")
+
+    return plain(a) == plain(b)
+
+
+def _drop_old_views(spark: SparkSession, name: str) -> list[str]:
+    """Drop the views earlier releases registered as ``name`` and ``name``_labels (views only)."""
+    dropped = []
+    for view in (name, name + OLD_LABELS_VIEW_SUFFIX):
+        if _table_type(spark, view) == "VIEW":
+            spark.sql(f"DROP VIEW IF EXISTS {qualified(view)}")
+            dropped.append(view)
+    return dropped
+
+
+def _catalog_table(spark: SparkSession, name: str) -> Any:
+    """The metastore's entry for ``name`` (Spark's CatalogTable), or None. Read from the session
+    catalog without resolving it: an old view over files that are gone must not fail here."""
+    jvm: Any = spark._jvm
+    catalog = spark._jsparkSession.sessionState().catalog()
+    identifier = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(name, jvm.scala.Some.apply(DATABASE))
+    return catalog.getTableMetadata(identifier) if catalog.tableExists(identifier) else None
+
+
+def _table_type(spark: SparkSession, name: str) -> str | None:
+    found = _catalog_table(spark, name)
+    return None if found is None else str(found.tableType().name())
+
+
+def _metadata(spark: SparkSession, name: str) -> tuple[str, str] | None:
+    """(provider, location) of the entry ``name``, or None."""
+    found = _catalog_table(spark, name)
+    if found is None:
+        return None
+    provider = found.provider()
+    location = found.storage().locationUri()
+    return (
+        str(provider.get()).lower() if provider.isDefined() else "",
+        str(location.get().toString()) if location.isDefined() else "",
+    )
