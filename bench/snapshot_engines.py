@@ -1,7 +1,7 @@
-"""The snapshot MERGE on Spark (delta-spark) against delta-rs in one process, same data.
+"""The snapshot MERGE on Spark (delta-spark, Iceberg) against delta-rs in one process, same data.
 
     .venv/bin/python bench/snapshot_engines.py [--snapshot-rows 10000000] [--increment-rows 1000000]
-        [--engines delta-rs,delta-spark-local,delta-spark-cluster] [--runs 1]
+        [--engines delta-rs,delta-spark-local,delta-spark-cluster,iceberg-spark-local] [--runs 1]
 
 Issue 46 asks where each engine wins for ``cdc.snapshot_format: delta``: today's MERGE runs
 in one process (delta-rs, ``tidemark.snapshot.delta``); delta-spark would run it on the
@@ -15,12 +15,17 @@ each engine runs in its own process:
 - ``delta-spark-local``: Spark SQL's ``MERGE INTO delta.`<path>``` with delta-spark
   (``jvm/pom.xml``'s ``delta`` profile) on ``local[*]``, tidemark's session defaults;
 - ``delta-spark-cluster``: the same on the standalone cluster of ``tidemark_dev.cluster`` (a
-  master and two one-core workers, 2 GB each), started once for the bench.
+  master and two one-core workers, 2 GB each), started once for the bench;
+- ``iceberg-spark-local``: ``cdc.snapshot_format: iceberg``'s MERGE: the same rows copied
+  (not timed) into an Iceberg table (format 2, Iceberg's default copy-on-write MERGE, files
+  of ~1M rows in key order, as tidemark's bootstrap writes them), then Spark SQL's
+  ``MERGE INTO`` with Iceberg's runtime and SQL extensions on ``local[*]``.
 
 Prints per run the wall time of the whole process (the JVM start included), the MERGE alone,
 the CPU seconds and peak RSS of the process tree plus, on the cluster, of its executors
 (sampled from /proc every 0.2 s), and the rows and files the MERGE reports; then the ratios
-``delta-spark-*/delta-rs`` in wall time. Not a test.
+``<engine>/delta-rs`` in wall time (Iceberg's: less its untimed copy; its CPU and RSS
+include the copy). Not a test.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from tidemark.spark import build_session
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
 from tidemark_dev.net import free_port_block
 
-ENGINES = ("delta-rs", "delta-spark-local", "delta-spark-cluster")
+ENGINES = ("delta-rs", "delta-spark-local", "delta-spark-cluster", "iceberg-spark-local")
 COLUMNS = ("order_id", "version", "customer_id", "status", "amount")
 
 
@@ -116,6 +121,71 @@ def spark_merge(root: Path) -> dict[str, Any]:
     }
 
 
+def iceberg_merge(root: Path) -> dict[str, Any]:
+    """The same MERGE INTO on an Iceberg copy of the snapshot (a Hadoop catalog in ``root``)."""
+    from deltalake import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    conf = {
+        "spark.jars": ",".join(require_jars("iceberg")),
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "spark.sql.catalog.bench": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.bench.type": "hadoop",
+        "spark.sql.catalog.bench.warehouse": str(root / "iceberg"),
+    }
+    started = time.perf_counter()
+    spark = build_session("bench-iceberg-spark", Settings.from_env(), hive=False, extra_conf=conf)
+    session_s = time.perf_counter() - started
+    files = DeltaTable(str(root / "snapshot")).file_uris()
+    snapshot = spark.read.parquet(*files).select(*COLUMNS)
+    copy_started = time.perf_counter()
+    rows_in = snapshot.count()
+    (
+        snapshot.repartitionByRange(max(1, rows_in // 1_000_000), "order_id")
+        .sortWithinPartitions("order_id")
+        .writeTo("bench.db.snapshot")
+        .tableProperty("format-version", "2")
+        .create()
+    )
+    copy_s = time.perf_counter() - copy_started
+    changes = spark.read.parquet(str(root / "changes.parquet")).withColumn(
+        "_arrival", F.monotonically_increasing_id()
+    )
+    newest = Window.partitionBy("order_id").orderBy(F.col("version").desc(), F.col("_arrival").desc())
+    latest = changes.withColumn("_n", F.row_number().over(newest)).where("_n = 1").drop("_n", "_arrival")
+    latest.createOrReplaceTempView("changes")
+    updates = ", ".join(f"{c} = s.{c}" for c in COLUMNS[1:])
+    spark.conf.set("spark.sql.iceberg.snapshot-property.tidemark.record", "bench")  # as tidemark's commits
+    merge_started = time.perf_counter()
+    spark.sql(f"""
+        MERGE INTO bench.db.snapshot t USING changes s ON t.order_id = s.order_id
+        WHEN MATCHED AND s.op = 'd' THEN DELETE
+        WHEN MATCHED AND s.op <> 'd' AND s.version > t.version THEN UPDATE SET {updates}
+        WHEN NOT MATCHED AND s.op <> 'd' THEN INSERT ({", ".join(COLUMNS)}) VALUES ({", ".join(f"s.{c}" for c in COLUMNS)})
+    """).collect()
+    merge_s = time.perf_counter() - merge_started
+    summary = spark.sql("SELECT summary FROM bench.db.snapshot.snapshots ORDER BY committed_at DESC LIMIT 1")
+    counts = summary.first()[0]
+    keys = (
+        "spark.merge-into.num-target-rows-inserted",
+        "spark.merge-into.num-target-rows-updated",
+        "spark.merge-into.num-target-rows-deleted",
+        "deleted-data-files",
+        "added-data-files",
+    )
+    return {
+        "session_s": session_s,
+        "copy_s": copy_s,
+        "seconds": merge_s,
+        "rows_out": spark.table("bench.db.snapshot").count(),
+        "retry_would_skip": "n/a (tidemark checks the snapshot summary)",
+        "metrics": {k.rsplit(".", 1)[-1]: counts.get(k) for k in keys},
+        "master": spark.sparkContext.master,
+        "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+    }
+
+
 def _delta_rs_view(uri: str) -> dict[str, Any]:
     """What tidemark's delta-rs side (recovery, VACUUM, the reads) sees of a delta-spark commit."""
     from deltalake import DeltaTable
@@ -170,11 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--increment-rows", type=int, default=1_000_000)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--worker", choices=("spark-merge",), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=("spark-merge", "iceberg-merge"), help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(spark_merge(args.root), default=str))
+        worker = spark_merge if args.worker == "spark-merge" else iceberg_merge
+        print(json.dumps(worker(args.root), default=str))
         return 0
     engines = [e for e in args.engines.split(",") if e]
     if unknown := set(engines) - set(ENGINES):
@@ -206,12 +277,14 @@ def main(argv: list[str] | None = None) -> int:
                     command = [sys.executable, upsert, "--worker", "merge", "--root", str(root)]
                     run_env = env
                 else:
-                    command = [sys.executable, __file__, "--worker", "spark-merge", "--root", str(root)]
+                    kind = "iceberg-merge" if engine.startswith("iceberg") else "spark-merge"
+                    command = [sys.executable, __file__, "--worker", kind, "--root", str(root)]
                     master = master_url(settings) if engine == "delta-spark-cluster" else "local[*]"
                     run_env = {**env, "TIDEMARK_SPARK_MASTER": master}
                 with ExecutorSampler() as executors:
                     out, wall, cpu, rss = run_tree(command, run_env)
                 result = last_json(out)
+                wall -= float(result.get("copy_s", 0.0))  # Iceberg's copy of the snapshot is not the MERGE
                 cpu += sum(executors.cpu.values())
                 rss += executors.peak / 1e6
                 result.update(engine=engine, wall=wall, cpu=cpu, rss=rss)
