@@ -149,11 +149,11 @@ def iceberg_merge(root: Path) -> dict[str, Any]:
         .create()
     )
     copy_s = time.perf_counter() - copy_started
-    changes = spark.read.parquet(str(root / "changes.parquet")).withColumn(
-        "_arrival", F.monotonically_increasing_id()
-    )
-    newest = Window.partitionBy("order_id").orderBy(F.col("version").desc(), F.col("_arrival").desc())
-    latest = changes.withColumn("_n", F.row_number().over(newest)).where("_n = 1").drop("_n", "_arrival")
+    # Iceberg's MERGE refuses a non-deterministic source (the arrival id above): the newest
+    # change per key by version, a key's repeated change being the same row
+    changes = spark.read.parquet(str(root / "changes.parquet")).dropDuplicates()
+    newest = Window.partitionBy("order_id").orderBy(F.col("version").desc(), F.col("op"))
+    latest = changes.withColumn("_n", F.row_number().over(newest)).where("_n = 1").drop("_n")
     latest.createOrReplaceTempView("changes")
     updates = ", ".join(f"{c} = s.{c}" for c in COLUMNS[1:])
     spark.conf.set("spark.sql.iceberg.snapshot-property.tidemark.record", "bench")  # as tidemark's commits

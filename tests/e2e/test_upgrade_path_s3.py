@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -39,6 +40,7 @@ from tests.helpers.s3cluster import cluster, job, lake, offsets, outcome, regist
 from tests.helpers.streams import KILLS, STREAM_ARGS, assert_the_kill_stands, restart_words, tiled
 from tests.helpers.tables import at, fresh_table
 from tests.helpers.timeouts import HEAVY
+from tidemark.config import TableConfig
 from tidemark.faults import EXIT_CODE
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.observe.lineage import job_lineage
@@ -88,36 +90,73 @@ def read_by_name(settings: Settings, *relations: str) -> list[list[Row]]:
     ]
 
 
+SECRET = {USER_ENV: POSTGRES_USER, PASSWORD_ENV: POSTGRES_PASSWORD}  # the bootstrap's source login
+
+
+class OrdersOnS3(NamedTuple):
+    """An hourly orders table on the lake, its history in the topic and in PostgreSQL."""
+
+    config: TableConfig
+    on_cluster: Settings  # jobs on the 2-worker cluster
+    settings: Settings  # the same lake, jobs on local[2]
+    state: dict[int, dict[str, Any]]  # the source's state: what the bootstrap reads
+    boot_args: list[str]  # the bootstrap's arguments: base at 10:00 from PostgreSQL
+
+
+def orders_on_s3(
+    broker: str, postgres: str, cluster: Settings, tmp_path: Path, changes: int, seed: int, **overrides: Any
+) -> OrdersOnS3:
+    config, on_cluster = fresh_table(
+        cluster, tmp_path, template="orders", cdc__snapshot_every="hour", **overrides
+    )
+    on_cluster = replace(on_cluster, home=tmp_path / "home")
+    settings = replace(on_cluster, spark_master="local[2]", executor_env="")
+    create_topic(broker, config.source.topic, 2)
+    before = order_changes(changes, start=at(9), seed=seed)
+    state = state_after(before)
+    send(broker, config, before)
+    replace_table(settings, config.table, ORDERS_DDL, ORDERS_COLUMNS, state.values())
+    boot_args = ["--source-kind", "jdbc", "--source", postgres, "--source-table", config.table]
+    boot_args += ["--label", "base", "--as-of", at(10).isoformat()]
+    return OrdersOnS3(config, on_cluster, settings, state, boot_args)
+
+
+def amend_a_late_change(
+    broker: str, orders: OrdersOnS3, after: list[dict[str, Any]], jobs: Settings
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
+    """A change of 10:50 sent after hour 10 was sealed, dumped and amended into hour 10 by
+    ``jobs``' dump and seal; returns the state at 11:00 before it, and the change."""
+    table = orders.config.table
+    state_at_11 = state_after(
+        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], orders.state
+    )
+    victim = max(k for k, r in state_at_11.items() if datetime.fromisoformat(r["updated_at"]) < at(10, 50))
+    late = late_update(state_at_11[victim], at(10, 50))
+    send(broker, orders.config, [late])
+    assert outcome(job(jobs, "dump", table, "ingest-2", "--processing-time", at(12, 40).isoformat()))
+    assert outcome(job(jobs, "seal", table, "ingest-2"))["amended"] == ["2026-11-22T10"]
+    return state_at_11, late
+
+
 @HEAVY
 def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_name(
     broker: str, postgres: str, cluster: Settings, tmp_path: Path
 ) -> None:
     rng = random.Random(SEED)
-    config, on_cluster = fresh_table(
-        cluster, tmp_path, template="orders", cdc__snapshot_every="hour", cdc__snapshot_format="delta"
-    )
-    on_cluster = replace(on_cluster, home=tmp_path / "home")
-    settings = replace(on_cluster, spark_master="local[2]", executor_env="")
-    create_topic(broker, config.source.topic, 2)
+    orders = orders_on_s3(broker, postgres, cluster, tmp_path, 80, 21, cdc__snapshot_format="delta")
+    config, on_cluster, settings, source_state, boot_args = orders
     table, snapshots = config.table, config.snapshot_table
     uri = Layout(settings, snapshots).uri(Layout(settings, snapshots).table_dir)
     assert uri.startswith("s3://")
-    before = order_changes(80, start=at(9), seed=21)
-    source_state = state_after(before)
-    send(broker, config, before)
-    replace_table(settings, table, ORDERS_DDL, ORDERS_COLUMNS, source_state.values())
-    secret = {USER_ENV: POSTGRES_USER, PASSWORD_ENV: POSTGRES_PASSWORD}
-    boot_args = ["--source-kind", "jdbc", "--source", postgres, "--source-table", table]
-    boot_args += ["--label", "base", "--as-of", at(10).isoformat()]
 
     # killed after the Delta commit, before its record: the retry records it, commits nothing
     killed = job(
-        settings, "bootstrap", table, "boot-1", *boot_args, fail_at="after_snapshot_swap", env_extra=secret
+        settings, "bootstrap", table, "boot-1", *boot_args, fail_at="after_snapshot_swap", env_extra=SECRET
     )
     assert killed.returncode == EXIT_CODE, why(killed)
     assert DeltaTable(uri, storage_options=storage_options(uri)).version() == 0
     assert not list(SnapshotLog(settings.state_location, table).records())
-    boot = outcome(job(on_cluster, "bootstrap", table, "boot-1", *boot_args, env_extra=secret))
+    boot = outcome(job(on_cluster, "bootstrap", table, "boot-1", *boot_args, env_extra=SECRET))
     assert boot["rows"] == len(source_state)
 
     after = order_changes(100, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=22)
@@ -148,14 +187,7 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
 
     # a change of 10:50 after hour 10 was sealed: amended into hour 10, so 11 is stale; the
     # next merge of 11 recomputes it from the bootstrap and merges the difference forward
-    state_at_11 = state_after(
-        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
-    )
-    victim = max(k for k, r in state_at_11.items() if datetime.fromisoformat(r["updated_at"]) < at(10, 50))
-    late = late_update(state_at_11[victim], at(10, 50))
-    send(broker, config, [late])
-    assert outcome(job(settings, "dump", table, "ingest-2", "--processing-time", at(12, 40).isoformat()))
-    assert outcome(job(settings, "seal", table, "ingest-2"))["amended"] == ["2026-11-22T10"]
+    state_at_11, late = amend_a_late_change(broker, orders, after, settings)
     # the same table now written by delta-spark (cdc.merge_engine: spark) on the cluster's
     # executors, through tidemark's conditional log store on S3: the engine is who writes, the
     # table and its records stay
@@ -316,27 +348,20 @@ def test_an_iceberg_snapshot_merged_on_the_cluster_on_s3_recovers_remerges_and_i
     merged forward; labels are tags, read by name. The increments are an Iceberg table too
     (``output.table_format: iceberg``), dumped and sealed on the cluster: each hour one
     snapshot, the late change's amend another."""
-    config, on_cluster = fresh_table(
+    orders = orders_on_s3(
+        broker,
+        postgres,
         cluster,
         tmp_path,
-        template="orders",
-        cdc__snapshot_every="hour",
+        60,
+        31,
         cdc__snapshot_format="iceberg",
         output__table_format="iceberg",
     )
-    on_cluster = replace(on_cluster, home=tmp_path / "home")
-    settings = replace(on_cluster, spark_master="local[2]", executor_env="")
-    create_topic(broker, config.source.topic, 2)
+    config, on_cluster, settings, source_state, boot_args = orders
     table, snapshots = config.table, config.snapshot_table
-    before = order_changes(60, start=at(9), seed=31)
-    source_state = state_after(before)
-    send(broker, config, before)
-    replace_table(settings, table, ORDERS_DDL, ORDERS_COLUMNS, source_state.values())
-    secret = {USER_ENV: POSTGRES_USER, PASSWORD_ENV: POSTGRES_PASSWORD}
-    boot_args = ["--source-kind", "jdbc", "--source", postgres, "--source-table", table]
-    boot_args += ["--label", "base", "--as-of", at(10).isoformat()]
 
-    boot = outcome(job(on_cluster, "bootstrap", table, "boot-1", *boot_args, env_extra=secret))
+    boot = outcome(job(on_cluster, "bootstrap", table, "boot-1", *boot_args, env_extra=SECRET))
     assert boot["rows"] == len(source_state)
 
     after = order_changes(80, start=at(10), span=at(12, 20) - at(10), existing=source_state, seed=32)
@@ -354,14 +379,7 @@ def test_an_iceberg_snapshot_merged_on_the_cluster_on_s3_recovers_remerges_and_i
     assert not [r for r in SnapshotLog(settings.state_location, table).records() if r.kind == "merge"]
     assert outcome(job(on_cluster, "merge", table, "merge-11", "--snapshot", "2026-11-22T11"))["version"] == 1
 
-    state_at_11 = state_after(
-        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(11)], source_state
-    )
-    victim = max(k for k, r in state_at_11.items() if datetime.fromisoformat(r["updated_at"]) < at(10, 50))
-    late = late_update(state_at_11[victim], at(10, 50))
-    send(broker, config, [late])
-    assert outcome(job(on_cluster, "dump", table, "ingest-2", "--processing-time", at(12, 40).isoformat()))
-    assert outcome(job(on_cluster, "seal", table, "ingest-2"))["amended"] == ["2026-11-22T10"]
+    state_at_11, late = amend_a_late_change(broker, orders, after, on_cluster)
     remerged = outcome(job(on_cluster, "merge", table, "remerge-11", "--snapshot", "2026-11-22T11"))
     assert (remerged["version"], remerged["base"]) == (2, "base@v1")
     increments = open_catalog(settings).load_table(identifier(table))

@@ -23,7 +23,7 @@ from tests.helpers.orders import (
     truth,
     write_parquet_source,
 )
-from tests.helpers.tables import at, fresh_table
+from tests.helpers.tables import at
 from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
 from tidemark.faults import SNAPSHOT_POINTS
@@ -40,7 +40,7 @@ from tidemark.snapshot.merge import run_merge
 from tidemark.snapshot.merge_plan import preview_merge, stale_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV, BootstrapSource
-from tidemark_dev.generator import create_topic, order_changes, state_after
+from tidemark_dev.generator import order_changes, state_after
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, apply_order_changes, replace_table
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
 
@@ -89,11 +89,11 @@ def history() -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
 
 
 def bootstrapped(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str, **overrides: Any
 ) -> tuple[TableConfig, Settings, dict[int, dict[str, Any]], Any]:
     """A fresh orders table whose history is in the topic and in a Parquet source, bootstrapped
-    at 10:00 as snapshot ``base``."""
-    config, settings = orders_table(settings, tmp_path, broker, snapshot_format)
+    at 10:00 as snapshot ``base``; ``overrides`` as ``fresh_table`` takes them."""
+    config, settings = orders_table(settings, tmp_path, broker, snapshot_format, **overrides)
     before, source_state = history()
     send(broker, config, before)
     source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
@@ -425,6 +425,39 @@ def test_a_merge_source_is_the_newest_change_per_key_and_a_difference_names_dele
     ]  # key 3 is equal in both (nulls included): left alone
 
 
+def three_hours_of_changes(
+    spark: Any, broker: str, config: TableConfig, settings: Settings, source_state: dict[int, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Changes from 10:00 to 13:30 sent and ingested (hours 10-12 sealed); returns them."""
+    after = order_changes(200, start=at(10), span=at(13, 30) - at(10), existing=source_state, seed=7)
+    send(broker, config, after)
+    ingest(spark, config, settings, "ingest-1", at(13, 40))
+    return after
+
+
+def merge_13_unpublished(
+    spark: Any,
+    broker: str,
+    config: TableConfig,
+    settings: Settings,
+    state: dict[int, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Hour 13 merged while publishing its labels fails: the commit stands, logged."""
+    send(
+        broker,
+        config,
+        order_changes(20, start=at(13, 30), span=at(14, 30) - at(13, 30), existing=state, seed=8),
+    )
+    ingest(spark, config, settings, "ingest-2", at(14, 40))
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "snapshot_views")
+    merged = run_merge(spark, config, settings, "merge-13", "2026-11-22T13")
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    assert merged.version == 1 and "its labels were not published" in caplog.text
+
+
 def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_ones_read(
     spark: Any,
     broker: str,
@@ -440,22 +473,10 @@ def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_
     replaces the views an earlier tidemark registered under the table's names."""
     from deltalake import DeltaTable
 
-    config, settings = fresh_table(
-        settings,
-        tmp_path,
-        template="orders",
-        cdc__snapshot_every="hour",
-        cdc__snapshot_format="delta",
-        cdc__keep_labels=2,
+    config, settings, source_state, _ = bootstrapped(
+        spark, broker, settings, tmp_path, "delta", cdc__keep_labels=2
     )
-    create_topic(broker, config.source.topic, 2)
-    before, source_state = history()
-    send(broker, config, before)
-    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
-    run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
-    after = order_changes(200, start=at(10), span=at(13, 30) - at(10), existing=source_state, seed=7)
-    send(broker, config, after)
-    ingest(spark, config, settings, "ingest-1", at(13, 40))
+    after = three_hours_of_changes(spark, broker, config, settings, source_state)
     root = str(SnapshotStore(spark, config, settings).table_dir)
     labels = ["2026-11-22T10", "2026-11-22T11", "2026-11-22T12"]
     for label in labels:
@@ -485,17 +506,7 @@ def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_
     assert DeltaTable(root).version() == live[labels[-1]].table_version + 2  # and its VACUUM
     spark.sql(f"CREATE VIEW `{name}` AS SELECT 1 AS order_id")
     spark.sql(f"CREATE VIEW `{name}_labels` AS SELECT 1 AS order_id")
-    send(
-        broker,
-        config,
-        order_changes(20, start=at(13, 30), span=at(14, 30) - at(13, 30), existing=expected, seed=8),
-    )
-    ingest(spark, config, settings, "ingest-2", at(14, 40))
-    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
-    monkeypatch.setenv("TIDEMARK_FAIL_AT", "snapshot_views")
-    merged = run_merge(spark, config, settings, "merge-13", "2026-11-22T13")
-    monkeypatch.delenv("TIDEMARK_FAIL_AT")
-    assert merged.version == 1 and "its labels were not published" in caplog.text
+    merge_13_unpublished(spark, broker, config, settings, expected, monkeypatch, caplog)
     assert spark.sql(f"SELECT count(*) FROM `{name}`").first()[0] == 1  # still the old view
     assert run_merge(spark, config, settings, "merge-13", "2026-11-22T13").already_done  # registers it
     described = {r[0]: r[1] for r in spark.sql(f"DESCRIBE TABLE EXTENDED `{name}`").collect()}
@@ -516,28 +527,16 @@ def test_an_iceberg_snapshot_tags_its_newest_labels_and_expires_what_only_expire
     """``cdc.keep_labels`` on Iceberg: the kept labels are tags (read by name), an expired
     label's tag goes and the label is refused, its snapshots expire with the files only they
     read; a user's own tag stays. Tags a failure left stale are made good by the next merge."""
-    config, settings = fresh_table(
-        settings,
-        tmp_path,
-        template="orders",
-        cdc__snapshot_every="hour",
-        cdc__snapshot_format="iceberg",
-        cdc__keep_labels=2,
+    config, settings, source_state, _ = bootstrapped(
+        spark, broker, settings, tmp_path, "iceberg", cdc__keep_labels=2
     )
-    create_topic(broker, config.source.topic, 2)
-    before, source_state = history()
-    send(broker, config, before)
-    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
-    run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
     catalog = open_catalog(settings)
     table = catalog.load_table(identifier(config.snapshot_table))
     bootstrap_files = {t.file.file_path for t in table.scan().plan_files()}
     current = table.current_snapshot()
     assert current is not None
     table.manage_snapshots().create_tag(current.snapshot_id, "audit-2026").commit()
-    after = order_changes(200, start=at(10), span=at(13, 30) - at(10), existing=source_state, seed=7)
-    send(broker, config, after)
-    ingest(spark, config, settings, "ingest-1", at(13, 40))
+    after = three_hours_of_changes(spark, broker, config, settings, source_state)
     labels = ["2026-11-22T10", "2026-11-22T11", "2026-11-22T12"]
     for label in labels:
         run_merge(spark, config, settings, f"merge-{label}", label)
@@ -559,17 +558,7 @@ def test_an_iceberg_snapshot_tags_its_newest_labels_and_expires_what_only_expire
     assert sorted(s.sequence_number or 0 for s in table.snapshots()) == [1, 3, 4]
     table.manage_snapshots().remove_tag("audit-2026").commit()
 
-    send(
-        broker,
-        config,
-        order_changes(20, start=at(13, 30), span=at(14, 30) - at(13, 30), existing=expected, seed=8),
-    )
-    ingest(spark, config, settings, "ingest-2", at(14, 40))
-    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
-    monkeypatch.setenv("TIDEMARK_FAIL_AT", "snapshot_views")
-    merged = run_merge(spark, config, settings, "merge-13", "2026-11-22T13")
-    monkeypatch.delenv("TIDEMARK_FAIL_AT")
-    assert merged.version == 1 and "its labels were not published" in caplog.text
+    merge_13_unpublished(spark, broker, config, settings, expected, monkeypatch, caplog)
     table = catalog.load_table(identifier(config.snapshot_table))
     assert "2026-11-22T13" not in table.metadata.refs  # stale until the next merge (or a retry)
     assert run_merge(spark, config, settings, "merge-13", "2026-11-22T13").already_done

@@ -36,11 +36,12 @@ from tidemark.errors import HourCommitConflictError
 from tidemark.hourcommit.base import HourCommit, HourNote, HourWriting, Writer
 from tidemark.hourcommit.iceberg_files import (
     PREFIX,
+    Footer,
     data_file_of,
     evolve,
-    file_schema,
     last_hour_commit,
     map_names,
+    read_footers,
     table_schema,
 )
 from tidemark.hourcommit.versioned import VersionedHourCommit
@@ -156,8 +157,9 @@ class IcebergHourCommit(VersionedHourCommit):
         directory = self._version_dir(specs[0][1])
         version, through = _version_of(directory)
         summary = self._summary(hour, directory, version, through, note)
+        footers = read_footers(self.store, [relative for _, relative in files])
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            table = self.load() or self._create(files)
+            table = self.load() or self._create(files, footers)
             if table is None:
                 log.info(
                     "%s: hour %s has no rows and the table no snapshot yet: nothing to commit",
@@ -165,10 +167,11 @@ class IcebergHourCommit(VersionedHourCommit):
                     hour.key,
                 )
                 return
-            if self._already(table, hour, directory, version, through):
+            current = self._hour_files(table, hour)  # planned once per attempt
+            if self._already(table, hour, current, directory=directory, version=version, through=through):
                 return
             try:
-                self._commit(table, hour, files, summary)
+                self._commit(table, current, files, footers, summary)
             except (CommitFailedException, ValidationException) as exc:
                 log.warning(
                     "%s: hour %s v%s: the Iceberg commit lost a race with another writer (attempt %s of %s): %s; "
@@ -219,10 +222,20 @@ class IcebergHourCommit(VersionedHourCommit):
         }
         return {f"{PREFIX}{k}": v for k, v in summary.items()}
 
-    def _already(self, table: IcebergTable, hour: Hour, directory: str, version: int, through: int) -> bool:
+    def _already(
+        self,
+        table: IcebergTable,
+        hour: Hour,
+        current: list[DataFile],
+        *,
+        directory: str,
+        version: int,
+        through: int,
+    ) -> bool:
         """Whether this version is the hour's commit already (a retry: True); refuses one
-        older than the hour's last commit (a zombie or a raced step)."""
-        last = last_hour_commit(table, hour.key) or self._from_files(table, hour)
+        older than the hour's last commit (a zombie or a raced step). ``current``: the hour's
+        data files in the table now."""
+        last = last_hour_commit(table, hour.key) or self._from_files(current)
         if last is None:
             return False
         if last.get(f"{PREFIX}directory") == directory:
@@ -242,10 +255,10 @@ class IcebergHourCommit(VersionedHourCommit):
             )
         return False
 
-    def _from_files(self, table: IcebergTable, hour: Hour) -> dict[str, str] | None:
+    def _from_files(self, current: list[DataFile]) -> dict[str, str] | None:
         """The hour's last commit read from its current files' version directory, where its
         snapshot has expired (maintenance): what a summary would say of it, minus the run."""
-        for data_file in self._hour_files(table, hour):
+        for data_file in current:
             directory = version_dir_of(self.relative_of(data_file.file_path))
             if directory:
                 version, through = _version_of(directory)
@@ -263,16 +276,16 @@ class IcebergHourCommit(VersionedHourCommit):
     def _commit(
         self,
         table: IcebergTable,
-        hour: Hour,
+        current: list[DataFile],
         files: list[tuple[dict[str, str], str]],
+        footers: dict[str, Footer],
         summary: dict[str, str],
     ) -> None:
-        current = self._hour_files(table, hour)
         with table.transaction() as tx:
             if files:
-                evolve(tx, file_schema(self.store, files[0][1]))
+                evolve(tx, footers[files[0][1]].schema)
             added = [
-                data_file_of(self.store, tx, spec, relative, self._location(self.layout.warehouse / relative))
+                data_file_of(footers[relative], tx, spec, self._location(self.layout.warehouse / relative))
                 for spec, relative in files
             ]
             with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
@@ -281,7 +294,9 @@ class IcebergHourCommit(VersionedHourCommit):
                 for data_file in added:
                     overwrite.append_data_file(data_file)
 
-    def _create(self, files: list[tuple[dict[str, str], str]]) -> IcebergTable | None:
+    def _create(
+        self, files: list[tuple[dict[str, str], str]], footers: dict[str, Footer]
+    ) -> IcebergTable | None:
         """The table, created from its first hour's files: their columns, then identity
         partitions by ``dt``, ``hr`` and the data-derived columns. None with no files."""
         from pyiceberg.exceptions import TableAlreadyExistsError
@@ -291,7 +306,7 @@ class IcebergHourCommit(VersionedHourCommit):
         try:
             tx = self.catalog.create_table_transaction(
                 self.identifier,
-                schema=table_schema(self.store, files),
+                schema=table_schema(footers[files[0][1]], files[0][0]),
                 location=self._location(self.layout.table_dir),
                 # a commit that lost a race is planned again here (the hour's files read anew
                 # from the winner's snapshot), not replayed by pyiceberg's own retry

@@ -5,10 +5,12 @@ lets readers resolve files without field ids, and the hour's last commit in the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table, Transaction
 
@@ -17,20 +19,34 @@ if TYPE_CHECKING:
 PREFIX = "tidemark."  # of the snapshot summary's keys
 
 
-def file_schema(store: Store, relative: str) -> pa.Schema:
+@dataclass(frozen=True)
+class Footer:
+    """What a commit needs of one version file, read once: its Arrow schema, its Parquet
+    footer (the statistics) and its size."""
+
+    schema: pa.Schema
+    metadata: pq.FileMetaData
+    size: int
+
+
+def read_footers(store: Store, relatives: list[str]) -> dict[str, Footer]:
+    """Each file's footer, one read each (a commit that loses a race plans again with them)."""
     import pyarrow.parquet as pq
 
-    with store.fs.open_input_file(store.path(relative)) as handle:
-        return pq.read_schema(handle)
+    footers = {}
+    for relative in relatives:
+        with store.fs.open_input_file(store.path(relative)) as handle:
+            parquet = pq.ParquetFile(handle)
+            footers[relative] = Footer(parquet.schema_arrow, parquet.metadata, handle.size())
+    return footers
 
 
-def table_schema(store: Store, files: list[tuple[dict[str, str], str]]) -> pa.Schema:
+def table_schema(footer: Footer, spec: dict[str, str]) -> pa.Schema:
     """The first file's columns, then the partition columns (strings) it lies under."""
     import pyarrow as pa
 
-    schema = file_schema(store, files[0][1])
-    missing = [c for c in files[0][0] if c not in schema.names]
-    return pa.schema([*schema, *(pa.field(c, pa.string()) for c in missing)])
+    missing = [c for c in spec if c not in footer.schema.names]
+    return pa.schema([*footer.schema, *(pa.field(c, pa.string()) for c in missing)])
 
 
 def evolve(tx: Transaction, schema: pa.Schema) -> None:
@@ -55,12 +71,9 @@ def map_names(tx: Transaction) -> None:
     tx.set_properties({"schema.name-mapping.default": mapping.model_dump_json()})
 
 
-def data_file_of(
-    store: Store, tx: Transaction, spec: dict[str, str], relative: str, location: str
-) -> DataFile:
+def data_file_of(footer: Footer, tx: Transaction, spec: dict[str, str], location: str) -> DataFile:
     """The ``DataFile`` of a version's file: its footer's statistics, the partition values of
     ``spec`` (its hour and data-derived values), ``location`` as readers address it."""
-    import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import (
         compute_statistics_plan,
         data_file_statistics_from_parquet_metadata,
@@ -70,11 +83,9 @@ def data_file_of(
     from pyiceberg.typedef import Record
 
     metadata = tx.table_metadata
-    with store.fs.open_input_file(store.path(relative)) as handle:
-        footer = pq.read_metadata(handle)
     schema = metadata.schema()
     statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=footer,
+        parquet_metadata=footer.metadata,
         stats_columns=compute_statistics_plan(schema, metadata.properties),
         parquet_column_mapping=parquet_path_to_id_mapping(schema),
     )
@@ -84,7 +95,7 @@ def data_file_of(
         file_path=location,
         file_format=FileFormat.PARQUET,
         partition=Record(*(spec[schema.find_column_name(f.source_id) or ""] for f in partition.fields)),
-        file_size_in_bytes=store.size(relative),
+        file_size_in_bytes=footer.size,
         sort_order_id=None,
         spec_id=metadata.default_spec_id,
         equality_ids=None,
