@@ -504,14 +504,18 @@ def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_
     name = config.snapshot_table
     spark.sql(f"DROP TABLE `{name}`")  # the metastore entry only: the table is external
     assert DeltaTable(root).version() == live[labels[-1]].table_version + 2  # and its VACUUM
-    spark.sql(f"CREATE VIEW `{name}` AS SELECT 1 AS order_id")
-    spark.sql(f"CREATE VIEW `{name}_labels` AS SELECT 1 AS order_id")
+    old_view = "SELECT 1 AS order_id, '2026-11-22T12' AS snapshot_dt"  # the label column, as theirs
+    spark.sql(f"CREATE VIEW `{name}` AS {old_view}")
+    spark.sql(f"CREATE VIEW `{name}_labels` AS {old_view}")
     merge_13_unpublished(spark, broker, config, settings, expected, monkeypatch, caplog)
     assert spark.sql(f"SELECT count(*) FROM `{name}`").first()[0] == 1  # still the old view
     assert run_merge(spark, config, settings, "merge-13", "2026-11-22T13").already_done  # registers it
     described = {r[0]: r[1] for r in spark.sql(f"DESCRIBE TABLE EXTENDED `{name}`").collect()}
     assert described["Provider"] == "delta" and described["Type"] == "EXTERNAL"
     assert not spark.catalog.tableExists(f"{name}_labels")
+    spark.sql(f"CREATE VIEW `{name}_labels` AS SELECT 1 AS mine")  # a user's view of that name stays
+    assert run_merge(spark, config, settings, "merge-13", "2026-11-22T13").already_done
+    assert spark.sql(f"SELECT * FROM `{name}_labels`").first()[0] == 1
     for label in ("2026-11-22T12", "2026-11-22T13"):
         snapshot(spark, config, label, settings)  # by name, VERSION AS OF, the current by name too
 

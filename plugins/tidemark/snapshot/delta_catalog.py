@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.errors import MergeError
 from tidemark.seal.metastore import DATABASE, qualified, quote_value
+from tidemark.snapshot.snapshots import PARTITION_COLUMN
 from tidemark.tablefs import hadoop_uri
 
 if TYPE_CHECKING:
@@ -50,12 +51,13 @@ def register_delta_table(spark: SparkSession, name: str, uri: str, *, table: str
     dropped = _drop_old_views(spark, name)
     found = _metadata(spark, name)
     if found is not None:
-        provider, where = found
-        if provider == "delta" and _same_place(where, location):
+        kind, provider, where = found
+        if kind != "VIEW" and provider == "delta" and _same_place(where, location):
             return "registered" if not dropped else _replaced(table, name, dropped)
+        what = "a view" if kind == "VIEW" else f"a {provider or 'Hive'} table at {where}"
         raise MergeError(
-            f"{table}: the metastore's {DATABASE}.{name} is a {provider or 'Hive'} table at {where}, not the "
-            f"Delta table at {location}: drop or rename it (DROP TABLE {DATABASE}.{name}) and merge again"
+            f"{table}: the metastore's {DATABASE}.{name} is {what}, not the Delta table at {location}: "
+            f"drop or rename it and merge again"
         )
     spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(name)} USING delta LOCATION {quote_value(location)}")
     log.info(
@@ -90,10 +92,15 @@ def _same_place(a: str, b: str) -> bool:
 
 
 def _drop_old_views(spark: SparkSession, name: str) -> list[str]:
-    """Drop the views earlier releases registered as ``name`` and ``name``_labels (views only)."""
+    """Drop the views earlier releases registered as ``name`` and ``name``_labels: views whose
+    query names the label column ``snapshot_dt`` (every one of theirs did); others stay."""
     dropped = []
     for view in (name, name + OLD_LABELS_VIEW_SUFFIX):
-        if _table_type(spark, view) == "VIEW":
+        found = _catalog_table(spark, view)
+        if found is None or str(found.tableType().name()) != "VIEW":
+            continue
+        text = found.viewText()
+        if text.isDefined() and PARTITION_COLUMN in str(text.get()):
             spark.sql(f"DROP VIEW IF EXISTS {qualified(view)}")
             dropped.append(view)
     return dropped
@@ -108,19 +115,15 @@ def _catalog_table(spark: SparkSession, name: str) -> Any:
     return catalog.getTableMetadata(identifier) if catalog.tableExists(identifier) else None
 
 
-def _table_type(spark: SparkSession, name: str) -> str | None:
-    found = _catalog_table(spark, name)
-    return None if found is None else str(found.tableType().name())
-
-
-def _metadata(spark: SparkSession, name: str) -> tuple[str, str] | None:
-    """(provider, location) of the entry ``name``, or None."""
+def _metadata(spark: SparkSession, name: str) -> tuple[str, str, str] | None:
+    """(type, provider, location) of the entry ``name``, or None."""
     found = _catalog_table(spark, name)
     if found is None:
         return None
     provider = found.provider()
     location = found.storage().locationUri()
     return (
+        str(found.tableType().name()),
         str(provider.get()).lower() if provider.isDefined() else "",
         str(location.get().toString()) if location.isDefined() else "",
     )

@@ -19,7 +19,7 @@ the query's checkpoint:
 Between micro-batches, hours whose end + ``commit_delay`` the ready time passed are sealed by
 the seal job's own ``Sealer`` (same journal, quality gate, registration), and once when the
 stream starts, before its first micro-batch: a run killed inside its seal leaves hours due that
-no later micro-batch may come to seal (a quiet topic, a catch-up run with nothing to read). Only the table's
+a catch-up run with nothing new to read would stop without sealing. Only the table's
 writer runs (``state/mode.py``): a switch to batch stops the stream after its current
 micro-batch. The ``stream`` lock keeps a second stream of the table from starting, and a
 status record (``<state>/<table>/stream/status.json``) tells ``tidemark status``, the
@@ -249,7 +249,7 @@ def run_stream(
             lease=lease,
         )
         # hours a run killed inside its seal left due: sealed before the first micro-batch, which
-        # may never come (nothing new on the topic, or a catch-up run with nothing to read)
+        # a catch-up run with nothing new to read never gets (it stops at once)
         runner.seal_if_due(f"{run_id}-start")
         until = json.dumps({p: latest for p, (_, latest) in target.items()}) if target is not None else ""
         query = _start_query(
