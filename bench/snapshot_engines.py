@@ -60,6 +60,18 @@ ENGINES = ("delta-rs", "delta-spark-local", "delta-spark-cluster", "iceberg-spar
 COLUMNS = ("order_id", "version", "customer_id", "status", "amount")
 
 
+def merge_statement(target: str) -> str:
+    """The bench's MERGE of the deduplicated changes (the ``changes`` view) into ``target``:
+    delete / update when newer / insert, as tidemark's."""
+    updates = ", ".join(f"{c} = s.{c}" for c in COLUMNS[1:])
+    return f"""
+        MERGE INTO {target} t USING changes s ON t.order_id = s.order_id
+        WHEN MATCHED AND s.op = 'd' THEN DELETE
+        WHEN MATCHED AND s.op <> 'd' AND s.version > t.version THEN UPDATE SET {updates}
+        WHEN NOT MATCHED AND s.op <> 'd' THEN INSERT ({", ".join(COLUMNS)}) VALUES ({", ".join(f"s.{c}" for c in COLUMNS)})
+    """
+
+
 # -- the delta-spark worker (its own process) --------------------------------------------------
 def spark_merge(root: Path) -> dict[str, Any]:
     """One MERGE INTO of the deduplicated changes, idempotent by Delta's app transaction."""
@@ -84,13 +96,7 @@ def spark_merge(root: Path) -> dict[str, Any]:
     newest = Window.partitionBy("order_id").orderBy(F.col("version").desc(), F.col("_arrival").desc())
     latest = changes.withColumn("_n", F.row_number().over(newest)).where("_n = 1").drop("_n", "_arrival")
     latest.createOrReplaceTempView("changes")
-    updates = ", ".join(f"{c} = s.{c}" for c in COLUMNS[1:])
-    merge_sql = f"""
-        MERGE INTO delta.`{uri}` t USING changes s ON t.order_id = s.order_id
-        WHEN MATCHED AND s.op = 'd' THEN DELETE
-        WHEN MATCHED AND s.op <> 'd' AND s.version > t.version THEN UPDATE SET {updates}
-        WHEN NOT MATCHED AND s.op <> 'd' THEN INSERT ({", ".join(COLUMNS)}) VALUES ({", ".join(f"s.{c}" for c in COLUMNS)})
-    """
+    merge_sql = merge_statement(f"delta.`{uri}`")
     # Delta's idempotent writes: a second MERGE with the same (app id, version) is skipped
     spark.conf.set("spark.databricks.delta.write.txnAppId", APP_ID)
     spark.conf.set("spark.databricks.delta.write.txnVersion", "1")
@@ -155,15 +161,9 @@ def iceberg_merge(root: Path) -> dict[str, Any]:
     newest = Window.partitionBy("order_id").orderBy(F.col("version").desc(), F.col("op"))
     latest = changes.withColumn("_n", F.row_number().over(newest)).where("_n = 1").drop("_n")
     latest.createOrReplaceTempView("changes")
-    updates = ", ".join(f"{c} = s.{c}" for c in COLUMNS[1:])
     spark.conf.set("spark.sql.iceberg.snapshot-property.tidemark.record", "bench")  # as tidemark's commits
     merge_started = time.perf_counter()
-    spark.sql(f"""
-        MERGE INTO bench.db.snapshot t USING changes s ON t.order_id = s.order_id
-        WHEN MATCHED AND s.op = 'd' THEN DELETE
-        WHEN MATCHED AND s.op <> 'd' AND s.version > t.version THEN UPDATE SET {updates}
-        WHEN NOT MATCHED AND s.op <> 'd' THEN INSERT ({", ".join(COLUMNS)}) VALUES ({", ".join(f"s.{c}" for c in COLUMNS)})
-    """).collect()
+    spark.sql(merge_statement("bench.db.snapshot")).collect()
     merge_s = time.perf_counter() - merge_started
     summary = spark.sql("SELECT summary FROM bench.db.snapshot.snapshots ORDER BY committed_at DESC LIMIT 1")
     counts = summary.first()[0]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from tidemark.delta_spark import CATALOG
 from tidemark.errors import MergeError
 from tidemark.seal.metastore import DATABASE, qualified, quote_value
 from tidemark.snapshot.snapshots import PARTITION_COLUMN
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 # the views earlier releases registered: <table>_snapshot (current) and <table>_snapshot_labels
 OLD_LABELS_VIEW_SUFFIX = "_labels"
 
@@ -42,16 +42,18 @@ def register_delta_table(spark: SparkSession, name: str, uri: str, *, table: str
     messages); returns what it did. A view of tidemark's earlier releases under the name is
     replaced; another table there is a MergeError (tidemark never drops a table it did not
     make)."""
-    if spark.conf.get("spark.sql.catalog.spark_catalog", "") != DELTA_CATALOG:
+    if spark.conf.get("spark.sql.catalog.spark_catalog", "") != CATALOG:
         raise MergeError(
             f"{table}: registering {name} as a Delta table needs delta-spark in the session "
             "(tidemark.delta_spark.delta_spark_conf, which the jobs of a Delta-snapshot table get)"
         )
     location = hadoop_uri(uri).rstrip("/")
-    dropped = _drop_old_views(spark, name)
-    found = _metadata(spark, name)
-    if found is not None:
-        kind, provider, where = found
+    found = _catalog_table(spark, name)  # one lookup per name and call
+    labels = name + OLD_LABELS_VIEW_SUFFIX
+    entries = {name: found, labels: _catalog_table(spark, labels)}
+    dropped = [view for view, entry in entries.items() if _drop_if_old_view(spark, view, entry)]
+    if found is not None and name not in dropped:
+        kind, provider, where = _described(found)
         if kind != "VIEW" and provider == "delta" and _same_place(where, location):
             return "registered" if not dropped else _replaced(table, name, dropped)
         what = "a view" if kind == "VIEW" else f"a {provider or 'Hive'} table at {where}"
@@ -91,19 +93,16 @@ def _same_place(a: str, b: str) -> bool:
     return plain(a) == plain(b)
 
 
-def _drop_old_views(spark: SparkSession, name: str) -> list[str]:
-    """Drop the views earlier releases registered as ``name`` and ``name``_labels: views whose
-    query names the label column ``snapshot_dt`` (every one of theirs did); others stay."""
-    dropped = []
-    for view in (name, name + OLD_LABELS_VIEW_SUFFIX):
-        found = _catalog_table(spark, view)
-        if found is None or str(found.tableType().name()) != "VIEW":
-            continue
-        text = found.viewText()
-        if text.isDefined() and PARTITION_COLUMN in str(text.get()):
-            spark.sql(f"DROP VIEW IF EXISTS {qualified(view)}")
-            dropped.append(view)
-    return dropped
+def _drop_if_old_view(spark: SparkSession, view: str, entry: Any) -> bool:
+    """Drop ``entry`` (the metastore's ``view``) if it is a view of tidemark's earlier releases:
+    its query names the label column ``snapshot_dt`` (every one of theirs did); others stay."""
+    if entry is None or str(entry.tableType().name()) != "VIEW":
+        return False
+    text = entry.viewText()
+    if not (text.isDefined() and PARTITION_COLUMN in str(text.get())):
+        return False
+    spark.sql(f"DROP VIEW IF EXISTS {qualified(view)}")
+    return True
 
 
 def _catalog_table(spark: SparkSession, name: str) -> Any:
@@ -115,15 +114,12 @@ def _catalog_table(spark: SparkSession, name: str) -> Any:
     return catalog.getTableMetadata(identifier) if catalog.tableExists(identifier) else None
 
 
-def _metadata(spark: SparkSession, name: str) -> tuple[str, str, str] | None:
-    """(type, provider, location) of the entry ``name``, or None."""
-    found = _catalog_table(spark, name)
-    if found is None:
-        return None
-    provider = found.provider()
-    location = found.storage().locationUri()
+def _described(entry: Any) -> tuple[str, str, str]:
+    """(type, provider, location) of a metastore entry."""
+    provider = entry.provider()
+    location = entry.storage().locationUri()
     return (
-        str(found.tableType().name()),
+        str(entry.tableType().name()),
         str(provider.get()).lower() if provider.isDefined() else "",
         str(location.get().toString()) if location.isDefined() else "",
     )
