@@ -28,7 +28,7 @@ browser:  ## headless Chromium for the report's browser test (Debian package, in
 postgres:  ## PostgreSQL server + JDBC driver for the JDBC bootstrap tests (Debian packages, installed if missing)
 	@scripts/ensure_postgres.sh
 
-jvm: venv  ## jvm/pom.xml's pinned JVM artifacts (Apache Kafka broker, hadoop-aws + AWS SDK, Iceberg for Spark, delta-spark, Trino + its Iceberg plugin) from Maven Central, once, into ~/.cache/tidemark/jvm (~1.2 GB); tidemark's Delta log store for S3 compiled (jvm/logstore)
+jvm: venv  ## jvm/pom.xml's pinned JVM artifacts (Apache Kafka broker, hadoop-aws + AWS SDK, Iceberg for Spark, delta-spark, Trino's server distribution) from Maven Central, once, into ~/.cache/tidemark/jvm (~1.5 GB); tidemark's Delta log store for S3 compiled (jvm/logstore)
 	@scripts/ensure_jvm.sh kafka s3a iceberg delta trino
 	@scripts/build_logstore.sh $(BIN)/python
 

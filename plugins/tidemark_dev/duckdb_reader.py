@@ -1,5 +1,5 @@
-"""DuckDB as a reader of tidemark's Iceberg tables, with its ``iceberg``, ``avro`` and
-``httpfs`` extensions loaded from their PyPI wheels (``duckdb-extension-*``, pinned with
+"""DuckDB as a reader of tidemark's Iceberg tables and Delta snapshots, with its ``iceberg``,
+``avro``, ``delta`` and ``httpfs`` extensions loaded from their PyPI wheels (``duckdb-extension-*``, pinned with
 duckdb): no download from extensions.duckdb.org, which a machine without internet cannot
 reach. An S3 endpoint of the ``AWS_*`` environment becomes DuckDB's S3 secret."""
 
@@ -13,14 +13,22 @@ from tidemark.tablefs import s3_from_environment
 
 
 def duckdb_connection() -> Any:
-    """An in-memory DuckDB that reads Iceberg tables (``iceberg_scan(<metadata file>)``)."""
+    """An in-memory DuckDB that reads Iceberg tables (``iceberg_scan(<metadata file>)``) and
+    Delta tables (``delta_scan(<directory>, version => N)``)."""
     import duckdb
     import duckdb_extension_avro
+    import duckdb_extension_delta
     import duckdb_extension_httpfs
     import duckdb_extension_iceberg
 
     connection = duckdb.connect()
-    for module in (duckdb_extension_httpfs, duckdb_extension_avro, duckdb_extension_iceberg):
+    extensions = (
+        duckdb_extension_httpfs,
+        duckdb_extension_avro,
+        duckdb_extension_iceberg,
+        duckdb_extension_delta,
+    )
+    for module in extensions:
         (path,) = Path(module.__file__ or "").parent.rglob("*.duckdb_extension")
         connection.sql(f"LOAD '{path}'")
     s3 = s3_from_environment()

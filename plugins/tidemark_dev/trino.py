@@ -1,12 +1,16 @@
-"""A one-node Trino (coordinator and worker) on 127.0.0.1, with an Iceberg catalog on
-tidemark's Iceberg SQL catalog: a reader of the Iceberg tables in the tests.
+"""A one-node Trino (coordinator and worker) on 127.0.0.1: a reader of tidemark's tables in
+the tests. Its ``iceberg`` catalog is tidemark's Iceberg SQL catalog; with a Hive metastore
+service in the settings, its ``delta`` catalog (the Delta Lake connector) reads the Delta
+snapshots registered there.
 
-Its parts are jvm/pom.xml's ``trino`` profile (``make jvm``): ``trino-server-core`` (the
-server without plugins) and the ``trino-iceberg`` plugin, which carries PostgreSQL's JDBC
-driver. They are unpacked once beside the cache. Trino's JDBC catalog speaks to PostgreSQL
-(not SQLite), so the tables it reads are in a PostgreSQL catalog
-(``TIDEMARK_ICEBERG_CATALOG_URI=postgresql+pg8000://...``). Trino 476 needs Java 24 or later:
-``TIDEMARK_TRINO_JAVA_HOME``, else the newest JDK under /usr/lib/jvm that is one.
+It is jvm/pom.xml's ``trino`` profile (``make jvm``): the ``trino-server`` distribution,
+unpacked once beside the cache with two of its plugins, the Iceberg connector (PostgreSQL's
+JDBC driver inside) and the Delta Lake connector.
+Trino's JDBC catalog speaks to PostgreSQL (not SQLite), so the Iceberg tables it reads are in
+a PostgreSQL catalog (``TIDEMARK_ICEBERG_CATALOG_URI=postgresql+pg8000://...``); its Delta
+Lake connector needs the metastore as a Thrift service (``TIDEMARK_HIVE_METASTORE_URIS``), not
+embedded Derby. Trino 476 needs Java 24 or later: ``TIDEMARK_TRINO_JAVA_HOME``, else the
+newest JDK under /usr/lib/jvm that is one.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import re
 import shutil
 import tarfile
 import urllib.request
-import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +34,7 @@ from tidemark_dev.services import Service
 log = logging.getLogger(__name__)
 
 TRINO_JAVA = 24  # the oldest Java a Trino 476 server starts on
+DELTA_CATALOG = "delta"  # Trino's catalog of the Delta tables in the metastore
 
 
 def trino_java_home() -> Path:
@@ -51,28 +56,43 @@ def trino_java_home() -> Path:
     return max(found)[1]
 
 
+PLUGINS = ("iceberg", "delta-lake")  # of the distribution's plugin/ directories, the ones unpacked
+
+
 def trino_home() -> Path:
-    """The server unpacked from the ``trino`` profile (once), its Iceberg plugin in place."""
+    """The server unpacked from the ``trino`` profile's distribution (once) with ``PLUGINS``
+    only (the rest is most of its size); unpacked again when ``PLUGINS`` changed."""
     source = jvm_cache() / "trino"
-    archives = sorted(source.glob("trino-server-core-*.tar.gz")) if (source / ".complete").is_file() else []
+    archives = sorted(source.glob("trino-server-*.tar.gz")) if (source / ".complete").is_file() else []
     if not archives:
         raise ServiceError(f"trino: the 'trino' JVM artifacts are not in {jvm_cache()}: run `make jvm`")
-    version = archives[0].name.removeprefix("trino-server-core-").removesuffix(".tar.gz")
+    version = archives[0].name.removeprefix("trino-server-").removesuffix(".tar.gz")
     home = jvm_cache() / f"trino-server-{version}"
-    if (home / ".unpacked").is_file():
+    stamp = home / ".unpacked"
+    if stamp.is_file() and stamp.read_text() == ",".join(PLUGINS):
         return home
     partial = home.with_name(f"{home.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)  # an unpacking that was killed
     with tarfile.open(archives[0]) as archive:
-        archive.extractall(partial, filter="tar")
+        archive.extractall(partial, members=_wanted(archive), filter="tar")
     (server,) = partial.iterdir()
-    with zipfile.ZipFile(source / f"trino-iceberg-{version}.zip") as plugin:
-        plugin.extractall(server / "plugin")
-    (server / "plugin" / f"trino-iceberg-{version}").rename(server / "plugin" / "iceberg")
+    missing = [p for p in PLUGINS if not (server / "plugin" / p).is_dir()]
+    if missing:
+        raise ServiceError(f"trino: {archives[0].name} holds no plugin {', '.join(missing)}")
+    shutil.rmtree(home, ignore_errors=True)  # one unpacked with other plugins
     server.rename(home)
-    (home / ".unpacked").touch()
+    stamp.write_text(",".join(PLUGINS))
     partial.rmdir()
     return home
+
+
+def _wanted(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The distribution's members but the plugins not in ``PLUGINS``."""
+    for member in archive:
+        parts = member.name.split("/")
+        if len(parts) > 2 and parts[1] == "plugin" and parts[2] not in PLUGINS:
+            continue
+        yield member
 
 
 class TrinoService(Service):
@@ -134,16 +154,19 @@ class TrinoService(Service):
             self.etc / "catalog" / f"{self.settings.iceberg_catalog}.properties",
             iceberg_catalog(self.settings),
         )
+        if self.settings.hive_metastore_uris:
+            _write(self.etc / "catalog" / f"{DELTA_CATALOG}.properties", delta_catalog(self.settings))
 
-    def connect(self) -> Any:
-        """A DB-API connection (Trino's Python client) to the Iceberg catalog's ``default``."""
+    def connect(self, catalog: str | None = None) -> Any:
+        """A DB-API connection (Trino's Python client) to ``catalog``'s ``default`` (the
+        Iceberg catalog unless named)."""
         import trino
 
         return trino.dbapi.connect(
             host="127.0.0.1",
             port=self.port,
             user="tidemark",
-            catalog=self.settings.iceberg_catalog,
+            catalog=catalog or self.settings.iceberg_catalog,
             schema="default",
         )
 
@@ -166,6 +189,17 @@ def iceberg_catalog(settings: Settings) -> dict[str, str]:
         "iceberg.jdbc-catalog.connection-password": url.password or "",
         "iceberg.jdbc-catalog.default-warehouse-dir": settings.warehouse,
         "fs.native-local.enabled": "true",  # file:// data files on this machine
+        "local.location": "/",
+    }
+
+
+def delta_catalog(settings: Settings) -> dict[str, str]:
+    """Trino's Delta Lake connector on the Hive metastore service, where tidemark registers a
+    Delta snapshot as a Delta table (``tidemark.snapshot.delta_catalog``), local files readable."""
+    return {
+        "connector.name": "delta_lake",
+        "hive.metastore.uri": settings.hive_metastore_uris,
+        "fs.native-local.enabled": "true",
         "local.location": "/",
     }
 

@@ -19,6 +19,7 @@ from tidemark.settings import Settings
 from tidemark.snapshot.delta import is_delta
 from tidemark.snapshot.formats import is_versioned, read_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
+from tidemark.state.layout import Layout
 from tidemark_dev.duckdb_reader import duckdb_connection
 from tidemark_dev.generator import Message, change_messages, create_topic, produce
 
@@ -184,20 +185,32 @@ def delta_label_version(spark: Any, config: TableConfig, label: str) -> int:
 
 
 def duckdb_snapshot(settings: Settings, config: TableConfig, label: str | None = None) -> list[Row]:
-    """An Iceberg snapshot table read by DuckDB (its iceberg extension, on the table's current
-    metadata file from the catalog): the current state, or ``label``'s tag."""
-    table = open_catalog(settings).load_table(identifier(config.snapshot_table))
-    at_tag = ""
-    if label is not None:
-        tag = table.snapshot_by_name(label)
-        assert tag is not None, f"{label}: no tag"
-        at_tag = f", snapshot_from_id => {tag.snapshot_id}"
+    """A versioned snapshot table read by DuckDB: the current state, or ``label``'s. Iceberg
+    through its extension on the table's current metadata file from the catalog, the label
+    by its tag; Delta through its extension on the table's directory, the label by the
+    version its record names (as ``tidemark status`` prints it)."""
+    if is_delta(config):
+        root = str(Layout(settings, config.snapshot_table).table_dir)
+        at_version = "" if label is None else f", version => {_label_version(settings, config, label)}"
+        relation = f"delta_scan('{root}'{at_version})"
+    else:
+        table = open_catalog(settings).load_table(identifier(config.snapshot_table))
+        at_tag = ""
+        if label is not None:
+            tag = table.snapshot_by_name(label)
+            assert tag is not None, f"{label}: no tag"
+            at_tag = f", snapshot_from_id => {tag.snapshot_id}"
+        relation = f"iceberg_scan('{table.metadata_location}'{at_tag})"
     found = duckdb_connection().sql(
         "SELECT order_id, version, customer_id, status, CAST(amount AS VARCHAR) AS amount, updated_at "
-        f"FROM iceberg_scan('{table.metadata_location}'{at_tag})"
+        f"FROM {relation}"
     )
     names = [c[0] for c in found.description]
     return keyed_once([normal(dict(zip(names, r, strict=True))) for r in found.fetchall()], "duckdb")
+
+
+def _label_version(settings: Settings, config: TableConfig, label: str) -> int:
+    return SnapshotLog(settings.state_location, config.table).live()[label].table_version
 
 
 def iceberg_name(settings: Settings, config: TableConfig) -> str:

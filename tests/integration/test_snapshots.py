@@ -466,8 +466,8 @@ def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``cdc.keep_labels``: the newest labels stay readable by name (``VERSION AS OF``), an
-    expired label is refused, and the merge's VACUUM deletes the files no kept label reads (its
+    """``cdc.keep_labels``: the newest labels stay readable by name (``VERSION AS OF``; DuckDB
+    by version too), an expired label is refused, and the merge's VACUUM deletes the files no kept label reads (its
     own commits name no snapshot: the next merge still finds its head). A registration the
     metastore refuses leaves the commit standing: logged, made good by the retry, which also
     replaces the views an earlier tidemark registered under the table's names."""
@@ -498,6 +498,10 @@ def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_
     }
     on_disk = {p.name for p in Path(root).glob("*.parquet")}
     assert on_disk == needed  # base's and the first label's replaced files are gone
+    # DuckDB reads the same table (its delta extension): the current state, and a kept
+    # label by its version
+    assert duckdb_snapshot(settings, config) == snapshot(spark, config, labels[-1], settings)
+    assert duckdb_snapshot(settings, config, labels[1]) == snapshot(spark, config, labels[1], settings)
 
     # The names hold an earlier tidemark's views, and the registration fails once: the merge
     # stands, its retry registers the Delta table in their place.

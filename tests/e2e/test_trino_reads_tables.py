@@ -1,9 +1,12 @@
-"""An Iceberg table through Airflow (dag.test): the ingest DAG's spark-submit jobs dump and
-seal it into a PostgreSQL Iceberg catalog, its maintenance DAG runs; then Trino (476, from
-Maven Central, on the Temurin JDK 25) reads the sealed hour by name through its Iceberg
-connector on the same catalog, equal row by row to pyiceberg's read; the snapshot's summary
-is Trino's to read too. A CDC table's Iceberg snapshot (``cdc.snapshot_format: iceberg``,
-bootstrapped by its spark-submit job) is read by Trino by name, its label by tag."""
+"""Trino (476, from Maven Central, on the Temurin JDK 25) reads tidemark's tables by name.
+
+An Iceberg table through Airflow (dag.test): the ingest DAG's spark-submit jobs dump and seal
+it into a PostgreSQL Iceberg catalog, its maintenance DAG runs; then Trino reads the sealed
+hour by name through its Iceberg connector on the same catalog, equal row by row to
+pyiceberg's read; the snapshot's summary is Trino's to read too. A CDC table's Iceberg
+snapshot (``cdc.snapshot_format: iceberg``, bootstrapped by its spark-submit job) is read by
+name, its label by tag; a Delta snapshot, registered by its job in the Hive metastore service
+as a Delta table, is read by Trino's Delta Lake connector by name, its label by version."""
 
 from __future__ import annotations
 
@@ -11,19 +14,22 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.helpers.dags import run_dag
 from tests.helpers.iceberg import pyiceberg_rows, snapshots_of
 from tests.helpers.jobs import run_job_process
-from tests.helpers.orders import keyed_once, normal, truth, write_parquet_source
+from tests.helpers.metastore import metastore_service
+from tests.helpers.orders import Row, keyed_once, normal, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
 from tidemark.settings import Settings
+from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark_dev.generator import create_topic, order_changes, produce, records, state_after
 from tidemark_dev.net import free_port
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
-from tidemark_dev.trino import TrinoService
+from tidemark_dev.trino import DELTA_CATALOG, TrinoService
 
 pytestmark = pytest.mark.e2e
 
@@ -39,8 +45,18 @@ def on_postgres(dag_env: Settings, postgres: str, monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.fixture
-def trino(on_postgres: Settings) -> Iterator[TrinoService]:
-    service = TrinoService(on_postgres, free_port())
+def metastore(settings: Settings, on_postgres: Settings) -> Iterator[Settings]:
+    """``on_postgres`` with the Hive metastore as a Thrift service (what Trino's Delta Lake
+    connector reads; the service runs beside the test run's PostgreSQL, in its home); the
+    DAGs keep their embedded one."""
+    with metastore_service(settings) as service:
+        uris, port = service.hive_metastore_uris, service.metastore_port
+        yield replace(on_postgres, hive_metastore_uris=uris, metastore_port=port)
+
+
+@pytest.fixture
+def trino(metastore: Settings) -> Iterator[TrinoService]:
+    service = TrinoService(metastore, free_port())
     service.start()
     try:
         yield service
@@ -48,8 +64,13 @@ def trino(on_postgres: Settings) -> Iterator[TrinoService]:
         service.stop()
 
 
-def test_the_dags_land_an_iceberg_table_that_trino_reads_by_name(
-    broker: str, on_postgres: Settings, trino: TrinoService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_dags_land_an_iceberg_table_and_snapshots_that_trino_reads_by_name(
+    broker: str,
+    on_postgres: Settings,
+    metastore: Settings,
+    trino: TrinoService,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config, settings = fresh_table(on_postgres, tmp_path, output__table_format="iceberg")
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
@@ -90,9 +111,27 @@ def test_the_dags_land_an_iceberg_table_that_trino_reads_by_name(
     ]
     code, _, err = run_job_process(own, "bootstrap", orders.table, "boot-1", *boot)
     assert code == 0, err[-3000:]
-    columns = "SELECT order_id, version, customer_id, status, amount, updated_at FROM"
     for relation in (orders.snapshot_table, f"{orders.snapshot_table} FOR VERSION AS OF 'base'"):
-        cursor.execute(f"{columns} {relation}")
-        names = [d[0] for d in cursor.description]
-        read = [normal(dict(zip(names, r, strict=True))) for r in cursor.fetchall()]
-        assert keyed_once(read, relation) == truth(state)
+        assert snapshot_rows(cursor, relation) == truth(state)
+
+    # a Delta snapshot (delta-rs writes it), registered by the bootstrap job in the metastore
+    # service as a Delta table: Trino's Delta Lake connector reads it by name, its label by
+    # the version the label's record names
+    deltas, own = fresh_table(metastore, tmp_path, template="orders", cdc__snapshot_format="delta")
+    create_topic(broker, deltas.source.topic, 2)
+    code, _, err = run_job_process(own, "bootstrap", deltas.table, "boot-1", *boot)
+    assert code == 0, err[-3000:]
+    (base,) = SnapshotLog(own.state_location, deltas.table).records()
+    cursor = trino.connect(DELTA_CATALOG).cursor()
+    name = deltas.snapshot_table
+    for relation in (name, f"{name} FOR VERSION AS OF {base.table_version}"):
+        assert snapshot_rows(cursor, relation) == truth(state)
+    cursor.execute(f'SELECT version, operation FROM "{name}$history"')
+    assert [version for version, _ in cursor.fetchall()] == [base.table_version]
+
+
+def snapshot_rows(cursor: Any, relation: str) -> list[Row]:
+    """A snapshot's rows as Trino reads ``relation``, each key once."""
+    cursor.execute(f"SELECT order_id, version, customer_id, status, amount, updated_at FROM {relation}")
+    names = [d[0] for d in cursor.description]
+    return keyed_once([normal(dict(zip(names, r, strict=True))) for r in cursor.fetchall()], relation)
