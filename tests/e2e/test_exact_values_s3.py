@@ -1,7 +1,8 @@
 """tests/integration/test_exact_values.py on the production topology's store (warehouse and
 state on S3, the jobs as spark-submit runs them, pyarrow writing every file): a Parquet and
 an ORC table of every column type's edge values, read back by name by Spark natively and
-through Hive's SerDes (s3a, in a process of its own) and from the hour's files by pyarrow."""
+through Hive's SerDes (s3a, in a process of its own) and from the hour's files by pyarrow
+and (Parquet) by DuckDB through its httpfs extension."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pickle
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from tests.helpers.exact import (
     expected,
     messages,
     read_hour_files,
+    read_hour_files_duckdb,
     refused_offsets,
 )
 from tests.helpers.jobs import job_env, run_job_process
@@ -69,10 +72,12 @@ def _by_name(settings: Settings, tables: list[str]) -> list[dict[str, dict[str, 
     return [{row["event_id"]: row for row in rows} for rows in results]
 
 
-def _files(settings: Settings, table: str) -> dict[str, dict[str, Any]]:
-    """The rows of hour 10's current version (its journal entry's files), read by pyarrow."""
+def _files(
+    settings: Settings, table: str, read: Callable[..., dict[str, dict[str, Any]]]
+) -> dict[str, dict[str, Any]]:
+    """The rows of hour 10's current version (its journal entry's files), as ``read`` reads them."""
     entry = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
-    return read_hour_files(Store.of(settings.warehouse), list(entry.files))
+    return read(Store.of(settings.warehouse), list(entry.files))
 
 
 def test_every_value_on_s3_is_read_exactly_or_refused(
@@ -108,5 +113,7 @@ def test_every_value_on_s3_is_read_exactly_or_refused(
         want, _ = expected(fmt)
         problems += differences(f"{fmt}: spark", native, want)
         problems += differences(f"{fmt}: spark through the Hive SerDe", serde, want)
-        problems += differences(f"{fmt}: pyarrow", _files(on_s3, tables[fmt]), want)
+        problems += differences(f"{fmt}: pyarrow", _files(on_s3, tables[fmt], read_hour_files), want)
+    want, _ = expected("parquet")  # DuckDB reads no ORC
+    problems += differences("parquet: duckdb", _files(on_s3, tables["parquet"], read_hour_files_duckdb), want)
     assert problems == []

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from tests.helpers.tables import at
+from tidemark_dev.duckdb_reader import duckdb_connection
 from tidemark_dev.generator import Message
 
 SCHEMA = {
@@ -221,3 +222,12 @@ def read_hour_files(store: Any, files: list[str]) -> dict[str, dict[str, Any]]:
             else:
                 tables.append(pq.read_table(handle, coerce_int96_timestamp_unit="us"))
     return {r["event_id"]: r for r in pa.concat_tables(tables).to_pylist()}
+
+
+def read_hour_files_duckdb(store: Any, files: list[str]) -> dict[str, dict[str, Any]]:
+    """Rows of an hour's Parquet files as DuckDB reads them (``read_parquet``; on S3 through
+    its httpfs extension), by event id. DuckDB has no ORC reader of its own."""
+    locations = [store.uri(relative).replace("s3a://", "s3://", 1) for relative in files]
+    found = duckdb_connection().execute("SELECT * FROM read_parquet(?)", [locations])
+    names = [c[0] for c in found.description]
+    return {row["event_id"]: row for row in (dict(zip(names, r, strict=True)) for r in found.fetchall())}

@@ -1,8 +1,8 @@
 """What tidemark writes, every documented reader reads exactly (docs/operations.md, "Who reads
 what"): every column type with its edge values (tests/helpers/exact.py) goes through the dump
 and the seal (pyarrow writes the hour) and a rebuild (Spark writes it), in Parquet and in ORC
-on the local disk, and is read back by Spark's native readers, by Spark through Hive's SerDes
-and by pyarrow. Every value is equal, or its record was refused at classification as
+on the local disk, and is read back by Spark's native readers, by Spark through Hive's SerDes,
+by pyarrow and (Parquet: DuckDB has no ORC reader) by DuckDB. Every value is equal, or its record was refused at classification as
 ``unrepresentable_in_<format>`` (``ingest/exact.py``). On S3: tests/e2e/test_exact_values_s3.py.
 """
 
@@ -20,6 +20,7 @@ from tests.helpers.exact import (
     expected,
     messages,
     read_hour_files,
+    read_hour_files_duckdb,
     refused_offsets,
 )
 from tests.helpers.tables import at, fresh_table, landed
@@ -48,19 +49,23 @@ def _spark_rows(spark: Any, table: str, *, hive_serde: bool) -> dict[str, dict[s
         spark.conf.unset("spark.sql.hive.convertMetastoreOrc")
 
 
-def _pyarrow_rows(spark: Any, table: str) -> dict[str, dict[str, Any]]:
+def _hour_files(spark: Any, table: str) -> tuple[Store, list[str]]:
+    """The store of hour 10's registered location and its visible files."""
     described = spark.sql(f"DESCRIBE FORMATTED `{table}` PARTITION (dt='2026-11-22', hr='10')").collect()
     store = Store.of(next(r[1] for r in described if r[0] == "Location"))
     files = [f for f in store.all_files("") if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
     assert files, f"{table}: no visible file in the hour"
-    return read_hour_files(store, files)
+    return store, files
 
 
 def _read_everywhere(spark: Any, table: str, want: dict[str, dict[str, Any]]) -> list[str]:
+    store, files = _hour_files(spark, table)
+    parquet = not files[0].endswith(".orc")
     return [
         *differences("spark", _spark_rows(spark, table, hive_serde=False), want),
         *differences("spark through the Hive SerDe", _spark_rows(spark, table, hive_serde=True), want),
-        *differences("pyarrow", _pyarrow_rows(spark, table), want),
+        *differences("pyarrow", read_hour_files(store, files), want),
+        *(differences("duckdb", read_hour_files_duckdb(store, files), want) if parquet else []),
     ]
 
 
