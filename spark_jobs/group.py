@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from tidemark.group.members import select_members
+from tidemark.group.members import group_members, select_members
 from tidemark.group.runner import DEFAULT_PARALLELISM, GROUP_JOBS, GroupRun, run_group
-from tidemark.jobs import in_session
+from tidemark.jobs import in_session, tables_session_conf
 from tidemark.settings import Settings
 from tidemark.stream.group import run_group_streams
 from tidemark.time.clocks import stream_clock
@@ -58,12 +58,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings,
         args.job == "seal",
         lambda spark: run_group(spark, configs, settings, run, parallelism=args.parallelism),
+        extra_conf=tables_session_conf(configs, settings),
     )
 
 
 def _streams(args: argparse.Namespace, settings: Any) -> int:
     """One application hosting the continuous queries of the group's tables in stream mode."""
 
+    # the members at the start decide the session's jars (a member joining later with another
+    # table format runs once the application restarts)
     return in_session(
         f"tidemark-group-stream-{args.group}",
         settings,
@@ -76,6 +79,7 @@ def _streams(args: argparse.Namespace, settings: Any) -> int:
             clock=stream_clock(args.clock_from),
             until_caught_up=args.until_caught_up,
         ),
+        extra_conf=tables_session_conf(group_members(args.group, settings), settings),
     )
 
 

@@ -93,13 +93,19 @@ def cmd_switch(args: argparse.Namespace) -> int:
 def cmd_release(args: argparse.Namespace) -> int:
     """Register a quarantined hour in-process (a Hive-enabled Spark session, ~10 s to start)."""
     from tidemark.catalog import load_table
+    from tidemark.jobs import table_session_conf
     from tidemark.seal.sealing import run_release
     from tidemark.settings import Settings
     from tidemark.spark import build_session
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
-    spark = build_session(f"tidemark-release-{config.table}", settings, hive=True)
+    spark = build_session(
+        f"tidemark-release-{config.table}",
+        settings,
+        hive=True,
+        extra_conf=table_session_conf(config, settings),
+    )
     try:
         entry = run_release(spark, config, settings, args.hour, args.run_id or f"release__{args.hour}")
     finally:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.catalog import load_table
 from tidemark.delta_spark import delta_spark_conf
-from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog
+from tidemark.group.members import group_members
+from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog, spark_catalog_conf
 from tidemark.settings import Settings
 from tidemark.spark import (
     build_session,
@@ -74,12 +75,22 @@ class SparkJob:
 
         command = [spark_submit(settings), "--master", settings.spark_master, "--name", self.name]
         command += ["--driver-java-options", driver_java_options(settings)]
-        drivers = driver_class_path(settings)
+        launch = self.launch_conf(settings)
+        drivers = joined_class_path(driver_class_path(settings), launch.pop(DRIVER_CLASS_PATH, ""))
         if drivers:
             command += ["--driver-class-path", drivers]
-        for key, value in settings.spark_conf.items():
+        for key, value in {**launch, **settings.spark_conf}.items():
             command += ["--conf", f"{key}={value}"]
         return [*command, self.application(settings), *self.arguments]
+
+    def launch_conf(self, settings: Settings) -> dict[str, str]:
+        """The conf of the tables this job serves (``table_session_conf``) as spark-submit must
+        get it: jars on the driver's class path count only at launch (a session built inside
+        the job adds them for executors and SQL, not for the driver's class loader, JDBC's
+        DriverManager or Py4J). A group's tables are its members now."""
+        if self.target == "--group":
+            return tables_session_conf(group_members(self.table, settings), settings)
+        return table_session_conf(load_table(self.table, settings), settings)
 
 
 def spark_submit(settings: Settings) -> str:
@@ -155,27 +166,63 @@ def table_session_conf(config: TableConfig, settings: Settings) -> dict[str, str
     """The Spark conf a job of ``config`` needs beyond tidemark's defaults: delta-spark for a
     Delta snapshot (its MERGE with ``cdc.merge_engine: spark``, and the table registered in the
     metastore as a Delta table by every engine), Iceberg's runtime for ``cdc.snapshot_format:
-    iceberg``; for either on S3, s3a on the executors' class path (the same paths must hold the
-    jars on every worker: here the workers share the machine; elsewhere the Spark
-    distribution's hadoop-aws)."""
+    iceberg`` (with its SQL extensions) and for ``output.table_format: iceberg`` (the hour
+    commits, ``hourcommit.iceberg_java``); for a snapshot Spark writes on S3, s3a on the
+    executors' class path (the same paths must hold the jars on every worker: here the
+    workers share the machine; elsewhere the Spark distribution's hadoop-aws)."""
     snapshot_format = config.cdc.snapshot_format if config.cdc is not None else None
-    if snapshot_format == "delta":
-        conf = delta_spark_conf()
-    elif snapshot_format == "iceberg":
+    confs = []
+    if config.output.table_format == "iceberg":
         open_catalog(settings)  # the SQL catalog's file and namespace, before the JVM opens it
-        conf = iceberg_writer_conf(settings)
-    else:
-        return {}
-    # Spark's own writers read and write the table's files on the executors: s3a there too
-    # (tidemark's other tasks use pyarrow), from the same local jars as the driver's
-    if needs_s3a(settings.warehouse):
+        confs.append(spark_catalog_conf(settings))
+    if snapshot_format == "delta":
+        confs.append(delta_spark_conf())
+    elif snapshot_format == "iceberg":
+        open_catalog(settings)
+        confs.append(iceberg_writer_conf(settings))
+    if snapshot_format in ("delta", "iceberg") and needs_s3a(settings.warehouse):
+        # Spark's own writers read and write the snapshot's files on the executors: s3a there
+        # too (tidemark's other tasks use pyarrow), from the same local jars as the driver's
         jars = [jdbc_driver_class_path(), *s3a_jars(settings)]
-        conf["spark.executor.extraClassPath"] = ":".join(j for j in jars if j)
-    return conf
+        confs.append({"spark.executor.extraClassPath": ":".join(j for j in jars if j)})
+    return merged_conf(*confs)
+
+
+def tables_session_conf(configs: Sequence[TableConfig], settings: Settings) -> dict[str, str]:
+    """What one application serving ``configs`` (a group's tables) needs: each table's conf."""
+    return merged_conf(*(table_session_conf(c, settings) for c in configs))
 
 
 # confs whose values are lists: two confs that both set one are joined, not overridden
-LIST_CONFS = {"spark.jars": ",", "spark.sql.extensions": ",", "spark.driver.extraClassPath": ":"}
+LIST_CONFS = {
+    "spark.jars": ",",
+    "spark.sql.extensions": ",",
+    "spark.driver.extraClassPath": ":",
+    "spark.executor.extraClassPath": ":",
+}
+
+
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
+
+
+def joined_class_path(*paths: str | None) -> str:
+    """Class paths as one, each entry once, in order."""
+    entries = [e for p in paths if p for e in p.split(":") if e]
+    return ":".join(dict.fromkeys(entries))
+
+
+def merged_conf(*confs: Mapping[str, str]) -> dict[str, str]:
+    """``confs`` as one: list-valued confs joined (each item once, in order), others the last's."""
+    merged: dict[str, str] = {}
+    for conf in confs:
+        for key, value in conf.items():
+            if key in merged and key in LIST_CONFS:
+                separator = LIST_CONFS[key]
+                items = [*merged[key].split(separator), *value.split(separator)]
+                merged[key] = separator.join(dict.fromkeys(i for i in items if i))
+            else:
+                merged[key] = value
+    return merged
 
 
 def reader_conf(settings: Settings) -> dict[str, str]:
@@ -183,11 +230,7 @@ def reader_conf(settings: Settings) -> dict[str, str]:
     (delta-spark, ``DeltaCatalog`` as the session catalog) and Iceberg tables
     (``iceberg.default.<table>``, with Iceberg's SQL extensions)."""
     open_catalog(settings)
-    conf = delta_spark_conf()
-    for key, value in iceberg_writer_conf(settings).items():
-        joined = key in conf and key in LIST_CONFS
-        conf[key] = LIST_CONFS[key].join([conf[key], value]) if joined else value
-    return conf
+    return merged_conf(delta_spark_conf(), iceberg_writer_conf(settings))
 
 
 def in_session(

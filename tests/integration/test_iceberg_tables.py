@@ -67,6 +67,9 @@ def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
     assert sealed["tidemark.version"] == "1" and sealed["tidemark.run-id"] == "run-2"
     assert json.loads(sealed["tidemark.batches"]) == {"0": {"0": [0, 6], "1": [0, 6]}}
     assert sealed["tidemark.ready-time"] and "_versions/v0001-b" in sealed["tidemark.directory"]
+    # committed by Iceberg's Java library (the runtime for Spark), its statistics from the footer
+    assert sealed["iceberg-version"].startswith("Apache Iceberg 1.12")
+    assert sealed["operation"] == "overwrite" and sealed["added-records"] == "12"
     (lineage,) = job_lineage("seal", config, settings, "run-2").outputs  # the table by its location
     assert (lineage.namespace, lineage.name) == ("file", str(Path(settings.warehouse) / table))
 

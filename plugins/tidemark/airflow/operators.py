@@ -29,12 +29,35 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         from tidemark.jobs import SPARK_ENVIRONMENT, spark_environment
         from tidemark.settings import Settings
 
-        full = spark_environment(Settings.from_env())
+        settings = Settings.from_env()
+        full = spark_environment(settings)
         self.env_vars = {**{k: full[k] for k in SPARK_ENVIRONMENT}, **(self.env_vars or {})}
+        self._add_launch_conf(settings)
         log.info(
             "spark-submit with SPARK_HOME=%s PYSPARK_PYTHON=%s", full["SPARK_HOME"], full["PYSPARK_PYTHON"]
         )
         return super().execute(context)
+
+    def _add_launch_conf(self, settings: Any) -> None:
+        """The table's (or group's) jars and conf, read when the task runs (not when the DAG
+        file is parsed): ``SparkJob.launch_conf``."""
+        from pathlib import Path
+
+        from tidemark.jobs import DRIVER_CLASS_PATH, SparkJob, joined_class_path, merged_conf
+
+        args = list(self.application_args or [])
+        target = "--group" if "--group" in args else "--table"
+        if target not in args:
+            return
+        name = args[args.index(target) + 1]
+        job = SparkJob(Path(self.application).stem, name, target=target)
+        launch = job.launch_conf(settings)
+        if launch:
+            self.driver_class_path = joined_class_path(
+                self.driver_class_path, launch.pop(DRIVER_CLASS_PATH, "")
+            )
+            self.conf = merged_conf(self.conf or {}, launch)
+            log.info("spark-submit with the jars of %s: %s", name, launch.get("spark.jars", "none"))
 
     def lineage_of(self) -> tuple[str, list[str]]:
         """The job and the tables whose records say what this task read and wrote."""

@@ -18,7 +18,9 @@ offsets, the ready time and the run:
 
 Collect keeps every version directory a live snapshot references (time travel and running
 readers), besides what the journal names. The late side table stays a Hive table.
-The commit runs in pyiceberg against the SQL catalog (``iceberg_catalog``): no JVM.
+Iceberg's Java library in the job's Spark runtime writes the table (``iceberg_java``: create,
+evolve, commit); pyiceberg reads it (plans, summaries, live files) against the same SQL
+catalog (``iceberg_catalog``).
 """
 
 from __future__ import annotations
@@ -36,14 +38,12 @@ from tidemark.errors import HourCommitConflictError
 from tidemark.hourcommit.base import HourCommit, HourNote, HourWriting, Writer
 from tidemark.hourcommit.iceberg_files import (
     PREFIX,
-    Footer,
-    data_file_of,
-    evolve,
     last_hour_commit,
-    map_names,
-    read_footers,
+    needs_evolution,
+    read_schema,
     table_schema,
 )
+from tidemark.hourcommit.iceberg_java import JavaIceberg, LostRaceError
 from tidemark.hourcommit.versioned import VersionedHourCommit
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.settings import Settings
@@ -51,6 +51,7 @@ from tidemark.state.layout import Layout, version_dir_of
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table as IcebergTable
@@ -76,6 +77,7 @@ class IcebergHourCommit(VersionedHourCommit):
         self.inputs = inputs  # the store's own commit: where a dump leaves batch and late files
         self._catalog: SqlCatalog | None = None
         self._opening = threading.Lock()
+        self.java = JavaIceberg(settings, layout.table)  # the writes
 
     # -- inputs: where the dump put them, as the store's own commit reads them ------------
     def batch_files(
@@ -134,9 +136,9 @@ class IcebergHourCommit(VersionedHourCommit):
         self.commit_hour(hour, specs, note or HourNote(run_id="", batches={}))
 
     def warm_ups(self, metastore: Any) -> list[Callable[[], object]]:
-        """pyiceberg's import and the catalog's table, not the Hive client (a late side
-        table's registration starts it when it comes)."""
-        return [self.load]
+        """pyiceberg's import and the catalog's table, Iceberg's Java catalog, not the Hive
+        client (a late side table's registration starts it when it comes)."""
+        return [self.load, lambda: self.java.catalog]
 
     def refresh(self, metastore: Any, table: str) -> None:
         """An Iceberg table has no cached listing: each read plans from its current snapshot."""
@@ -145,8 +147,6 @@ class IcebergHourCommit(VersionedHourCommit):
 
     def commit_hour(self, hour: Hour, specs: list[tuple[dict[str, str], Path]], note: HourNote) -> None:
         """Replace the hour's data files by the version's in one snapshot (see the module)."""
-        from pyiceberg.exceptions import CommitFailedException, ValidationException
-
         if not specs:  # data-derived partition columns and no rows: no partition to commit
             return
         files = [
@@ -157,9 +157,9 @@ class IcebergHourCommit(VersionedHourCommit):
         directory = self._version_dir(specs[0][1])
         version, through = _version_of(directory)
         summary = self._summary(hour, directory, version, through, note)
-        footers = read_footers(self.store, [relative for _, relative in files])
+        schema = read_schema(self.store, files[0][1]) if files else None
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            table = self.load() or self._create(files, footers)
+            table = self.load() or self._create(files, schema)
             if table is None:
                 log.info(
                     "%s: hour %s has no rows and the table no snapshot yet: nothing to commit",
@@ -171,8 +171,8 @@ class IcebergHourCommit(VersionedHourCommit):
             if self._already(table, hour, current, directory=directory, version=version, through=through):
                 return
             try:
-                self._commit(table, current, files, footers, summary)
-            except (CommitFailedException, ValidationException) as exc:
+                self._commit(table, hour, files, schema, summary)
+            except LostRaceError as exc:
                 log.warning(
                     "%s: hour %s v%s: the Iceberg commit lost a race with another writer (attempt %s of %s): %s; "
                     "planning it again on the new snapshot",
@@ -276,53 +276,39 @@ class IcebergHourCommit(VersionedHourCommit):
     def _commit(
         self,
         table: IcebergTable,
-        current: list[DataFile],
+        hour: Hour,
         files: list[tuple[dict[str, str], str]],
-        footers: dict[str, Footer],
+        schema: pa.Schema | None,
         summary: dict[str, str],
     ) -> None:
-        with table.transaction() as tx:
-            if files:
-                evolve(tx, footers[files[0][1]].schema)
-            added = [
-                data_file_of(footers[relative], tx, spec, self._location(self.layout.warehouse / relative))
-                for spec, relative in files
-            ]
-            with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
-                for data_file in current:
-                    overwrite.delete_data_file(data_file)
-                for data_file in added:
-                    overwrite.append_data_file(data_file)
+        """One Iceberg snapshot (Java): the hour's files replaced by ``files``, validated from
+        the snapshot ``table`` was planned on (LostRaceError if another commit came first)."""
+        current = table.current_snapshot()
+        self.java.commit(
+            self.identifier,
+            planned_on=current.snapshot_id if current is not None else None,
+            hour=hour.spec,
+            files=[(spec, self._location(self.layout.warehouse / relative)) for spec, relative in files],
+            evolve_to=schema if schema is not None and needs_evolution(table, schema) else None,
+            summary=summary,
+        )
 
     def _create(
-        self, files: list[tuple[dict[str, str], str]], footers: dict[str, Footer]
+        self, files: list[tuple[dict[str, str], str]], schema: pa.Schema | None
     ) -> IcebergTable | None:
         """The table, created from its first hour's files: their columns, then identity
         partitions by ``dt``, ``hr`` and the data-derived columns. None with no files."""
-        from pyiceberg.exceptions import TableAlreadyExistsError
-
-        if not files:
+        if not files or schema is None:
             return None
-        try:
-            tx = self.catalog.create_table_transaction(
-                self.identifier,
-                schema=table_schema(footers[files[0][1]], files[0][0]),
-                location=self._location(self.layout.table_dir),
-                # a commit that lost a race is planned again here (the hour's files read anew
-                # from the winner's snapshot), not replayed by pyiceberg's own retry
-                properties={
-                    "format-version": "2",
-                    "commit.retry.num-retries": "0",
-                    f"{PREFIX}table": self.layout.table,
-                },
-            )
-            with tx.update_spec() as spec:
-                for column in files[0][0]:
-                    spec.add_identity(column)
-            map_names(tx)
-            tx.commit_transaction()
-        except TableAlreadyExistsError:
-            pass  # created by a racing step
+        self.java.create(
+            self.identifier,
+            table_schema(schema, files[0][0]),
+            list(files[0][0]),
+            self._location(self.layout.table_dir),
+            # a commit that lost a race is planned again here (the hour's files read anew
+            # from the winner's snapshot), not replayed by the library's own retry
+            {"format-version": "2", "commit.retry.num-retries": "0", f"{PREFIX}table": self.layout.table},
+        )
         log.info(
             "%s: created Iceberg table %s.%s at %s",
             self.layout.table,
@@ -339,8 +325,11 @@ class IcebergHourCommit(VersionedHourCommit):
 
     @staticmethod
     def _unlocated(location: str) -> str:
-        """``_location``'s inverse: a location as the store and the collector address it."""
-        return location.removeprefix("file://")
+        """``_location``'s inverse: a location as the store and the collector address it
+        (Iceberg's Java library names local files ``file:/path``, pyiceberg ``file:///path``)."""
+        if location.startswith("file:"):
+            return "/" + location.removeprefix("file:").lstrip("/")
+        return location
 
     def relative_of(self, location: str) -> str:
         """A location the table's metadata names, warehouse-relative ("" outside it)."""

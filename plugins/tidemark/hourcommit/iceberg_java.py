@@ -1,0 +1,222 @@
+"""The writes of an Iceberg hour table, done by Iceberg's own Java library: the runtime for
+Spark that the job's session carries (jvm/pom.xml's ``iceberg`` profile, on the driver's
+class path: ``tidemark.jobs.table_session_conf``), reached through the session's Py4J gateway.
+
+Spark's Iceberg runtime is the reference implementation every other reader and writer of
+the table follows; tidemark's seal writes the hour's files itself (pyarrow tasks, compacted,
+named by content, a marker last) and hands them to it in one commit, the way Iceberg's
+``add_files`` imports existing files. Reading the table's metadata (plans, summaries, live
+files) stays in pyiceberg: no JVM needed to look.
+
+- **create**: the table from the first hour's columns, identity partitions by the hour's
+  columns (``dt``, ``hr``: the table's zone, DST's repeated hour its own partition) and the
+  data-derived ones, a name mapping (the files carry no field ids), format version 2 and no
+  retry inside the library (a commit that lost a race is planned again by tidemark);
+- **commit**: in one transaction, the columns evolved (by name) where the files bring new or
+  wider ones, then one overwrite that removes every file of the hour and adds the version's,
+  its statistics read from each footer by Iceberg, the summary tidemark's record. The
+  overwrite is validated from the snapshot the step planned on: a commit of the hour by
+  anyone since, or any commit in between (no retry), fails as a lost race.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from tidemark.errors import TidemarkError
+from tidemark.iceberg_catalog import spark_catalog_conf
+from tidemark.settings import Settings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+NAME_MAPPING = "schema.name-mapping.default"
+# what the library raises when another commit won: planned again, not failed
+LOST_RACE = (
+    "org.apache.iceberg.exceptions.CommitFailedException",
+    "org.apache.iceberg.exceptions.ValidationException",
+)
+ALREADY_EXISTS = "org.apache.iceberg.exceptions.AlreadyExistsException"
+
+
+class IcebergRuntimeMissingError(TidemarkError):
+    """The job's session has no Iceberg runtime on its driver's class path."""
+
+
+class LostRaceError(Exception):
+    """Another writer committed first (Iceberg's optimistic concurrency): plan again."""
+
+
+class JavaIceberg:
+    """One table's catalog in Iceberg's Java library, opened once, through the active Spark
+    session's gateway."""
+
+    def __init__(self, settings: Settings, table: str) -> None:
+        self.settings = settings
+        self.table = table  # tidemark's name, for messages
+        self._catalog: Any = None
+        self._opening = threading.Lock()
+
+    @property
+    def jvm(self) -> Any:
+        from pyspark import SparkContext
+
+        context = SparkContext._active_spark_context
+        if context is None:
+            raise IcebergRuntimeMissingError(
+                f"{self.table}: an Iceberg table's commits run in Iceberg's runtime for Spark: "
+                "no Spark session is active in this process (run the job through spark_jobs/)"
+            )
+        return context._jvm
+
+    @property
+    def catalog(self) -> Any:
+        """The SQL catalog as Spark's ``SparkCatalog`` opens it (``spark_catalog_conf``)."""
+        with self._opening:
+            if self._catalog is None:
+                from pyspark import SparkContext
+
+                jvm = self.jvm
+                prefix = f"spark.sql.catalog.{self.settings.iceberg_catalog}."
+                options = {
+                    k.removeprefix(prefix): v
+                    for k, v in spark_catalog_conf(self.settings).items()
+                    if k.startswith(prefix)
+                }
+                hadoop = SparkContext._active_spark_context._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+                try:
+                    util = jvm.org.apache.iceberg.CatalogUtil
+                    self._catalog = util.buildIcebergCatalog(self.settings.iceberg_catalog, options, hadoop)
+                except Exception as exc:
+                    if "CatalogUtil" in str(exc) or "does not exist in the JVM" in str(exc):
+                        raise IcebergRuntimeMissingError(
+                            f"{self.table}: Iceberg's runtime for Spark is not on the job's class path "
+                            "(tidemark.jobs.table_session_conf gives a job of an Iceberg table; "
+                            "`make jvm` fetches it)"
+                        ) from exc
+                    raise
+            return self._catalog
+
+    def _identifier(self, identifier: str) -> Any:
+        return self.jvm.org.apache.iceberg.catalog.TableIdentifier.parse(identifier)  # "namespace.name"
+
+    def create(
+        self,
+        identifier: str,
+        schema: pa.Schema,
+        partitions: list[str],
+        location: str,
+        properties: dict[str, str],
+    ) -> None:
+        """Create the table (see the module); one created by a racing step is left as it is."""
+        jvm = self.jvm
+        java_schema = self._schema(schema)
+        spec = jvm.org.apache.iceberg.PartitionSpec.builderFor(java_schema)
+        for column in partitions:
+            spec = spec.identity(column)
+        try:
+            tx = (
+                self.catalog.buildTable(self._identifier(identifier), java_schema)
+                .withPartitionSpec(spec.build())
+                .withLocation(location)
+                .withProperties(properties)
+                .createTransaction()
+            )
+            self._map_names(tx)
+            tx.commitTransaction()
+        except Exception as exc:
+            if _java_class(exc) != ALREADY_EXISTS:
+                raise
+
+    def commit(
+        self,
+        identifier: str,
+        *,
+        planned_on: int | None,
+        hour: dict[str, str],
+        files: list[tuple[dict[str, str], str]],
+        evolve_to: pa.Schema | None,
+        summary: dict[str, str],
+    ) -> None:
+        """Replace the files of ``hour`` (``dt``/``hr`` values) by ``files`` ((partition values,
+        location) each) in one snapshot; LostRaceError if another commit came first."""
+        jvm = self.jvm
+        iceberg = jvm.org.apache.iceberg
+        expressions = iceberg.expressions.Expressions
+        try:
+            table = self.catalog.loadTable(self._identifier(identifier))
+            tx = table.newTransaction()
+            if evolve_to is not None:
+                tx.updateSchema().unionByNameWith(self._schema(evolve_to)).commit()
+                self._map_names(tx)
+            current = tx.table()
+            spec = current.spec()
+            mapping = iceberg.mapping.NameMappingParser.fromJson(current.properties().get(NAME_MAPPING))
+            metrics = iceberg.MetricsConfig.forTable(current)
+            parquet = iceberg.FileFormat.valueOf("PARQUET")
+            where = None
+            for column, value in hour.items():
+                equal = expressions.equal(column, value)
+                where = equal if where is None else getattr(expressions, "and")(where, equal)
+            overwrite = tx.newOverwrite().overwriteByRowFilter(where).conflictDetectionFilter(where)
+            overwrite = overwrite.validateAddedFilesMatchOverwriteFilter()
+            overwrite = overwrite.validateNoConflictingData().validateNoConflictingDeletes()
+            if planned_on is not None:
+                overwrite = overwrite.validateFromSnapshot(planned_on)
+            for values, location in files:
+                source = current.io().newInputFile(location)
+                data_file = (
+                    iceberg.DataFiles.builder(spec)
+                    .withPath(location)
+                    .withFormat(parquet)
+                    .withFileSizeInBytes(source.getLength())
+                    .withPartitionPath(_partition_path(spec, values))
+                    .withMetrics(iceberg.parquet.ParquetUtil.fileMetrics(source, metrics, mapping))
+                    .build()
+                )
+                overwrite = overwrite.addFile(data_file)
+            for key, value in summary.items():
+                overwrite = overwrite.set(key, value)
+            overwrite.commit()
+            tx.commitTransaction()
+        except Exception as exc:
+            if _java_class(exc) in LOST_RACE:
+                raise LostRaceError(_java_message(exc)) from exc
+            raise
+
+    def _schema(self, schema: pa.Schema) -> Any:
+        """An Arrow schema as Iceberg's Java ``Schema`` (pyiceberg's conversion of Arrow types,
+        fresh ids: the table assigns its own)."""
+        from pyiceberg.catalog import Catalog
+        from pyiceberg.schema import assign_fresh_schema_ids
+
+        converted = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
+        return self.jvm.org.apache.iceberg.SchemaParser.fromJson(converted.model_dump_json())
+
+    def _map_names(self, tx: Any) -> None:
+        """Files carry no Iceberg field ids: readers resolve their columns by name."""
+        mapping = self.jvm.org.apache.iceberg.mapping
+        json = mapping.NameMappingParser.toJson(mapping.MappingUtil.create(tx.table().schema()))
+        tx.updateProperties().set(NAME_MAPPING, json).commit()
+
+
+def _partition_path(spec: Any, values: dict[str, str]) -> str:
+    """``col=value/...`` in the spec's order (escaped as Iceberg parses it)."""
+    schema = spec.schema()
+    names = [schema.findColumnName(field.sourceId()) for field in spec.fields()]
+    return "/".join(f"{name}={quote(values[name], safe='')}" for name in names)
+
+
+def _java_class(exc: Exception) -> str:
+    java = getattr(exc, "java_exception", None)
+    return str(java.getClass().getName()) if java is not None else ""
+
+
+def _java_message(exc: Exception) -> str:
+    java = getattr(exc, "java_exception", None)
+    return str(java.getMessage()) if java is not None else str(exc)
