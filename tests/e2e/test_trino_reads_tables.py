@@ -20,7 +20,6 @@ import pytest
 
 from tests.helpers.dags import run_dag
 from tests.helpers.iceberg import pyiceberg_rows, snapshots_of
-from tests.helpers.jobs import run_job_process
 from tests.helpers.metastore import metastore_service
 from tests.helpers.orders import Row, keyed_once, normal, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
@@ -93,24 +92,15 @@ def test_the_dags_land_an_iceberg_table_and_snapshots_that_trino_reads_by_name(
     (summary,) = (row[0] for row in cursor.fetchall())
     assert (summary["tidemark.hour"], summary["tidemark.version"]) == ("2026-11-22T10", "1")
 
-    # a CDC table's snapshot in the same catalog: Spark's overwrite on the bootstrap job's
-    # executors, the label a tag, Trino reads the table by name and the label by the tag
+    # a CDC table's snapshot in the same catalog, bootstrapped by its DAG (spark-submit gets
+    # Iceberg's runtime at launch): Spark's overwrite on the job's executors, the label a tag,
+    # Trino reads the table by name and the label by the tag
     orders, own = fresh_table(on_postgres, tmp_path, template="orders", cdc__snapshot_format="iceberg")
     create_topic(broker, orders.source.topic, 2)
     state = state_after(order_changes(80, start=at(9), seed=4))
     source = write_parquet_source(tmp_path / "src", state)
-    boot = [
-        "--source-kind",
-        "parquet",
-        "--source",
-        str(source),
-        "--label",
-        "base",
-        "--as-of",
-        at(10).isoformat(),
-    ]
-    code, _, err = run_job_process(own, "bootstrap", orders.table, "boot-1", *boot)
-    assert code == 0, err[-3000:]
+    form = {"source_kind": "parquet", "source": str(source), "snapshot_label": "base"}
+    assert run_dag(f"tidemark_bootstrap_{orders.table}", at(10), form) == {"bootstrap": "success"}
     for relation in (orders.snapshot_table, f"{orders.snapshot_table} FOR VERSION AS OF 'base'"):
         assert snapshot_rows(cursor, relation) == truth(state)
 
@@ -119,8 +109,8 @@ def test_the_dags_land_an_iceberg_table_and_snapshots_that_trino_reads_by_name(
     # the version the label's record names
     deltas, own = fresh_table(metastore, tmp_path, template="orders", cdc__snapshot_format="delta")
     create_topic(broker, deltas.source.topic, 2)
-    code, _, err = run_job_process(own, "bootstrap", deltas.table, "boot-1", *boot)
-    assert code == 0, err[-3000:]
+    monkeypatch.setenv("TIDEMARK_HIVE_METASTORE_URIS", metastore.hive_metastore_uris)
+    assert run_dag(f"tidemark_bootstrap_{deltas.table}", at(10), form) == {"bootstrap": "success"}
     (base,) = SnapshotLog(own.state_location, deltas.table).records()
     cursor = trino.connect(DELTA_CATALOG).cursor()
     name = deltas.snapshot_table
