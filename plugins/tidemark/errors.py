@@ -325,6 +325,13 @@ class HourCommitConflictError(TidemarkError):
     The table and hour are named; ``tidemark status --table`` shows the journal's version."""
 
 
+class IcebergRuntimeMissingError(TidemarkError):
+    """A job writing an Iceberg table runs without Iceberg's runtime on its driver's class
+    path (or without a Spark session): nothing was committed. The way out: run it as
+    tidemark launches it (``SparkJob.launch_conf`` gives spark-submit the jars; ``make jvm``
+    fetches them), then retry the task."""
+
+
 class SchemaRegistryUnavailableError(TidemarkError):
     """The Schema Registry of a table did not answer (or refused the client): no record was
     judged by it. The batch fails before its commit, and its retry reads the same offsets."""

@@ -1,6 +1,7 @@
-"""The Iceberg catalog of tables with ``output.table_format: iceberg``: opened for the seal's
-commits (pyiceberg, no JVM) and described for readers (Spark's ``SparkCatalog``, pyiceberg,
-DuckDB, Trino) from the same settings.
+"""The Iceberg catalog of tables with ``output.table_format: iceberg``: opened by pyiceberg to
+read them, by Iceberg's Java library in the job's Spark runtime to write them
+(``hourcommit.iceberg_java``, from ``spark_catalog_conf``), and described for readers (Spark's
+``SparkCatalog``, pyiceberg, DuckDB, Trino) from the same settings.
 
 Why a SQL catalog and not the Hive metastore: Iceberg's metastore commits take metastore locks,
 which need the metastore's transaction tables; the Hive 2.3 metastore here (embedded Derby or

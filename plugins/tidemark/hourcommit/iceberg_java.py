@@ -26,7 +26,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from tidemark.errors import TidemarkError
+from tidemark.errors import IcebergRuntimeMissingError
 from tidemark.iceberg_catalog import spark_catalog_conf
 from tidemark.settings import Settings
 
@@ -42,10 +42,6 @@ LOST_RACE = (
     "org.apache.iceberg.exceptions.ValidationException",
 )
 ALREADY_EXISTS = "org.apache.iceberg.exceptions.AlreadyExistsException"
-
-
-class IcebergRuntimeMissingError(TidemarkError):
-    """The job's session has no Iceberg runtime on its driver's class path."""
 
 
 class LostRaceError(Exception):

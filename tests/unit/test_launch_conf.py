@@ -1,0 +1,68 @@
+"""What spark-submit is given at launch for a table (``SparkJob.launch_conf``): a job's jars
+count on the driver only when they are on its class path from the start, so an Iceberg
+table's commits and a Delta or Iceberg snapshot's catalog must be on the command line, not
+only in the session the job builds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.tables import fresh_table
+from tidemark.jobs import SparkJob, merged_conf
+from tidemark.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+
+def _option(command: list[str], flag: str) -> list[str]:
+    return [command[i + 1] for i, part in enumerate(command) if part == flag]
+
+
+def test_an_iceberg_table_is_submitted_with_the_runtime_and_its_catalog(
+    settings: Settings, tmp_path: Path
+) -> None:
+    config, own = fresh_table(settings, tmp_path, output__table_format="iceberg")
+    command = SparkJob("seal", config.table, ["--run-id", "r1"]).command(own)
+    (class_path,) = _option(command, "--driver-class-path")
+    assert "iceberg-spark-runtime" in class_path
+    confs = dict(c.split("=", 1) for c in _option(command, "--conf"))
+    assert confs[f"spark.sql.catalog.{own.iceberg_catalog}"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert "iceberg-spark-runtime" in confs["spark.jars"]
+
+
+def test_a_hive_table_is_submitted_without_extra_jars(settings: Settings, tmp_path: Path) -> None:
+    config, own = fresh_table(settings, tmp_path)
+    assert SparkJob("seal", config.table).launch_conf(own) == {}
+
+
+def test_list_confs_are_joined_once_and_others_overridden() -> None:
+    merged = merged_conf(
+        {"spark.jars": "a.jar,b.jar", "spark.driver.extraClassPath": "a.jar", "x": "1"},
+        {"spark.jars": "b.jar,c.jar", "spark.driver.extraClassPath": "c.jar", "x": "2"},
+    )
+    assert merged == {
+        "spark.jars": "a.jar,b.jar,c.jar",
+        "spark.driver.extraClassPath": "a.jar:c.jar",
+        "x": "2",
+    }
+
+
+def test_an_iceberg_commit_without_a_spark_session_is_a_named_error(settings: Settings) -> None:
+    """Outside a job (no Spark session in the process) nothing is committed: a named error."""
+    probe = (
+        "from tidemark.hourcommit.iceberg_java import JavaIceberg\n"
+        "from tidemark.errors import IcebergRuntimeMissingError\n"
+        "from tidemark.settings import Settings\n"
+        "try:\n"
+        "    JavaIceberg(Settings.from_env(), 'events').catalog\n"
+        "except IcebergRuntimeMissingError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "events: an Iceberg table's commits run in Iceberg's runtime for Spark" in done.stdout
