@@ -355,3 +355,23 @@ def test_data_partition_columns_a_late_side_table_and_a_new_column(
     assert list(pyiceberg_rows(settings, table, hour="12", column="referrer").values()) == ["search"]
     assert set(pyiceberg_rows(settings, table, hour="10", column="referrer").values()) == {None}
     assert list(duckdb_rows(settings, table, hour="12", column="referrer").values()) == ["search"]
+
+
+def test_an_hour_without_rows_is_sealed_in_a_snapshot_of_its_own(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """An hour with no event between two with events (the table exists) is sealed too: an
+    Iceberg snapshot that adds no file but says in its summary that the hour was sealed."""
+    config, settings = fresh_table(settings, tmp_path, output__table_format="iceberg")
+    table, topic = config.table, config.source.topic
+    create_topic(broker, topic, 1)
+    produce(broker, topic, records([(0, at(10, 5)), (0, at(10, 35)), (0, at(12, 10)), (0, at(13, 50))]))
+    run_dump(spark, config, settings, "run-1", at(14))
+    sealed = run_seal(spark, config, settings, "run-1").sealed
+    assert {"2026-11-22T10", "2026-11-22T11", "2026-11-22T12"} <= set(sealed)
+    summaries = {s["tidemark.hour"]: s for s in snapshots_of(settings, table)}
+    assert summaries["2026-11-22T11"]["tidemark.run-id"] == "run-1"
+    assert "added-data-files" not in summaries["2026-11-22T11"]
+    assert pyiceberg_rows(settings, table, hour="11") == {}
+    assert len(pyiceberg_rows(settings, table, hour="10")) == 2
+    assert len(pyiceberg_rows(settings, table, hour="12")) == 1

@@ -160,8 +160,9 @@ class JavaIceberg:
                 equal = expressions.equal(column, value)
                 where = equal if where is None else getattr(expressions, "and")(where, equal)
             overwrite = tx.newOverwrite().overwriteByRowFilter(where).conflictDetectionFilter(where)
-            overwrite = overwrite.validateAddedFilesMatchOverwriteFilter()
             overwrite = overwrite.validateNoConflictingData().validateNoConflictingDeletes()
+            if files:  # an hour without rows is a commit too: its summary says it was sealed
+                overwrite = overwrite.validateAddedFilesMatchOverwriteFilter()
             if planned_on is not None:
                 overwrite = overwrite.validateFromSnapshot(planned_on)
             for values, location in files:
