@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings,
         args.job == "seal",
         lambda spark: run_group(spark, configs, settings, run, parallelism=args.parallelism),
-        extra_conf=tables_session_conf(configs, settings),
+        extra_conf=tables_session_conf(configs, settings, job=args.job),
     )
 
 
@@ -79,7 +79,7 @@ def _streams(args: argparse.Namespace, settings: Any) -> int:
             clock=stream_clock(args.clock_from),
             until_caught_up=args.until_caught_up,
         ),
-        extra_conf=tables_session_conf(group_members(args.group, settings), settings),
+        extra_conf=tables_session_conf(group_members(args.group, settings), settings, job="stream"),
     )
 
 

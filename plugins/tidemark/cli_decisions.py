@@ -104,7 +104,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         f"tidemark-release-{config.table}",
         settings,
         hive=True,
-        extra_conf=table_session_conf(config, settings),
+        extra_conf=table_session_conf(config, settings, job="release"),
     )
     try:
         entry = run_release(spark, config, settings, args.hour, args.run_id or f"release__{args.hour}")

@@ -89,8 +89,8 @@ class SparkJob:
         the job adds them for executors and SQL, not for the driver's class loader, JDBC's
         DriverManager or Py4J). A group's tables are its members now."""
         if self.target == "--group":
-            return tables_session_conf(group_members(self.table, settings), settings)
-        return table_session_conf(load_table(self.table, settings), settings)
+            return tables_session_conf(group_members(self.table, settings), settings, job=self.args[1])
+        return table_session_conf(load_table(self.table, settings), settings, job=self.job)
 
 
 def spark_submit(settings: Settings) -> str:
@@ -158,21 +158,25 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
         settings,
         hive,
         lambda spark: body(spark, config, settings, args),
-        extra_conf=table_session_conf(config, settings),
+        extra_conf=table_session_conf(config, settings, job=parser.prog),
     )
 
 
-def table_session_conf(config: TableConfig, settings: Settings) -> dict[str, str]:
+# jobs that write no table hour (they stage batches): an Iceberg table's runtime is not theirs
+STAGING_JOBS = frozenset({"dump", "replay"})
+
+
+def table_session_conf(config: TableConfig, settings: Settings, *, job: str = "") -> dict[str, str]:
     """The Spark conf a job of ``config`` needs beyond tidemark's defaults: delta-spark for a
     Delta snapshot (its MERGE with ``cdc.merge_engine: spark``, and the table registered in the
     metastore as a Delta table by every engine), Iceberg's runtime for ``cdc.snapshot_format:
     iceberg`` (with its SQL extensions) and for ``output.table_format: iceberg`` (the hour
-    commits, ``hourcommit.iceberg_java``); for a snapshot Spark writes on S3, s3a on the
+    commits, ``hourcommit.iceberg_java``: not for ``job``s that only stage batches); for a snapshot Spark writes on S3, s3a on the
     executors' class path (the same paths must hold the jars on every worker: here the
     workers share the machine; elsewhere the Spark distribution's hadoop-aws)."""
     snapshot_format = config.cdc.snapshot_format if config.cdc is not None else None
     confs = []
-    if config.output.table_format == "iceberg":
+    if config.output.table_format == "iceberg" and job not in STAGING_JOBS:
         open_catalog(settings)  # the SQL catalog's file and namespace, before the JVM opens it
         confs.append(spark_catalog_conf(settings))
     if snapshot_format == "delta":
@@ -188,9 +192,11 @@ def table_session_conf(config: TableConfig, settings: Settings) -> dict[str, str
     return merged_conf(*confs)
 
 
-def tables_session_conf(configs: Sequence[TableConfig], settings: Settings) -> dict[str, str]:
+def tables_session_conf(
+    configs: Sequence[TableConfig], settings: Settings, *, job: str = ""
+) -> dict[str, str]:
     """What one application serving ``configs`` (a group's tables) needs: each table's conf."""
-    return merged_conf(*(table_session_conf(c, settings) for c in configs))
+    return merged_conf(*(table_session_conf(c, settings, job=job) for c in configs))
 
 
 # confs whose values are lists: two confs that both set one are joined, not overridden

@@ -32,6 +32,7 @@ def test_an_iceberg_table_is_submitted_with_the_runtime_and_its_catalog(
     confs = dict(c.split("=", 1) for c in _option(command, "--conf"))
     assert confs[f"spark.sql.catalog.{own.iceberg_catalog}"] == "org.apache.iceberg.spark.SparkCatalog"
     assert "iceberg-spark-runtime" in confs["spark.jars"]
+    assert SparkJob("dump", config.table).launch_conf(own) == {}  # stages batches, commits no hour
 
 
 def test_a_hive_table_is_submitted_without_extra_jars(settings: Settings, tmp_path: Path) -> None:
