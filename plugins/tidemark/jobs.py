@@ -89,7 +89,8 @@ class SparkJob:
         the job adds them for executors and SQL, not for the driver's class loader, JDBC's
         DriverManager or Py4J). A group's tables are its members now."""
         if self.target == "--group":
-            return tables_session_conf(group_members(self.table, settings), settings, job=self.args[1])
+            job = self.args[self.args.index("--job") + 1] if "--job" in self.args else ""
+            return tables_session_conf(group_members(self.table, settings), settings, job=job)
         return table_session_conf(load_table(self.table, settings), settings, job=self.job)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.tables import fresh_table
+from tidemark.airflow.operators import TidemarkSparkSubmitOperator
 from tidemark.jobs import SparkJob, merged_conf
 from tidemark.settings import Settings
 
@@ -67,3 +68,24 @@ def test_an_iceberg_commit_without_a_spark_session_is_a_named_error(settings: Se
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert "events: an Iceberg table's commits run in Iceberg's runtime for Spark" in done.stdout
+
+
+def test_the_operator_reads_the_table_or_group_and_the_job_from_its_arguments(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The DAG task computes the launch conf when it runs, from its application arguments: a
+    table's seal gets the Iceberg runtime, a group's dump (``--group G --job dump``) none."""
+    config, own = fresh_table(settings, tmp_path, output__table_format="iceberg")
+    jobs = {
+        "seal": SparkJob("seal", config.table, ["--run-id", "r1"]),
+        "group dump": SparkJob.of_group("no_such_group", "dump", ["--run-id", "r1"]),
+    }
+    found = {}
+    for what, job in jobs.items():
+        operator = TidemarkSparkSubmitOperator(
+            task_id=what.replace(" ", "_"), application=job.application(own), application_args=job.arguments
+        )
+        operator._add_launch_conf(own)
+        found[what] = ("iceberg-spark-runtime" in (operator.driver_class_path or ""), operator.conf or {})
+    assert found["seal"][0] and "spark.jars" in found["seal"][1]
+    assert found["group dump"] == (False, {})

@@ -49,8 +49,9 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         target = "--group" if "--group" in args else "--table"
         if target not in args:
             return
-        name = args[args.index(target) + 1]
-        job = SparkJob(Path(self.application).stem, name, target=target)
+        at = args.index(target)
+        name = args[at + 1]
+        job = SparkJob(Path(self.application).stem, name, args[at + 2 :], target=target)
         launch = job.launch_conf(settings)
         if launch:
             self.driver_class_path = joined_class_path(
