@@ -40,3 +40,11 @@ def mask_text(text: str) -> str:
     for pattern in _PATTERNS:
         text = pattern.sub(rf"\g<1>{MASK}" + (r"\g<2>" if pattern.groups == 2 else ""), text)
     return text
+
+
+def exception_line(exc: BaseException) -> str:
+    """The cause in one line: the Java exception for Py4J errors (their own first line only
+    says "An error occurred while calling o70.load"); passwords in URLs masked."""
+    java = getattr(exc, "java_exception", None)
+    text = mask_text(str(java.toString()) if java is not None else str(exc))
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tidemark.errors import BootstrapError
-from tidemark.masking import mask_text
+from tidemark.masking import exception_line, mask_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -180,7 +180,7 @@ def read_source(spark: SparkSession, source: BootstrapSource, secret: Mapping[st
     except BootstrapError:
         raise
     except Exception as exc:  # Py4J/Analysis errors: say what was read, never the password
-        raise BootstrapError(f"cannot read {source.describe()}: {_first_line(exc)}") from None
+        raise BootstrapError(f"cannot read {source.describe()}: {exception_line(exc)}") from None
 
 
 def _bounded(spark: SparkSession, source: BootstrapSource, secret: Mapping[str, str]) -> BootstrapSource:
@@ -205,12 +205,3 @@ def _without_split(source: BootstrapSource) -> BootstrapSource:
 
 def _with_bounds(source: BootstrapSource, lo: str, hi: str) -> BootstrapSource:
     return replace(source, lower_bound=lo, upper_bound=hi)
-
-
-def _first_line(exc: BaseException) -> str:
-    """The cause in one line: the Java exception for Py4J errors (their own first line only
-    says "An error occurred while calling o70.load"); passwords in URLs masked."""
-    java = getattr(exc, "java_exception", None)
-    text = str(java.toString()) if java is not None else str(exc)
-    text = mask_text(text)
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

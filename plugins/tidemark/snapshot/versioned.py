@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import MergeError
 from tidemark.faults import crash_point
+from tidemark.masking import exception_line
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore, format_name
 from tidemark.state.layout import Layout
@@ -205,7 +206,7 @@ class VersionedSnapshot(ABC):
                 head.ref,
                 self.kind,
                 head.table_version,
-                str(exc).splitlines()[0][:500],
+                exception_line(exc)[:1000],
                 self.config.snapshot_table,
             )
             return f"labels stale: {type(exc).__name__}"
