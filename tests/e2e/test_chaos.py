@@ -112,7 +112,7 @@ def _kills_of_dump_and_seal(
         kills += killed_at_random(
             job(own, "dump", config.table, run_id, "--processing-time", processing),
             rng,
-            clock.lifetime("dump"),
+            *clock.life("dump"),
         )
         if rng.random() < 0.5:  # the retry under another run id completes the same pending batch
             run_id = f"chaos-{r}-retry"
@@ -120,7 +120,7 @@ def _kills_of_dump_and_seal(
         if r:  # not the first seal: it creates the jobs' embedded Derby metastore, which a kill
             # there corrupts for good (a test-topology artefact: production has a metastore service)
             kills += killed_at_random(
-                job(own, "seal", config.table, f"seal-{r}"), rng, clock.lifetime("seal")
+                job(own, "seal", config.table, f"seal-{r}"), rng, *clock.life("seal")
             )
         clock.finish(own, "seal", config.table, f"seal-{r}" if rng.random() < 0.5 else f"seal-{r}-retry")
     assert kills >= 2, f"the seed killed only {kills} jobs; chaos needs kills"
@@ -182,7 +182,7 @@ def test_random_kills_of_delta_snapshot_merges_lose_and_double_nothing(
     clock.finish(own, "merge", config.table, "merge-10", "--snapshot", "2026-11-22T10")
     label = "2026-11-22T11"
     merging = job(own, "merge", config.table, "merge-11", "--snapshot", label)
-    assert killed_at_random(merging, rng, clock.lifetime("merge")), "the merge ended before its kill"
+    assert killed_at_random(merging, rng, *clock.life("merge")), "the merge ended before its kill"
     retry = "merge-11" if rng.random() < 0.5 else "merge-11-retry"
     clock.finish(own, "merge", config.table, retry, "--snapshot", label)
     for label in ("2026-11-22T10", "2026-11-22T11"):

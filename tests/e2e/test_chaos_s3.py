@@ -104,7 +104,7 @@ def test_random_kills_on_s3_with_rebuilds_amends_releases_and_collection_interle
         if "2026-11-22T10" in sealed and sealed["2026-11-22T10"].published:
             rebuild = job_process(own, "rebuild", table, f"rebuild-{r}", "--hours", "2026-11-22T10")
         kills += killed_at_random(
-            job_process(own, "dump", table, f"dump-{r}", *processing), rng, clock.lifetime("dump")
+            job_process(own, "dump", table, f"dump-{r}", *processing), rng, *clock.life("dump")
         )
         dump_id = f"dump-{r}-retry" if rng.random() < 0.5 else f"dump-{r}"
         finish(own, clock, "dump", table, dump_id, *processing)
@@ -117,11 +117,11 @@ def test_random_kills_on_s3_with_rebuilds_amends_releases_and_collection_interle
         if r:  # not the first seal: it creates the jobs' embedded Derby metastore, which a kill
             # there corrupts for good (a test-topology artefact: production has a metastore service)
             kills += killed_at_random(
-                job_process(own, "seal", table, f"seal-{r}", *release), rng, clock.lifetime("seal")
+                job_process(own, "seal", table, f"seal-{r}", *release), rng, *clock.life("seal")
             )
         if rebuild is not None:
             if rng.random() < 0.5:
-                kills += killed_at_random(rebuild, rng, clock.lifetime("seal"))
+                kills += killed_at_random(rebuild, rng, *clock.life("seal"))
             else:
                 rebuild.communicate(timeout=300)  # it may lose a race (named) or succeed
             finish(own, clock, "rebuild", table, f"rebuild-{r}", "--hours", "2026-11-22T10")

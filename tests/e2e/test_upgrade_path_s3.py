@@ -176,8 +176,9 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
     # the chaos of tests/e2e/test_chaos.py on S3: killed at a random moment, finished by its
     # retry or by a run under another id
     merging = job_process(settings, "merge", table, "merge-11", "--snapshot", "2026-11-22T11")
-    # a_merge ran to its crash point while other tests loaded the machine too: kill within 3/4 of it
-    assert killed_at_random(merging, rng, 0.75 * a_merge), "the merge ended before its kill"
+    # killed after a random log line of those the merge printed up to its crash point
+    lines = len(killed.stdout.splitlines())
+    assert killed_at_random(merging, rng, 0.75 * a_merge, lines), "the merge ended before its kill"
     retry = "merge-11" if rng.random() < 0.5 else "merge-11-retry"
     assert outcome(job(settings, "merge", table, retry, "--snapshot", "2026-11-22T11"))["version"] == 1
     merged_11 = DeltaTable(uri, version=2, storage_options=storage_options(uri)).to_pyarrow_table()

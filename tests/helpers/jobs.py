@@ -27,6 +27,7 @@ def job_env(settings: Settings, fail_at: str | None = None) -> dict[str, str]:
         "TIDEMARK_EXECUTOR_ENV": settings.executor_env,
         "TIDEMARK_EXECUTOR_ENV_CACHE": settings.executor_env_cache,
         "TIDEMARK_ICEBERG_CATALOG_URI": settings.iceberg_catalog_uri,
+        "PYTHONUNBUFFERED": "1",  # each log line as it happens: the chaos kills count them
     }
     env.pop("TIDEMARK_FAIL_AT", None)
     if fail_at:
