@@ -51,6 +51,24 @@ class SparkJob:
     target: str = "--table"  # --group: spark_jobs/group.py, one application for a group's tables
 
     @classmethod
+    def from_arguments(cls, application: str, arguments: Sequence[str]) -> SparkJob | None:
+        """The job a spark-submit of ``application`` with ``arguments`` runs (as
+        :attr:`arguments` gives them); None without ``--table`` or ``--group``."""
+        args = list(arguments)
+        target = "--group" if "--group" in args else "--table"
+        if target not in args or args.index(target) + 1 >= len(args):
+            return None
+        at = args.index(target)
+        return cls(Path(application).stem, args[at + 1], args[at + 2 :], target=target)
+
+    @property
+    def group_job(self) -> str:
+        """The job a group application runs for its tables (after ``--job``); "" otherwise."""
+        if self.target == "--group" and "--job" in self.args[:-1]:
+            return self.args[self.args.index("--job") + 1]
+        return ""
+
+    @classmethod
     def of_group(cls, group: str, job: str, args: list[str]) -> SparkJob:
         """``spark_jobs/group.py`` running ``job`` (dump | seal) for the tables of ``group``."""
         return cls("group", group, ["--job", job, *args], target="--group")
@@ -58,7 +76,7 @@ class SparkJob:
     @property
     def name(self) -> str:
         if self.target == "--group":
-            return f"tidemark-group-{self.args[1]}-{self.table}"
+            return f"tidemark-group-{self.group_job}-{self.table}"
         return f"tidemark-{self.job}-{self.table}"
 
     @property
@@ -89,8 +107,7 @@ class SparkJob:
         the job adds them for executors and SQL, not for the driver's class loader, JDBC's
         DriverManager or Py4J). A group's tables are its members now."""
         if self.target == "--group":
-            job = self.args[self.args.index("--job") + 1] if "--job" in self.args else ""
-            return tables_session_conf(group_members(self.table, settings), settings, job=job)
+            return tables_session_conf(group_members(self.table, settings), settings, job=self.group_job)
         return table_session_conf(load_table(self.table, settings), settings, job=self.job)
 
 
@@ -159,7 +176,7 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
         settings,
         hive,
         lambda spark: body(spark, config, settings, args),
-        extra_conf=table_session_conf(config, settings, job=parser.prog),
+        extra_conf=job_session_conf([config], settings, job=parser.prog),
     )
 
 
@@ -178,12 +195,10 @@ def table_session_conf(config: TableConfig, settings: Settings, *, job: str = ""
     snapshot_format = config.cdc.snapshot_format if config.cdc is not None else None
     confs = []
     if config.output.table_format == "iceberg" and job not in STAGING_JOBS:
-        open_catalog(settings)  # the SQL catalog's file and namespace, before the JVM opens it
         confs.append(spark_catalog_conf(settings))
     if snapshot_format == "delta":
         confs.append(delta_spark_conf())
     elif snapshot_format == "iceberg":
-        open_catalog(settings)
         confs.append(iceberg_writer_conf(settings))
     if snapshot_format in ("delta", "iceberg") and needs_s3a(settings.warehouse):
         # Spark's own writers read and write the snapshot's files on the executors: s3a there
@@ -200,16 +215,24 @@ def tables_session_conf(
     return merged_conf(*(table_session_conf(c, settings, job=job) for c in configs))
 
 
+def job_session_conf(configs: Sequence[TableConfig], settings: Settings, *, job: str) -> dict[str, str]:
+    """In the job's own process, before its session starts: ``tables_session_conf``, with the
+    Iceberg SQL catalog's database and namespace ready when a table uses it (Iceberg's
+    JDBC catalog in the JVM does not create the namespace). The launch conf needs no catalog."""
+    conf = tables_session_conf(configs, settings, job=job)
+    if any(c.startswith(f"spark.sql.catalog.{settings.iceberg_catalog}") for c in conf):
+        open_catalog(settings)
+    return conf
+
+
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
 # confs whose values are lists: two confs that both set one are joined, not overridden
 LIST_CONFS = {
     "spark.jars": ",",
     "spark.sql.extensions": ",",
-    "spark.driver.extraClassPath": ":",
+    DRIVER_CLASS_PATH: ":",
     "spark.executor.extraClassPath": ":",
 }
-
-
-DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
 
 
 def joined_class_path(*paths: str | None) -> str:

@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from tidemark.java_errors import java_text
+
 MASK = "***"
 # Property names whose values are secrets (Kafka client properties, JDBC options).
 SECRET_KEYS = (
@@ -45,6 +47,5 @@ def mask_text(text: str) -> str:
 def exception_line(exc: BaseException) -> str:
     """The cause in one line: the Java exception for Py4J errors (their own first line only
     says "An error occurred while calling o70.load"); passwords in URLs masked."""
-    java = getattr(exc, "java_exception", None)
-    text = mask_text(str(java.toString()) if java is not None else str(exc))
+    text = mask_text(java_text(exc))
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

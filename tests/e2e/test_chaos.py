@@ -119,9 +119,7 @@ def _kills_of_dump_and_seal(
         clock.finish(own, "dump", config.table, run_id, "--processing-time", processing)
         if r:  # not the first seal: it creates the jobs' embedded Derby metastore, which a kill
             # there corrupts for good (a test-topology artefact: production has a metastore service)
-            kills += killed_at_random(
-                job(own, "seal", config.table, f"seal-{r}"), rng, *clock.life("seal")
-            )
+            kills += killed_at_random(job(own, "seal", config.table, f"seal-{r}"), rng, *clock.life("seal"))
         clock.finish(own, "seal", config.table, f"seal-{r}" if rng.random() < 0.5 else f"seal-{r}-retry")
     assert kills >= 2, f"the seed killed only {kills} jobs; chaos needs kills"
 

@@ -89,3 +89,17 @@ def test_the_operator_reads_the_table_or_group_and_the_job_from_its_arguments(
         found[what] = ("iceberg-spark-runtime" in (operator.driver_class_path or ""), operator.conf or {})
     assert found["seal"][0] and "spark.jars" in found["seal"][1]
     assert found["group dump"] == (False, {})
+
+
+def test_a_job_is_read_back_from_the_arguments_it_is_submitted_with(settings: Settings) -> None:
+    """The operator's launch conf and lineage read the job from the arguments
+    ``SparkJob.arguments`` gave: the same job comes back; no table and no group, none."""
+    for job in (
+        SparkJob("seal", "events", ["--run-id", "r1"]),
+        SparkJob.of_group("fleet", "dump", ["--run-id", "r1"]),
+    ):
+        assert SparkJob.from_arguments(job.application(settings), job.arguments) == job
+    assert SparkJob.of_group("fleet", "seal", []).group_job == "seal"
+    assert SparkJob("seal", "events").group_job == ""
+    assert SparkJob.from_arguments("spark_jobs/seal.py", ["--run-id", "r1"]) is None
+    assert SparkJob.from_arguments("spark_jobs/seal.py", ["--table"]) is None

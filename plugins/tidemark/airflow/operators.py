@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: TID253
 
 from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV
+
+if TYPE_CHECKING:
+    from tidemark.jobs import SparkJob
 
 log = logging.getLogger(__name__)
 
@@ -41,31 +44,29 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     def _add_launch_conf(self, settings: Any) -> None:
         """The table's (or group's) jars and conf, read when the task runs (not when the DAG
         file is parsed): ``SparkJob.launch_conf``."""
-        from pathlib import Path
+        from tidemark.jobs import DRIVER_CLASS_PATH, joined_class_path, merged_conf
 
-        from tidemark.jobs import DRIVER_CLASS_PATH, SparkJob, joined_class_path, merged_conf
-
-        args = list(self.application_args or [])
-        target = "--group" if "--group" in args else "--table"
-        if target not in args:
+        job = self._spark_job()
+        if job is None:
             return
-        at = args.index(target)
-        name = args[at + 1]
-        job = SparkJob(Path(self.application).stem, name, args[at + 2 :], target=target)
         launch = job.launch_conf(settings)
         if launch:
             self.driver_class_path = joined_class_path(
                 self.driver_class_path, launch.pop(DRIVER_CLASS_PATH, "")
             )
             self.conf = merged_conf(self.conf or {}, launch)
-            log.info("spark-submit with the jars of %s: %s", name, launch.get("spark.jars", "none"))
+            log.info("spark-submit with the jars of %s: %s", job.table, launch.get("spark.jars", "none"))
+
+    def _spark_job(self) -> SparkJob | None:
+        """The ``jobs.SparkJob`` this task submits (from its application and arguments)."""
+        from tidemark.jobs import SparkJob
+
+        return SparkJob.from_arguments(self.application, self.application_args or [])
 
     def lineage_of(self) -> tuple[str, list[str]]:
         """The job and the tables whose records say what this task read and wrote."""
-        from pathlib import Path
-
-        args = list(self.application_args or [])
-        return Path(self.application).stem, [args[args.index("--table") + 1]]
+        job = self._spark_job()
+        return (job.job, [job.table]) if job is not None else ("", [])
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """What the job read and wrote, from the records it left in state (OpenLineage

@@ -21,19 +21,17 @@ files) stays in pyiceberg: no JVM needed to look.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from tidemark.errors import IcebergRuntimeMissingError
 from tidemark.iceberg_catalog import spark_catalog_conf
+from tidemark.java_errors import java_class, java_message
 from tidemark.settings import Settings
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-log = logging.getLogger(__name__)
 
 NAME_MAPPING = "schema.name-mapping.default"
 # what the library raises when another commit won: planned again, not failed
@@ -58,8 +56,8 @@ class JavaIceberg:
         self._catalog: Any = None
         self._opening = threading.Lock()
 
-    @property
-    def jvm(self) -> Any:
+    def _context(self) -> Any:
+        """The active SparkContext: its gateway and its Hadoop conf."""
         from pyspark import SparkContext
 
         context = SparkContext._active_spark_context
@@ -68,25 +66,27 @@ class JavaIceberg:
                 f"{self.table}: an Iceberg table's commits run in Iceberg's runtime for Spark: "
                 "no Spark session is active in this process (run the job through spark_jobs/)"
             )
-        return context._jvm
+        return context
+
+    @property
+    def jvm(self) -> Any:
+        return self._context()._jvm
 
     @property
     def catalog(self) -> Any:
         """The SQL catalog as Spark's ``SparkCatalog`` opens it (``spark_catalog_conf``)."""
         with self._opening:
             if self._catalog is None:
-                from pyspark import SparkContext
-
-                jvm = self.jvm
+                context = self._context()
                 prefix = f"spark.sql.catalog.{self.settings.iceberg_catalog}."
                 options = {
                     k.removeprefix(prefix): v
                     for k, v in spark_catalog_conf(self.settings).items()
                     if k.startswith(prefix)
                 }
-                hadoop = SparkContext._active_spark_context._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+                hadoop = context._jsc.hadoopConfiguration()
                 try:
-                    util = jvm.org.apache.iceberg.CatalogUtil
+                    util = context._jvm.org.apache.iceberg.CatalogUtil
                     self._catalog = util.buildIcebergCatalog(self.settings.iceberg_catalog, options, hadoop)
                 except Exception as exc:
                     if "CatalogUtil" in str(exc) or "does not exist in the JVM" in str(exc):
@@ -126,7 +126,7 @@ class JavaIceberg:
             self._map_names(tx)
             tx.commitTransaction()
         except Exception as exc:
-            if _java_class(exc) != ALREADY_EXISTS:
+            if java_class(exc) != ALREADY_EXISTS:
                 raise
 
     def commit(
@@ -182,8 +182,8 @@ class JavaIceberg:
             overwrite.commit()
             tx.commitTransaction()
         except Exception as exc:
-            if _java_class(exc) in LOST_RACE:
-                raise LostRaceError(_java_message(exc)) from exc
+            if java_class(exc) in LOST_RACE:
+                raise LostRaceError(java_message(exc)) from exc
             raise
 
     def _schema(self, schema: pa.Schema) -> Any:
@@ -207,13 +207,3 @@ def _partition_path(spec: Any, values: dict[str, str]) -> str:
     schema = spec.schema()
     names = [schema.findColumnName(field.sourceId()) for field in spec.fields()]
     return "/".join(f"{name}={quote(values[name], safe='')}" for name in names)
-
-
-def _java_class(exc: Exception) -> str:
-    java = getattr(exc, "java_exception", None)
-    return str(java.getClass().getName()) if java is not None else ""
-
-
-def _java_message(exc: Exception) -> str:
-    java = getattr(exc, "java_exception", None)
-    return str(java.getMessage()) if java is not None else str(exc)

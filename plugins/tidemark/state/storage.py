@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tidemark.errors import ConditionalWriteUnsupportedError, StorageError
+from tidemark.java_errors import java_class
 
 log = logging.getLogger(__name__)
 
@@ -175,10 +176,6 @@ class HadoopStorage(Storage):
     def _fs(self, path: Any) -> Any:
         return path.getFileSystem(self.conf)
 
-    def _java_exception(self, exc: Exception) -> str:
-        java = getattr(exc, "java_exception", None)
-        return str(java.getClass().getName()) if java is not None else ""
-
     def read(self, location: Location) -> bytes | None:
         from py4j.protocol import Py4JJavaError
 
@@ -186,7 +183,7 @@ class HadoopStorage(Storage):
         try:
             stream = self._fs(path).open(path)
         except Py4JJavaError as exc:
-            if self._java_exception(exc) == "java.io.FileNotFoundException":
+            if java_class(exc) == "java.io.FileNotFoundException":
                 return None
             raise
         try:
@@ -224,7 +221,7 @@ class HadoopStorage(Storage):
             self._rename(tmp, path, "NONE")
         except Py4JJavaError as exc:
             self._fs(tmp).delete(tmp, False)
-            if self._java_exception(exc) == "org.apache.hadoop.fs.FileAlreadyExistsException":
+            if java_class(exc) == "org.apache.hadoop.fs.FileAlreadyExistsException":
                 return False
             raise
         return True
