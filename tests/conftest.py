@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tidemark.iceberg_catalog import open_catalog
 from tidemark.jobs import reader_conf
 from tidemark.settings import Settings
 from tidemark.spark import build_session
@@ -133,6 +134,7 @@ def spark(request: pytest.FixtureRequest, settings: Settings) -> Iterator[object
     are registered and read as Delta tables); the jars must be on the class path from the
     JVM's start."""
 
+    open_catalog(settings)  # the catalog's database and namespace: a reader's conf only names it
     session = build_session("tidemark-tests", settings, extra_conf=reader_conf(settings))
     try:
         yield session

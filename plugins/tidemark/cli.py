@@ -13,6 +13,7 @@ from typing import Any
 from tidemark import __version__
 from tidemark.cli_decisions import cmd_release, cmd_resolve, cmd_switch, cmd_unlock
 from tidemark.cli_fleet import add_fleet_commands
+from tidemark.cli_readers import add_reader_commands
 from tidemark.cli_tables import add_tables_command, cmd_maintain, cmd_schema
 from tidemark.errors import TidemarkError
 
@@ -363,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--json", action="store_true")
 
     add_tables_command(sub)
+    add_reader_commands(sub)
     add_fleet_commands(sub, _decision_arguments)
     return parser
 

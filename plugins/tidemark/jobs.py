@@ -27,6 +27,8 @@ from tidemark.spark import (
     driver_class_path,
     driver_java_options,
     jdbc_driver_class_path,
+    metastore_conf,
+    s3a_conf,
     s3a_jars,
 )
 from tidemark.table_state import TableState
@@ -258,9 +260,21 @@ def merged_conf(*confs: Mapping[str, str]) -> dict[str, str]:
 def reader_conf(settings: Settings) -> dict[str, str]:
     """A session that reads every table tidemark writes by name: Hive tables, Delta snapshots
     (delta-spark, ``DeltaCatalog`` as the session catalog) and Iceberg tables
-    (``iceberg.default.<table>``, with Iceberg's SQL extensions)."""
-    open_catalog(settings)
+    (``iceberg.default.<table>``, with Iceberg's SQL extensions). The catalog is the writers'
+    to create (``open_catalog``): a reader only names it."""
     return merged_conf(delta_spark_conf(), iceberg_writer_conf(settings))
+
+
+def sql_client_conf(settings: Settings) -> dict[str, str]:
+    """What a Spark SQL client of one's own (``spark-sql``, ``pyspark``, a notebook) needs to
+    read every table tidemark writes by name, as ``tidemark spark-conf`` prints it: the
+    metastore, s3a for a warehouse on S3, the UTC session zone tidemark writes in, and
+    :func:`reader_conf`."""
+    conf = {"spark.sql.catalogImplementation": "hive", "spark.sql.session.timeZone": "UTC"}
+    conf.update(metastore_conf(settings))
+    if needs_s3a(settings.warehouse):
+        conf.update(s3a_conf(settings))
+    return merged_conf(conf, reader_conf(settings))
 
 
 def in_session(

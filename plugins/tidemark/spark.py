@@ -162,14 +162,20 @@ def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
     if jdbc:
         conf["spark.executor.extraClassPath"] = jdbc
     if hive:
-        if settings.hive_metastore_uris:
-            conf["spark.hadoop.hive.metastore.uris"] = settings.hive_metastore_uris
-        else:
-            url = f"jdbc:derby:;databaseName={settings.metastore_dir};create=true"
-            conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = url
-            conf["spark.hadoop.datanucleus.schema.autoCreateAll"] = "true"
-            conf["spark.hadoop.hive.metastore.schema.verification"] = "false"
+        conf.update(metastore_conf(settings))
     return conf
+
+
+def metastore_conf(settings: Settings) -> dict[str, str]:
+    """The Hive metastore a session registers and reads tables in: the service of
+    ``hive_metastore_uris``, else the embedded Derby under the home (one process at a time)."""
+    if settings.hive_metastore_uris:
+        return {"spark.hadoop.hive.metastore.uris": settings.hive_metastore_uris}
+    return {
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={settings.metastore_dir};create=true",
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+    }
 
 
 def library_zip(settings: Settings) -> Path:

@@ -133,6 +133,16 @@ class PostgresService(Service):
 
 
 METASTORE_DATABASE = "hive_metastore"
+
+
+def metastore_database(settings: Settings) -> str:
+    """The metastore service's database in the PostgreSQL cluster: one for local warehouses and
+    one for S3 ones. The service makes its ``default`` database at its first start, located in
+    its warehouse, and Spark registers a Delta (non-Hive) table through a placeholder directory
+    under that location: a job of a local warehouse has no s3a to reach an S3 one's."""
+    return f"{METASTORE_DATABASE}_s3" if is_object_store(settings.warehouse) else METASTORE_DATABASE
+
+
 HIVE_SITE = """<?xml version="1.0"?>
 <!-- written by tidemark-dev services start metastore: a Hive 2.3 Thrift metastore on tidemark's own
      PostgreSQL (a throwaway local cluster: its published password, never a real one's) -->
@@ -160,7 +170,7 @@ class MetastoreService(Service):
 
     def hive_site(self) -> dict[str, str]:
         return {
-            "javax.jdo.option.ConnectionURL": postgres_url(self.settings, METASTORE_DATABASE),
+            "javax.jdo.option.ConnectionURL": postgres_url(self.settings, metastore_database(self.settings)),
             "javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
             "javax.jdo.option.ConnectionUserName": POSTGRES_USER,
             "javax.jdo.option.ConnectionPassword": POSTGRES_PASSWORD,
@@ -233,7 +243,9 @@ class MetastoreService(Service):
             )
         created = self._database_tool(postgres, "createdb")
         if created.returncode != 0 and "already exists" not in created.stderr:
-            raise ServiceError(f"metastore: createdb {METASTORE_DATABASE} failed: {created.stderr.strip()}")
+            raise ServiceError(
+                f"metastore: createdb {metastore_database(self.settings)} failed: {created.stderr.strip()}"
+            )
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         properties = "\n".join(
             f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>"
@@ -258,7 +270,7 @@ class MetastoreService(Service):
                 str(self.settings.postgres_port),
                 "-U",
                 POSTGRES_USER,
-                METASTORE_DATABASE,
+                metastore_database(self.settings),
             ],
             env={**os.environ, "PGPASSWORD": POSTGRES_PASSWORD},
             capture_output=True,
@@ -309,4 +321,4 @@ class MetastoreService(Service):
             )
         if done.returncode != 0:
             raise ServiceError(f"metastore: creating the schema failed; see {self.log_file}")
-        log.info("metastore: schema created in database %s", METASTORE_DATABASE)
+        log.info("metastore: schema created in database %s", metastore_database(self.settings))

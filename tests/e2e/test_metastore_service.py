@@ -31,7 +31,7 @@ from tidemark.snapshot.sources import BootstrapSource
 from tidemark.state.journal import HourJournal
 from tidemark_dev.generator import create_topic, order_changes, produce, records, state_after
 from tidemark_dev.pgsource import psql
-from tidemark_dev.postgres import METASTORE_DATABASE
+from tidemark_dev.postgres import metastore_database
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +48,7 @@ def metastore(settings: Settings, postgres: str) -> Iterator[Settings]:
 def registered(settings: Settings) -> set[tuple[str, str]]:
     """(table, partition) pairs in the service's database, read with psql."""
     query = 'SELECT t."TBL_NAME", p."PART_NAME" FROM "PARTITIONS" p JOIN "TBLS" t ON p."TBL_ID" = t."TBL_ID"'
-    out = psql(settings, query, database=METASTORE_DATABASE)
+    out = psql(settings, query, database=metastore_database(settings))
     return {tuple(line.split("|")) for line in out.splitlines() if line}  # type: ignore[misc]
 
 

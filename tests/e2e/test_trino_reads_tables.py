@@ -5,7 +5,8 @@ it into a PostgreSQL Iceberg catalog, its maintenance DAG runs; then Trino reads
 hour by name through its Iceberg connector on the same catalog, equal row by row to
 pyiceberg's read; the snapshot's summary is Trino's to read too. A CDC table's Iceberg
 snapshot (``cdc.snapshot_format: iceberg``, bootstrapped by its spark-submit job) is read by
-name, its label by tag."""
+name, its label by tag; a Delta snapshot, registered by its job in the Hive metastore service
+as a Delta table, is read by Trino's Delta Lake connector by name, its label by version."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ import pytest
 
 from tests.helpers.dags import run_dag
 from tests.helpers.iceberg import pyiceberg_rows, snapshots_of
+from tests.helpers.metastore import metastore_service
 from tests.helpers.orders import Row, keyed_once, normal, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
 from tidemark.settings import Settings
+from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark_dev.generator import create_topic, order_changes, produce, records, state_after
 from tidemark_dev.net import free_port
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
-from tidemark_dev.trino import TrinoService
+from tidemark_dev.trino import DELTA_CATALOG, TrinoService
 
 pytestmark = pytest.mark.e2e
 
@@ -41,8 +44,18 @@ def on_postgres(dag_env: Settings, postgres: str, monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.fixture
-def trino(on_postgres: Settings) -> Iterator[TrinoService]:
-    service = TrinoService(on_postgres, free_port())
+def metastore(settings: Settings, on_postgres: Settings) -> Iterator[Settings]:
+    """``on_postgres`` with the Hive metastore as a Thrift service (what Trino's Delta Lake
+    connector reads; the service runs beside the test run's PostgreSQL, in its home); the
+    DAGs keep their embedded one."""
+    with metastore_service(settings) as service:
+        uris, port = service.hive_metastore_uris, service.metastore_port
+        yield replace(on_postgres, hive_metastore_uris=uris, metastore_port=port)
+
+
+@pytest.fixture
+def trino(metastore: Settings) -> Iterator[TrinoService]:
+    service = TrinoService(metastore, free_port())
     service.start()
     try:
         yield service
@@ -53,6 +66,7 @@ def trino(on_postgres: Settings) -> Iterator[TrinoService]:
 def test_the_dags_land_an_iceberg_table_and_snapshots_that_trino_reads_by_name(
     broker: str,
     on_postgres: Settings,
+    metastore: Settings,
     trino: TrinoService,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -89,6 +103,21 @@ def test_the_dags_land_an_iceberg_table_and_snapshots_that_trino_reads_by_name(
     assert run_dag(f"tidemark_bootstrap_{orders.table}", at(10), form) == {"bootstrap": "success"}
     for relation in (orders.snapshot_table, f"{orders.snapshot_table} FOR VERSION AS OF 'base'"):
         assert snapshot_rows(cursor, relation) == truth(state)
+
+    # a Delta snapshot (delta-rs writes it), registered by the bootstrap job in the metastore
+    # service as a Delta table: Trino's Delta Lake connector reads it by name, its label by
+    # the version the label's record names
+    deltas, own = fresh_table(metastore, tmp_path, template="orders", cdc__snapshot_format="delta")
+    create_topic(broker, deltas.source.topic, 2)
+    monkeypatch.setenv("TIDEMARK_HIVE_METASTORE_URIS", metastore.hive_metastore_uris)
+    assert run_dag(f"tidemark_bootstrap_{deltas.table}", at(10), form) == {"bootstrap": "success"}
+    (base,) = SnapshotLog(own.state_location, deltas.table).records()
+    cursor = trino.connect(DELTA_CATALOG).cursor()
+    name = deltas.snapshot_table
+    for relation in (name, f"{name} FOR VERSION AS OF {base.table_version}"):
+        assert snapshot_rows(cursor, relation) == truth(state)
+    cursor.execute(f'SELECT version, operation FROM "{name}$history"')
+    assert [version for version, _ in cursor.fetchall()] == [base.table_version]
 
 
 def snapshot_rows(cursor: Any, relation: str) -> list[Row]:

@@ -25,7 +25,7 @@ from tidemark.tablefs import Store
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
 from tidemark_dev.net import free_port_block
 from tidemark_dev.pgsource import psql
-from tidemark_dev.postgres import METASTORE_DATABASE
+from tidemark_dev.postgres import metastore_database
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def registered(settings: Settings, table: str) -> dict[str, str]:
         'SELECT p."PART_NAME", s."LOCATION" FROM "PARTITIONS" p JOIN "TBLS" t ON p."TBL_ID" = t."TBL_ID" '
         f'JOIN "SDS" s ON p."SD_ID" = s."SD_ID" WHERE t."TBL_NAME" = \'{table}\''
     )
-    out = psql(settings, query, database=METASTORE_DATABASE)
+    out = psql(settings, query, database=metastore_database(settings))
     return dict(line.split("|", 1) for line in out.splitlines() if line)
 
 

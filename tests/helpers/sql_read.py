@@ -11,9 +11,13 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import subprocess
 import sys
+from pathlib import Path
 
-from tidemark.jobs import reader_conf
+from tests.helpers.jobs import job_env
+from tidemark.iceberg_catalog import open_catalog
+from tidemark.jobs import reader_conf, spark_environment, spark_home
 from tidemark.settings import Settings
 from tidemark.spark import build_session
 
@@ -22,6 +26,7 @@ def main(arguments: list[str]) -> None:
     exact = arguments[:1] == ["--pickle"]
     queries = arguments[1:] if exact else arguments
     settings = Settings.from_env()
+    open_catalog(settings)  # the catalog's database and namespace: a reader's conf only names it
     spark = build_session("tidemark-sql-read", settings, extra_conf=reader_conf(settings))
     try:
         rows = [[r.asDict(recursive=exact) for r in spark.sql(query).collect()] for query in queries]
@@ -32,3 +37,35 @@ def main(arguments: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def spark_sql(settings: Settings, query: str, workdir: Path) -> list[list[str]]:
+    """``query``'s rows (tab-separated fields) as Spark's own ``spark-sql`` shell prints them,
+    started with the properties ``tidemark spark-conf`` prints: what a user of their own Spark
+    does to read tidemark's tables by name."""
+    env = job_env(settings)
+    tidemark = Path(sys.executable).parent / "tidemark"
+    printed = subprocess.run(
+        [str(tidemark), "spark-conf", "--show-secrets"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    properties = workdir / "reader.conf"
+    properties.write_text(printed.stdout)
+    shell = Path(spark_home()) / "bin" / "spark-sql"
+    done = subprocess.run(
+        [str(shell), "--properties-file", str(properties), "-S", "-e", query],
+        env=spark_environment(settings, env),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    errors = [x for x in done.stderr.splitlines() if "Exception" in x and not x.startswith("\tat ")]
+    assert done.returncode == 0, "\n".join(errors[:10]) or done.stderr[-2000:]
+    return [line.split("\t") for line in done.stdout.splitlines() if line.strip()]

@@ -18,8 +18,9 @@ from typing import Any, cast
 import pytest
 from deltalake import DeltaTable  # noqa: TID253
 
-from tests.helpers.jobs import job_env, run_job_process
+from tests.helpers.jobs import run_job_process
 from tests.helpers.orders import orders_table, send, snapshot, truth, write_parquet_source
+from tests.helpers.sql_read import spark_sql
 from tests.helpers.tables import at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.errors import ConfigError, MergeError
@@ -103,20 +104,15 @@ def test_delta_spark_writes_the_snapshot_exactly_once_through_crashes_and_delta_
     assert all("Delta-Lake/4.3.1" in str(c.get("engineInfo")) for c in commits)  # delta-spark wrote both
     assert [(record_of(c) or {}).get("run_id") for c in commits] == ["boot-1", "merge-1"]
     assert not delta.protocol().reader_features  # what tidemark's delta-rs reads and VACUUM need
-    # the Delta table the jobs registered in their metastore, read by name in another session
+    # the Delta table the jobs registered in their metastore, read by name by Spark's own
+    # spark-sql shell with the conf `tidemark spark-conf` prints, each label by its version
     jobs = replace(own, home=tmp_path / "jobs", state_uri=own.state_uri or str(own.home / "state"))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.sql_read", f"SELECT count(*) n FROM `{config.snapshot_table}`"],
-        cwd=ROOT,
-        env=job_env(jobs),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    name = config.snapshot_table
+    query = "; ".join(
+        [f"SELECT count(*) FROM `{name}`"]
+        + [f"SELECT count(*) FROM `{name}` VERSION AS OF {r.table_version}" for r in records]
     )
-    errors = [x for x in done.stderr.splitlines() if "Exception" in x and not x.startswith("\tat ")]
-    assert done.returncode == 0, "\n".join(errors[:10])
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[{"n": records[-1].rows}]]
+    assert spark_sql(jobs, query, tmp_path) == [[str(records[-1].rows)]] + [[str(r.rows)] for r in records]
 
 
 def test_on_s3_delta_spark_commits_through_a_log_store_that_refuses_a_second_writer(s3: str) -> None:

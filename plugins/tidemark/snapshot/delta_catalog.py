@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.delta_spark import CATALOG
 from tidemark.errors import MergeError
+from tidemark.java_errors import java_text
+from tidemark.masking import exception_line
 from tidemark.seal.metastore import DATABASE, qualified, quote_value
 from tidemark.snapshot.snapshots import PARTITION_COLUMN
 from tidemark.tablefs import hadoop_uri
@@ -61,11 +63,36 @@ def register_delta_table(spark: SparkSession, name: str, uri: str, *, table: str
             f"{table}: the metastore's {DATABASE}.{name} is {what}, not the Delta table at {location}: "
             f"drop or rename it and merge again"
         )
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified(name)} USING delta LOCATION {quote_value(location)}")
+    try:
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {qualified(name)} USING delta LOCATION {quote_value(location)}"
+        )
+    except Exception as exc:
+        if _file_system_missing(exc):
+            raise MergeError(
+                f"{table}: registering {DATABASE}.{name} failed: {exception_line(exc)}. Spark registers a "
+                f"Delta table through a placeholder directory under the database's location "
+                f"({_database_location(spark)}), so the job needs that file system too (s3a: "
+                "hadoop-aws on its class path), or the database must be located where the job reaches"
+            ) from exc
+        raise
     log.info(
         "%s: %s.%s registered in the metastore as the Delta table at %s", table, DATABASE, name, location
     )
     return _replaced(table, name, dropped) if dropped else "registered now"
+
+
+def _file_system_missing(exc: Exception) -> bool:
+    """A Hadoop file system the job lacks (no class for the scheme of a location)."""
+    text = java_text(exc)
+    return "No FileSystem for scheme" in text or ("ClassNotFoundException" in text and "FileSystem" in text)
+
+
+def _database_location(spark: SparkSession) -> str:
+    try:
+        return str(spark.catalog.getDatabase(DATABASE).locationUri)
+    except Exception:  # the message stands without it
+        return "unknown"
 
 
 def _replaced(table: str, name: str, dropped: list[str]) -> str:

@@ -1,0 +1,50 @@
+"""``tidemark spark-conf``: the Spark conf of a SQL client of one's own that reads every table
+tidemark writes by name (Hive hours, Delta snapshots, Iceberg tables), for ``spark-sql
+--properties-file`` or a notebook's session builder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from typing import Any
+
+FORMATS = ("properties", "json", "args")
+
+
+def add_reader_commands(sub: Any) -> None:
+    """``tidemark spark-conf`` on the CLI's subparsers."""
+    command = sub.add_parser(
+        "spark-conf",
+        help="the Spark conf that reads every tidemark table by name (spark-sql --properties-file)",
+        description="Prints what a Spark session of your own needs to read tidemark's tables by name: the "
+        "metastore (the service of TIDEMARK_HIVE_METASTORE_URIS, or the embedded Derby, which one process "
+        "holds at a time), s3a for a warehouse on S3, delta-spark for Delta snapshots and Iceberg's runtime "
+        "and catalog (iceberg.default.<table>). Example: tidemark spark-conf --show-secrets > reader.conf; "
+        "spark-sql --properties-file reader.conf -e 'SELECT * FROM orders_snapshot'. Secrets (catalog "
+        "passwords, S3 keys) are masked unless --show-secrets.",
+    )
+    command.add_argument("--format", choices=FORMATS, default="properties", help="default: properties")
+    command.add_argument("--show-secrets", action="store_true", help="print passwords and keys as they are")
+    command.set_defaults(func=cmd_spark_conf)
+
+
+def cmd_spark_conf(args: argparse.Namespace) -> int:
+    from tidemark.jobs import sql_client_conf
+    from tidemark.masking import masked
+    from tidemark.settings import Settings
+
+    conf = sql_client_conf(Settings.from_env())
+    if not args.show_secrets:
+        conf = {k: str(v) for k, v in masked(conf).items()}
+    print(render_conf(conf, args.format))
+    return 0
+
+
+def render_conf(conf: dict[str, str], form: str) -> str:
+    """``conf`` as spark-defaults.conf lines, JSON, or spark-submit's ``--conf`` arguments."""
+    if form == "json":
+        return json.dumps(conf, indent=2, sort_keys=True)
+    if form == "args":
+        return " ".join(f"--conf {shlex.quote(f'{k}={v}')}" for k, v in sorted(conf.items()))
+    return "\n".join(f"{k} {v}" for k, v in sorted(conf.items()))
