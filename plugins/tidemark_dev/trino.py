@@ -1,11 +1,12 @@
 """A one-node Trino (coordinator and worker) on 127.0.0.1: a reader of tidemark's tables in
 the tests. Its ``iceberg`` catalog is tidemark's Iceberg SQL catalog; with a Hive metastore
 service in the settings, its ``delta`` catalog (the Delta Lake connector) reads the Delta
-snapshots registered there.
+snapshots registered there and its ``hive`` catalog (the Hive connector) the sealed hours of
+a warehouse on S3.
 
 It is jvm/pom.xml's ``trino`` profile (``make jvm``): the ``trino-server`` distribution,
-unpacked once beside the cache with two of its plugins, the Iceberg connector (PostgreSQL's
-JDBC driver inside) and the Delta Lake connector.
+unpacked once beside the cache with three of its plugins: the Iceberg connector (PostgreSQL's
+JDBC driver inside), the Delta Lake connector and the Hive connector.
 Trino's JDBC catalog speaks to PostgreSQL (not SQLite), so the Iceberg tables it reads are in
 a PostgreSQL catalog (``TIDEMARK_ICEBERG_CATALOG_URI=postgresql+pg8000://...``); its Delta
 Lake connector needs the metastore as a Thrift service (``TIDEMARK_HIVE_METASTORE_URIS``), not
@@ -29,12 +30,14 @@ from urllib.parse import urlsplit
 from tidemark.errors import ServiceError
 from tidemark.jvm_jars import jvm_cache
 from tidemark.settings import Settings
+from tidemark.tablefs import is_object_store, s3_from_environment
 from tidemark_dev.services import Service
 
 log = logging.getLogger(__name__)
 
 TRINO_JAVA = 24  # the oldest Java a Trino 476 server starts on
 DELTA_CATALOG = "delta"  # Trino's catalog of the Delta tables in the metastore
+HIVE_CATALOG = "hive"  # Trino's catalog of the Hive tables (the sealed hours) in the metastore
 
 
 def trino_java_home() -> Path:
@@ -56,7 +59,7 @@ def trino_java_home() -> Path:
     return max(found)[1]
 
 
-PLUGINS = ("iceberg", "delta-lake")  # of the distribution's plugin/ directories, the ones unpacked
+PLUGINS = ("iceberg", "delta-lake", "hive")  # of the distribution's plugin/ directories, the ones unpacked
 
 
 def trino_home() -> Path:
@@ -150,12 +153,14 @@ class TrinoService(Service):
         (self.etc / "jvm.config").write_text(
             "-server\n-Xmx1G\n-XX:+UseG1GC\n-Djdk.attach.allowAttachSelf=true\n-Duser.timezone=UTC\n"
         )
-        _write(
-            self.etc / "catalog" / f"{self.settings.iceberg_catalog}.properties",
-            iceberg_catalog(self.settings),
-        )
+        if urlsplit(self.settings.iceberg_catalog_url).scheme.startswith("postgres"):
+            _write(
+                self.etc / "catalog" / f"{self.settings.iceberg_catalog}.properties",
+                iceberg_catalog(self.settings),
+            )
         if self.settings.hive_metastore_uris:
             _write(self.etc / "catalog" / f"{DELTA_CATALOG}.properties", delta_catalog(self.settings))
+            _write(self.etc / "catalog" / f"{HIVE_CATALOG}.properties", hive_catalog(self.settings))
 
     def connect(self, catalog: str | None = None) -> Any:
         """A DB-API connection (Trino's Python client) to ``catalog``'s ``default`` (the
@@ -202,6 +207,33 @@ def delta_catalog(settings: Settings) -> dict[str, str]:
         "fs.native-local.enabled": "true",
         "local.location": "/",
     }
+
+
+def hive_catalog(settings: Settings) -> dict[str, str]:
+    """Trino's Hive connector on the Hive metastore service, where the seal registers each
+    hour: timestamps at microseconds (its default reads milliseconds), Parquet's INT96 and ORC's
+    in UTC as written; on S3 its native client with the ``AWS_*`` environment. Local hours
+    it cannot read: its local file system serves ``local://`` only, and a ``file:`` location
+    reads as empty, without an error (measured with 476)."""
+    catalog = {
+        "connector.name": "hive",
+        "hive.metastore.uri": settings.hive_metastore_uris,
+        "hive.timestamp-precision": "MICROSECONDS",
+        "hive.parquet.time-zone": "UTC",
+        "hive.orc.time-zone": "UTC",
+    }
+    return {**catalog, **_native_s3()} if is_object_store(settings.warehouse) else catalog
+
+
+def _native_s3() -> dict[str, str]:
+    """Trino's native S3 file system from the ``AWS_*`` environment (s3a:// locations too)."""
+    s3 = s3_from_environment()
+    conf = {"fs.native-s3.enabled": "true", "s3.region": s3.get("region", "us-east-1")}
+    if s3.get("endpoint"):
+        conf.update({"s3.endpoint": s3["endpoint"], "s3.path-style-access": "true"})
+    if s3.get("access_key"):
+        conf.update({"s3.aws-access-key": s3["access_key"], "s3.aws-secret-key": s3.get("secret_key", "")})
+    return conf
 
 
 def _write(path: Path, properties: dict[str, str]) -> None:
