@@ -20,21 +20,18 @@ from typing import Any
 import pytest
 
 from tests.helpers.exact import (
-    AVRO,
-    SCHEMA,
     differences,
+    edge_table,
     expected,
-    messages,
     read_hour_files,
     read_hour_files_duckdb,
     refused_offsets,
 )
 from tests.helpers.jobs import job_env, run_job_process
-from tests.helpers.tables import at, fresh_table, landed
+from tests.helpers.tables import at, landed
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
 from tidemark.tablefs import Store
-from tidemark_dev.generator import create_topic, produce
 
 pytestmark = pytest.mark.e2e
 
@@ -89,18 +86,8 @@ def test_every_value_on_s3_is_read_exactly_or_refused(
     )
     tables: dict[str, str] = {}
     for fmt in ("parquet", "orc"):
-        config, on_s3 = fresh_table(
-            on_s3,
-            tmp_path,
-            schema=SCHEMA,
-            source__format="avro",
-            source__writer_schema=AVRO,
-            output__format=fmt,
-            dirty__max_dirty_ratio=1.0,
-        )
+        config, on_s3 = edge_table(on_s3, tmp_path, fmt, broker)
         tables[fmt] = config.table
-        create_topic(broker, config.source.topic, 1)
-        produce(broker, config.source.topic, messages())
         _job(on_s3, "dump", config.table, "run-1", "--processing-time", at(12).isoformat())
         assert _job(on_s3, "seal", config.table, "seal-1")["sealed"] == ["2026-11-22T10"]
         _, dirty, reasons = landed(on_s3, config.table)

@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.exact import AVRO, SCHEMA, differences, expected, messages
+from tests.helpers.exact import SCHEMA, differences, edge_table, expected
 from tests.helpers.jobs import run_job_process
 from tests.helpers.s3cluster import lake, s3_metastore
-from tests.helpers.tables import at, fresh_table
+from tests.helpers.tables import at
 from tidemark.settings import Settings
-from tidemark_dev.generator import create_topic, produce
 from tidemark_dev.net import free_port
 from tidemark_dev.trino import HIVE_CATALOG, TrinoService
 
@@ -42,17 +41,7 @@ def test_trino_reads_every_edge_value_of_hive_hours_on_s3_exactly(
 ) -> None:
     tables = {}
     for fmt in ("parquet", "orc"):
-        config, own = fresh_table(
-            s3_metastore,
-            tmp_path,
-            schema=SCHEMA,
-            source__format="avro",
-            source__writer_schema=AVRO,
-            output__format=fmt,
-            dirty__max_dirty_ratio=1.0,
-        )
-        create_topic(broker, config.source.topic, 1)
-        produce(broker, config.source.topic, messages())
+        config, own = edge_table(s3_metastore, tmp_path, fmt, broker)
         for job, extra in (("dump", ["--processing-time", at(12).isoformat()]), ("seal", [])):
             code, out, err = run_job_process(own, job, config.table, "run-1", *extra)
             assert code == 0, f"{job} of the {fmt} table: {err[-3000:]}"

@@ -8,11 +8,14 @@ import io
 import math
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
-from tests.helpers.tables import at
+from tests.helpers.tables import at, fresh_table
+from tidemark.config import TableConfig
+from tidemark.settings import Settings
 from tidemark_dev.duckdb_reader import duckdb_connection
-from tidemark_dev.generator import Message
+from tidemark_dev.generator import Message, create_topic, produce
 
 SCHEMA = {
     "event_id": "string not null",
@@ -135,6 +138,23 @@ EDGES: list[tuple[dict[str, Any], str | None]] = [
     ({"mp_d": {"a": date(1000, 1, 1)}}, "both"),
     ({"mp_d": {"a": date(2000, 2, 29)}}, None),
 ]
+
+
+def edge_table(settings: Settings, tmp_path: Path, fmt: str, broker: str) -> tuple[TableConfig, Settings]:
+    """A fresh Avro table of ``SCHEMA`` in ``fmt`` (parquet | orc) that takes every dirty
+    record, its topic made and holding :func:`messages`."""
+    config, own = fresh_table(
+        settings,
+        tmp_path,
+        schema=SCHEMA,
+        source__format="avro",
+        source__writer_schema=AVRO,
+        output__format=fmt,
+        dirty__max_dirty_ratio=1.0,
+    )
+    create_topic(broker, config.source.topic, 1)
+    produce(broker, config.source.topic, messages())
+    return config, own
 
 
 def messages() -> list[Message]:

@@ -14,22 +14,19 @@ from typing import Any
 import pytest
 
 from tests.helpers.exact import (
-    AVRO,
-    SCHEMA,
     differences,
+    edge_table,
     expected,
-    messages,
     read_hour_files,
     read_hour_files_duckdb,
     refused_offsets,
 )
-from tests.helpers.tables import at, fresh_table, landed
+from tests.helpers.tables import at, landed
 from tidemark.ingest.dump import run_dump
 from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.tablefs import Store
-from tidemark_dev.generator import create_topic, produce
 
 pytestmark = pytest.mark.integration
 
@@ -73,18 +70,8 @@ def _read_everywhere(spark: Any, table: str, want: dict[str, dict[str, Any]]) ->
 def test_every_value_is_read_exactly_or_refused(
     spark: Any, broker: str, settings: Settings, tmp_path: Path, fmt: str
 ) -> None:
-    config, settings = fresh_table(
-        settings,
-        tmp_path,
-        schema=SCHEMA,
-        source__format="avro",
-        source__writer_schema=AVRO,
-        output__format=fmt,
-        dirty__max_dirty_ratio=1.0,
-    )
-    table, topic = config.table, config.source.topic
-    create_topic(broker, topic, 1)
-    produce(broker, topic, messages())
+    config, settings = edge_table(settings, tmp_path, fmt, broker)
+    table = config.table
     run_dump(spark, config, settings, "run-1", at(12))
     assert "2026-11-22T10" in run_seal(spark, config, settings, "run-1").sealed
 
