@@ -70,6 +70,10 @@ class Settings:
     # how a seal registers partitions with a metastore service (TIDEMARK_METASTORE_CLIENT):
     # "thrift" (its Thrift API directly) or "hive" (Spark's Hive client)
     metastore_client: str = "thrift"
+    # seconds a Thrift call to the metastore service may wait for its answer before the seal
+    # reconnects once and then fails by name (TIDEMARK_METASTORE_TIMEOUT_S): a service that
+    # accepts and never answers must not hold a seal and the table's lock until Airflow's timeout
+    metastore_timeout_s: float = 60.0
     airflow_port: int = 8080
     postgres_port: int = 15432
     metastore_port: int = 9083
@@ -125,6 +129,17 @@ class Settings:
         metastore_client = env.get("TIDEMARK_METASTORE_CLIENT", "thrift").strip() or "thrift"
         if metastore_client not in ("thrift", "hive"):
             problems.append(f"TIDEMARK_METASTORE_CLIENT: expected thrift or hive, got {metastore_client!r}")
+        metastore_timeout_s = 60.0
+        raw_timeout = env.get("TIDEMARK_METASTORE_TIMEOUT_S", "").strip()
+        if raw_timeout:
+            try:
+                metastore_timeout_s = float(raw_timeout)
+                if metastore_timeout_s <= 0:
+                    raise ValueError
+            except ValueError:
+                problems.append(
+                    f"TIDEMARK_METASTORE_TIMEOUT_S: expected a number of seconds > 0, got {raw_timeout!r}"
+                )
         if problems:
             raise ConfigError("environment", problems)
         return cls(
@@ -136,6 +151,7 @@ class Settings:
             warehouse=env.get("TIDEMARK_WAREHOUSE", str(home / "warehouse")),
             hive_metastore_uris=env.get("TIDEMARK_HIVE_METASTORE_URIS", ""),
             metastore_client=metastore_client,
+            metastore_timeout_s=metastore_timeout_s,
             airflow_port=airflow_port,
             postgres_port=postgres_port,
             metastore_port=metastore_port,

@@ -19,6 +19,28 @@ from tidemark.schema import Column
 Size = Annotated[int, BeforeValidator(parse_size)]
 SOURCE_FORMATS = ("json", "avro", "protobuf")
 
+# librdkafka settings that change what a planned range reads, or where a reader starts: the
+# reader's own values are the protocol (a batch reads exactly its planned offsets, committed
+# records only, and fails by name when they are gone). A user's consumer config copied into
+# ``source.kafka_properties`` must not override them, so the YAML refuses them, saying why.
+READER_OWNED: dict[str, str] = {
+    "auto.offset.reset": "a batch reads exactly its planned offsets; when they are gone the reader must "
+    "fail by name (OffsetsLostToRetentionError), never jump to the log start or end",
+    "isolation.level": "batches read committed records only and plans end at the last stable offset; "
+    "read_uncommitted would land aborted records",
+    "enable.partition.eof": "the reader needs the end-of-partition event to finish ranges that end in "
+    "transaction markers or compacted offsets",
+    "enable.auto.commit": "the commit log is the source of truth; the consumer group's offsets are "
+    "committed by tidemark after each batch, for lag monitoring only",
+    "auto.commit.enable": "the commit log is the source of truth (an alias of enable.auto.commit)",
+    "enable.auto.offset.store": "the commit log is the source of truth, not the consumer's offset store",
+    "group.id": "the consumer group is source.consumer_group (lag monitoring); reads use assign(), "
+    "never a group",
+    "group.instance.id": "reads use assign(), never a consumer group's membership",
+    "group.protocol": "reads use assign(), never a consumer group's membership",
+    "partition.assignment.strategy": "reads use assign(), never a consumer group's membership",
+}
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -70,6 +92,16 @@ class SourceConfig(_Strict):
     # retired, and every hour up to its last record published (a family's discovery sets it):
     # the table has no DAGs and is in no group's barrier; its data and state stay
     done: bool = False
+
+    @field_validator("kafka_properties")
+    @classmethod
+    def _reader_owned(cls, value: dict[str, str]) -> dict[str, str]:
+        refused = [
+            f"{key} is the reader's own setting: {READER_OWNED[key]}" for key in value if key in READER_OWNED
+        ]
+        if refused:
+            raise ValueError("; ".join(refused) + " (remove it from source.kafka_properties)")
+        return value
 
     @field_validator("writer_schema", mode="before")
     @classmethod

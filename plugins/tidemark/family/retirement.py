@@ -22,13 +22,12 @@ from tidemark.errors import ConfigError, MembershipError
 from tidemark.family.members import FAMILIES_DIR, Member, Members, read_members, record_members
 from tidemark.family.tables import load_family, member_config
 from tidemark.group.roster import drop_member
+from tidemark.seal.due import unfinished_hours
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import Location
 from tidemark.table_state import TableState
-from tidemark.time.hours import parse_path
 
 if TYPE_CHECKING:
-    from tidemark.config import TableConfig
     from tidemark.family.tables import Family
     from tidemark.settings import Settings
     from tidemark.state.audit import AuditRecord
@@ -41,26 +40,6 @@ def members_lock(settings: Settings, family: str) -> TableLock:
     return TableLock(Location(settings.state_location) / FAMILIES_DIR, family, "members")
 
 
-def unfinished_hours(config: TableConfig, settings: Settings) -> list[str]:
-    """The hours of a table that still have work: committed rows in an hour that is not
-    published, or late rows not folded into their hour yet (empty: nothing left to do)."""
-    state = TableState(settings.state_location, config.table)
-    log_state, journal = state.commit_log.state(), state.journal.state()
-    zone = config.event_time.time_zone
-    left = []
-    with_rows = {p for p, n in log_state.rows_per_hour.items() if n}
-    for path in sorted(with_rows | {p for p, n in log_state.late_per_hour.items() if n}):
-        key = parse_path(path, zone).key
-        entry = journal.hours.get(key)
-        if entry is None or not entry.published:
-            left.append(key)
-            continue
-        batches = log_state.batches_of_hour(path) or [log_state.last_committed]
-        if log_state.late_per_hour.get(path) and entry.folded_through_batch < max(batches):
-            left.append(key)
-    return left
-
-
 def mark_done(family: Family, members: Members, settings: Settings, at: datetime) -> list[str]:
     """Mark each retired member with nothing left to do as done (changed in place); the
     topics marked. A member whose config cannot load is left as it is (logged)."""
@@ -70,7 +49,9 @@ def mark_done(family: Family, members: Members, settings: Settings, at: datetime
         if member.retired_at is None or member.done_at is not None:
             continue
         try:
-            left = unfinished_hours(member_config(family, member), settings)
+            config = member_config(family, member)
+            state = TableState(settings.state_location, config.table)
+            left = unfinished_hours(config, state.commit_log.state(), state.journal.state())
         except ConfigError as exc:
             log.warning("family %s: retired topic %s not checked: %s", family.name, topic, exc)
             continue

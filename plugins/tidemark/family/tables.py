@@ -27,6 +27,7 @@ from tidemark.durations import parse_duration
 from tidemark.errors import ConfigError
 from tidemark.family.members import Member, read_members, table_name
 from tidemark.source_config import read_schema_files
+from tidemark.state.commitlog import bound_topic_of
 
 if TYPE_CHECKING:
     from tidemark.config import TableConfig
@@ -143,7 +144,9 @@ def member_config(family: Family, member: Member) -> TableConfig:
 
 def family_tables(settings: Settings) -> tuple[list[TableConfig], dict[str, str]]:
     """The tables of every family's recorded members, and for each family file or member that
-    cannot run, why (one family's mistake never takes other tables with it)."""
+    cannot run, why (one family's mistake never takes other tables with it). A table name two
+    families' topics claim belongs to the topic its commit log is bound to (``claimant``);
+    the other claims are refused, never a silent takeover."""
     configs: list[TableConfig] = []
     problems: dict[str, str] = {}
     for path in family_files(settings):
@@ -157,11 +160,44 @@ def family_tables(settings: Settings) -> tuple[list[TableConfig], dict[str, str]
                 configs.append(member_config(family, member))
             except ConfigError as exc:
                 problems[f"{path} (topic {topic})"] = str(exc)
-    return configs, problems
+    by_table: dict[str, list[TableConfig]] = {}
+    for config in configs:
+        by_table.setdefault(config.table, []).append(config)
+    held = []
+    for name, claims in by_table.items():
+        holder = claimant(claims, settings)
+        held.append(holder)
+        for other in claims:
+            if other is not holder:
+                where = origin(other, settings)
+                problems[where] = str(
+                    ConfigError(
+                        where,
+                        [
+                            f"table {name!r} of topic {other.source.topic!r} is already the table of topic "
+                            f"{holder.source.topic!r} ({origin(holder, settings)}): one table per topic; "
+                            "narrow one family's pattern or change its table template"
+                        ],
+                    )
+                )
+    holders = {id(c) for c in held}
+    return [c for c in configs if id(c) in holders], problems
+
+
+def claimant(claims: list[TableConfig], settings: Settings) -> TableConfig:
+    """Which of the configs that name one table holds it: the one whose topic the table's
+    commit log is bound to (it has read that topic), else, for a table that never planned,
+    the first (by family file and topic)."""
+    if len(claims) == 1:
+        return claims[0]
+    bound = bound_topic_of(settings.state_location, claims[0].table)
+    return next((c for c in claims if c.source.topic == bound), claims[0])
 
 
 def find_member(name: str, settings: Settings) -> TableConfig | None:
-    """The config of family member table ``name``, if a family recorded one."""
+    """The config of family member table ``name``, if a family recorded one (its holder, when
+    two families' topics claim the name)."""
+    claims = []
     for path in family_files(settings):
         try:
             family = load_family(path)
@@ -169,5 +205,5 @@ def find_member(name: str, settings: Settings) -> TableConfig | None:
             continue
         for member in read_members(settings, family.name).topics.values():
             if member.table == name:
-                return member_config(family, member)
-    return None
+                claims.append(member_config(family, member))
+    return claimant(claims, settings) if claims else None

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.faults import crash_point
 from tidemark.group.members import group_asset, group_state_dir
 from tidemark.seal.announce import LOOKBACK_SLACK, announced_pairs
-from tidemark.seal.due import seal_limit
+from tidemark.seal.due import seal_limit, unfinished_hours
 from tidemark.state.journal import JournalState
 from tidemark.state.storage import Location, read_json, replace_atomically
 from tidemark.table_state import TableState
@@ -57,8 +57,8 @@ def complete_hours(
     quiet: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, int]]:
     """Hour -> {table: version} of every hour all the tables have published (see the module).
-    A ``retired`` table (its topic is gone: ``source.retired``) never seals another hour: it
-    holds no frontier, its published hours still count (a retired table that never sealed
+    A ``retired`` table (its topic is gone and every hour up to its last record is published:
+    ``finished_retired``) never seals another hour: it holds no frontier, its published hours still count (a retired table that never sealed
     anything holds nothing either). ``quiet``: the frontier of each table that has committed
     batches but never a row (its ready time: it has nothing to seal before it, so it would
     otherwise hold every hour of the group forever)."""
@@ -99,6 +99,22 @@ def quiet_frontiers(
     return found
 
 
+def finished_retired(
+    configs: list[TableConfig], journals: Mapping[str, JournalState], settings: Settings
+) -> frozenset[str]:
+    """The retired members with nothing left to publish. A retired member holds the barrier
+    until it is done, not from when it is retired: its last hours still seal (announcing
+    the group's hour before would announce it without the member's last rows)."""
+    finished = []
+    for config in configs:
+        if not config.source.retired:
+            continue
+        state = TableState(settings.state_location, config.table).commit_log.state()
+        if not unfinished_hours(config, state, journals[config.table]):
+            finished.append(config.table)
+    return frozenset(finished)
+
+
 def digest(versions: Mapping[str, int]) -> str:
     """A short fingerprint of an hour's table versions (changes when any table amends it)."""
     text = json.dumps(sorted(versions.items()), separators=(",", ":"))
@@ -128,7 +144,7 @@ def announce_group(
         )
         return []
     journals = {c.table: TableState(settings.state_location, c.table).journal.state() for c in configs}
-    retired = frozenset(c.table for c in configs if c.source.retired)
+    retired = finished_retired(configs, journals, settings)
     complete = complete_hours(journals, retired, quiet_frontiers(configs, journals, settings))
     record = group_state_dir(settings, group) / "announced.json"
     known = _Announced.read(record)

@@ -28,20 +28,22 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import DirtyRatioExceededError, LeaseLostError
+from tidemark.errors import DirtyRatioExceededError, LeaseLostError, OffsetsLostToRetentionError
 from tidemark.faults import crash_point
 from tidemark.ingest.batch_time import batch_watermarks
 from tidemark.ingest.counts import FoldedCounts
 from tidemark.ingest.group_offsets import record_group_commit
+from tidemark.ingest.identity import named_read_failure, still_bound
 from tidemark.ingest.kafka import client_properties
 from tidemark.ingest.planner import plan_batch
 from tidemark.ingest.publishers import publisher
 from tidemark.ingest.registry import registry_failures
 from tidemark.ingest.replay import ReplayRequest, plan_replay, replay_and_stage
+from tidemark.ingest.resolve import decide
 from tidemark.ingest.staged import Staged, read_and_stage
 from tidemark.masking import masked
 from tidemark.settings import Settings
-from tidemark.state.batches import Commit, MqPartitionStats
+from tidemark.state.batches import Commit, MqPartitionStats, Plan
 from tidemark.state.locks import Lease
 from tidemark.state.mode import BATCH
 from tidemark.stopwatch import Stopwatch
@@ -119,18 +121,44 @@ class DumpSteps:
                 self._plan = plan_replay(self.config, self.layout, self.table_state, self.run_id, replay)
             elif done is None:
                 self.table_state.writer.require(writer)
-                self._plan = plan_batch(
-                    self.config,
-                    self.table_state,
-                    self.run_id,
-                    processing_time.isoformat(),
-                    self.kafka_conf,
-                    planned_at=planned_at.isoformat() if planned_at else None,
-                    until=until,
-                )
+
+                def plan() -> Plan:
+                    return plan_batch(
+                        self.config,
+                        self.table_state,
+                        self.run_id,
+                        processing_time.isoformat(),
+                        self.kafka_conf,
+                        planned_at=planned_at.isoformat() if planned_at else None,
+                        until=until,
+                    )
+
+                try:
+                    self._plan = plan()
+                except OffsetsLostToRetentionError as lost:
+                    if lost.pending_batch is None or self.config.source.on_data_loss != "record_and_continue":
+                        raise
+                    self._record_loss(lost, processing_time)
+                    self._plan = plan()
                 crash_point("after_plan")
                 done = commit_log.commit(self._plan.batch_id)
         return done
+
+    def _record_loss(self, lost: OffsetsLostToRetentionError, at: datetime) -> None:
+        """``on_data_loss: record_and_continue`` and retention inside a planned batch: the
+        batch is closed with exactly the deleted offsets recorded as lost (the decision
+        ``accept-loss`` would record, audited as tidemark's), and planned again."""
+        log.warning(
+            "%s: %s; recording the loss (source.on_data_loss: record_and_continue)", self.config.table, lost
+        )
+        decide(
+            self.table,
+            self.lease,
+            action="accept-loss",
+            reason=f"source.on_data_loss: record_and_continue: {lost}",
+            by="tidemark",
+            at=at,
+        )
 
     def confirm(self, done: Commit) -> None:
         """A committed batch: finish what its attempt may have left unfinished (step 8)."""
@@ -174,7 +202,7 @@ class DumpSteps:
         if self.spark is None:
             needed = "replay dirty records" if plan.replay else "read a non-empty batch"
             raise ValueError(f"a Spark session is required to {needed}")
-        with registry_failures(config.table):
+        with registry_failures(config.table), named_read_failure(config, plan, self.kafka_conf):
             if plan.replay:
                 return replay_and_stage(
                     self.spark,
@@ -263,6 +291,7 @@ class DumpSteps:
                 },
             )
             self.lease.check()
+            still_bound(config, plan, self.kafka_conf, what=f"batch {plan.batch_id} before its commit record")
             self.commit_log.write_commit(commit)
         crash_point("after_commit_record")
         return commit

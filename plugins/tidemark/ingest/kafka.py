@@ -84,12 +84,12 @@ class ClientErrors:
 REFUSED_AFTER_S = 4.0
 
 
-def _consumer(conf: dict[str, Any]) -> tuple[Any, ClientErrors]:
+def _consumer(conf: dict[str, Any], group: str = "tidemark-planner") -> tuple[Any, ClientErrors]:
     from confluent_kafka import Consumer
 
     errors = ClientErrors()
-    consumer = Consumer(
-        {"group.id": "tidemark-planner", "enable.auto.commit": False, "error_cb": errors, **conf}
+    consumer = Consumer(  # the planner's settings win over the table's properties
+        {**conf, "group.id": group, "enable.auto.commit": False, "error_cb": errors}
     )
     return consumer, errors
 
@@ -210,7 +210,7 @@ def commit_group_offsets(
     what was committed."""
     from confluent_kafka import TopicPartition
 
-    consumer, _ = _consumer({**conf, "group.id": group})
+    consumer, _ = _consumer(conf, group)
     try:
         committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=TIMEOUT_S)
         current = {tp.partition: int(tp.offset) for tp in committed}
@@ -228,7 +228,7 @@ def group_offsets(conf: dict[str, Any], group: str, topic: str, partitions: list
     """Committed offsets of ``group`` (-1 where none)."""
     from confluent_kafka import TopicPartition
 
-    consumer, _ = _consumer({**conf, "group.id": group})
+    consumer, _ = _consumer(conf, group)
     try:
         committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=TIMEOUT_S)
         return {tp.partition: int(tp.offset) for tp in committed}

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import OffsetsLostToRetentionError, OffsetsWentBackError, TopicRecreatedError
+from tidemark.errors import OffsetsLostToRetentionError, OffsetsWentBackError, StartingOffsetsError
 from tidemark.faults import crash_point
-from tidemark.ingest.kafka import partition_offsets, topic_id
+from tidemark.ingest.identity import bound_identity, broker_identity, check_adopted, check_binding
+from tidemark.ingest.kafka import partition_offsets
 from tidemark.state.batches import MqRange, Plan
 from tidemark.state.commitlog import CommitLog
 from tidemark.table_state import TableState
@@ -49,6 +50,8 @@ def next_ranges(
             start = latest
         else:
             start = max(earliest, source.starting_offsets.get(partition, earliest))
+            if start > latest:
+                raise StartingOffsetsError(config.table, source.topic, partition, start, latest)
         gap_from = gap_to = None
         if start < earliest:
             if source.on_data_loss == "fail":
@@ -104,11 +107,14 @@ def plan_batch(
     if bound is not None:
         plan = commit_log.plan(bound)
         if plan is not None:
+            if commit_log.commit(bound) is None:  # a retry reads it again: still the same records?
+                check_adopted(config, plan, client_conf)
             log.info("%s: run %s reuses its plan: %s", config.table, run_id, plan.describe())
             return plan
     state = commit_log.state()
     pending = commit_log.pending_plan(state)
     if pending is not None:
+        check_adopted(config, pending, client_conf)
         log.warning(
             "%s: batch %s planned by run %s was never committed; run %s completes it first",
             config.table,
@@ -123,9 +129,9 @@ def plan_batch(
         offsets = {p: (end, end) for p, end in state.end_offsets.items()}
     else:
         offsets = partition_offsets(client_conf, config.source.topic)
-        identity = topic_id(client_conf, config.source.topic)
-        if identity and state.topic_id and identity != state.topic_id:
-            raise TopicRecreatedError(config.table, config.source.topic, state.topic_id, identity)
+        broker = broker_identity(client_conf, config.source.topic)
+        check_binding(config, bound_identity(commit_log, state), broker, what="a new plan")
+        identity = broker.topic_id
     if until is not None:
         offsets = capped_offsets(offsets, until, state.end_offsets)
     sealed_through = table_state.journal.state().sealed_through

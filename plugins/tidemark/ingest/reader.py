@@ -30,6 +30,8 @@ READER_SETTINGS: dict[str, Any] = {
     "enable.partition.eof": True,
     "fetch.queue.backoff.ms": 1,  # the default (1000) idles the consumer 60% of the time
     "auto.offset.reset": "error",
+    "isolation.level": "read_committed",
+    "enable.auto.offset.store": False,
 }
 
 
@@ -74,7 +76,7 @@ class RangeConsumer:
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         sub = self.sub
-        consumer = Consumer({**READER_SETTINGS, **self.conf})
+        consumer = Consumer({**self.conf, **READER_SETTINGS})  # the reader's settings win
         where = f"{self.topic}[{sub.mq_partition}] offsets {sub.start}..{sub.end - 1}"
         consumer.assign([TopicPartition(self.topic, sub.mq_partition, sub.start)])
         block = RawRecords(sub.mq_partition, [], [], [], [])

@@ -23,18 +23,25 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import ResolveError
 from tidemark.ingest.kafka import client_properties, partition_offsets, topic_id
 from tidemark.ingest.publishers import publisher
+from tidemark.ingest.rebase import (
+    Decision,
+    accept_loss,
+    close_batch,
+    close_unreadable,
+    closed_ranges,
+    describe_lost,
+    lost_offsets,
+    rebase,
+)
 from tidemark.settings import Settings
-from tidemark.state.audit import AuditLog, AuditRecord
-from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
-from tidemark.state.commitlog import CommitLog, LogState
-from tidemark.state.layout import Layout
-from tidemark.table_state import TableState
+from tidemark.state.audit import AuditRecord
+from tidemark.state.locks import Lease
+from tidemark.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -53,208 +60,75 @@ def resolve(
     run_id: str | None = None,
 ) -> AuditRecord:
     """Record and apply an operator decision about the table's pending batch (see the module
-    doc). ``rebase`` needs the broker's offsets ({partition: (earliest, latest)}): given, or
-    read from the table's topic. A decision made by an Airflow run (``run_id``) is applied
-    once: its retries find it done."""
+    doc), under the table's batch lock. ``rebase``, ``accept-loss`` and ``skip`` compare with
+    the broker's offsets ({partition: (earliest, latest)}): given, or read from the table's
+    topic. A decision made by an Airflow run (``run_id``) is applied once: its retries find it
+    done."""
     if action not in ACTIONS:
         raise ResolveError(f"{config.table}: unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
     if not reason.strip():
         raise ResolveError(f"{config.table}: say why (--reason): the decision is kept in the audit log")
-    commit_log = TableState(settings.state_location, config.table).commit_log
-    audit = TableState(settings.state_location, config.table).audit
-    with TableState(settings.state_location, config.table).lock().hold(f"resolve:{action}") as lease:
-        done = next((r for r in audit.records() if run_id and r.detail.get("run_id") == run_id), None)
-        if done is not None:
-            log.info("%s: run %s already decided: %s", config.table, run_id, done.describe())
-            return done
-        state = commit_log.state()
-        pending = commit_log.pending_plan(state)
-        if action in ("rebase", "accept-loss"):
-            if pending is not None:
-                raise ResolveError(
-                    f"{config.table}: {pending.describe()} is pending; resolve it first (replan or skip)"
-                )
-            identity = None
-            if broker_offsets is None:
-                conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
-                broker_offsets = partition_offsets(conf, config.source.topic)
-                identity = topic_id(conf, config.source.topic)
-            if action == "rebase":
-                return _rebase(
-                    config,
-                    commit_log,
-                    audit,
-                    state,
-                    broker_offsets,
-                    reason=reason,
-                    by=by,
-                    at=at,
-                    run_id=run_id,
-                    identity=identity,
-                )
-            return _accept_loss(
-                config, commit_log, audit, state, broker_offsets, reason=reason, by=by, at=at, run_id=run_id
-            )
-        if pending is None:
-            raise ResolveError(
-                f"{config.table}: no pending batch (last committed {state.last_committed}); nothing to {action}"
-            )
-        record = audit.append(
+    table = Table.open(config, settings)
+    with table.state.lock().hold(f"resolve:{action}") as lease:
+        return decide(
+            table,
+            lease,
             action=action,
             reason=reason,
             by=by,
-            at=at.isoformat(),
-            batch_id=pending.batch_id,
-            offsets=pending.describe(),
-            detail={"run_id": run_id} if run_id else {},
+            at=at,
+            broker_offsets=broker_offsets,
+            run_id=run_id,
         )
-        if action != "accept":
-            publisher(Layout(settings, config.table), pending.batch_id, lease.token).rollback()
-            _close(commit_log, pending, record, _closed_ranges(pending, gap=action == "skip"))
-        log.warning("%s: %s", config.table, record.describe())
-        return record
 
 
-def _closed_ranges(plan: Plan, *, gap: bool) -> tuple[MqRange, ...]:
-    """A closed batch reads nothing: ``replan`` leaves each end where it started, ``skip`` moves
-    it past the plan's range and records the range as a gap."""
-    if not gap:
-        return tuple(MqRange(r.mq_partition, r.start, r.start) for r in plan.ranges)
-    return tuple(
-        MqRange(r.mq_partition, r.end, r.end, r.start, r.end)
-        if r.size
-        else MqRange(r.mq_partition, r.start, r.start)
-        for r in plan.ranges
-    )
-
-
-def _close(
-    commit_log: CommitLog,
-    plan: Plan,
-    record: AuditRecord,
-    ranges: tuple[MqRange, ...],
-    extra: dict[str, Any] | None = None,
-) -> None:
-    """A commit record that reads and writes nothing for ``plan``'s batch."""
-    commit_log.write_commit(
-        Commit(
-            table=plan.table,
-            batch_id=plan.batch_id,
-            run_id=plan.run_id,
-            committed_by_run=f"resolve:{record.action}#{record.seq}",
-            topic=plan.topic,
-            processing_time=plan.processing_time,
-            ranges=ranges,
-            files=(),
-            rows_per_hour={},
-            mq_partitions=tuple(MqPartitionStats(r.mq_partition, 0, 0, 0) for r in ranges),
-            dirty=0,
-            rows=0,
-            extra={"resolution": record.to_json(), **(extra or {})},
-        )
-    )
-
-
-def _accept_loss(
-    config: TableConfig,
-    commit_log: CommitLog,
-    audit: AuditLog,
-    state: LogState,
-    broker: dict[int, tuple[int, int]],
+def decide(
+    table: Table,
+    lease: Lease,
     *,
+    action: str,
     reason: str,
     by: str,
     at: datetime,
-    run_id: str | None,
+    broker_offsets: dict[int, tuple[int, int]] | None = None,
+    run_id: str | None = None,
 ) -> AuditRecord:
-    """Move every MQ partition whose committed end retention deleted to the broker's earliest,
-    the lost offsets recorded as the closing batch's gap."""
-    lost = {p: broker[p][0] for p, end in state.end_offsets.items() if p in broker and end < broker[p][0]}
-    if not lost:
-        raise ResolveError(f"{config.table}: no committed offset was lost to retention; nothing to accept")
-    offsets = ", ".join(f"[{p}] {state.end_offsets[p]}..{first - 1}" for p, first in sorted(lost.items()))
-    record = audit.append(
-        action="accept-loss",
-        reason=reason,
-        by=by,
-        at=at.isoformat(),
-        batch_id=state.last_committed + 1,
-        offsets=f"{config.source.topic} {offsets} lost to retention",
-        detail={
-            "lost": {str(p): [state.end_offsets[p], first] for p, first in lost.items()},
-            **({"run_id": run_id} if run_id else {}),
-        },
-    )
-    ranges = tuple(MqRange(p, first, first, state.end_offsets[p], first) for p, first in sorted(lost.items()))
-    return _move_ends(config, commit_log, state, record, ranges, at=at)
-
-
-def _rebase(
-    config: TableConfig,
-    commit_log: CommitLog,
-    audit: AuditLog,
-    state: LogState,
-    broker: dict[int, tuple[int, int]],
-    *,
-    reason: str,
-    by: str,
-    at: datetime,
-    run_id: str | None,
-    identity: str | None = None,
-) -> AuditRecord:
-    dropped = sorted(p for p in state.end_offsets if p not in broker)
-    recreated = bool(identity and state.topic_id and identity != state.topic_id)
-    restarted = {
-        p: broker[p][0]
-        for p, end in state.end_offsets.items()
-        if p in broker and (recreated or end > broker[p][1])
-    }
-    if not dropped and not restarted:
+    """``resolve`` under a lock its caller holds (a dump deciding ``accept-loss`` by itself
+    under ``on_data_loss: record_and_continue`` holds the batch lock already)."""
+    config, settings = table.config, table.settings
+    commit_log, audit = table.state.commit_log, table.state.audit
+    decision = Decision(action, reason, by, at, run_id)
+    done = next((r for r in audit.records() if run_id and r.detail.get("run_id") == run_id), None)
+    if done is not None:
+        log.info("%s: run %s already decided: %s", config.table, run_id, done.describe())
+        return done
+    state = commit_log.state()
+    pending = commit_log.pending_plan(state)
+    identity = None
+    if action in ("rebase", "accept-loss", "skip") and broker_offsets is None and not config.source.retired:
+        conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+        broker_offsets = partition_offsets(conf, config.source.topic)
+        identity = topic_id(conf, config.source.topic)
+    broker = broker_offsets or {}
+    if action in ("rebase", "accept-loss") and pending is not None:
+        return close_unreadable(table, lease, pending, broker, decision=decision, identity=identity)
+    if action == "rebase":
+        return rebase(config, commit_log, audit, state, broker, decision=decision, identity=identity)
+    if action == "accept-loss":
+        return accept_loss(config, commit_log, audit, state, broker, decision=decision)
+    if pending is None:
         raise ResolveError(
-            f"{config.table}: every committed offset is still on the broker; nothing to rebase"
+            f"{config.table}: no pending batch (last committed {state.last_committed}); nothing to {action}"
         )
-    moves = [f"[{p}] {state.end_offsets[p]} -> {start}" for p, start in sorted(restarted.items())]
-    offsets = ", ".join(moves + [f"[{p}] dropped" for p in dropped])
-    record = audit.append(
-        action="rebase",
-        reason=reason,
-        by=by,
-        at=at.isoformat(),
-        batch_id=state.last_committed + 1,
-        offsets=f"{config.source.topic} {offsets}",
-        detail={
-            "restarted": restarted,
-            "dropped": dropped,
-            **({"topic_id": identity} if recreated else {}),
-            **({"run_id": run_id} if run_id else {}),
-        },
-    )
-    ranges = tuple(MqRange(p, start, start) for p, start in sorted(restarted.items()))
-    extra = {"dropped_mq_partitions": dropped, **({"topic_id": identity} if identity else {})}
-    return _move_ends(config, commit_log, state, record, ranges, at=at, extra=extra)
-
-
-def _move_ends(
-    config: TableConfig,
-    commit_log: CommitLog,
-    state: LogState,
-    record: AuditRecord,
-    ranges: tuple[MqRange, ...],
-    *,
-    at: datetime,
-    extra: dict[str, Any] | None = None,
-) -> AuditRecord:
-    """A decision that moves committed ends without a pending batch (rebase, accept-loss): a
-    plan of its own, closed at once, reading nothing."""
-    plan = Plan(
-        config.table,
-        state.last_committed + 1,
-        f"resolve:{record.action}#{record.seq}",
-        config.source.topic,
-        at.isoformat(),
-        ranges,
-    )
-    commit_log.write_plan(plan)
-    _close(commit_log, plan, record, ranges, extra)
+    if action == "skip" and (lost := lost_offsets(pending, broker)):
+        raise ResolveError(
+            f"{config.table}: retention deleted offsets {describe_lost(config, lost)} of the pending batch "
+            f"{pending.batch_id}; skip would drop its offsets that are still readable too. Record exactly the "
+            f"deleted ones with tidemark resolve --table {config.table} --action accept-loss --reason '...'"
+        )
+    record = decision.record(audit, pending.batch_id, pending.describe(), {})
+    if action != "accept":
+        publisher(table.layout, pending.batch_id, lease.token).rollback()
+        close_batch(commit_log, pending, record, closed_ranges(pending, gap=action == "skip"))
     log.warning("%s: %s", config.table, record.describe())
     return record

@@ -41,3 +41,22 @@ def hours_to_seal(config: TableConfig, state: LogState, partitions: JournalState
     if limit is None or first is None:
         return []
     return list(hours_from(first, ending_by=limit))
+
+
+def unfinished_hours(config: TableConfig, state: LogState, journal: JournalState) -> list[str]:
+    """The hours of a table that still have work: committed rows in an hour that is not
+    published, or late rows not folded into their hour yet (empty: nothing left to do; a
+    retired family member is then done, and leaves its group's barrier)."""
+    zone = config.event_time.time_zone
+    left = []
+    with_rows = {p for p, n in state.rows_per_hour.items() if n}
+    for path in sorted(with_rows | {p for p, n in state.late_per_hour.items() if n}):
+        key = parse_path(path, zone).key
+        entry = journal.hours.get(key)
+        if entry is None or not entry.published:
+            left.append(key)
+            continue
+        batches = state.batches_of_hour(path) or [state.last_committed]
+        if state.late_per_hour.get(path) and entry.folded_through_batch < max(batches):
+            left.append(key)
+    return left

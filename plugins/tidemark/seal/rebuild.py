@@ -39,13 +39,14 @@ from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Writer
 from tidemark.ingest import cardinality
 from tidemark.ingest.columns import HOUR_COLUMNS, data_fields, table_columns
+from tidemark.ingest.identity import broker_identity
 from tidemark.ingest.kafka import client_properties, partition_offsets
 from tidemark.ingest.registry import registry_failures
 from tidemark.ingest.replay import classified_again, dirty_frame
 from tidemark.ingest.spec import ClassifySpec
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.metastore import quote_identifier
-from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, plan_rebuild
+from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, check_sources, plan_rebuild
 from tidemark.settings import Settings
 from tidemark.state.journal import EntryKind, JournalState
 from tidemark.state.layout import (
@@ -136,6 +137,9 @@ class Rebuilder:
             if quality.blocks:
                 self._drop_staging(hour)
                 raise QualityGateError(table, {hour.key: list(quality.failures)})
+            if plan.sources:  # what was read is still the planned topic's: else nothing is swapped in
+                topic = self.config.source.topic
+                check_sources(plan, topic, broker_identity(kafka_conf, topic))
             crash_point("before_swap")
             with self.state.lock().hold(self.run_id) as lease:
                 hour_lease.check()  # paused past the hour's lease: another rebuild owns it now
@@ -184,8 +188,9 @@ class Rebuilder:
         log.info("%s: rebuilding %s", table, plan.describe())
         kafka_conf = client_properties(self.settings.kafka_bootstrap, self.config.source.kafka_properties)
         if plan.sources:
+            topic = self.config.source.topic
             check_offsets(
-                plan, self.config.source.topic, partition_offsets(kafka_conf, self.config.source.topic)
+                plan, topic, partition_offsets(kafka_conf, topic), broker_identity(kafka_conf, topic)
             )
         return plan, kafka_conf
 

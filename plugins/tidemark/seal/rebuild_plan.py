@@ -5,12 +5,13 @@ the rebuild itself."""
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import DataLossError, RebuildError
+from tidemark.errors import DataLossError, EarlierTopicError, RebuildError
+from tidemark.ingest.identity import SourceIdentity
 from tidemark.settings import Settings
 from tidemark.state.batches import MqRange
 from tidemark.state.journal import JournalState
@@ -37,6 +38,8 @@ class HourSource:
     late: int  # late rows of the hour
     replayed: tuple[int, ...] = ()  # a replay: the batches whose dirty records it classified again
     schema_version: int | None = None  # the schema it was classified with (None: the current one)
+    topic: str = ""  # the topic it read (its commit's)
+    topic_id: str | None = None  # the topic's id when it read (None: the broker gave none)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class RebuildPlan:
     include_late: bool
     through_batch: int  # the last committed batch considered
     sources: tuple[HourSource, ...]
+    # MQ partition -> the batch whose rebase restarted its offsets (the commit log's): batches
+    # before it read offsets that now name other records
+    restarted_at: dict[int, int] = field(default_factory=dict)
 
     @property
     def expected_rows(self) -> int:
@@ -147,6 +153,8 @@ def plan_rebuild(
                 late=late,
                 replayed=commit.replayed_batches,
                 schema_version=plan.schema_version if plan else None,
+                topic=commit.topic,
+                topic_id=str(commit.extra.get("topic_id") or "") or (plan.topic_id if plan else None),
             )
         )
     return RebuildPlan(
@@ -157,6 +165,7 @@ def plan_rebuild(
         include_late=config.late_policy == "amend",
         through_batch=state.last_committed,
         sources=tuple(sources),
+        restarted_at=dict(state.restarted_at),
     )
 
 
@@ -216,8 +225,13 @@ def planned_hours(
     return RebuildSelection(config.table, tuple(h.key for h in hours), tuple(chosen), dry_run)
 
 
-def check_offsets(plan: RebuildPlan, topic: str, broker: dict[int, tuple[int, int]]) -> None:
-    """Every range the hour needs must still be on the broker: else DataLossError."""
+def check_offsets(
+    plan: RebuildPlan, topic: str, broker: dict[int, tuple[int, int]], identity: SourceIdentity | None = None
+) -> None:
+    """Every range the hour needs must still be on the broker, in the same topic and the same
+    incarnation of it (``identity``: the broker's now): else DataLossError (EarlierTopicError
+    for offsets that now name other records)."""
+    check_sources(plan, topic, identity)
     for source in plan.sources:
         for r in source.ranges:
             if not r.size:
@@ -237,3 +251,41 @@ def check_offsets(plan: RebuildPlan, topic: str, broker: dict[int, tuple[int, in
                     hint="the published hour was left untouched; it can only be rebuilt from a topic "
                     "that still holds these offsets",
                 )
+
+
+def check_sources(plan: RebuildPlan, topic: str, identity: SourceIdentity | None) -> None:
+    """EarlierTopicError unless every range the hour needs was read from ``topic`` as the
+    broker has it now (``identity``), after the last time its offsets started over."""
+    for source in plan.sources:
+        for r in source.ranges:
+            why = _read_elsewhere(plan, source, r.mq_partition, topic, identity) if r.size else None
+            if why:
+                raise EarlierTopicError(
+                    topic, r.mq_partition, r.start, r.end, table=plan.table, hour=plan.hour, why=why
+                )
+
+
+def _read_elsewhere(
+    plan: RebuildPlan, source: HourSource, partition: int, topic: str, identity: SourceIdentity | None
+) -> str | None:
+    """Why batch ``source``'s offsets of ``partition`` are not the broker's offsets of the same
+    numbers now, if they are not."""
+    if source.topic and source.topic != topic:
+        return f"were read by batch {source.batch_id} from topic {source.topic}, not {topic}"
+    if (
+        source.topic_id
+        and identity is not None
+        and identity.topic_id
+        and source.topic_id != identity.topic_id
+    ):
+        return (
+            f"were read by batch {source.batch_id} from an earlier incarnation of topic {topic} (topic id "
+            f"{source.topic_id}; the broker's topic has id {identity.topic_id})"
+        )
+    restarted = plan.restarted_at.get(partition, -1)
+    if restarted > source.batch_id:
+        return (
+            f"were read by batch {source.batch_id}, before the topic's offsets started over (the rebase of "
+            f"batch {restarted})"
+        )
+    return None

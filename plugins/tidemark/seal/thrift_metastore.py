@@ -55,7 +55,7 @@ def open_metastore(spark: SparkSession, config: TableConfig, settings: Settings)
         log.info("%s: registering through the Hive client (%s set)", config.table, ", ".join(secured))
         return hive_client
     log.info("%s: registering partitions over the metastore service's Thrift API (%s)", config.table, uris)
-    return ThriftMetastore(uris, config, hive_client)
+    return ThriftMetastore(uris, config, hive_client, timeout_s=settings.metastore_timeout_s)
 
 
 class ThriftMetastore:
@@ -63,7 +63,10 @@ class ThriftMetastore:
     if the service restarted in between; calls are serialised: a Thrift client is not safe to
     share between threads, and the seal's warm-up thread opens it)."""
 
-    def __init__(self, uris: str, config: TableConfig, hive_client: HiveClientMetastore) -> None:
+    def __init__(
+        self, uris: str, config: TableConfig, hive_client: HiveClientMetastore, *, timeout_s: float = 60.0
+    ) -> None:
+        self.timeout_s = timeout_s  # per call: a service that never answers fails the seal by name
         self.uris = [u.strip() for u in uris.split(",") if u.strip()]
         self.config = config
         self.hive_client = hive_client  # creates and evolves tables, drops cached listings
@@ -87,9 +90,9 @@ class ThriftMetastore:
         failures = []
         for uri in self.uris:
             address = urlsplit(uri)
-            transport = TTransport.TBufferedTransport(
-                TSocket.TSocket(address.hostname or "127.0.0.1", address.port or 9083)
-            )
+            socket = TSocket.TSocket(address.hostname or "127.0.0.1", address.port or 9083)
+            socket.setTimeout(self.timeout_s * 1000)  # milliseconds: connect and every read
+            transport = TTransport.TBufferedTransport(socket)
             try:
                 transport.open()
             except TTransport.TTransportException as exc:
@@ -124,9 +127,11 @@ class ThriftMetastore:
                     self.close()
                     if attempt == 2:
                         raise MetastoreServiceError(
-                            f"{self.config.table}: {what} failed: the connection to {self.uris} broke twice "
-                            f"({exc}); a metastore that wants SASL/Kerberos or TLS is reached only "
-                            "through Hive's client: set TIDEMARK_METASTORE_CLIENT=hive"
+                            f"{self.config.table}: {what} failed: the connection to {self.uris} broke or "
+                            f"gave no answer within {self.timeout_s:g} s, twice ({exc}); check the service "
+                            "(TIDEMARK_METASTORE_TIMEOUT_S sets the wait); a metastore that wants "
+                            "SASL/Kerberos or TLS is reached only through Hive's client: set "
+                            "TIDEMARK_METASTORE_CLIENT=hive"
                         ) from exc
                     log.warning(
                         "%s: metastore connection lost during %s; reconnecting", self.config.table, what

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError
 from tidemark.faults import crash_point
+from tidemark.ingest.identity import bound_identity, broker_identity, check_binding
 from tidemark.ingest.kafka import client_properties, partition_offsets
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
@@ -79,6 +80,13 @@ class BootstrapResult:
 def align(config: TableConfig, settings: Settings) -> dict[str, int]:
     """The end offset of every MQ partition of the CDC topic, now (before the source read)."""
     conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+    commit_log = TableState(settings.state_location, config.table).commit_log
+    check_binding(  # the increments' offsets must be the topic the table reads, as it is now
+        config,
+        bound_identity(commit_log, commit_log.state()),
+        broker_identity(conf, config.source.topic),
+        what="the bootstrap's alignment",
+    )
     ends = {str(p): high for p, (_, high) in partition_offsets(conf, config.source.topic).items()}
     log.info("%s: increments start at offsets %s of topic %s", config.table, ends, config.source.topic)
     return ends

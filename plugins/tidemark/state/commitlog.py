@@ -52,6 +52,10 @@ class LogState:
     lost_to_retention: int = 0  # offsets retention deleted before a batch read them (recorded gaps)
     without_message: int = 0  # spanned offsets that held no message (markers, aborted, compacted)
     topic_id: str | None = None  # the topic's id at the last commit that named one
+    topic: str | None = None  # the topic of the last commit: the table's binding (ingest.identity)
+    # MQ partition -> the last batch that restarted its offsets (a rebase): offsets read before
+    # it belong to an earlier incarnation of the topic, and can never be read again
+    restarted_at: dict[int, int] = field(default_factory=dict)
     batches: int = 0
     rows_per_hour: dict[str, int] = field(default_factory=dict)
     late_per_hour: dict[str, int] = field(default_factory=dict)
@@ -80,6 +84,15 @@ class LogState:
         self.without_message += commit.without_message
         if commit.extra.get("topic_id"):
             self.topic_id = str(commit.extra["topic_id"])
+        if commit.topic and commit.topic != self.topic:
+            if self.topic is not None and not commit.extra.get("topic_id"):
+                self.topic_id = None  # bound to another topic: the old one's id means nothing
+            self.topic = commit.topic
+        if commit.committed_by_run.startswith("resolve:rebase"):
+            for moved in [r.mq_partition for r in commit.ranges] + list(
+                commit.extra.get("dropped_mq_partitions", ())
+            ):
+                self.restarted_at[int(moved)] = commit.batch_id
         if not commit.committed_by_run.startswith("resolve:skip"):  # an operator's skip is not a loss
             self.lost_to_retention += sum(
                 r.gap_to - r.gap_from
@@ -119,6 +132,7 @@ class LogState:
     def from_json(cls, data: dict[str, Any]) -> LogState:
         data = dict(data)
         data["end_offsets"] = {int(k): int(v) for k, v in data["end_offsets"].items()}
+        data["restarted_at"] = {int(k): int(v) for k, v in data.get("restarted_at", {}).items()}
         marks = (MqWatermark.from_json(w) for w in data.get("watermarks", []))
         data["watermarks"] = {w.mq_partition: w for w in marks}
         data["ready"] = ReadyTime.from_json(data["ready"]) if data.get("ready") else None
@@ -172,6 +186,20 @@ class CommitLog:
         for _, data in self._commits.records(since):
             yield Commit.from_json(data)
 
+    def bound_topic(self, state: LogState | None = None) -> str | None:
+        """The topic the table is bound to: its last commit's, else its pending first plan's
+        (None: it never planned). A checkpoint of a release before the binding lacks the
+        name: the last commit record has it."""
+        state = state or self.state()
+        if state.last_committed >= 0:
+            if state.topic:
+                return state.topic
+            last = self.commit(state.last_committed)
+            if last is not None and last.topic:
+                return last.topic
+        pending = self.pending_plan(state)
+        return pending.topic if pending is not None else None
+
     def pending_plan(self, state: LogState) -> Plan | None:
         """The plan of the first uncommitted batch, if one was persisted."""
         return self.plan(state.last_committed + 1)
@@ -216,3 +244,9 @@ class CommitLog:
         self._commits.write_checkpoint(state.to_json())
         log.info("%s: commit log checkpoint at batch %s", self.table, state.last_committed)
         return state
+
+
+def bound_topic_of(state_dir: Location | Path, table: str) -> str | None:
+    """The topic ``table`` is bound to (``CommitLog.bound_topic``), for the config loaders
+    below the table handle: which of two families' topics holds a table name."""
+    return CommitLog(state_dir, table).bound_topic()

@@ -5,9 +5,34 @@ from __future__ import annotations
 
 import re
 
-
-class TidemarkError(Exception):
-    """Base of every error tidemark raises on purpose."""
+from tidemark.errors.base import TidemarkError as TidemarkError
+from tidemark.errors.source import (
+    BrokerRefusedError as BrokerRefusedError,
+)
+from tidemark.errors.source import (
+    BrokerUnavailableError as BrokerUnavailableError,
+)
+from tidemark.errors.source import (
+    DataLossError as DataLossError,
+)
+from tidemark.errors.source import (
+    EarlierTopicError as EarlierTopicError,
+)
+from tidemark.errors.source import (
+    OffsetsLostToRetentionError as OffsetsLostToRetentionError,
+)
+from tidemark.errors.source import (
+    OffsetsWentBackError as OffsetsWentBackError,
+)
+from tidemark.errors.source import (
+    StartingOffsetsError as StartingOffsetsError,
+)
+from tidemark.errors.source import (
+    TopicChangedError as TopicChangedError,
+)
+from tidemark.errors.source import (
+    TopicRecreatedError as TopicRecreatedError,
+)
 
 
 class ConfigError(TidemarkError):
@@ -40,119 +65,6 @@ class TableFilesError(ConfigError):
 
 class ServiceError(TidemarkError):
     """A local service (broker, Airflow) failed to start, answer or stop."""
-
-
-class BrokerUnavailableError(TidemarkError):
-    """The Kafka-protocol broker did not answer; names the bootstrap servers and topic."""
-
-
-class BrokerRefusedError(BrokerUnavailableError):
-    """The broker answers but refuses this client: a wrong password or unknown user, a
-    mechanism it does not enable, a certificate it does not trust (or one the client does not
-    trust), a protocol its listener does not speak. Names the bootstrap, the protocol and the
-    mechanism, with the broker's reason; never the secret. Retrying does not help: fix
-    ``source.kafka_properties`` (or the secret its ``${VAR}`` reads)."""
-
-    def __init__(self, bootstrap: str, protocol: str, mechanism: str, reason: str, topic: str = "") -> None:
-        self.bootstrap = bootstrap
-        self.protocol = protocol
-        self.mechanism = mechanism
-        self.reason = reason
-        on = f" (topic {topic})" if topic else ""
-        auth = f", mechanism {mechanism}" if mechanism else ""
-        super().__init__(
-            f"the broker at {bootstrap}{on} refused the client (security.protocol {protocol}{auth}): {reason}; "
-            "check source.kafka_properties and the secrets its ${VAR}s read"
-        )
-
-
-class DataLossError(TidemarkError):
-    """Offsets the commit log expects to read are gone from the broker (retention)."""
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        missing_from: int,
-        missing_to: int,
-        *,
-        when: str = "before they were committed",
-        hint: str = "set source.on_data_loss: record_and_continue to skip them (the gap is recorded "
-        "in the commit record)",
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.missing_from = missing_from
-        self.missing_to = missing_to
-        super().__init__(
-            f"data loss on {topic}[{partition}]: offsets {missing_from}..{missing_to - 1} "
-            f"({missing_to - missing_from} records) are no longer on the broker (retention) {when}; "
-            f"{hint}"
-        )
-
-
-class OffsetsLostToRetentionError(DataLossError):
-    """The table's next offsets were deleted by the broker's retention (or a DeleteRecords)
-    before any batch read them: never skipped silently. One way out, audited:
-    ``tidemark resolve --table T --action accept-loss --reason ...`` (or, for a table that may
-    always lose what retention takes, ``source.on_data_loss: record_and_continue``)."""
-
-    def __init__(
-        self, table: str, topic: str, partition: int, first_missing: int, first_available: int
-    ) -> None:
-        self.table = table
-        self.first_missing = first_missing
-        self.first_available = first_available
-        super().__init__(
-            topic,
-            partition,
-            first_missing,
-            first_available,
-            when=f"before table {table} read them (first missing {first_missing}, first available "
-            f"{first_available})",
-            hint=f"accept the loss with tidemark resolve --table {table} --action accept-loss --reason '...' "
-            "(recorded in the audit log and counted in tidemark status), or set source.on_data_loss: "
-            "record_and_continue",
-        )
-
-
-class TopicRecreatedError(TidemarkError):
-    """The table's topic was deleted and created again under the same name (another topic id):
-    its offsets restart, so planning on from the committed ends would skip the new topic's
-    first records or read other records under old offsets. Nothing is planned until an
-    operator decides: ``tidemark resolve --table T --action rebase`` restarts every MQ
-    partition at the new topic's earliest offset (audited)."""
-
-    def __init__(self, table: str, topic: str, committed_id: str, broker_id: str) -> None:
-        self.table = table
-        self.topic = topic
-        super().__init__(
-            f"{table}: topic {topic} was created again (topic id {committed_id} in the commit log, {broker_id} "
-            f"on the broker): its offsets start over; nothing was planned. Decide with tidemark resolve "
-            f"--table {table} --action rebase --reason '...' (every MQ partition restarts at the new topic's "
-            "earliest offset)"
-        )
-
-
-class OffsetsWentBackError(TidemarkError):
-    """The broker holds fewer offsets than the commit log already read (the topic was recreated
-    or truncated, or a partition vanished): planning on would skip or re-read data silently."""
-
-    def __init__(
-        self, table: str, topic: str, partition: int, committed_end: int, latest: int | None
-    ) -> None:
-        self.table = table
-        self.topic = topic
-        self.partition = partition
-        self.committed_end = committed_end
-        self.latest = latest
-        now = "is gone from the broker" if latest is None else f"ends at offset {latest} on the broker"
-        super().__init__(
-            f"{table}: {topic}[{partition}] was read up to offset {committed_end} (commit log) but {now}; "
-            "the topic was recreated or truncated. Nothing was planned. Check the topic; to go on from "
-            f"the broker's offsets, record the decision: tidemark resolve --table {table} --action rebase "
-            '--reason "..."'
-        )
 
 
 class BatchConflictError(TidemarkError):
