@@ -166,7 +166,11 @@ def close_batch(
             mq_partitions=tuple(MqPartitionStats(r.mq_partition, 0, 0, 0) for r in ranges),
             dirty=0,
             rows=0,
-            extra={"resolution": record.to_json(), **(extra or {})},
+            extra={
+                "resolution": record.to_json(),
+                **({"topic_id": plan.topic_id} if plan.topic_id else {}),  # the topic it was planned on
+                **(extra or {}),
+            },
         )
     )
 

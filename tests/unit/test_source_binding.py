@@ -1,0 +1,215 @@
+"""A table bound to its topic, as state and config: the reader's own settings refused in the
+YAML, a start past the latest offset refused at planning, the binding kept by the commit log
+(and moved only by a rebase), a table name two families claim held by the topic the table
+read, a retired group member that holds the barrier until it is done, and a metastore service
+that accepts and never answers failing the seal in bounded time."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers.classify import events_config
+from tests.helpers.records import journal_entry
+from tests.unit.test_families import T0, family_file
+from tidemark.catalog import table_configs
+from tidemark.config import parse_table
+from tidemark.errors import ConfigError, MetastoreServiceError, StartingOffsetsError
+from tidemark.family.members import Member, Members, record_members
+from tidemark.group.barrier import complete_hours, finished_retired
+from tidemark.ingest.planner import next_ranges
+from tidemark.seal.thrift_metastore import ThriftMetastore
+from tidemark.settings import Settings
+from tidemark.source_config import READER_OWNED
+from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
+from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import HourJournal
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+NOON = "2026-11-22T12:00:00+00:00"
+
+
+def _events_yaml(**source: Any) -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
+    data["source"].update(source)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("auto.offset.reset", "earliest", "never jump to the log start or end"),
+        ("auto.offset.reset", "latest", "never jump to the log start or end"),
+        ("isolation.level", "read_uncommitted", "aborted records"),
+        ("enable.partition.eof", "false", "end-of-partition"),
+        ("enable.auto.commit", "true", "source of truth"),
+        ("group.id", "copied-from-a-consumer", "source.consumer_group"),
+    ],
+)
+def test_the_readers_own_settings_are_refused_in_kafka_properties_naming_the_key_and_why(
+    key: str, value: str, why: str
+) -> None:
+    data = _events_yaml(kafka_properties={"security.protocol": "SASL_SSL", key: value})
+    with pytest.raises(ConfigError) as refused:
+        parse_table(data, "events.yaml")
+    text = str(refused.value)
+    assert "source.kafka_properties" in text and key in text and why in text
+    assert key in READER_OWNED
+    # what a client may set stays allowed: security, per-table brokers, fetch tuning
+    allowed = {"security.protocol": "SASL_SSL", "bootstrap.servers": "b:9092", "fetch.max.bytes": "1048576"}
+    assert (
+        parse_table(_events_yaml(kafka_properties=allowed), "events.yaml").source.kafka_properties == allowed
+    )
+
+
+def test_a_starting_offset_past_the_latest_is_refused_at_planning_never_committed() -> None:
+    config = events_config()
+    config = config.model_copy(
+        update={"source": config.source.model_copy(update={"starting_offsets": {0: 500}})}
+    )
+    with pytest.raises(StartingOffsetsError, match=r"offset 500, beyond the broker's latest offset 120"):
+        next_ranges(config, {}, {0: (0, 120)})
+    at_the_end = config.source.model_copy(update={"starting_offsets": {0: 120}})
+    assert next_ranges(config.model_copy(update={"source": at_the_end}), {}, {0: (0, 120)}) == [
+        MqRange(0, 120, 120)
+    ]
+
+
+def _commit(
+    log: CommitLog,
+    batch: int,
+    topic: str,
+    *,
+    by: str = "",
+    extra: dict[str, Any] | None = None,
+    plan: bool = True,
+) -> None:
+    ranges = (MqRange(0, batch * 10, batch * 10 + 10),)
+    if plan:
+        log.write_plan(Plan("t", batch, f"r{batch}", topic, NOON, ranges))
+    log.write_commit(
+        Commit(
+            "t",
+            batch,
+            f"r{batch}",
+            by or f"r{batch}",
+            topic,
+            NOON,
+            ranges,
+            (),
+            {"dt=2026-11-22/hr=11": 10},
+            (MqPartitionStats(0, 10, 10, 0),),
+            0,
+            10,
+            extra=extra or {},
+        )
+    )
+
+
+def test_the_commit_log_binds_the_table_to_its_topic_and_only_a_rebase_moves_it(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path, "t")
+    assert log.bound_topic() is None
+    log.write_plan(Plan("t", 0, "r0", "clicks", NOON, (MqRange(0, 0, 10),), topic_id="id-1"))
+    assert log.bound_topic() == "clicks"  # a first plan binds it already
+    _commit(log, 0, "clicks", extra={"topic_id": "id-1"}, plan=False)
+    _commit(log, 1, "clicks")
+    state = log.state()
+    assert (state.topic, state.topic_id, state.restarted_at) == ("clicks", "id-1", {})
+    _commit(log, 2, "clicks", by="resolve:rebase#0", extra={"topic_id": "id-2"})
+    _commit(log, 3, "views", by="resolve:rebase#1")  # bound to another topic: the old id means nothing
+    state = log.state()
+    assert (state.topic, state.topic_id, state.restarted_at) == ("views", None, {0: 3})
+    assert log.write_checkpoint().topic == "views"
+    again = CommitLog(tmp_path, "t").state()  # read back from the checkpoint
+    assert (again.topic, again.restarted_at) == ("views", {0: 3})
+
+
+def test_two_families_claiming_one_table_name_leave_it_to_the_topic_it_is_bound_to(tmp_path: Path) -> None:
+    """Sort order would give it to ``clicks`` (its file sorts first); the table read ``more``'s
+    topic for a day: it stays that topic's, and ``clicks``' claim is refused."""
+    settings = replace(Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), conf_dir=tmp_path)
+    family_file(tmp_path, family="clicks", table="t_{topic}")
+    other = yaml.safe_load((tmp_path / "families" / "clicks.yaml").read_text())
+    other.update({"family": "more"})
+    other["source"]["topic_pattern"] = r"clicks.*"
+    (tmp_path / "families" / "more.yaml").write_text(yaml.safe_dump(other))
+    record_members(
+        settings, Members("clicks", {"clicks.eu": Member("clicks.eu", "t_clicks_eu", T0.isoformat())})
+    )
+    record_members(
+        settings, Members("more", {"clicks_eu": Member("clicks_eu", "t_clicks_eu", T0.isoformat())})
+    )
+    _commit(CommitLog(settings.state_location, "t_clicks_eu"), 0, "clicks_eu")
+
+    configs, problems = table_configs(settings)
+    assert [(c.table, c.source.topic) for c in configs] == [("t_clicks_eu", "clicks_eu")]
+    (where,) = problems
+    assert "family clicks" in where and "already the table of topic 'clicks_eu'" in problems[where]
+
+
+def test_a_retired_member_holds_the_barrier_until_its_last_rows_are_published(tmp_path: Path) -> None:
+    """Retired while its hour 11 still waits for its seal: the group's hour 11 must not be
+    announced without it (and then again once it seals)."""
+    settings = replace(Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), conf_dir=tmp_path)
+    gone = events_config().model_copy(update={"table": "t"})
+    gone = gone.model_copy(update={"source": gone.source.model_copy(update={"retired": True})})
+    _commit(CommitLog(settings.state_location, "t"), 0, "clicks")  # rows in hour 11
+    journal = HourJournal(settings.state_location, "t")
+    journal.append(journal_entry("2026-11-22T10"))
+    other = {"2026-11-22T10": None, "2026-11-22T11": None, "2026-11-22T12": None}
+    a = HourJournal(settings.state_location, "a")
+    for seq, hour in enumerate(other):
+        a.append(journal_entry(hour, seq=seq, table="a"))
+    journals = {"a": a.state(), "t": journal.state()}
+
+    assert finished_retired([gone], journals, settings) == frozenset()
+    assert "2026-11-22T11" not in complete_hours(journals, finished_retired([gone], journals, settings))
+    journal.append(journal_entry("2026-11-22T11", seq=1))  # its last rows sealed: now it is done
+    journals["t"] = journal.state()
+    assert finished_retired([gone], journals, settings) == frozenset({"t"})
+    assert set(complete_hours(journals, frozenset({"t"}))) == set(other)
+
+
+def test_a_metastore_service_that_accepts_and_never_answers_fails_the_call_in_bounded_time() -> None:
+    """Without a socket timeout the seal (and the table's lock) waited for Airflow's task timeout."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(silent.accept()[0])  # accepted, never answered
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    port = silent.getsockname()[1]
+    hive_client = type("HiveClient", (), {"spark": None})()
+    metastore = ThriftMetastore(
+        f"thrift://127.0.0.1:{port}",
+        events_config(),
+        hive_client,
+        timeout_s=1.0,  # type: ignore[arg-type]
+    )
+    started = time.monotonic()
+    with pytest.raises(MetastoreServiceError, match=r"no answer within 1 s"):
+        metastore.partition_names("events")
+    assert time.monotonic() - started < 10
+    silent.close()
+    for connection in held:
+        connection.close()
+
+
+def test_the_metastore_timeout_is_a_setting() -> None:
+    assert Settings.from_env({"TIDEMARK_METASTORE_TIMEOUT_S": "5"}).metastore_timeout_s == 5.0
+    with pytest.raises(ConfigError, match="TIDEMARK_METASTORE_TIMEOUT_S"):
+        Settings.from_env({"TIDEMARK_METASTORE_TIMEOUT_S": "soon"})
