@@ -45,7 +45,7 @@ PROTOCOL_POINTS = (
 )
 # An hour's partitions of values new to it added (pointing where no file is) -> the one move
 # of every value (test_metastore_switch)
-METASTORE_POINTS = ("mid_partition_switch",)
+METASTORE_POINTS = ("mid_partition_switch", "before_dropping_gone_values")
 # A replay's commit -> its replayed dirty records hidden -> its own files visible (test_replay)
 REPLAY_POINTS = ("mid_retire",)
 # Between a commit record and the commit log's checkpoint (every CHECKPOINT_EVERY batches)

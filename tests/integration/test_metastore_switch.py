@@ -102,3 +102,45 @@ def test_a_reader_between_adding_a_new_value_and_the_move_sees_the_old_version_o
     monkeypatch.delenv("TIDEMARK_FAIL_AT")
     metastore.switch_partitions(table, hour, v2)
     assert seen() == [("android", 2), ("ios", 2), ("web", 2)]
+
+
+def test_a_value_the_new_version_lacks_shows_no_old_rows_when_the_switch_is_killed_before_its_drop(
+    spark: Any, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v2 of an hour no longer has ``ios``. Its partition is emptied in the same one move that
+    points ``web`` at v2, and dropped after: a kill between the two leaves v2 whole, never v2's
+    web beside v1's ios rows."""
+    from pyspark.sql import functions as F
+
+    config, _ = fresh_table(settings, tmp_path, partitioning__columns=["app"])
+    table, metastore = config.table, HiveClientMetastore(spark, config)
+    metastore.ensure_table(table, tmp_path / "table")
+    hour = {"dt": "2026-11-22", "hr": "10"}
+    columns = [f for f in spark.table(table).schema if f.name not in ("dt", "hr", "app")]
+
+    def version(name: str, apps: list[str]) -> list[tuple[dict[str, str], str]]:
+        for app in apps:
+            spark.range(1).select(
+                *(
+                    (F.lit(int(name[1:])) if f.name == "_mq_offset" else F.lit(None))
+                    .cast(f.dataType)
+                    .alias(f.name)
+                    for f in columns
+                )
+            ).write.parquet(str(tmp_path / name / f"app={app}"))
+        return [({**hour, "app": a}, f"file://{tmp_path}/{name}/app={a}") for a in apps]
+
+    def seen() -> list[tuple[str, int]]:
+        spark.catalog.refreshTable(table)
+        return sorted((r.app, r._mq_offset) for r in spark.table(table).select("app", "_mq_offset").collect())
+
+    metastore.switch_partitions(table, hour, version("v1", ["web", "ios"]))
+    v2 = version("v2", ["web"])
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", "before_dropping_gone_values")
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    with pytest.raises(InjectedFault):
+        metastore.switch_partitions(table, hour, v2)
+    assert seen() == [("web", 2)]  # no ios row of v1 beside v2
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    metastore.switch_partitions(table, hour, v2)  # the retry drops it
+    assert metastore.partition_names(table) == ["dt=2026-11-22/hr=10/app=web"] and seen() == [("web", 2)]

@@ -21,9 +21,17 @@ from tests.helpers.records import journal_entry
 from tests.unit.test_families import T0, family_file
 from tidemark.catalog import table_configs
 from tidemark.config import parse_table
-from tidemark.errors import ConfigError, MetastoreServiceError, StartingOffsetsError
+from tidemark.errors import (
+    ConfigError,
+    LeaseLostError,
+    MetastoreServiceError,
+    StartingOffsetsError,
+    VersionConflictError,
+)
 from tidemark.family.members import Member, Members, record_members
 from tidemark.group.barrier import complete_hours, finished_retired
+from tidemark.hourcommit.base import Writer
+from tidemark.hourcommit.renaming import RenamingHourCommit
 from tidemark.ingest.planner import next_ranges
 from tidemark.seal.thrift_metastore import ThriftMetastore
 from tidemark.settings import Settings
@@ -31,6 +39,10 @@ from tidemark.source_config import READER_OWNED
 from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
+from tidemark.state.layout import Layout, compaction_marker
+from tidemark.state.locks import TableLock
+from tidemark.state.storage import replace_atomically
+from tidemark.time.hours import parse_key
 
 pytestmark = pytest.mark.unit
 
@@ -208,3 +220,33 @@ def test_the_metastore_timeout_is_a_setting() -> None:
     assert Settings.from_env({"TIDEMARK_METASTORE_TIMEOUT_S": "5"}).metastore_timeout_s == 5.0
     with pytest.raises(ConfigError, match="TIDEMARK_METASTORE_TIMEOUT_S"):
         Settings.from_env({"TIDEMARK_METASTORE_TIMEOUT_S": "soon"})
+
+
+def test_a_seal_paused_past_its_lease_deletes_no_published_hour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction's residue clean-up ran without the lease's check: a seal that decided
+    "not compacted yet", paused, and resumed after its successor published the hour deleted
+    the published directory (local disk and HDFS)."""
+    settings = replace(
+        Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), state_uri=str(tmp_path / "s")
+    )
+    layout = Layout(settings, "t")
+    commit = RenamingHourCommit(layout)
+    hour = parse_key("2026-11-22T10", "UTC")
+    lock = TableLock(settings.state_location, "t")
+    monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "0.001")
+    paused = Writer("seal-1", lock.acquire("seal-1"))  # no renewal: frozen past its lease
+    time.sleep(0.05)
+    monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "600")
+    successor = Writer("seal-2", lock.acquire("seal-2"))
+    published = layout.table_dir / hour.path
+    published.mkdir(parents=True)
+    (published / "part-0.parquet").write_bytes(b"rows")
+    replace_atomically(compaction_marker(published), {"files": ["part-0.parquet"], "rows": 1})
+
+    with pytest.raises(LeaseLostError):
+        commit.claim_compaction(hour, 3, paused)
+    with pytest.raises(VersionConflictError, match="compacted meanwhile"):  # even its lease's holder
+        commit.claim_compaction(hour, 3, successor)
+    assert (published / "part-0.parquet").read_bytes() == b"rows"

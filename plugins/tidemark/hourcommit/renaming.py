@@ -12,8 +12,7 @@ hidden directory of its writer's own and renamed into place.
   partitions (``ADD IF NOT EXISTS``), then ``_SUCCESS``; an amend moves its new files into the
   live directory one rename each;
 - **drop inputs**: the hour's ``_open`` directory once its journal entry is written;
-- **collect**: nothing: a replaced version is swapped out into the writer's scratch and
-  removed with it.
+- **collect**: nothing: a replaced version is swapped into the writer's scratch, removed with it.
 """
 
 from __future__ import annotations
@@ -80,9 +79,20 @@ class RenamingHourCommit(HourCommit):
         return sorted(source.rglob("*.parquet")) if source.exists() else []
 
     def claim_compaction(self, hour: Hour, through: int, writer: Writer) -> str:
-        for residue in (self.layout.sealing_dir / hour.path, self.layout.table_dir / hour.path):
-            shutil.rmtree(residue, ignore_errors=True)  # a crashed attempt's; never registered
+        self._clear_residue(hour, writer)
         return self.layout.relative(self._scratch("compacted", hour, writer))
+
+    def _clear_residue(self, hour: Hour, writer: Writer) -> None:
+        """A crashed attempt's version of the hour, removed by the lease's holder only (a seal
+        paused past its lease must not delete what its successor published); a directory with
+        a compaction marker is a finished version, never residue."""
+        writer.check()
+        for residue in (self.layout.sealing_dir / hour.path, self.layout.table_dir / hour.path):
+            if read_json(compaction_marker(residue)) is not None:
+                raise VersionConflictError(
+                    f"{self.layout.table}: hour {hour.key} was compacted meanwhile: {residue}"
+                )
+            shutil.rmtree(residue, ignore_errors=True)
 
     def keep_compacted(
         self, hour: Hour, directory: str, written: Written, *, complete: bool, writer: Writer
@@ -127,9 +137,7 @@ class RenamingHourCommit(HourCommit):
             log.info("%s: hour %s already compacted (%s files)", table, hour.key, len(done["files"]))
             return list(done["files"]), int(done["rows"]), home
         if done is None:
-            for residue in (hidden, target):  # a crashed attempt's; never registered
-                if residue.exists():
-                    shutil.rmtree(residue)
+            self._clear_residue(hour, writer)  # a crashed attempt's; never registered
             private = self._scratch("compacted", hour, writer)
             compacted, rows = self._compact_into(
                 hour, private, target, files=files, writer=writer, logged=logged
@@ -246,8 +254,7 @@ class RenamingHourCommit(HourCommit):
         return self.layout.table_dir / hour.path
 
     def reveal(self, home: Path, target: Path, writer: Writer) -> None:
-        """Move a checked hour from the hidden ``_sealing`` directory to its place (one
-        rename; nothing to do when it is there already)."""
+        """Move a checked hour from hidden ``_sealing`` to its place (one rename, if not there)."""
         if home == target or not home.exists():
             return
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -365,17 +372,11 @@ class RenamingHourCommit(HourCommit):
         shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
 
     def sweep_sealed(self, partitions: JournalState, frontier: datetime, zone: str) -> None:
-        for hidden in self.layout.sealing_dir.glob("dt=*/hr=*"):  # a published hour's is a zombie's
-            entry = partitions.hours.get(
-                parse_path(str(hidden.relative_to(self.layout.sealing_dir)), zone).key
-            )
+        table, sealing = self.layout.table, self.layout.sealing_dir
+        for hidden in sealing.glob("dt=*/hr=*"):  # a published hour's is a zombie's
+            entry = partitions.hours.get(parse_path(str(hidden.relative_to(sealing)), zone).key)
             if entry is not None and entry.published:
-                log.warning(
-                    "%s: removing %s, left beside the published hour %s",
-                    self.layout.table,
-                    hidden,
-                    entry.hour,
-                )
+                log.warning("%s: removing %s beside the published hour %s", table, hidden, entry.hour)
                 shutil.rmtree(hidden, ignore_errors=True)
         if not self.layout.open_dir.exists():
             return

@@ -30,6 +30,12 @@ DATABASE = "default"
 PENDING = "_tidemark_pending"
 
 
+def emptied(location: str) -> str:
+    """A location holding no files, for a partition value whose rows must vanish in a switch."""
+    location = location.rstrip("/")
+    return location if location.endswith(f"/{PENDING}") else f"{location}/{PENDING}"
+
+
 def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -151,7 +157,9 @@ class HiveClientMetastore:
         holding no files (``PENDING`` inside their new directory); then every value moves in
         **one** ``alter_partitions`` call, which the metastore applies in one transaction, so
         readers never see some values of the hour at the old version and others at the new;
-        values the new version lacks are dropped (the files stay, for the collector)."""
+        values the new version lacks move in the same call to a location holding no files, and
+        are dropped after it (a kill in between shows none of their old rows; the files stay,
+        for the collector)."""
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         catalog = self.spark._jsparkSession.sessionState().catalog().externalCatalog()
@@ -165,8 +173,9 @@ class HiveClientMetastore:
             current.update(self._partitions(table, hour_spec))
         moved = []
         for key, part in current.items():
-            new_location = wanted.get(key)
-            if new_location is None or str(part.location().toString()) == new_location:
+            location = str(part.location().toString())
+            new_location = wanted.get(key) or emptied(location)  # a value the version lacks: no rows
+            if location == new_location:
                 continue
             storage = part.storage()
             new_storage = storage.copy(
@@ -195,6 +204,8 @@ class HiveClientMetastore:
                 DATABASE, table, jvm.org.apache.spark.api.python.PythonUtils.toSeq(as_list)
             )
         gone = [dict(key) for key in current if key not in wanted]
+        if gone:
+            crash_point("before_dropping_gone_values")  # emptied already: no old row shows
         for dropped in gone:
             self.spark.sql(drop_partition_sql(table, dropped))
         for spec, location in partitions:

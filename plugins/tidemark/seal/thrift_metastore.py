@@ -27,7 +27,7 @@ from tidemark.config import TableConfig
 from tidemark.errors import MetastoreServiceError
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields
-from tidemark.seal.metastore import DATABASE, PENDING, HiveClientMetastore, Metastore
+from tidemark.seal.metastore import DATABASE, PENDING, HiveClientMetastore, Metastore, emptied
 from tidemark.settings import Settings
 
 if TYPE_CHECKING:
@@ -196,7 +196,8 @@ class ThriftMetastore:
         self, table: str, hour_spec: Mapping[str, str], partitions: Sequence[tuple[Mapping[str, str], str]]
     ) -> None:
         """Point an hour's partitions at a new version's directories (``HiveClientMetastore``'s
-        protocol: added values wait at an empty location, then one ``alter_partitions``)."""
+        protocol: added values wait at an empty location, then one ``alter_partitions``, which
+        also empties the values the version lacks before they are dropped)."""
         shape = self._require_table(table)
         wanted = {tuple(sorted(_lower(spec).items())): location for spec, location in partitions}
         current = self._hour_partitions(shape, hour_spec)
@@ -207,8 +208,8 @@ class ThriftMetastore:
             current.update(self._hour_partitions(shape, hour_spec))
         moved = []
         for key, part in current.items():
-            new_location = wanted.get(key)
-            if new_location is None or _same_location(part.sd.location, new_location):
+            new_location = wanted.get(key) or emptied(part.sd.location)  # a value the version lacks
+            if _same_location(part.sd.location, new_location):
                 continue
             switched = copy.deepcopy(part)
             switched.sd.location = new_location
@@ -219,6 +220,8 @@ class ThriftMetastore:
                 lambda c: c.alter_partitions(DATABASE, table, moved),
             )
         gone = [current[key] for key in current if key not in wanted]
+        if gone:
+            crash_point("before_dropping_gone_values")  # emptied already: no old row shows
         for part in gone:
             self._drop(table, list(part.values))
         for spec, location in partitions:
