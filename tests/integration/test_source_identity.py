@@ -28,7 +28,9 @@ from tidemark.errors import (
 )
 from tidemark.ingest.dump import run_dump
 from tidemark.ingest.resolve import resolve
-from tidemark.observe.status import table_status
+from tidemark.observe.metrics import emit_metrics
+from tidemark.observe.report import report_data
+from tidemark.observe.status import render, table_status
 from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
@@ -225,3 +227,41 @@ def test_a_table_bound_to_its_topic_refuses_a_config_that_names_another(
     assert CommitLog(settings.state_location, config.table).state().topic == other
     with pytest.raises(TopicChangedError):  # and now the old name is the stranger
         run_dump(spark, config, settings, "run-4", at(11, 40))
+
+
+def test_status_tells_the_brokers_side_an_open_transaction_and_offsets_lost_or_at_risk(
+    spark: Any, kafka: KafkaService, on_kafka: tuple[Any, Settings, str]
+) -> None:
+    """A transaction left open must not look like lag 0; retention closing in on the next
+    offset, or past it, is said before the next plan stops on it."""
+    from confluent_kafka import Producer
+
+    config, settings, bootstrap = on_kafka
+    topic = config.source.topic
+    produce(bootstrap, topic, records([(0, at(10, m)) for m in range(20)]))
+    run_dump(spark, config, settings, "run-1", at(11))
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-open", "linger.ms": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for m in records([(0, at(10, 30 + m)) for m in range(3)], prefix="o"):
+        producer.produce(topic, m.value, partition=0)
+    producer.flush(30)
+
+    status = table_status(config, settings)
+    assert status["partitions"][0]["lag"] == 0  # read_committed: nothing stable to read ...
+    assert status["broker"]["offsets_in_open_transactions"] == 3  # ... but 3 wait behind the open one
+    assert status["broker"]["open_transaction_since"] is not None
+    assert "open transaction: 3 offsets on MQ partitions [0]" in render(status)
+    sent = emit_metrics(config, settings, gauge=lambda name, value: None)
+    assert sent[f"tidemark.{config.table}.broker.offsets_in_open_transactions"] == 3
+    producer.abort_transaction(30)
+
+    produce(bootstrap, topic, records([(0, at(10, 40 + m)) for m in range(100)], prefix="b"))
+    _delete_records(kafka, topic, 0, 19)  # one offset before the table's next (20): at risk
+    status = table_status(config, settings)
+    assert status["broker"]["mq_partitions_at_risk"] == [0] and "AT RISK on MQ partition 0" in render(status)
+    _delete_records(kafka, topic, 0, 30)  # past it: lost, said before the next plan stops
+    status = table_status(config, settings)
+    assert status["partitions"][0]["lost"] == 10 and status["broker"]["offsets_lost_on_broker"] == 10
+    assert "LOST to retention on MQ partition 0: offsets 20..29" in render(status)
+    assert any("--action accept-loss" in line for line in report_data(config, settings)["broker"])

@@ -184,6 +184,37 @@ def partition_offsets(conf: dict[str, Any], topic: str) -> dict[int, tuple[int, 
         consumer.close()
 
 
+def open_transactions(
+    conf: dict[str, Any], topic: str, stable: Mapping[int, int]
+) -> dict[int, tuple[int, int | None]]:
+    """For each MQ partition whose high watermark is above its last stable offset (``stable``,
+    what a read_committed plan ends at): (offsets waiting behind an open transaction, the
+    epoch milliseconds of the first of them, when the transaction began, if it can be read)."""
+    from confluent_kafka import TopicPartition
+
+    uncommitted = {**conf, "isolation.level": "read_uncommitted"}
+    consumer, _ = _consumer(uncommitted, "tidemark-status")
+    try:
+        waiting: dict[int, tuple[int, int | None]] = {}
+        for partition, lso in stable.items():
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
+            if int(high) > lso:
+                waiting[partition] = (int(high) - lso, None)
+        if waiting:
+            consumer.assign([TopicPartition(topic, p, stable[p]) for p in waiting])
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and any(t is None for _, t in waiting.values()):
+                message = consumer.poll(0.5)
+                if message is None or message.error() is not None:
+                    continue
+                partition = int(message.partition() or 0)
+                if partition in waiting and waiting[partition][1] is None:
+                    waiting[partition] = (waiting[partition][0], int(message.timestamp()[1]))
+        return waiting
+    finally:
+        consumer.close()
+
+
 def topic_id(conf: dict[str, Any], topic: str) -> str | None:
     """The broker's id of ``topic`` (Kafka 2.8+), or None where the broker does not say
     (a Kafka-protocol look-alike without DescribeTopicPartitions): then no identity check."""

@@ -11,6 +11,7 @@ gauges, names prefixed ``tidemark.<table>.``:
 | ``offsets_without_message``, ``offsets_lost_to_retention`` | totals: offsets spanned that held no \
 message (transaction markers, aborted records, compacted keys); offsets retention deleted before a \
 batch read them (``tidemark resolve --action accept-loss``) |
+| ``broker.offsets_in_open_transactions``, ``broker.mq_partitions_at_risk``, ``broker.offsets_lost`` | the broker's side (``observe/broker_side``): offsets waiting behind an open transaction (a lag of 0 is not caught up while this is above 0), MQ partitions whose earliest offset closes in on the table's next one, offsets retention deleted before they were read (not yet recorded); not sent while the broker cannot be reached |
 | ``batch.read``, ``batch.rows``, ``batch.dirty``, ``batch.tombstones``, ``batch.late`` | the last committed batch |
 | ``batch.spanned``, ``batch.without_message`` | the last batch's offsets: spanned == read + without a message |
 | ``ready_lag_seconds`` | last batch's processing time - global ready time (how far sealing trails) |
@@ -34,6 +35,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from tidemark.config import TableConfig
+from tidemark.observe.broker_side import broker_side
 from tidemark.observe.status import snapshots, stream_summary
 from tidemark.settings import Settings
 from tidemark.state.storage import read_json, replace_atomically
@@ -80,6 +82,11 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         send("batch.late", last.late)
         send("batch.spanned", last.spanned)
         send("batch.without_message", last.without_message)
+    side = broker_side(config, settings, state.end_offsets)
+    if side["error"] is None and not config.source.retired:
+        send("broker.offsets_in_open_transactions", side["summary"]["offsets_in_open_transactions"])
+        send("broker.mq_partitions_at_risk", len(side["summary"]["mq_partitions_at_risk"]))
+        send("broker.offsets_lost", side["summary"]["offsets_lost_on_broker"])
     group = read_json(commit_log.group_commit_file)
     if group is not None:
         send("group_commit_failed", 1.0 if group.get("failed") else 0.0)

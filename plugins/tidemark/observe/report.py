@@ -24,6 +24,7 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.observe.alerts import describe_overdue, overdue_hours, recent_failures
+from tidemark.observe.broker_side import broker_side, describe
 from tidemark.observe.status import render_snapshot, render_stream, snapshots, stream_summary
 from tidemark.seal.data_docs import render_pending
 from tidemark.settings import Settings
@@ -83,6 +84,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "failures": recent_failures(settings, config.table)[:MAX_FAILURES_SHOWN],
         "pending": pending.describe() if (pending := commit_log.pending_plan(state)) else None,
         "writer": render_stream(stream_summary(config, settings)),
+        "broker": _broker_lines(config, settings, state.end_offsets),
         "snapshots": [render_snapshot(snap) for snap in snapshots(config, settings)],
         "decisions": [r.describe() for r in table_state.audit.records()][-MAX_FAILURES_SHOWN:],
     }
@@ -276,6 +278,7 @@ def _page(data: dict[str, Any], plots: str, rows: str, alerts: str) -> str:
     e = html.escape
     writer = "<br>".join(e(line.strip()) for line in data.get("writer", []))
     snapshot_lines = "<br>".join(e(line) for line in data.get("snapshots", []))
+    broker_lines = "<br>".join(e(line.strip()) for line in data.get("broker", []))
     summary = (
         f"topic <b>{e(data['topic'])}</b>; {data['batches']} batches (last {data['last_batch']}); rows {data['rows']}, "
         f"dirty {data['dirty']}, tombstones {data['tombstones']}, late {data['late']}, "
@@ -297,6 +300,7 @@ section.plot {{ max-width: 1100px; }}
 <h1>Ingestion health: {e(data["table"])}</h1>
 <p id="summary">{summary}</p>
 <p id="writer">{writer}</p>
+<p id="broker">{broker_lines}</p>
 <p id="snapshots">{snapshot_lines}</p>
 {alerts}
 {plots}
@@ -309,6 +313,16 @@ section.plot {{ max-width: 1100px; }}
 </tbody></table>
 </body></html>
 """
+
+
+def _broker_lines(config: TableConfig, settings: Settings, end_offsets: dict[int, int]) -> list[str]:
+    """The broker's side in words: open transactions, offsets at risk or lost (``broker_side``)."""
+    side = broker_side(config, settings, end_offsets)
+    if side["error"]:
+        return [f"broker: {side['error']}"]
+    return describe(side, config.table) or [
+        "broker: no open transaction holds records back; no offset at risk"
+    ]
 
 
 def write_report(

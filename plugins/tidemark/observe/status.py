@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import BrokerUnavailableError
-from tidemark.ingest.kafka import client_properties, partition_offsets
+from tidemark.observe.broker_side import broker_side, describe
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.journal import EntryKind
@@ -38,25 +37,11 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         }
         for c in log.iter_commits(first_recent)
     ]
+    side = broker_side(config, settings, state.end_offsets)
     partitions: dict[int, dict[str, Any]] = {
         p: {"committed_end": end, "latest": None, "lag": None} for p, end in state.end_offsets.items()
     }
-    broker_error = None
-    try:
-        offsets = (
-            {}  # the topic is gone: nothing to ask the broker
-            if config.source.retired
-            else partition_offsets(
-                client_properties(settings.kafka_bootstrap, config.source.kafka_properties),
-                config.source.topic,
-            )
-        )
-        for p, (_, latest) in offsets.items():
-            entry = partitions.setdefault(p, {"committed_end": None, "latest": None, "lag": None})
-            entry["latest"] = latest
-            entry["lag"] = latest - (entry["committed_end"] or 0)
-    except BrokerUnavailableError as exc:
-        broker_error = str(exc)
+    partitions.update(side["partitions"])
     journal = TableState(settings.state_location, config.table).journal.state()
     ready = state.ready
     return {
@@ -91,7 +76,8 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "snapshots": snapshots(config, settings),
         "partitions": dict(sorted(partitions.items())),
         "recent_batches": batches,
-        "broker_error": broker_error,
+        "broker_error": side["error"],
+        "broker": side["summary"],
     }
 
 
@@ -220,6 +206,7 @@ def render(status: dict[str, Any]) -> str:
     lines += [f"  {render_snapshot(snap)}" for snap in status["snapshots"]]
     if status["broker_error"]:
         lines.append(f"  broker: {status['broker_error']}")
+    lines += describe({"summary": status["broker"], "partitions": status["partitions"]}, status["table"])
     lines.append("  MQ partition  committed end  latest  lag  watermark")
     for p, info in status["partitions"].items():
         wm = status["watermarks"].get(p)
