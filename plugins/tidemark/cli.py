@@ -67,17 +67,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _spark_submit(table: str, job: str, job_args: list[str]) -> int:
     """spark-submit ``spark_jobs/<job>.py`` with the configured master (what the DAGs run)."""
-    import subprocess
+    from tidemark.jobs import submit_job
 
-    from tidemark.catalog import load_table
-    from tidemark.jobs import SparkJob, spark_environment
-    from tidemark.settings import Settings
-
-    settings = Settings.from_env()
-    load_table(table, settings)  # fail fast on a bad config, before a JVM starts
-    command = SparkJob(job, table, job_args).command(settings)
-    log.info("running %s", " ".join(command))
-    return subprocess.call(command, env=spark_environment(settings))
+    return submit_job(table, job, job_args)
 
 
 def _cmd_dump(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""``tidemark spark-conf``: the Spark conf of a SQL client of one's own that reads every table
+"""``tidemark verify``: a table checked as its readers see it against its commit log.
+``tidemark spark-conf``: the Spark conf of a SQL client of one's own that reads every table
 tidemark writes by name (Hive hours, Delta snapshots, Iceberg tables), for ``spark-sql
 --properties-file`` or a notebook's session builder."""
 
@@ -13,7 +14,7 @@ FORMATS = ("properties", "json", "args")
 
 
 def add_reader_commands(sub: Any) -> None:
-    """``tidemark spark-conf`` on the CLI's subparsers."""
+    """``tidemark spark-conf`` and ``tidemark verify`` on the CLI's subparsers."""
     command = sub.add_parser(
         "spark-conf",
         help="the Spark conf that reads every tidemark table by name (spark-sql --properties-file)",
@@ -27,6 +28,26 @@ def add_reader_commands(sub: Any) -> None:
     command.add_argument("--format", choices=FORMATS, default="properties", help="default: properties")
     command.add_argument("--show-secrets", action="store_true", help="print passwords and keys as they are")
     command.set_defaults(func=cmd_spark_conf)
+    verify = sub.add_parser(
+        "verify",
+        help="check a table as readers see it against its commit log (exits non-zero on a violation)",
+        description="Reads the table as its readers do (the metastore's partitions, or the Iceberg snapshot) "
+        "and checks: committed offsets contiguous per MQ partition (holes only as recorded gaps, restarts only "
+        "at a rebase), every data file read once, each published hour's rows equal to its committed rows, and "
+        "no data file outside a registered version or a committed batch beyond output.version_retention. "
+        "What the maintenance DAG runs daily (spark-submit spark_jobs/verify.py).",
+    )
+    verify.add_argument("--table", required=True)
+    verify.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from tidemark.jobs import submit_job
+
+    as_of = datetime.now(UTC).isoformat()  # the caller's instant: orphans are judged at it
+    return submit_job(args.table, "verify", ["--run-id", f"verify__{as_of}", "--as-of", as_of])
 
 
 def cmd_spark_conf(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import logging
 import os
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -310,3 +311,13 @@ def ensure_schema(config: TableConfig, settings: Settings, run_id: str, *, dry_r
         history.check(config)
     else:
         history.ensure(config, run_id)
+
+
+def submit_job(table: str, job: str, job_args: list[str]) -> int:
+    """spark-submit ``spark_jobs/<job>.py`` for ``table`` with the configured master (what the
+    DAGs run), from the CLI; its exit status."""
+    settings = Settings.from_env()
+    load_table(table, settings)  # fail fast on a bad config, before a JVM starts
+    command = SparkJob(job, table, job_args).command(settings)
+    logging.getLogger(__name__).info("running %s", " ".join(command))
+    return subprocess.call(command, env=spark_environment(settings))

@@ -33,6 +33,7 @@ from tidemark.hourcommit.iceberg import IcebergHourCommit
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.lineage import job_lineage
+from tidemark.observe.verify import run_verify
 from tidemark.seal.maintenance import maintain
 from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_release, run_seal
@@ -104,6 +105,8 @@ def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
     assert done["status"] == "rebuilt"
     assert pyiceberg_rows(settings, table, hour="10") == after
     assert snapshots_of(settings, table)[-1]["tidemark.version"] == "3"
+    verdict = run_verify(spark, config, settings, datetime.now(UTC))  # the lake check on the snapshot
+    assert verdict.ok and {c.name: c.checked for c in verdict.checks}["hour_rows"] == 1, verdict.render()
 
 
 @pytest.mark.parametrize(

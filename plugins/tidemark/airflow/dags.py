@@ -54,15 +54,14 @@ def shard_dags(dag_file: str, settings: Settings | None = None) -> dict[str, Any
 
 
 def builders_for(config: TableConfig) -> list[Builder]:
-    """The DAG kinds of one table: ingest, seal, rebuild and stream; bootstrap and merge for
-    CDC tables; maintain for Iceberg tables."""
+    """The DAG kinds of one table: ingest, seal, rebuild, stream and maintain (the lake check;
+    an Iceberg table's expiry first); bootstrap and merge for CDC tables."""
     kinds: list[Builder] = [seal_dag, rebuild_dag, stream_dag]
     if config.group is None:  # a group's tables are dumped and sealed by the group's DAG
         kinds.insert(0, ingest_dag)
     if config.cdc is not None:
         kinds += [bootstrap_dag, merge_dag]
-    if config.output.table_format == "iceberg":
-        kinds.append(maintain_dag)
+    kinds.append(maintain_dag)
     return kinds
 
 

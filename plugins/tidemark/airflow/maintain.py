@@ -1,49 +1,69 @@
-"""The maintenance DAG of an Iceberg table (``output.table_format: iceberg``)."""
+"""The maintenance DAG of a table: the lake check daily, after an Iceberg table's expiry."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tidemark.airflow.common import dry_run_param, table_context, table_dag
+from tidemark.airflow.common import HIVE_METASTORE_POOL, dry_run_param, spark_job, table_context, table_dag
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 
 
 def maintain_dag(config: TableConfig, settings: Settings) -> Any:
-    """``tidemark_maintain_<table>``: daily, expire snapshots past the retention and delete the
-    metadata only they used (``seal/maintenance.py``)."""
+    """``tidemark_maintain_<table>``: daily; an Iceberg table's snapshots past the retention
+    expired and the metadata only they used deleted (``seal/maintenance.py``), then every
+    table checked as its readers see it against its commit log (``observe/verify.py``)."""
     from airflow.sdk import task
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     table = config.table
     retention = config.output.version_retention
-    with table_dag(
-        config,
-        "maintain",
-        description=f"Expire old snapshots of the Iceberg table {table} and delete their metadata",
-        schedule=CronDataIntervalTimetable("30 3 * * *", timezone="UTC"),
-        doc_md=f"""
-### Maintain the Iceberg table `{table}`
+    iceberg = config.output.table_format == "iceberg"
+    expiry = f"""
 Daily: snapshots committed more than `output.version_retention` ({retention}) before the run's
 data interval end (and before now) are expired, never the current one; then the manifest lists,
 manifests and metadata files no kept snapshot references, older than the retention. The hour
 versions only expired snapshots held are deleted by the next seal (its collector). Nothing to
 compact: every version of an hour is written compacted. *Dry run* only logs what would go.
 Same as `tidemark maintain --table {table}`.
+"""
+    with table_dag(
+        config,
+        "maintain",
+        description=f"Check {table} against its commit log daily"
+        + (", after expiring old snapshots" if iceberg else ""),
+        schedule=CronDataIntervalTimetable("30 3 * * *", timezone="UTC"),
+        doc_md=f"""
+### Maintain `{table}`
+{expiry if iceberg else ""}
+**verify**: the table as its readers see it (the metastore's partitions, or the current Iceberg
+snapshot) against its commit log: committed offsets contiguous per MQ partition, every data
+file read once, each published hour's rows equal to its committed rows, no data file outside a
+registered version or a committed batch beyond the retention ({retention}). The task fails,
+listing every violation, when one is found. Same as `tidemark verify --table {table}`.
 """,
         params={"dry_run": dry_run_param("the snapshots and metadata files that would go")},
     ) as dag:
+        verify = spark_job(
+            config,
+            settings,
+            "verify",
+            "spark-submit spark_jobs/verify.py: the lake check (exits non-zero on a violation).",
+            ["--as-of", "{{ data_interval_end.isoformat() }}"],
+            pool=HIVE_METASTORE_POOL,
+        )
+        if iceberg:
 
-        @task(task_id="expire_snapshots")
-        def expire(**context: Any) -> dict[str, Any]:
-            from tidemark.seal.maintenance import maintain
-            from tidemark.table import Table
+            @task(task_id="expire_snapshots")
+            def expire(**context: Any) -> dict[str, Any]:
+                from tidemark.seal.maintenance import maintain
+                from tidemark.table import Table
 
-            config, settings = table_context(table)
-            end = context["data_interval_end"]
-            return maintain(
-                Table.open(config, settings), end, dry_run=bool(context["params"]["dry_run"])
-            ).to_json()
+                config, settings = table_context(table)
+                end = context["data_interval_end"]
+                return maintain(
+                    Table.open(config, settings), end, dry_run=bool(context["params"]["dry_run"])
+                ).to_json()
 
-        expire()
+            expire() >> verify
     return dag

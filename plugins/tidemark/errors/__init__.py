@@ -286,3 +286,10 @@ class MembershipError(TidemarkError):
     """A change of a family's or a group's members that cannot be made (an active topic
     forgotten, a table that is not a member asked to leave): names the family or group, the
     table and what to do instead."""
+
+
+class LakeCheckError(TidemarkError):
+    """``tidemark verify`` found the table as readers see it disagreeing with its commit log
+    (the message lists every violation, check by check). Nothing was changed: each problem
+    names the hour, batch, offsets or file to look at; ``tidemark rebuild`` re-creates an hour
+    from the broker, and a stray file is the collector's (or an operator's) to remove."""
