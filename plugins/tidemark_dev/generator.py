@@ -146,6 +146,37 @@ def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, 
             raise
 
 
+def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete ``topic`` and create it again under the same name: a new topic id, its offsets
+    from 0 again (the broker finishes a deletion in the background: the creation is retried)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer: its handle serves it
+    (gone,) = admin.delete_topics([topic]).values()
+    gone.result(30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            create_topic(bootstrap, topic, partitions)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def delete_records(bootstrap: str, topic: str, partition: int, before: int) -> None:
+    """DeleteRecords: the log start of ``topic[partition]`` moves to ``before``, as retention
+    would move it."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (deleted,) = admin.delete_records([TopicPartition(topic, partition, before)]).values()
+    deleted.result(30)
+
+
 def records(items: list[tuple[Any, ...]], *, prefix: str = "r") -> list[Message]:
     """Hand-placed events: (MQ partition, event time[, field overrides]) each; for tests that
     need a precise watermark per partition."""

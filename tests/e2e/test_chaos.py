@@ -6,6 +6,7 @@ rows its journal entry says, and no orphan or temp file is visible in any table 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import Counter
@@ -20,9 +21,12 @@ import pytest
 from deltalake import DeltaTable  # noqa: TID253
 
 from tests.helpers.chaos import JobClock, job, killed_at_random
+from tests.helpers.jobs import run_job_process
 from tests.helpers.orders import send, snapshot, truth, write_parquet_source
 from tests.helpers.tables import PROCESSING, START, at, fresh_table, landed, late_landed
+from tidemark.faults import EXIT_CODE
 from tidemark.ingest.dump import run_dump
+from tidemark.ingest.resolve import resolve
 from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
@@ -35,11 +39,13 @@ from tidemark.state.layout import Layout
 from tidemark_dev.generator import (
     Message,
     create_topic,
+    delete_records,
     events,
     order_changes,
     produce,
     produce_in_transaction,
     records,
+    recreate_topic,
     state_after,
 )
 from tidemark_dev.kafka import KafkaService
@@ -80,6 +86,92 @@ def test_random_kills_on_apache_kafka_with_aborted_transactions_lose_and_double_
     # the events' oversized dirty records (> 1 MiB) are larger than Kafka's default limit
     big = {"max.message.bytes": str(16 << 20)}
     _kills_of_dump_and_seal(replace(settings, kafka_bootstrap=bootstrap), tmp_path, send, big)
+
+
+def test_a_topic_recreated_or_records_deleted_between_a_killed_dump_and_its_retry_on_apache_kafka(
+    kafka: KafkaService, settings: Settings, tmp_path: Path
+) -> None:
+    """A dump killed at random, then the broker's edges before its retry: DeleteRecords inside
+    the planned batch, and later the topic deleted and created again. Each retry stops with the
+    named error and its way out; after the audited decision every record lands exactly once,
+    except the deleted or never-read offsets of the old topic, which are recorded as lost."""
+    bootstrap = kafka.listeners.plaintext
+    rng = random.Random(SEED + 58)
+    home = tmp_path / "home"
+    own = replace(settings, home=home, warehouse=str(home / "warehouse"), kafka_bootstrap=bootstrap)
+    config, own = fresh_table(own, tmp_path)
+    table, topic = config.table, config.source.topic
+    create_topic(bootstrap, topic, 2)
+    clock = JobClock(first_guess=6.0)
+    processing = ("--processing-time", PROCESSING.isoformat())
+    old = produce(bootstrap, topic, list(events(40, start=START, partitions=2, seed=SEED)))
+    clock.finish(own, "dump", table, "first", *processing)
+    log = CommitLog(own.state_dir, table)
+
+    def pending_batch(run_id: str) -> Any:
+        """The killed run's batch if it is still planned, else one planned by a dump that dies
+        right after its plan: a batch whose offsets the broker changes before its retry."""
+        state = log.state()
+        if (plan := log.pending_plan(state)) is not None and plan.records_planned:
+            return plan, run_id
+        retry = f"{run_id}-planned"
+        code, _, _ = run_job_process(own, "dump", table, retry, *processing, fail_at="after_plan")
+        assert code == EXIT_CODE
+        return log.pending_plan(log.state()), retry
+
+    # DeleteRecords inside the planned batch: the retry names the loss; accept-loss records it
+    old += produce(bootstrap, topic, list(events(40, start=START, partitions=2, seed=SEED + 1)))
+    killed_at_random(job(own, "dump", table, "chaos-1", *processing), rng, *clock.life("dump"))
+    plan, run_id = pending_batch("chaos-1")
+    (planned,) = [r for r in plan.ranges if r.mq_partition == 0]
+    cut = planned.start + max(1, planned.size // 2)
+    delete_records(bootstrap, topic, 0, cut)
+    code, _, err = run_job_process(own, "dump", table, run_id, *processing)
+    assert code != 0 and "OffsetsLostToRetentionError" in err and "--action accept-loss" in err, err[-3000:]
+    resolve(config, own, action="accept-loss", reason="chaos: DeleteRecords", by="chaos", at=PROCESSING)
+    clock.finish(own, "dump", table, "after-loss", *processing)
+
+    # the topic re-created between a killed attempt and its retry: the retry names rebase
+    old += produce(bootstrap, topic, list(events(40, start=START, partitions=2, seed=SEED + 2)))
+    killed_at_random(job(own, "dump", table, "chaos-2", *processing), rng, *clock.life("dump"))
+    recreate_topic(bootstrap, topic, 2)
+    new = produce(bootstrap, topic, list(events(30, start=START, partitions=2, seed=SEED + 3)))
+    code, _, err = run_job_process(own, "dump", table, "chaos-2", *processing)
+    assert code != 0 and "TopicRecreatedError" in err and "--action rebase" in err, err[-3000:]
+    resolve(config, own, action="rebase", reason="chaos: the topic was re-created", by="chaos", at=PROCESSING)
+    clock.finish(own, "dump", table, "chaos-2", *processing)
+    clock.finish(own, "dump", table, "after-rebase", *processing)
+
+    landed_ids = Counter(event_ids(Layout(own, table)))
+    lost = recorded_gaps(log)
+    expected_old = Counter(
+        json.loads(m.value or b"{}")["event_id"]
+        for p, o, m in old
+        if not any(o in r for r in lost.get(p, ()))
+    )
+    expected_new = Counter(json.loads(m.value or b"{}")["event_id"] for _, _, m in new)
+    assert landed_ids == expected_old + expected_new  # exactly once, the lost ones recorded
+    assert set(range(planned.start, cut)) <= set().union(*(set(r) for r in lost.get(0, ())))
+    assert table_status(config, own)["lost_to_retention"] == sum(len(r) for rs in lost.values() for r in rs)
+
+
+def event_ids(layout: Layout) -> list[str]:
+    """The event ids of every row file under the table (sealed hours and committed batches)."""
+    return [
+        event_id
+        for path in layout.table_dir.rglob("*.parquet")
+        for event_id in pq.read_table(path, columns=["event_id"]).column("event_id").to_pylist()
+    ]
+
+
+def recorded_gaps(log: CommitLog) -> dict[int, list[range]]:
+    """MQ partition -> the offset ranges the commit log records as lost (of the old topic)."""
+    gaps: dict[int, list[range]] = {}
+    for commit in log.iter_commits():
+        for r in commit.ranges:
+            if r.gap_from is not None and r.gap_to is not None:
+                gaps.setdefault(r.mq_partition, []).append(range(r.gap_from, r.gap_to))
+    return gaps
 
 
 def _kills_of_dump_and_seal(

@@ -6,7 +6,6 @@ out lands exactly what is readable and records exactly what is not."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -36,39 +35,18 @@ from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog
 from tidemark.state.commitlog import CommitLog
-from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.generator import create_topic, delete_records, produce, records, recreate_topic
 from tidemark_dev.kafka import KafkaService
 
 pytestmark = pytest.mark.integration
 
 
-def _recreate(kafka: KafkaService, topic: str, partitions: int = 1) -> None:
-    """Delete ``topic`` and create it again under the same name (a new topic id)."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": kafka.listeners.plaintext})
-    (gone,) = admin.delete_topics([topic]).values()
-    gone.result(30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            create_topic(kafka.listeners.plaintext, topic, partitions)
-            return
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+def _recreate(kafka: KafkaService, topic: str) -> None:
+    recreate_topic(kafka.listeners.plaintext, topic, 1)
 
 
 def _delete_records(kafka: KafkaService, topic: str, partition: int, before: int) -> None:
-    """DeleteRecords: the log start moves to ``before``, as retention would move it."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": kafka.listeners.plaintext})
-    (deleted,) = admin.delete_records([TopicPartition(topic, partition, before)]).values()
-    deleted.result(30)
+    delete_records(kafka.listeners.plaintext, topic, partition, before)
 
 
 def _fail_after_plan(
