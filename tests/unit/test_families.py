@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from dataclasses import replace as replaced
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from tests.helpers.families import T0, family_file
 from tidemark.catalog import table_configs
 from tidemark.errors import ConfigError
 from tidemark.family.members import Member, Members, reconcile, record_members, table_name
@@ -19,26 +19,6 @@ from tidemark.family.tables import load_family, member_config
 from tidemark.settings import Settings
 
 pytestmark = pytest.mark.unit
-
-ROOT = Path(__file__).resolve().parents[2]
-T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
-
-
-def family_file(tmp_path: Path, **changes: Any) -> Path:
-    data = yaml.safe_load((ROOT / "conf" / "tables" / "events.yaml").read_text())
-    data.pop("table")
-    data["source"].pop("topic")
-    data.update({"family": "clicks", "table": "clicks_{topic}"})
-    data["source"]["topic_pattern"] = r"clicks\.[a-z0-9.]+"
-    for key, value in changes.items():
-        if value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    path = tmp_path / "families" / "clicks.yaml"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def test_a_members_table_is_the_template_with_its_topic_and_a_retired_member_reads_no_broker(

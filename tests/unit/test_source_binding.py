@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from tests.helpers.classify import events_config
+from tests.helpers.families import T0, family_file
 from tests.helpers.records import journal_entry
-from tests.unit.test_families import T0, family_file
 from tidemark.catalog import table_configs
 from tidemark.config import parse_table
 from tidemark.errors import (

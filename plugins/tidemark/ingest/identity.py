@@ -92,7 +92,7 @@ def check_adopted(config: TableConfig, plan: Plan, client_conf: dict[str, Any]) 
     ``TopicRecreatedError`` (way out: ``rebase``), ``OffsetsLostToRetentionError`` naming the
     batch (``accept-loss``; ``on_data_loss: record_and_continue`` decides it by itself) or
     ``OffsetsWentBackError`` (the topic was truncated)."""
-    if plan.replay or not plan.records_planned or config.source.retired:
+    if plan.replay or config.source.retired:
         return
     check_binding(
         config,

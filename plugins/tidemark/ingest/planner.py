@@ -176,6 +176,12 @@ def preview_batch(config: TableConfig, commit_log: CommitLog, client_conf: dict[
             "records": pending.records_planned,
         }
     offsets = partition_offsets(client_conf, config.source.topic)
+    check_binding(  # a dry run says so too when the next run would stop on the topic
+        config,
+        bound_identity(commit_log, state),
+        broker_identity(client_conf, config.source.topic),
+        what="a dry run",
+    )
     ranges = next_ranges(config, state.end_offsets, offsets)
     preview = Plan(
         config.table, state.last_committed + 1, "(dry run)", config.source.topic, "", tuple(ranges)
