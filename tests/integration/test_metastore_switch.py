@@ -60,37 +60,49 @@ def test_an_hours_value_partitions_switch_together_new_values_added_vanished_one
     assert locations(spark, metastore, table) == after
 
 
-def test_a_reader_between_adding_a_new_value_and_the_move_sees_the_old_version_only(
-    spark: Any, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """v2 of an hour brings a value v1 lacked (``android``). Until the one move, its partition
-    points where no file is: a query meanwhile (here: the switch killed right there) reads v1
-    whole, not v1 plus v2's android rows; the retry finishes the switch."""
+def tagged_versions(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> tuple[Any, HiveClientMetastore, Any, Any]:
+    """A table partitioned by ``app`` and (config, metastore, version, seen): ``version(name,
+    apps)`` writes one row per app tagged with the version's number in ``_mq_offset`` and
+    returns its partitions of hour 10; ``seen()`` is (app, version) of every row readers see."""
     from pyspark.sql import functions as F
 
     config, _ = fresh_table(settings, tmp_path, partitioning__columns=["app"])
     table, metastore = config.table, HiveClientMetastore(spark, config)
     metastore.ensure_table(table, tmp_path / "table")
-    hour = {"dt": "2026-11-22", "hr": "10"}
     columns = [f for f in spark.table(table).schema if f.name not in ("dt", "hr", "app")]
 
     def version(name: str, apps: list[str]) -> list[tuple[dict[str, str], str]]:
-        for app in apps:  # one row per value, tagged with its version in _mq_offset
-            row = spark.range(1).select(
+        for app in apps:
+            spark.range(1).select(
                 *(
                     (F.lit(int(name[1:])) if f.name == "_mq_offset" else F.lit(None))
                     .cast(f.dataType)
                     .alias(f.name)
                     for f in columns
                 )
-            )
-            row.write.parquet(str(tmp_path / name / f"app={app}"))
-        return [({**hour, "app": a}, f"file://{tmp_path}/{name}/app={a}") for a in apps]
+            ).write.parquet(str(tmp_path / name / f"app={app}"))
+        return [({**HOUR_10, "app": a}, f"file://{tmp_path}/{name}/app={a}") for a in apps]
 
     def seen() -> list[tuple[str, int]]:
         spark.catalog.refreshTable(table)
         return sorted((r.app, r._mq_offset) for r in spark.table(table).select("app", "_mq_offset").collect())
 
+    return config, metastore, version, seen
+
+
+HOUR_10 = {"dt": "2026-11-22", "hr": "10"}
+
+
+def test_a_reader_between_adding_a_new_value_and_the_move_sees_the_old_version_only(
+    spark: Any, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v2 of an hour brings a value v1 lacked (``android``). Until the one move, its partition
+    points where no file is: a query meanwhile (here: the switch killed right there) reads v1
+    whole, not v1 plus v2's android rows; the retry finishes the switch."""
+    config, metastore, version, seen = tagged_versions(spark, settings, tmp_path)
+    table, hour = config.table, HOUR_10
     metastore.switch_partitions(table, hour, version("v1", ["web", "ios"]))
     assert seen() == [("ios", 1), ("web", 1)]
     v2 = version("v2", ["web", "ios", "android"])
@@ -110,30 +122,8 @@ def test_a_value_the_new_version_lacks_shows_no_old_rows_when_the_switch_is_kill
     """v2 of an hour no longer has ``ios``. Its partition is emptied in the same one move that
     points ``web`` at v2, and dropped after: a kill between the two leaves v2 whole, never v2's
     web beside v1's ios rows."""
-    from pyspark.sql import functions as F
-
-    config, _ = fresh_table(settings, tmp_path, partitioning__columns=["app"])
-    table, metastore = config.table, HiveClientMetastore(spark, config)
-    metastore.ensure_table(table, tmp_path / "table")
-    hour = {"dt": "2026-11-22", "hr": "10"}
-    columns = [f for f in spark.table(table).schema if f.name not in ("dt", "hr", "app")]
-
-    def version(name: str, apps: list[str]) -> list[tuple[dict[str, str], str]]:
-        for app in apps:
-            spark.range(1).select(
-                *(
-                    (F.lit(int(name[1:])) if f.name == "_mq_offset" else F.lit(None))
-                    .cast(f.dataType)
-                    .alias(f.name)
-                    for f in columns
-                )
-            ).write.parquet(str(tmp_path / name / f"app={app}"))
-        return [({**hour, "app": a}, f"file://{tmp_path}/{name}/app={a}") for a in apps]
-
-    def seen() -> list[tuple[str, int]]:
-        spark.catalog.refreshTable(table)
-        return sorted((r.app, r._mq_offset) for r in spark.table(table).select("app", "_mq_offset").collect())
-
+    config, metastore, version, seen = tagged_versions(spark, settings, tmp_path)
+    table, hour = config.table, HOUR_10
     metastore.switch_partitions(table, hour, version("v1", ["web", "ios"]))
     v2 = version("v2", ["web"])
     monkeypatch.setenv("TIDEMARK_FAIL_AT", "before_dropping_gone_values")

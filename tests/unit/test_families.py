@@ -4,19 +4,17 @@ broker's listing into the members record (new, missing, retired, back)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from dataclasses import replace as replaced
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers.families import T0, family_file
+from tests.helpers.families import T0, family_file, two_families_claiming_one_table
 from tidemark.catalog import table_configs
 from tidemark.errors import ConfigError
-from tidemark.family.members import Member, Members, reconcile, record_members, table_name
+from tidemark.family.members import Member, Members, reconcile, table_name
 from tidemark.family.tables import load_family, member_config
-from tidemark.settings import Settings
 
 pytestmark = pytest.mark.unit
 
@@ -120,18 +118,7 @@ def test_topics_that_read_as_one_table_name_get_tables_of_their_own() -> None:
 
 
 def test_two_families_whose_topics_read_as_one_table_keep_it_for_the_first(tmp_path: Path) -> None:
-    settings = replaced(Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), conf_dir=tmp_path)
-    family_file(tmp_path, family="clicks", table="t_{topic}")
-    other = yaml.safe_load((tmp_path / "families" / "clicks.yaml").read_text())
-    other.update({"family": "more"})
-    other["source"]["topic_pattern"] = r"clicks.*"
-    (tmp_path / "families" / "more.yaml").write_text(yaml.safe_dump(other))
-    record_members(
-        settings, Members("clicks", {"clicks.eu": Member("clicks.eu", "t_clicks_eu", T0.isoformat())})
-    )
-    record_members(
-        settings, Members("more", {"clicks_eu": Member("clicks_eu", "t_clicks_eu", T0.isoformat())})
-    )
+    settings = two_families_claiming_one_table(tmp_path)
     configs, problems = table_configs(settings)
     assert [(c.table, c.source.topic) for c in configs] == [("t_clicks_eu", "clicks.eu")]
     (problem,) = problems.values()

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.helpers.classify import events_config
-from tests.helpers.families import T0, family_file
+from tests.helpers.families import two_families_claiming_one_table
 from tests.helpers.records import journal_entry
 from tidemark.catalog import table_configs
 from tidemark.config import parse_table
@@ -28,7 +28,6 @@ from tidemark.errors import (
     StartingOffsetsError,
     VersionConflictError,
 )
-from tidemark.family.members import Member, Members, record_members
 from tidemark.group.barrier import complete_hours, finished_retired
 from tidemark.hourcommit.base import Writer
 from tidemark.hourcommit.renaming import RenamingHourCommit
@@ -148,18 +147,7 @@ def test_the_commit_log_binds_the_table_to_its_topic_and_only_a_rebase_moves_it(
 def test_two_families_claiming_one_table_name_leave_it_to_the_topic_it_is_bound_to(tmp_path: Path) -> None:
     """Sort order would give it to ``clicks`` (its file sorts first); the table read ``more``'s
     topic for a day: it stays that topic's, and ``clicks``' claim is refused."""
-    settings = replace(Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), conf_dir=tmp_path)
-    family_file(tmp_path, family="clicks", table="t_{topic}")
-    other = yaml.safe_load((tmp_path / "families" / "clicks.yaml").read_text())
-    other.update({"family": "more"})
-    other["source"]["topic_pattern"] = r"clicks.*"
-    (tmp_path / "families" / "more.yaml").write_text(yaml.safe_dump(other))
-    record_members(
-        settings, Members("clicks", {"clicks.eu": Member("clicks.eu", "t_clicks_eu", T0.isoformat())})
-    )
-    record_members(
-        settings, Members("more", {"clicks_eu": Member("clicks_eu", "t_clicks_eu", T0.isoformat())})
-    )
+    settings = two_families_claiming_one_table(tmp_path)
     _commit(CommitLog(settings.state_location, "t_clicks_eu"), 0, "clicks_eu")
 
     configs, problems = table_configs(settings)
