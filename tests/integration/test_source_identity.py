@@ -26,6 +26,7 @@ from tidemark.errors import (
     TopicRecreatedError,
 )
 from tidemark.ingest.dump import run_dump
+from tidemark.ingest.identity import named_read_failure
 from tidemark.ingest.resolve import resolve
 from tidemark.observe.metrics import emit_metrics
 from tidemark.observe.report import report_data
@@ -34,6 +35,7 @@ from tidemark.seal.rebuild import run_rebuild
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditLog
+from tidemark.state.batches import MqRange, Plan
 from tidemark.state.commitlog import CommitLog
 from tidemark_dev.generator import create_topic, delete_records, produce, records, recreate_topic
 from tidemark_dev.kafka import KafkaService
@@ -243,3 +245,23 @@ def test_status_tells_the_brokers_side_an_open_transaction_and_offsets_lost_or_a
     assert status["partitions"][0]["lost"] == 10 and status["broker"]["offsets_lost_on_broker"] == 10
     assert "LOST to retention on MQ partition 0: offsets 20..29" in render(status)
     assert any("--action accept-loss" in line for line in report_data(config, settings)["broker"])
+
+
+def test_a_read_that_meets_offset_out_of_range_fails_by_name_with_the_offsets(
+    spark: Any, kafka: KafkaService, on_kafka: tuple[Any, Settings, str]
+) -> None:
+    """Retention that moves while a batch reads: the reader's task fails with librdkafka's
+    ``Offset out of range`` inside a Spark error; the dump names it instead."""
+    config, _, bootstrap = on_kafka
+    topic = config.source.topic
+    produce(bootstrap, topic, records([(0, at(10, m)) for m in range(10)]))
+    plan = Plan(config.table, 0, "run-1", topic, at(11).isoformat(), (MqRange(0, 0, 10),))
+    conf = {"bootstrap.servers": bootstrap}
+    _delete_records(kafka, topic, 0, 6)  # as if between the plan's check and the read
+    with pytest.raises(OffsetsLostToRetentionError) as named, named_read_failure(config, plan, conf):
+        raise RuntimeError("reading [0] offsets 0..9: Broker: Offset out of range")  # the task's error
+    assert "first missing 0" in str(named.value) and "first available 6" in str(named.value)
+    assert isinstance(named.value.__cause__, RuntimeError)
+    readable = replace(plan, ranges=(MqRange(0, 6, 10),))
+    with pytest.raises(ValueError, match="other"), named_read_failure(config, readable, conf):
+        raise ValueError("other")  # any other failure stands as it is

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,14 @@ from tidemark.errors import (
     LeaseLostError,
     MetastoreServiceError,
     StartingOffsetsError,
+    TopicChangedError,
     VersionConflictError,
 )
 from tidemark.group.barrier import complete_hours, finished_retired
 from tidemark.hourcommit.base import Writer
 from tidemark.hourcommit.renaming import RenamingHourCommit
 from tidemark.ingest.planner import next_ranges
+from tidemark.ingest.replay import ReplayRequest, plan_replay
 from tidemark.seal.thrift_metastore import ThriftMetastore
 from tidemark.settings import Settings
 from tidemark.source_config import READER_OWNED
@@ -41,6 +44,7 @@ from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout, compaction_marker
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import replace_atomically
+from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
 
 pytestmark = pytest.mark.unit
@@ -238,3 +242,23 @@ def test_a_seal_paused_past_its_lease_deletes_no_published_hour(
     with pytest.raises(VersionConflictError, match="compacted meanwhile"):  # even its lease's holder
         commit.claim_compaction(hour, 3, successor)
     assert (published / "part-0.parquet").read_bytes() == b"rows"
+
+
+def test_a_replay_neither_runs_nor_moves_the_binding_when_the_config_names_another_topic(
+    tmp_path: Path,
+) -> None:
+    """A replay reads no broker, but its commit record names the config's topic: committed
+    while the config names another topic, it would have moved the table's binding silently."""
+    config = events_config()
+    settings = replace(
+        Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), state_uri=str(tmp_path / "s")
+    )
+    state = TableState(settings.state_location, config.table)
+    log = state.commit_log
+    _commit(log, 0, "clicks")
+    request = ReplayRequest(None, "ops", "schema fixed", datetime(2026, 11, 22, 13, tzinfo=UTC))
+    with pytest.raises(TopicChangedError, match=r"bound to topic clicks .*reads topic events;.*a replay"):
+        plan_replay(config, Layout(settings, config.table), state, "replay-1", request)
+    assert log.pending_plan(log.state()) is None  # nothing planned
+    _commit(log, 1, "events", extra={"replay": {"batches": [0]}})  # a replay's commit keeps the binding
+    assert log.bound_topic() == "clicks"

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tidemark.config import TableConfig
-from tidemark.errors import TidemarkError
+from tidemark.errors import TidemarkError, TopicChangedError
 from tidemark.ingest.classify import Classifier
 from tidemark.ingest.columns import DIRTY_FIELDS, TOMBSTONE
 from tidemark.ingest.counts import check_files, fold_stats, reconcile_reads
@@ -92,6 +92,9 @@ def plan_replay(
     if not request.reason.strip():
         raise ReplayError(f"{table}: say why (--reason): a replay is kept in the audit log")
     state = commit_log.state()
+    bound = commit_log.bound_topic(state)
+    if bound is not None and bound != config.source.topic:  # its commit must not move the binding
+        raise TopicChangedError(table, bound, config.source.topic, "a replay of dirty records")
     if state.last_committed >= 0:  # a replay killed after its commit record retires its input first
         last = commit_log.commit(state.last_committed)
         publisher(layout, state.last_committed).finish(last.files if last else ())

@@ -84,7 +84,9 @@ class LogState:
         self.without_message += commit.without_message
         if commit.extra.get("topic_id"):
             self.topic_id = str(commit.extra["topic_id"])
-        if commit.topic and commit.topic != self.topic:
+        if (
+            commit.topic and commit.topic != self.topic and "replay" not in commit.extra
+        ):  # replays read no topic
             if self.topic is not None and not commit.extra.get("topic_id"):
                 self.topic_id = None  # bound to another topic: the old one's id means nothing
             self.topic = commit.topic
