@@ -61,7 +61,13 @@ def test_airflow_standalone_up_login_and_clean_down(
     # DAG-level permissions (tests/helpers/auth_manager.py; `airflow standalone` forces
     # SimpleAuthManager, so a second API server of the same stack runs with it)
     monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,viewer:viewer")
-    service = AirflowService(replace(settings, home=tmp_path, airflow_port=free_port()))
+    # the project's tables and, beside them, one YAML that cannot load: every other page works
+    conf_dir = tmp_path / "conf"
+    shutil.copytree(settings.conf_dir, conf_dir)
+    (conf_dir / "broken.yaml").write_text(
+        "table: broken\nsource: {topic: broken, max_records_per_partition: -1}\n"
+    )
+    service = AirflowService(replace(settings, home=tmp_path, airflow_port=free_port(), conf_dir=conf_dir))
     family: list[psutil.Process] = []
     try:
         status = service.start()
@@ -86,6 +92,10 @@ def test_airflow_standalone_up_login_and_clean_down(
         assert views == {("nav", "tidemark/"), ("dag", "tidemark/dags/{DAG_ID}/health")}
         index = page(f"{base}/tidemark/", token)
         assert 'href="tables/events/health"' in index and 'href="tables/orders/health"' in index
+        assert "cannot run" in index and "broken.yaml" in index and "max_records_per_partition" in index
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            page(f"{base}/tidemark/tables/broken/health", token)
+        assert missing.value.code == 404 and "cannot load" in missing.value.read().decode()
         # an hour's Data Docs page, kept by a seal and rendered on its first request
         hour_page = record(
             data_docs_dir(service.settings.state_dir, "events"),
@@ -229,7 +239,10 @@ def see_the_ui(base: str, password: str, shots: Path) -> None:
             dialog.locator("[name=element_source]").fill("jdbc:postgresql://db:5432/shop")
             expect(submit).to_be_enabled(timeout=10_000)
 
-            page.goto(f"{base}/tidemark/tables/events/health")
+            page.goto(f"{base}/tidemark/")  # the broken file named, every table listed
+            expect(page.locator("#broken")).to_contain_text("broken.yaml")
+            expect(page.locator("#tables")).to_contain_text("orders")
+            page.get_by_role("link", name="events").click()
             health = show("health")
             assert "Ingestion health: events" in health and "Freshness" in health
             # a logged-out browser (no cookie) gets the login page, not the health page

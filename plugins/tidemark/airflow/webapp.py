@@ -26,8 +26,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request  # noqa: TID253
 
 from tidemark.airflow.common import dag_id_of, table_of_dag
-from tidemark.catalog import load_tables
-from tidemark.errors import ConfigError
+from tidemark.catalog import table_configs
 from tidemark.observe.report import render_report, report_data
 from tidemark.seal.data_docs import render_pending
 from tidemark.settings import Settings
@@ -85,27 +84,45 @@ def create_app(settings: Settings | None = None) -> Any:
     def current() -> Settings:
         return settings or Settings.from_env()
 
+    def tables_apart() -> tuple[dict[str, Any], dict[str, str]]:
+        """Every table whose config loads, and each file that does not (where -> why): each
+        file on its own, as the DAG files load them, so one broken YAML takes no other page."""
+        configs, broken = table_configs(current())
+        return {c.table: c for c in configs}, broken
+
     def readable(user: Any, name: str, *dag_ids: str) -> Any:
-        """The table's config, if ``user`` may read its DAGs: 404 for no such table, else 403."""
-        tables = {c.table: c for c in load_tables(current())}
+        """The table's config, if ``user`` may read its DAGs: 404 for no such table (or one
+        whose config cannot load, with why), else 403."""
+        tables, broken = tables_apart()
         if name not in tables:
-            raise HTTPException(status_code=404, detail=f"no table {name!r} in {current().conf_dir}")
+            why = next((problem for where, problem in broken.items() if Path(where).stem == name), "")
+            detail = (
+                f"table {name!r} cannot load: {why}" if why else f"no table {name!r} in {current().conf_dir}"
+            )
+            raise HTTPException(status_code=404, detail=detail)
         if not may_read(user, [dag_id_of("ingest", name), *dag_ids]):
             raise HTTPException(status_code=403, detail=f"no read access to the DAGs of table {name!r}")
         return tables[name]
 
     @app.get("/", response_class=HTMLResponse)
     def index(user: Viewer) -> str:
-        try:
-            tables = sorted(c.table for c in load_tables(current()))
-        except ConfigError as exc:
-            return f"<pre>{html.escape(str(exc))}</pre>"
+        tables, broken = tables_apart()
         items = "".join(
             f'<li><a href="tables/{html.escape(t)}/health">{html.escape(t)}</a></li>'
-            for t in tables
+            for t in sorted(tables)
             if may_read(user, [dag_id_of("ingest", t)])
         )
-        return f"<!doctype html><title>tidemark</title><h1>tidemark tables</h1><ul id='tables'>{items}</ul>"
+        problems = "".join(
+            f"<li><b>{html.escape(where)}</b><pre>{html.escape(why)}</pre></li>"
+            for where, why in sorted(broken.items())
+        )
+        head = (
+            f"<section id='broken'><h2>Table files that cannot run</h2><p>Their tables have no DAGs until the "
+            f"file is fixed; every other table runs.</p><ul>{problems}</ul></section>"
+            if broken
+            else ""
+        )
+        return f"<!doctype html><title>tidemark</title><h1>tidemark tables</h1>{head}<ul id='tables'>{items}</ul>"
 
     @app.get("/tables/{table}/health", response_class=HTMLResponse)
     def health(table: str, user: Viewer) -> str:
