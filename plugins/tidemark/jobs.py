@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.catalog import load_table
 from tidemark.delta_spark import delta_spark_conf
+from tidemark.errors import TidemarkError
 from tidemark.group.members import group_members
 from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog, spark_catalog_conf
 from tidemark.settings import Settings
@@ -166,21 +167,33 @@ def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+# a job's exit status for an error a retry cannot change (``TidemarkError.retryable`` False):
+# the task operator fails the task without its retries (sysexits' EX_CONFIG)
+NO_RETRY_EXIT_CODE = 78
+
+
 def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: Body, *, hive: bool) -> int:
     """Parse ``argv``, build the session, run ``body`` and print its result as JSON."""
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    settings = Settings.from_env()
-    config = load_table(args.table, settings)
-    ensure_schema(config, settings, args.run_id, dry_run=args.dry_run)
-    return in_session(
-        f"tidemark-{parser.prog}-{config.table}",
-        settings,
-        hive,
-        lambda spark: body(spark, config, settings, args),
-        extra_conf=job_session_conf([config], settings, job=parser.prog),
-    )
+    try:
+        settings = Settings.from_env()
+        config = load_table(args.table, settings)
+        ensure_schema(config, settings, args.run_id, dry_run=args.dry_run)
+        return in_session(
+            f"tidemark-{parser.prog}-{config.table}",
+            settings,
+            hive,
+            lambda spark: body(spark, config, settings, args),
+            extra_conf=job_session_conf([config], settings, job=parser.prog),
+        )
+    except TidemarkError as exc:
+        if exc.retryable:
+            raise
+        logging.getLogger(__name__).error("%s: %s", type(exc).__name__, exc)
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc), "retryable": False}))
+        return NO_RETRY_EXIT_CODE
 
 
 # jobs that write no table hour (they stage batches): an Iceberg table's runtime is not theirs

@@ -20,6 +20,7 @@ from tests.helpers.tables import at, fresh_table, landed
 from tidemark.faults import ANNOUNCE_POINTS
 from tidemark.observe.alerts import recent_failures
 from tidemark.settings import Settings
+from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.layout import version_dir_of
 from tidemark_dev.generator import create_topic, produce, records
@@ -27,12 +28,12 @@ from tidemark_dev.generator import create_topic, produce, records
 pytestmark = pytest.mark.e2e
 
 
-def run_dag(config_dir: Path, dag_id: str, when: datetime) -> Any:
+def run_dag(config_dir: Path, dag_id: str, when: datetime, conf: dict[str, Any] | None = None) -> Any:
     from airflow.dag_processing.dagbag import DagBag
 
     dag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag(dag_id)
     assert dag is not None, f"{dag_id} not built from {config_dir}"
-    return dag.test(logical_date=when, run_after=when)
+    return dag.test(logical_date=when, run_after=when, run_conf=conf)
 
 
 def table_with_two_hours(
@@ -100,6 +101,25 @@ def test_ingest_dag_seals_and_announces_each_hour_once(
 
     rows, dirty, _ = landed(settings, config.table)
     assert rows == Counter((p, o) for p, o, _ in sent) and not dirty
+
+
+def test_params_that_do_not_go_together_and_a_decision_that_cannot_apply_fail_once_never_retried(
+    dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay without a reason fails before any Spark process starts; a decision the job
+    refuses (a skip with no pending batch) fails at its first try: neither is retried, as a
+    retry cannot change them."""
+    config, settings, _ = table_with_two_hours(dag_env, broker, tmp_path, monkeypatch, retries=2)
+    dag_id = f"tidemark_ingest_{config.table}"
+    first = run_dag(settings.conf_dir, dag_id, at(12), {"replay_dirty": "all"})
+    assert {ti.task_id: ti.state for ti in first.get_task_instances()}["dump"] == "failed"
+    assert CommitLog(settings.state_location, config.table).plan(0) is None  # no job ran
+    second = run_dag(settings.conf_dir, dag_id, at(12, 5), {"resolve": "skip", "resolve_reason": "poison"})
+    assert {ti.task_id: ti.state for ti in second.get_task_instances()}["dump"] == "failed"
+    failures = [(f["task_id"], f["try_number"], f["error"]) for f in recent_failures(settings, config.table)]
+    assert [(task, tries) for task, tries, _ in failures] == [("dump", 1), ("dump", 1)]  # each its first try
+    errors = sorted(error for _, _, error in failures)
+    assert "not retried" in errors[0] and "replay of 'all' needs a reason" in errors[1], errors
 
 
 def test_ingest_dag_on_an_s3_warehouse_and_s3_state(

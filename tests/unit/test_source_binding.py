@@ -19,13 +19,16 @@ import yaml
 
 from tests.helpers.classify import events_config
 from tests.helpers.families import two_families_claiming_one_table
+from tests.helpers.jobs import run_job_process
 from tests.helpers.records import journal_entry
 from tidemark.catalog import table_configs
 from tidemark.config import parse_table
 from tidemark.errors import (
+    BrokerUnavailableError,
     ConfigError,
     LeaseLostError,
     MetastoreServiceError,
+    OffsetsLostToRetentionError,
     StartingOffsetsError,
     TopicChangedError,
     VersionConflictError,
@@ -35,6 +38,8 @@ from tidemark.hourcommit.base import Writer
 from tidemark.hourcommit.renaming import RenamingHourCommit
 from tidemark.ingest.planner import next_ranges
 from tidemark.ingest.replay import ReplayRequest, plan_replay
+from tidemark.ingest.resolve import decision_problems
+from tidemark.jobs import NO_RETRY_EXIT_CODE
 from tidemark.seal.thrift_metastore import ThriftMetastore
 from tidemark.settings import Settings
 from tidemark.source_config import READER_OWNED
@@ -262,3 +267,31 @@ def test_a_replay_neither_runs_nor_moves_the_binding_when_the_config_names_anoth
     assert log.pending_plan(log.state()) is None  # nothing planned
     _commit(log, 1, "events", extra={"replay": {"batches": [0]}})  # a replay's commit keeps the binding
     assert log.bound_topic() == "clicks"
+
+
+def test_a_trigger_forms_decision_is_checked_as_a_whole_before_any_job_starts() -> None:
+    def args(**given: str) -> list[str]:
+        return ["--table", "t", "--run-id", "r", *(x for k, v in given.items() for x in (f"--{k}", v))]
+
+    assert decision_problems(args()) == []
+    assert decision_problems(args(**{"resolve": "skip", "resolve-reason": "poison range"})) == []
+    (problem,) = decision_problems(args(**{"replay-dirty": "all", "resolve-reason": " "}))
+    assert problem.startswith("resolve_reason: the replay of 'all' needs a reason")
+    assert "resolve_reason: the decision 'rebase'" in decision_problems(args(resolve="rebase"))[0]
+    assert (
+        "neither 'all' nor batch ids"
+        in decision_problems(args(**{"replay-dirty": "3;5", "resolve-reason": "x"}))[0]
+    )
+
+
+def test_a_job_stops_on_an_error_a_retry_cannot_change_with_its_own_exit_status(tmp_path: Path) -> None:
+    """The task operator fails such a task without its retries (a missing table config here:
+    the job's process stops before any Spark session)."""
+    settings = replace(Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), conf_dir=tmp_path)
+    code, out, _ = run_job_process(settings, "dump", "nowhere", "r")
+    assert code == NO_RETRY_EXIT_CODE and '"retryable": false' in out and "ConfigError" in out
+    assert (
+        not ConfigError("x", ["y"]).retryable
+        and OffsetsLostToRetentionError("t", "x", 0, 1, 2).retryable is False
+    )
+    assert BrokerUnavailableError("down").retryable  # a broker back is a retry that succeeds

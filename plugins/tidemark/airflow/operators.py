@@ -39,7 +39,25 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         log.info(
             "spark-submit with SPARK_HOME=%s PYSPARK_PYTHON=%s", full["SPARK_HOME"], full["PYSPARK_PYTHON"]
         )
-        return super().execute(context)
+        try:
+            return super().execute(context)
+        except Exception as exc:
+            self._fail_for_good_if_decided(exc)
+            raise
+
+    def _fail_for_good_if_decided(self, exc: Exception) -> None:
+        """A job that exited with ``NO_RETRY_EXIT_CODE`` met an error a retry cannot change (a
+        config, a decision, a schema): the task fails without its retries."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tidemark.jobs import NO_RETRY_EXIT_CODE
+
+        process = getattr(self._hook, "_submit_sp", None)
+        if process is not None and process.returncode == NO_RETRY_EXIT_CODE:
+            raise AirflowFailException(
+                f"{self.task_id}: the job stopped on an error a retry cannot change (the task log shows it, with "
+                "its way out); not retried"
+            ) from exc
 
     def _add_launch_conf(self, settings: Any) -> None:
         """The table's (or group's) jars and conf, read when the task runs (not when the DAG
@@ -87,13 +105,17 @@ class BatchWriterSparkSubmitOperator(TidemarkSparkSubmitOperator):
     (``tidemark switch``), so a scheduled run neither competes with it nor turns red."""
 
     def execute(self, context: Any) -> Any:
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+        from tidemark.ingest.resolve import decision_problems
         from tidemark.settings import Settings
         from tidemark.state.mode import BATCH
         from tidemark.table_state import TableState
 
         args = list(self.application_args or [])
+        problems = decision_problems(args)  # rendered from the trigger form: checked before Spark
+        if problems:
+            raise AirflowFailException("the run's params do not go together: " + "; ".join(problems))
         table = args[args.index("--table") + 1]
         mode = TableState(Settings.from_env().state_location, table).writer.current()
         if mode.mode != BATCH:

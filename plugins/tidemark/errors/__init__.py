@@ -42,6 +42,8 @@ class ConfigError(TidemarkError):
     mistake in one round instead of one per run.
     """
 
+    retryable = False
+
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = source
         self.problems = problems
@@ -78,6 +80,8 @@ class ReconciliationError(TidemarkError):
 class DirtyRatioExceededError(TidemarkError):
     """A batch has more dirty records than the table's max_dirty_ratio allows."""
 
+    retryable = False
+
 
 class InjectedFault(TidemarkError):
     """Raised (or exited with) at a TIDEMARK_FAIL_AT crash point in tests."""
@@ -87,6 +91,8 @@ class QualityGateError(TidemarkError):
     """Hours failed expectations under the ``block`` policy: quarantined, not registered.
 
     ``failures`` maps each hour key to its failed expectations (the validation result)."""
+
+    retryable = False
 
     def __init__(self, table: str, failures: dict[str, list[str]]) -> None:
         self.table, self.failures = table, failures
@@ -105,6 +111,8 @@ class ReleaseError(TidemarkError):
 
 class RebuildError(TidemarkError):
     """An hour cannot be rebuilt (not sealed yet, quarantined, or its rows do not reconcile)."""
+
+    retryable = False
 
 
 class SealDeadlineMissedError(TidemarkError):
@@ -175,6 +183,8 @@ class SchemaEvolutionError(TidemarkError):
     a narrowing, a new non-nullable column, or a change of the partitioning or the event-time
     field. ``problems`` names each column and the rule it breaks."""
 
+    retryable = False
+
     def __init__(self, table: str, problems: list[str], recorded_version: int) -> None:
         self.table = table
         self.problems = problems
@@ -206,6 +216,8 @@ class StaleConfigError(SchemaEvolutionError):
     deploy: a worker with the old YAML, or a long-running stream started before a change).
     Sealing or dumping with it would drop the newer columns of the hour's batches for good, so
     the job refuses before it reads or writes anything."""
+
+    retryable = True  # the newest YAML deployed to this worker ends it
 
     def __init__(
         self, table: str, config_version: int, recorded_version: int, recorded_by: str, problems: list[str]
@@ -269,6 +281,8 @@ class SchemaRegistryUnavailableError(TidemarkError):
 class ResolveError(TidemarkError):
     """A decision that does not apply to the table's state (nothing pending, no reason given)."""
 
+    retryable = False
+
 
 class GroupTableFailedError(TidemarkError):
     """One table of a group job failed (its own error is ``detail``); the group's other
@@ -287,9 +301,13 @@ class MembershipError(TidemarkError):
     forgotten, a table that is not a member asked to leave): names the family or group, the
     table and what to do instead."""
 
+    retryable = False
+
 
 class LakeCheckError(TidemarkError):
     """``tidemark verify`` found the table as readers see it disagreeing with its commit log
     (the message lists every violation, check by check). Nothing was changed: each problem
     names the hour, batch, offsets or file to look at; ``tidemark rebuild`` re-creates an hour
     from the broker, and a stray file is the collector's (or an operator's) to remove."""
+
+    retryable = False

@@ -34,6 +34,8 @@ class BrokerRefusedError(BrokerUnavailableError):
 class DataLossError(TidemarkError):
     """Offsets the commit log expects to read are gone from the broker (retention)."""
 
+    retryable = False
+
     def __init__(
         self,
         topic: str,
@@ -122,6 +124,8 @@ class TopicRecreatedError(TidemarkError):
     unread offsets recorded as a gap) and restarts every MQ partition at the new topic's
     earliest offset (audited)."""
 
+    retryable = False
+
     def __init__(self, table: str, topic: str, committed_id: str, broker_id: str, what: str = "") -> None:
         self.table = table
         self.topic = topic
@@ -144,6 +148,8 @@ class TopicChangedError(TidemarkError):
     topic: ``tidemark resolve --table T --action rebase`` (audited; every MQ partition starts at
     the new topic's earliest offset)."""
 
+    retryable = False
+
     def __init__(self, table: str, bound: str, configured: str, what: str = "") -> None:
         self.table = table
         self.bound = bound
@@ -162,6 +168,8 @@ class StartingOffsetsError(TidemarkError):
     would put the table's end past the high watermark, and every later plan would read that
     as a recreated topic."""
 
+    retryable = False
+
     def __init__(self, table: str, topic: str, partition: int, start: int, latest: int) -> None:
         self.table = table
         super().__init__(
@@ -174,6 +182,8 @@ class StartingOffsetsError(TidemarkError):
 class OffsetsWentBackError(TidemarkError):
     """The broker holds fewer offsets than the commit log already read (the topic was recreated
     or truncated, or a partition vanished): planning on would skip or re-read data silently."""
+
+    retryable = False
 
     def __init__(
         self, table: str, topic: str, partition: int, committed_end: int, latest: int | None

@@ -60,6 +60,8 @@ ALL = "all"
 class ReplayError(TidemarkError):
     """A replay that cannot be planned: nothing to replay, an unknown batch, a pending batch."""
 
+    retryable = False
+
 
 @dataclass(frozen=True)
 class ReplayRequest:

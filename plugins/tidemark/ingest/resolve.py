@@ -21,7 +21,10 @@ are rolled back first.
 
 from __future__ import annotations
 
+import argparse
 import logging
+import re
+from collections.abc import Sequence
 from datetime import datetime
 
 from tidemark.config import TableConfig
@@ -46,6 +49,26 @@ from tidemark.table import Table
 log = logging.getLogger(__name__)
 
 ACTIONS = ("replan", "skip", "accept", "rebase", "accept-loss")
+
+
+def decision_problems(arguments: Sequence[str]) -> list[str]:
+    """The dump's trigger-form decision (``--resolve``, ``--replay-dirty``, ``--resolve-reason``
+    among a job's arguments) checked as a whole before any job starts: a decision or a replay
+    needs its reason; a replay names ``all`` or batch ids. What the form's own schema cannot
+    say (one field depends on another)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    for name in ("--resolve", "--replay-dirty", "--resolve-reason"):
+        parser.add_argument(name, default="")
+    given, _ = parser.parse_known_args(list(arguments))
+    problems = []
+    if given.resolve and given.resolve not in ACTIONS:
+        problems.append(f"resolve: {given.resolve!r} is not one of {', '.join(ACTIONS)}")
+    if (given.resolve or given.replay_dirty) and not given.resolve_reason.strip():
+        what = f"the decision {given.resolve!r}" if given.resolve else f"the replay of {given.replay_dirty!r}"
+        problems.append(f"resolve_reason: {what} needs a reason (it is kept in the audit log with your user)")
+    if given.replay_dirty and not re.fullmatch(r"all|\d+(,\d+)*", given.replay_dirty.strip()):
+        problems.append(f"replay_dirty: {given.replay_dirty!r} is neither 'all' nor batch ids like 3,5")
+    return problems
 
 
 def resolve(
