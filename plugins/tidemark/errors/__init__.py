@@ -112,7 +112,7 @@ class ReleaseError(TidemarkError):
 class RebuildError(TidemarkError):
     """An hour cannot be rebuilt (not sealed yet, quarantined, or its rows do not reconcile)."""
 
-    retryable = False
+    # retryable: a rebuild that lost a race to another step is retried and goes on
 
 
 class SealDeadlineMissedError(TidemarkError):
