@@ -190,29 +190,39 @@ def open_transactions(
     """For each MQ partition whose high watermark is above its last stable offset (``stable``,
     what a read_committed plan ends at): (offsets waiting behind an open transaction, the
     epoch milliseconds of the first of them, when the transaction began, if it can be read)."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException
 
     uncommitted = {**conf, "isolation.level": "read_uncommitted"}
     consumer, _ = _consumer(uncommitted, "tidemark-status")
     try:
-        waiting: dict[int, tuple[int, int | None]] = {}
-        for partition, lso in stable.items():
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
-            if int(high) > lso:
-                waiting[partition] = (int(high) - lso, None)
-        if waiting:
-            consumer.assign([TopicPartition(topic, p, stable[p]) for p in waiting])
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and any(t is None for _, t in waiting.values()):
-                message = consumer.poll(0.5)
-                if message is None or message.error() is not None:
-                    continue
-                partition = int(message.partition() or 0)
-                if partition in waiting and waiting[partition][1] is None:
-                    waiting[partition] = (waiting[partition][0], int(message.timestamp()[1]))
-        return waiting
+        return _waiting(consumer, topic, stable)
+    except KafkaException as exc:
+        raise _unavailable(conf, topic, exc) from exc
     finally:
         consumer.close()
+
+
+def _waiting(consumer: Any, topic: str, stable: Mapping[int, int]) -> dict[int, tuple[int, int | None]]:
+    """``open_transactions`` with a read_uncommitted consumer: the high watermarks, then the
+    timestamp of the first record above each last stable offset (up to 5 s in all)."""
+    from confluent_kafka import TopicPartition
+
+    waiting: dict[int, tuple[int, int | None]] = {}
+    for partition, lso in stable.items():
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
+        if int(high) > lso:
+            waiting[partition] = (int(high) - lso, None)
+    if waiting:
+        consumer.assign([TopicPartition(topic, p, stable[p]) for p in waiting])
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(t is None for _, t in waiting.values()):
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            partition = int(message.partition() or 0)
+            if partition in waiting and waiting[partition][1] is None:
+                waiting[partition] = (waiting[partition][0], int(message.timestamp()[1]))
+    return waiting
 
 
 def topic_id(conf: dict[str, Any], topic: str) -> str | None:
