@@ -120,6 +120,16 @@ def test_params_that_do_not_go_together_and_a_decision_that_cannot_apply_fail_on
     assert [(task, tries) for task, tries, _ in failures] == [("dump", 1), ("dump", 1)]  # each its first try
     errors = sorted(error for _, _, error in failures)
     assert "not retried" in errors[0] and "replay of 'all' needs a reason" in errors[1], errors
+    # a rebuild range whose last hour is before its first: its plan task fails once, no Spark
+    rebuild = run_dag(
+        settings.conf_dir,
+        f"tidemark_rebuild_{config.table}",
+        at(12, 10),
+        {"first_hour": "2026-11-22T11", "last_hour": "2026-11-22T10"},
+    )
+    assert {ti.task_id: ti.state for ti in rebuild.get_task_instances()}["plan"] == "failed"
+    (plan,) = [f for f in recent_failures(settings, config.table) if f["task_id"] == "plan"]
+    assert plan["try_number"] == 1 and "the last hour is before the first" in plan["error"]
 
 
 def test_ingest_dag_on_an_s3_warehouse_and_s3_state(

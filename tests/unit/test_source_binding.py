@@ -26,9 +26,11 @@ from tidemark.config import parse_table
 from tidemark.errors import (
     BrokerUnavailableError,
     ConfigError,
+    HourRangeError,
     LeaseLostError,
     MetastoreServiceError,
     OffsetsLostToRetentionError,
+    RebuildError,
     StartingOffsetsError,
     TopicChangedError,
     VersionConflictError,
@@ -40,6 +42,7 @@ from tidemark.ingest.planner import next_ranges
 from tidemark.ingest.replay import ReplayRequest, plan_replay
 from tidemark.ingest.resolve import decision_problems
 from tidemark.jobs import NO_RETRY_EXIT_CODE
+from tidemark.seal.rebuild_plan import hour_range
 from tidemark.seal.thrift_metastore import ThriftMetastore
 from tidemark.settings import Settings
 from tidemark.source_config import READER_OWNED
@@ -295,3 +298,7 @@ def test_a_job_stops_on_an_error_a_retry_cannot_change_with_its_own_exit_status(
         and OffsetsLostToRetentionError("t", "x", 0, 1, 2).retryable is False
     )
     assert BrokerUnavailableError("down").retryable  # a broker back is a retry that succeeds
+    with pytest.raises(HourRangeError) as reversed_range:  # the rebuild form's hours, wrong on every try
+        hour_range("2026-11-22T11", "2026-11-22T10", "UTC")
+    assert isinstance(reversed_range.value, RebuildError) and not reversed_range.value.retryable
+    assert RebuildError("lost a race: retry the rebuild").retryable

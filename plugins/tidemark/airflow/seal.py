@@ -102,18 +102,24 @@ them); offsets gone from the broker fail with `DataLossError` and leave the hour
         @task(task_id="plan")
         def plan(**context: Any) -> str:
             """The sealed hours this run rebuilds (comma-separated, for the Spark job)."""
-            from airflow.sdk.exceptions import AirflowSkipException
+            from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+            from tidemark.errors import TidemarkError
             from tidemark.seal.rebuild_plan import planned_hours
 
             params = context["params"]
-            selection = planned_hours(
-                *table_context(table),
-                interval=(context.get("data_interval_start"), context.get("data_interval_end")),
-                first_hour=params.get("first_hour"),
-                last_hour=params.get("last_hour"),
-                dry_run=bool(params.get("dry_run")),
-            )
+            try:
+                selection = planned_hours(
+                    *table_context(table),
+                    interval=(context.get("data_interval_start"), context.get("data_interval_end")),
+                    first_hour=params.get("first_hour"),
+                    last_hour=params.get("last_hour"),
+                    dry_run=bool(params.get("dry_run")),
+                )
+            except TidemarkError as exc:
+                if exc.retryable:
+                    raise
+                raise AirflowFailException(f"{exc} (not retried: the params are wrong on every try)") from exc
             if selection.skip_reason:
                 raise AirflowSkipException(selection.skip_reason)
             return ",".join(selection.chosen)

@@ -115,6 +115,13 @@ class RebuildError(TidemarkError):
     # retryable: a rebuild that lost a race to another step is retried and goes on
 
 
+class HourRangeError(RebuildError):
+    """A rebuild's hour range that cannot be (the last hour before the first, too many hours,
+    a manual run without its first hour): the trigger form's params, wrong on every try."""
+
+    retryable = False
+
+
 class SealDeadlineMissedError(TidemarkError):
     """Hours whose end + commit delay + grace has passed are still not sealed.
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from tidemark.config import TableConfig
-from tidemark.errors import DataLossError, EarlierTopicError, RebuildError
+from tidemark.errors import DataLossError, EarlierTopicError, HourRangeError, RebuildError
 from tidemark.ingest.identity import SourceIdentity
 from tidemark.settings import Settings
 from tidemark.state.batches import MqRange
@@ -97,10 +97,10 @@ def hour_range(first_key: str, last_key: str, zone: str) -> list[Hour]:
     """Hours ``first_key`` .. ``last_key`` inclusive (trigger-form params), validated."""
     first, last = parse_key(first_key, zone), parse_key(last_key, zone)
     if last < first:
-        raise RebuildError(f"hour range {first_key} .. {last_key}: the last hour is before the first")
+        raise HourRangeError(f"hour range {first_key} .. {last_key}: the last hour is before the first")
     hours = hours_between(first.start, last.end, zone)
     if len(hours) > MAX_HOURS_PER_RUN:
-        raise RebuildError(
+        raise HourRangeError(
             f"hour range {first_key} .. {last_key} has {len(hours)} hours; at most {MAX_HOURS_PER_RUN} "
             "per run (use a backfill over the rebuild DAG for longer ranges)"
         )
@@ -208,7 +208,9 @@ def planned_hours(
     else:
         start, end = interval
         if start is None or end is None:
-            raise RebuildError(f"{config.table}: a manual run needs the first_hour param (no data interval)")
+            raise HourRangeError(
+                f"{config.table}: a manual run needs the first_hour param (no data interval)"
+            )
         hours = hours_between(start, end, zone)
     partitions = TableState(settings.state_location, config.table).journal.state()
     chosen = []
