@@ -74,6 +74,15 @@ def storage_kind(uri: str) -> str:
     return "object_store" if is_object_store(uri) else "filesystem"
 
 
+def local_path(location: str) -> str:
+    """A ``file:`` location as the path it names (the metastore gives local directories as
+    ``file:/path``, Iceberg's Java library ``file:/path``, pyiceberg ``file:///path``); any
+    other location as it is."""
+    if location.startswith("file:"):
+        return "/" + location.removeprefix("file:").lstrip("/")
+    return location
+
+
 def hadoop_uri(uri: str) -> str:
     """The URI Hive and Spark's Hadoop filesystems know the location by (``s3://`` is ``s3a://``
     there; the metastore needs a FileSystem class for every registered location)."""

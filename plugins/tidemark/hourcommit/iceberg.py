@@ -48,6 +48,7 @@ from tidemark.hourcommit.versioned import VersionedHourCommit
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.settings import Settings
 from tidemark.state.layout import Layout, version_dir_of
+from tidemark.tablefs import local_path
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -323,17 +324,9 @@ class IcebergHourCommit(VersionedHourCommit):
         on local disk (not percent-encoded: readers take ``dt=...`` literally)."""
         return self.layout.location(path) if self.store.object_store else f"file://{path}"
 
-    @staticmethod
-    def _unlocated(location: str) -> str:
-        """``_location``'s inverse: a location as the store and the collector address it
-        (Iceberg's Java library names local files ``file:/path``, pyiceberg ``file:///path``)."""
-        if location.startswith("file:"):
-            return "/" + location.removeprefix("file:").lstrip("/")
-        return location
-
     def relative_of(self, location: str) -> str:
         """A location the table's metadata names, warehouse-relative ("" outside it)."""
-        return self.layout.store_relative(self._unlocated(location))
+        return self.layout.store_relative(location)
 
     # -- collect ----------------------------------------------------------------------------
     def live_locations(self) -> list[str]:
@@ -347,7 +340,7 @@ class IcebergHourCommit(VersionedHourCommit):
             for manifest in snapshot.manifests(table.io):
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                     found.add(entry.data_file.file_path.rsplit("/", 1)[0])
-        return sorted(self._unlocated(p) for p in found)
+        return sorted(local_path(p) for p in found)  # as the collector reads locations
 
     def collect(
         self,

@@ -27,7 +27,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from tidemark.errors import LakeCheckError
 from tidemark.seal.thrift_metastore import open_metastore
@@ -172,7 +171,7 @@ def _published_files(
                 by_hour.setdefault(parse_path(found.group(1), zone).key, []).append(relative)
     else:
         for location in registered:
-            base = layout.store_relative(_local_path(location))
+            base = layout.store_relative(location)
             found = _HOUR.search(location)
             if not base or found is None:
                 continue
@@ -183,12 +182,6 @@ def _published_files(
         f"{f} is read {n} times (through more than one partition)" for f, n in sorted(seen.items()) if n > 1
     ]
     return by_hour, duplicates, set(seen)
-
-
-def _local_path(location: str) -> str:
-    """A ``file:`` location as the path it names (the metastore registers local directories
-    as URIs, the warehouse is a path); any other location as it is."""
-    return urlsplit(location).path if location.startswith("file:") else location
 
 
 def _snapshot_files(table: Table) -> list[str]:

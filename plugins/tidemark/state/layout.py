@@ -47,7 +47,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.tablefs import Store, hadoop_uri
+from tidemark.tablefs import Store, hadoop_uri, local_path
 
 if TYPE_CHECKING:
     from tidemark.settings import Settings
@@ -263,8 +263,9 @@ class Layout:
         return self.store.uri(self.relative(path))
 
     def store_relative(self, location: str) -> str:
-        """A location the metastore registered (``s3a://...`` or a path) as a warehouse-relative
-        path; "" for one outside the warehouse."""
+        """A location the metastore registered (``s3a://...``, ``file:/...`` or a path) as a
+        warehouse-relative path; "" for one outside the warehouse."""
+        location = local_path(location)
         for root in (hadoop_uri(self.warehouse_uri), self.warehouse_uri):
             if location.rstrip("/").startswith(root + "/"):
                 return location.rstrip("/")[len(root) + 1 :]
