@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tidemark-installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv java jvm browser postgres executor-env spark-classes lint unit test demo up down status lock bench clean
+.PHONY: help venv java jvm jvm-local browser postgres executor-env spark-classes lint unit test demo up down status lock bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -28,8 +28,11 @@ browser:  ## headless Chromium for the report's browser test (Debian package, in
 postgres:  ## PostgreSQL server + JDBC driver for the JDBC bootstrap tests (Debian packages, installed if missing)
 	@scripts/ensure_postgres.sh
 
-jvm: venv  ## jvm/pom.xml's pinned JVM artifacts (Apache Kafka broker, hadoop-aws + AWS SDK, Iceberg for Spark, delta-spark, Trino's server distribution) from Maven Central, once, into ~/.cache/tidemark/jvm (~1.5 GB); tidemark's Delta log store for S3 compiled (jvm/logstore)
-	@scripts/ensure_jvm.sh kafka s3a iceberg delta trino
+jvm-local: venv  ## what `make demo` and `make up` run: the Apache Kafka broker and Iceberg for Spark (~100 MB, from Maven Central once, into ~/.cache/tidemark/jvm)
+	@scripts/ensure_jvm.sh kafka iceberg
+
+jvm: jvm-local  ## every pinned JVM artifact of jvm/pom.xml, for the tests and benches: jvm-local's, plus hadoop-aws + AWS SDK, delta-spark, Trino's server distribution (~1.5 GB); tidemark's Delta log store for S3 compiled (jvm/logstore)
+	@scripts/ensure_jvm.sh s3a delta trino
 	@scripts/build_logstore.sh $(BIN)/python
 
 executor-env: venv  ## the venv archive Spark executors of a cluster unpack (TIDEMARK_EXECUTOR_ENV)
@@ -51,10 +54,10 @@ unit: venv  ## the fast tier only
 test: lint jvm browser postgres executor-env spark-classes  ## lint, then the whole test suite (README's test command; what CI runs)
 	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
-demo: venv jvm spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
+demo: venv jvm-local spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
 	$(BIN)/tidemark-dev demo
 
-up: venv jvm  ## start the broker and Airflow standalone (UI on 127.0.0.1:8080)
+up: venv jvm-local  ## start the broker (Apache Kafka, topics kept across restarts) and Airflow standalone (UI on 127.0.0.1:8080)
 	$(BIN)/tidemark-dev services start broker airflow
 
 down: venv  ## stop everything `make up` started

@@ -29,7 +29,7 @@ from dump_throughput import PROCESSING, Measured, bench_table, dump_command, pro
 from tidemark.settings import Settings
 from tidemark_dev.kafka import KafkaService
 from tidemark_dev.net import free_port_block
-from tidemark_dev.services import BrokerService
+from tidemark_dev.services import TansuService
 
 
 def dump_once(bootstrap: str, topic: str, ends: dict[int, int], value_bytes: int, name: str) -> Measured:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
-    tansu = BrokerService(settings)
+    tansu = TansuService(settings)
     tansu_here = not tansu.status().running
     tansu.start()
     kafka_home = Path(tempfile.mkdtemp(prefix="tidemark-bench-kafka-"))

@@ -49,7 +49,7 @@ from _formats import baseline_decoder, encoder, table_changes
 from tidemark.settings import Settings
 from tidemark_dev.generator import Message, create_topic, events, produce, records
 from tidemark_dev.schema_registry import SchemaRegistryStandIn
-from tidemark_dev.services import BrokerService
+from tidemark_dev.services import TansuService
 
 ROOT = Path(__file__).resolve().parents[1]
 START = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
 
-    broker = BrokerService(settings)
+    broker = TansuService(settings)
     started_here = not broker.status().running
     broker.start()
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))

@@ -58,7 +58,7 @@ from tidemark.evolution import SchemaHistory
 from tidemark.settings import Settings
 from tidemark.state.batches import Commit, MqRange
 from tidemark.state.commitlog import CommitLog
-from tidemark_dev.services import BrokerService
+from tidemark_dev.services import TansuService
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGS = ROOT / "dags"
@@ -217,7 +217,7 @@ def grouped_cycle(args: argparse.Namespace, home: Path) -> float:
     """The per-table/grouped cycle against the local broker (started here if needed)."""
 
     settings = Settings.from_env()
-    broker = BrokerService(settings)
+    broker = TansuService(settings)
     started_here = not broker.status().running
     broker.start()
     env = {**os.environ, "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}

@@ -35,7 +35,7 @@ from _grouped import job, produce_tables, write_group
 
 from tidemark.settings import Settings
 from tidemark_dev.net import SilentServer
-from tidemark_dev.services import BrokerService
+from tidemark_dev.services import TansuService
 
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?: (.*)$")
 DONE = re.compile(r"^(\S+) \(group \S+\): dump of run \S+ (ok|failed|skipped) in ([\d.]+) s")
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-stall-"))
     settings = Settings.from_env()
-    broker = BrokerService(settings)
+    broker = TansuService(settings)
     started_here = not broker.status().running
     broker.start()
     bootstrap = settings.kafka_bootstrap

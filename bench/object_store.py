@@ -34,7 +34,7 @@ from _services import start_local_s3
 from dump_throughput import PROCESSING, ROOT, bench_table, dump_command, produce_sealable, run_measured
 
 from tidemark.settings import Settings
-from tidemark_dev.services import BrokerService
+from tidemark_dev.services import TansuService
 
 
 def run_jobs(env: dict[str, str], total: int) -> dict[str, float]:
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
-    broker = BrokerService(settings)
+    broker = TansuService(settings)
     broker_started_here = not broker.status().running
     broker.start()
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-s3-"))

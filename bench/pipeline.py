@@ -61,7 +61,7 @@ import tidemark
 from tidemark.settings import Settings
 from tidemark_dev.net import free_port
 from tidemark_dev.postgres import MetastoreService, PostgresService
-from tidemark_dev.services import BrokerService
+from tidemark_dev.services import TansuService
 
 DUMP_PHASES = ("rollback", "read_stage", "reconcile", "publish", "commit")
 
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     formats = [f.strip() for f in args.table_formats.split(",") if f.strip()]
 
     settings = Settings.from_env()
-    broker = BrokerService(settings)
+    broker = TansuService(settings)
     broker_started_here = not broker.status().running
     broker.start()
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-pipeline-"))

@@ -47,7 +47,7 @@ from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal
 from tidemark.state.mode import TableWriter
 from tidemark_dev.generator import create_topic
-from tidemark_dev.services import BrokerService
+from tidemark_dev.services import TansuService
 
 HOUR_END = datetime(2026, 11, 22, 13, tzinfo=UTC)
 SCHEDULE_S = 600.0
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
-    broker = BrokerService(settings)
+    broker = TansuService(settings)
     started_here = not broker.status().running
     broker.start()
     scratch = Path(tempfile.mkdtemp(prefix="tidemark-bench-stream-"))

@@ -33,7 +33,7 @@ from dump_throughput import PROCESSING, produce_input, run_measured
 from stream import environment, job, switch_to_stream, table_yaml
 
 from tidemark.settings import Settings
-from tidemark_dev.services import BrokerService
+from tidemark_dev.services import TansuService
 
 BUCKET = "bench"
 
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     settings = Settings.from_env()
-    broker = BrokerService(settings)
+    broker = TansuService(settings)
     started_here = not broker.status().running
     broker.start()
     scratch = Path(tempfile.mkdtemp(prefix="tidemark-bench-upgrade-s3-"))

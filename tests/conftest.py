@@ -22,7 +22,7 @@ from tidemark_dev.net import free_port, free_port_block
 from tidemark_dev.postgres import PostgresService, postgres_url
 from tidemark_dev.s3 import PORTS, S3Service, s3_environment
 from tidemark_dev.schema_registry import SchemaRegistryStandIn
-from tidemark_dev.services import BrokerService, NoidaBrokerService
+from tidemark_dev.services import TansuService, NoidaBrokerService
 
 pytest_plugins = ["tests.tiers", "pytester"]
 
@@ -73,7 +73,7 @@ def settings(tidemark_home: Path, broker_port: int) -> Settings:
 def broker(settings: Settings) -> Iterator[str]:
     """A real tansu broker on its own port; yields the bootstrap servers."""
 
-    service = BrokerService(settings)
+    service = TansuService(settings)
     service.start()
     try:
         yield settings.kafka_bootstrap

@@ -19,10 +19,11 @@ from tidemark_dev.services import AirflowService
 
 EPILOG = """\
 examples:
-  tidemark-dev services start            start the local tansu broker
+  tidemark-dev services start            start the local broker: Apache Kafka (KRaft; PLAINTEXT,
+                                         SSL, SASL_SSL listeners; topics kept across restarts)
   tidemark-dev services start broker airflow
                                          broker + Airflow standalone (what `make up` runs)
-  tidemark-dev services start kafka      Apache Kafka (KRaft; PLAINTEXT, SSL, SASL_SSL listeners)
+  tidemark-dev services start tansu      the lightest broker instead (memory: a restart loses topics)
   tidemark-dev services start postgres metastore
                                          tidemark's own PostgreSQL and the Hive metastore service on it
   tidemark-dev services status all       which local services run and answer

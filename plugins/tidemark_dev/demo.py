@@ -1,7 +1,7 @@
 """`make demo`: the ingest DAG through Airflow, end to end on embedded defaults.
 
 In a home of its own (``$TIDEMARK_HOME/demo``, recreated each time) it starts the local broker
-unless one runs, creates a fresh topic with 4 MQ partitions for the ``events`` table and runs
+(Apache Kafka, ``tidemark_dev.kafka``: its data under ``$TIDEMARK_HOME/kafka``) unless one runs, creates a fresh topic with 4 MQ partitions for the ``events`` table and runs
 ``tidemark_ingest_events`` three times with ``dag.test()`` (dump -> seal -> announce, the real
 SparkSubmitOperator), producing a generated clickstream between runs:
 
@@ -75,10 +75,10 @@ from tidemark_dev.generator import (
     records,
     state_after,
 )
+from tidemark_dev.kafka import KafkaService
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, replace_table
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER, PostgresService, postgres_url
 from tidemark_dev.schema_registry import SchemaRegistryStandIn
-from tidemark_dev.services import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
     say = console.say
     say("tidemark demo: the events and orders pipelines through Airflow (dag.test) on embedded defaults")
     say(f"  home {demo.home}; Airflow, Spark and JVM output goes to {console.log_dir}/")
-    broker = BrokerService(base)
+    broker = KafkaService(base)
     started_here = not broker.status().running
     try:
         with console.step("setup", f"starting the broker ({base.kafka_bootstrap}) and Airflow's database"):

@@ -53,7 +53,7 @@ class KafkaListeners:
 class KafkaService(Service):
     """The Apache Kafka broker (see the module doc)."""
 
-    name = "kafka"
+    name = "broker"  # the default local broker of `make up`, `make demo` and `services start`
     start_timeout = 90.0
 
     def __init__(self, settings: Settings) -> None:

@@ -11,32 +11,36 @@ from tidemark_dev.cluster import SparkMasterService, SparkWorkerService
 from tidemark_dev.kafka import KafkaService
 from tidemark_dev.postgres import MetastoreService, PostgresService
 from tidemark_dev.s3 import S3Service
-from tidemark_dev.services import AirflowService, BrokerService, NoidaBrokerService, Service
+from tidemark_dev.services import AirflowService, TansuService, NoidaBrokerService, Service
 
 SERVICES: dict[str, Callable[[Settings], Service]] = {
-    "broker": BrokerService,
+    # Apache Kafka (KRaft, data kept across restarts): PLAINTEXT on TIDEMARK_KAFKA_BOOTSTRAP's port,
+    # SSL, SASL_SSL and its controller on the next three
+    "broker": KafkaService,
     "airflow": AirflowService,
     "postgres": PostgresService,
     "metastore": MetastoreService,  # after postgres: its database
     "s3": S3Service,
-    "noida": NoidaBrokerService,  # another broker on the same port: instead of "broker", not beside it
-    # Apache Kafka (KRaft): PLAINTEXT on the broker's port, SSL, SASL_SSL and its controller on the
-    # next three; instead of "broker", not beside it
-    "kafka": KafkaService,
+    # lighter brokers on the same port, instead of "broker", not beside it: tansu (memory storage,
+    # a restart loses the topics) and noida-db
+    "tansu": TansuService,
+    "noida": NoidaBrokerService,
     # a standalone Spark cluster (TIDEMARK_SPARK_MASTER=spark://127.0.0.1:<TIDEMARK_SPARK_PORT>)
     "spark-master": SparkMasterService,
     "spark-worker-1": functools.partial(SparkWorkerService, index=1),
     "spark-worker-2": functools.partial(SparkWorkerService, index=2),
 }
-ON_DEMAND = ("noida", "kafka", "spark-master", "spark-worker-1", "spark-worker-2")  # not part of "all"
+ALIASES = {"kafka": "broker"}  # the name the broker had while tansu was the default
+ON_DEMAND = ("tansu", "noida", "spark-master", "spark-worker-1", "spark-worker-2")  # not part of "all"
 
 
 def resolve(names: list[str]) -> list[str]:
-    """Expand ``all`` and check names; start order is broker first."""
+    """Expand ``all`` and aliases, check names; start order is broker first."""
     if not names:
         return ["broker"]
     if "all" in names:  # noida is the alternative broker, on the broker's port; the cluster is heavy
         return [n for n in SERVICES if n not in ON_DEMAND]
+    names = [ALIASES.get(n, n) for n in names]
     unknown = [n for n in names if n not in SERVICES]
     if unknown:
         raise ServiceError(f"unknown service(s) {', '.join(unknown)}; expected: {', '.join(SERVICES)}, all")

@@ -1,5 +1,6 @@
-"""Local services for `make up`, `make demo` and the tests: the tansu broker, Airflow standalone
-and a PostgreSQL cluster of tidemark's own (the JDBC source of the orders bootstrap).
+"""Local services for `make up`, `make demo` and the tests: the mechanics of a managed process,
+the tansu broker (the lightest Kafka-protocol broker: the default broker is Apache Kafka,
+``tidemark_dev.kafka``), noida-db's broker and Airflow standalone.
 
 Each service has a pid file (pid + process start time, so a recycled pid is never signalled)
 and a log file under ``$TIDEMARK_HOME``. ``start`` is idempotent; ``status`` checks that the
@@ -224,10 +225,11 @@ class Service:
         return True
 
 
-class BrokerService(Service):
-    """The tansu Kafka-protocol broker (memory storage: a restart loses all topics)."""
+class TansuService(Service):
+    """The tansu Kafka-protocol broker (memory storage: a restart loses all topics), the fast
+    source of the tests; ``tidemark-dev services start tansu`` instead of ``broker``."""
 
-    name = "broker"
+    name = "tansu"
     start_timeout = 20.0
 
     def address(self) -> str:
@@ -250,11 +252,11 @@ def noida_binary() -> str:
     return str(Path(spec.origin).parent / "noida-db")
 
 
-class NoidaBrokerService(BrokerService):
+class NoidaBrokerService(TansuService):
     """A second, independent Kafka-protocol broker: noida-db's Kafka service (real high
     watermark and last stable offset, transactions, CreatePartitions), on the port of
-    ``TIDEMARK_KAFKA_BOOTSTRAP`` like tansu; data under ``$TIDEMARK_HOME/noida``. tansu stays
-    the default; ``tidemark-dev services start noida`` instead of ``broker`` picks this one."""
+    ``TIDEMARK_KAFKA_BOOTSTRAP`` like tansu; data under ``$TIDEMARK_HOME/noida``.
+    ``tidemark-dev services start noida`` instead of ``broker`` picks this one."""
 
     name = "noida"
     stop_signal = signal.SIGINT  # its Ctrl-C: a clean stop that saves the data

@@ -48,6 +48,8 @@ from tidemark_dev.generator import (
     wait_until_stable,
 )
 from tidemark_dev.kafka import KafkaService, new_cluster_id
+from tidemark_dev.local import SERVICES
+from tidemark_dev.local import resolve as resolve_services
 from tidemark_dev.tls import authority, pem_cert
 
 pytestmark = pytest.mark.integration
@@ -615,3 +617,28 @@ def test_a_cluster_id_that_starts_with_a_dash_formats(settings: Settings, tmp_pa
     service._format("-" + new_cluster_id()[1:])
     meta = (service.data_dir / "meta.properties").read_text()
     assert "cluster.id=-" in meta
+
+
+def test_the_default_local_broker_keeps_its_topics_across_down_and_up(
+    spark: Any, kafka: KafkaService, settings: Settings, tmp_path: Path
+) -> None:
+    """`make up` -> ingest -> `make down` -> `make up` -> ingest: the local broker of `make up`
+    is Apache Kafka, whose topics and offsets outlive a restart (tansu's memory storage lost them,
+    and the next run failed with `topic 'events' not found`)."""
+    broker = SERVICES[resolve_services([])[0]](kafka.settings)  # what `make up` / `make down` manage
+    assert isinstance(broker, KafkaService)
+    config, settings = fresh_table(settings, tmp_path)
+    settings = replace(settings, kafka_bootstrap=kafka.listeners.plaintext)
+    topic = config.source.topic
+    create_topic(kafka.listeners.plaintext, topic, 2)
+    produce(kafka.listeners.plaintext, topic, records([(p, at(10, m)) for p in (0, 1) for m in range(3)]))
+    one = run_dump(spark, config, settings, "run-1", at(11))
+    assert one.read == 6
+
+    assert broker.stop() is True  # `make down`
+    assert not broker.status().running
+    assert broker.start().answering  # `make up`
+    produce(kafka.listeners.plaintext, topic, records([(p, at(10, 30)) for p in (0, 1)], prefix="b"))
+    two = run_dump(spark, config, settings, "run-2", at(12))
+    assert two.read == 2  # the topic, its records and the table's offsets survived the restart
+    assert two.offsets == {0: [3, 4], 1: [3, 4]}

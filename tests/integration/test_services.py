@@ -10,21 +10,22 @@ import pytest
 
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
-from tidemark_dev.local import resolve
+from tidemark_dev.kafka import KafkaService
+from tidemark_dev.local import SERVICES, resolve
 from tidemark_dev.net import free_port
-from tidemark_dev.services import BrokerService, kafka_answers
+from tidemark_dev.services import TansuService, kafka_answers
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def own_broker(tmp_path: Path, settings: Settings) -> BrokerService:
+def own_broker(tmp_path: Path, settings: Settings) -> TansuService:
     """A second broker with its own home and port, so these tests stop only what they start."""
     port = free_port()
-    return BrokerService(replace(settings, home=tmp_path, kafka_bootstrap=f"127.0.0.1:{port}"))
+    return TansuService(replace(settings, home=tmp_path, kafka_bootstrap=f"127.0.0.1:{port}"))
 
 
-def test_start_is_idempotent_status_answers_and_stop_leaves_nothing(own_broker: BrokerService) -> None:
+def test_start_is_idempotent_status_answers_and_stop_leaves_nothing(own_broker: TansuService) -> None:
     assert not own_broker.status().running
     first = own_broker.start()
     assert first.running and first.answering and first.pid
@@ -64,7 +65,7 @@ def test_produce_and_consume_round_trip(broker: str) -> None:
     assert sorted(seen) == [f"m{i}".encode() for i in range(5)]
 
 
-def test_stale_pid_file_is_never_signalled(own_broker: BrokerService) -> None:
+def test_stale_pid_file_is_never_signalled(own_broker: TansuService) -> None:
     """A pid file pointing at somebody else's process (pid reuse) must not make us kill it."""
     own_broker.settings.run_dir.mkdir(parents=True, exist_ok=True)
     me = psutil.Process(os.getpid())
@@ -76,6 +77,8 @@ def test_stale_pid_file_is_never_signalled(own_broker: BrokerService) -> None:
 
 def test_resolve_names() -> None:
     assert resolve([]) == ["broker"]
+    assert resolve(["kafka"]) == ["broker"]  # the broker's old name
+    assert SERVICES["broker"] is KafkaService and SERVICES["tansu"] is TansuService
     assert resolve(["all"]) == ["broker", "airflow", "postgres", "metastore", "s3"]
     assert resolve(["metastore", "postgres"]) == ["postgres", "metastore"]  # its database first
     assert resolve(["postgres", "broker"]) == ["broker", "postgres"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,21 @@ def test_the_development_command_names_its_services_and_refuses_an_unknown_one(
     with pytest.raises(SystemExit):
         tidemark_dev(["services", "--help"])
     usage = capsys.readouterr().out
-    assert all(name in usage for name in ("broker", "kafka", "metastore", "s3", "spark-master"))
+    assert all(name in usage for name in ("broker", "tansu", "metastore", "s3", "spark-master"))
     assert tidemark_dev(["services", "start", "zookeeper"]) == 2  # a named error, nothing started
     assert "unknown service(s) zookeeper; expected: broker," in capsys.readouterr().err
+
+
+def test_the_demo_and_make_up_fetch_only_what_they_run() -> None:
+    """`make demo` and `make up` fetch the broker's and Iceberg's jars, never Trino's server
+    (784 MB) or the AWS SDK bundle (616 MB), which only the tests and benches use."""
+    root = Path(__file__).resolve().parents[2]
+
+    def fetched(*targets: str) -> set[str]:
+        planned = subprocess.run(
+            ["make", "-n", "-C", str(root), *targets], capture_output=True, text=True, check=True
+        ).stdout
+        return {p for line in planned.splitlines() if "ensure_jvm.sh" in line for p in line.split()[1:]}
+
+    assert fetched("demo", "up") == {"kafka", "iceberg"}
+    assert {"trino", "s3a", "delta"} <= fetched("jvm")  # the full set still has them
