@@ -22,7 +22,7 @@ from tidemark_dev.net import free_port, free_port_block
 from tidemark_dev.postgres import PostgresService, postgres_url
 from tidemark_dev.s3 import PORTS, S3Service, s3_environment
 from tidemark_dev.schema_registry import SchemaRegistryStandIn
-from tidemark_dev.services import TansuService, NoidaBrokerService
+from tidemark_dev.services import NoidaBrokerService, TansuService
 
 pytest_plugins = ["tests.tiers", "pytester"]
 

@@ -226,7 +226,8 @@ def build_session(
         jvm.java.lang.System.setProperty("derby.system.home", str(settings.home))
     if not settings.spark_master.startswith("local"):
         spark.sparkContext.addPyFile(str(library_zip(settings)))
-    spark.sparkContext.setLogLevel("WARN")
+    if jvm is None or not jvm.java.lang.System.getProperty("tidemark.jvm.log"):
+        spark.sparkContext.setLogLevel("WARN")  # else its log4j2 sends INFO to a file (airflow.spark_log)
     log.info(
         "Spark session %s: master=%s version=%s warehouse=%s metastore=%s",
         app_name,

@@ -199,6 +199,10 @@ class KafkaService(Service):
             "share.coordinator.state.topic.min.isr": 1,
             "group.initial.rebalance.delay.ms": 0,
             "auto.create.topics.enable": "false",
+            # the generators' oversized dirty records (16 MiB, as their producers allow): the
+            # dump must quarantine them, so the broker must take them
+            "message.max.bytes": 16 * 1024 * 1024,
+            "replica.fetch.max.bytes": 16 * 1024 * 1024,
             # retention and compaction act within seconds when a topic asks for it
             "log.retention.check.interval.ms": 1000,
             "log.segment.delete.delay.ms": 0,

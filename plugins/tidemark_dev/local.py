@@ -11,7 +11,7 @@ from tidemark_dev.cluster import SparkMasterService, SparkWorkerService
 from tidemark_dev.kafka import KafkaService
 from tidemark_dev.postgres import MetastoreService, PostgresService
 from tidemark_dev.s3 import S3Service
-from tidemark_dev.services import AirflowService, TansuService, NoidaBrokerService, Service
+from tidemark_dev.services import AirflowService, NoidaBrokerService, Service, TansuService
 
 SERVICES: dict[str, Callable[[Settings], Service]] = {
     # Apache Kafka (KRaft, data kept across restarts): PLAINTEXT on TIDEMARK_KAFKA_BOOTSTRAP's port,

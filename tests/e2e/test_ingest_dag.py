@@ -158,3 +158,32 @@ def test_ingest_dag_on_an_s3_warehouse_and_s3_state(
         f"{config.table}/dt=2026-11-22/hr=10/_versions/v0001-b"
     )
     assert asset_events(dag_id) == [("2026-11-22T10", 1)]
+
+
+def test_the_dump_task_log_keeps_sparks_levels_and_shows_progress_per_mq_partition(
+    dag_env: Settings,
+    broker: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A WARN of the Spark JVM reaches the task log as a warning, not INFO; the JVM's start-up
+    INFO lines go to the task try's file instead; the dump logs a line per MQ partition."""
+    config, settings, _ = table_with_two_hours(dag_env, broker, tmp_path, monkeypatch, retries=0)
+    # a deprecated key: Spark's SparkConf warns about it at start, a WARN line of the JVM's own
+    monkeypatch.setenv("TIDEMARK_SPARK_CONF", '{"spark.yarn.executor.memoryOverhead": "384"}')
+    dag_id = f"tidemark_ingest_{config.table}"
+    done = run_dag(settings.conf_dir, dag_id, at(12))
+    assert {ti.task_id: ti.state for ti in done.get_task_instances()}["dump"] == "success"
+    captured = capfd.readouterr()
+    lines = (captured.out + captured.err).splitlines()
+    warned = [line for line in lines if "WARN SparkConf: The configuration key 'spark.yarn" in line]
+    assert warned and all("[warning" in line for line in warned), warned
+    assert not [line for line in lines if "INFO SparkContext: Running Spark version" in line]
+    for partition in (0, 1):
+        assert any(
+            f"batch 0 MQ partition {partition} (offsets 0..3): read 4, rows staged 4" in line
+            for line in lines
+        )
+    (jvm_log,) = (settings.log_dir / "jobs" / dag_id).glob("*/dump.1.jvm.log")
+    assert "INFO SparkContext: Running Spark version" in jvm_log.read_text()  # kept, in its file

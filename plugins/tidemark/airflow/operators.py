@@ -36,6 +36,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         full = spark_environment(settings)
         self.env_vars = {**{k: full[k] for k in SPARK_ENVIRONMENT}, **(self.env_vars or {})}
         self._add_launch_conf(settings)
+        self._log_jvm_to_file(settings, context)
         log.info(
             "spark-submit with SPARK_HOME=%s PYSPARK_PYTHON=%s", full["SPARK_HOME"], full["PYSPARK_PYTHON"]
         )
@@ -44,6 +45,35 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         except Exception as exc:
             self._fail_for_good_if_decided(exc)
             raise
+
+    def _get_hook(self) -> Any:
+        """The provider's hook, whose task log lines keep the level they carry."""
+        from tidemark.airflow.spark_log import LeveledLines
+
+        hook = super()._get_hook()
+        hook._log = LeveledLines(hook.log)  # type: ignore[assignment]  # a Logger in all but name
+        return hook
+
+    def _log_jvm_to_file(self, settings: Any, context: Any) -> None:
+        """The driver JVM's INFO lines (Spark, Hive and Derby starting) go to a file of this
+        task try; the task log keeps WARN and above (``spark_log``)."""
+        from tidemark.airflow.spark_log import jvm_log_file, jvm_log_options
+        from tidemark.jobs import merged_conf
+
+        ti = context["ti"]
+        log_file = jvm_log_file(settings.log_dir, ti.dag_id, ti.run_id, ti.task_id, ti.try_number)
+        options = jvm_log_options(settings.home / "conf", log_file)
+        current = (self.conf or {}).get("spark.driver.extraJavaOptions", "").split()
+        kept = [
+            o for o in current if not o.startswith(("-Dlog4j2.configurationFile=", "-Dtidemark.jvm.log="))
+        ]
+        self.conf = merged_conf(
+            self.conf or {}, {"spark.driver.extraJavaOptions": " ".join([*kept, options])}
+        )
+        log.info(
+            "the Spark driver's INFO lines (JVM start-up, Hive, Derby) go to %s; WARN and above come here",
+            log_file,
+        )
 
     def _fail_for_good_if_decided(self, exc: Exception) -> None:
         """A job that exited with ``NO_RETRY_EXIT_CODE`` met an error a retry cannot change (a

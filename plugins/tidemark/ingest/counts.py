@@ -163,3 +163,29 @@ def check_files(plan: Plan, in_files: dict[str, int], stats: list[MqPartitionSta
             f"{plan.table} batch {plan.batch_id} (run {plan.run_id}) not committed: staged files hold "
             f"{in_files} but the tasks counted {counted}; offsets {plan.describe()}"
         )
+
+
+def progress_lines(
+    plan: Plan, stats: list[MqPartitionStats], receipts: list[dict[str, Any]], folded: FoldedCounts
+) -> list[str]:
+    """The task log's progress of a staged batch: a line per MQ partition (its offsets, records
+    read, rows staged, dirty, late, and the seconds its read tasks took) and a line per hour."""
+    seconds: dict[int, float] = {}
+    for receipt in receipts:
+        if receipt.get("seconds") is not None:
+            partition = receipt["mq_partition"]
+            seconds[partition] = seconds.get(partition, 0.0) + receipt["seconds"]
+    where = {r.mq_partition: f"offsets {r.start}..{r.end - 1}" for r in plan.ranges}
+    lines = [
+        f"batch {plan.batch_id} MQ partition {s.mq_partition} ({where.get(s.mq_partition, 'no offsets')}): "
+        f"read {s.read}, rows staged {s.rows}, dirty {s.dirty}, late {s.late}, tombstones {s.tombstones}"
+        + (f", {seconds[s.mq_partition]:.1f} s in its read tasks" if s.mq_partition in seconds else "")
+        for s in stats
+    ]
+    for hour in sorted({*folded.rows_per_hour, *folded.late_per_hour}):
+        late = folded.late_per_hour.get(hour, 0)
+        lines.append(
+            f"batch {plan.batch_id} hour {hour}: rows staged {folded.rows_per_hour.get(hour, 0)}"
+            + (f", late {late}" if late else "")
+        )
+    return lines

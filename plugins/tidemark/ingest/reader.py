@@ -70,12 +70,14 @@ class RangeConsumer:
         self.read = 0
         self.first: int | None = None
         self.last: int | None = None
+        self.started: float | None = None  # the read's start (its seconds go in the receipt)
 
     def blocks(self) -> Iterator[RawRecords]:
         """Blocks of up to BLOCK_ROWS records or about BLOCK_BYTES, in offset order."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         sub = self.sub
+        self.started = time.monotonic()
         consumer = Consumer({**self.conf, **READER_SETTINGS})  # the reader's settings win
         where = f"{self.topic}[{sub.mq_partition}] offsets {sub.start}..{sub.end - 1}"
         consumer.assign([TopicPartition(self.topic, sub.mq_partition, sub.start)])
@@ -146,6 +148,8 @@ class RangeConsumer:
             "read": self.read,
             "first": self.first,
             "last": self.last,
+            # reading and staging the sub-range, in its task (the progress line per MQ partition)
+            "seconds": round(time.monotonic() - self.started, 3) if self.started is not None else None,
         }
         name = f"{sub.mq_partition}-{sub.start}-{sub.end}.json"
         store.write_json(f"{receipts}/{name}" if receipts else name, receipt)

@@ -5,13 +5,21 @@ dirty records in one pass of tasks); and what the staged files hold once reconci
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.ingest import cardinality
-from tidemark.ingest.counts import FoldedCounts, StagedCount, check_files, fold_stats, reconcile
+from tidemark.ingest.counts import (
+    FoldedCounts,
+    StagedCount,
+    check_files,
+    fold_stats,
+    progress_lines,
+    reconcile,
+)
 from tidemark.ingest.spec import ClassifySpec
 from tidemark.ingest.staging import stage_frame, staged_rows
 from tidemark.state.batches import MqPartitionStats
@@ -19,6 +27,8 @@ from tidemark.state.commitlog import LogState
 from tidemark.state.partition_values import PartitionValues, merge
 from tidemark.stopwatch import Stopwatch
 from tidemark.tablefs import Store
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,6 +121,9 @@ def read_and_stage(
             crash_point("after_staging")
     with stopwatch.phase("reconcile"):
         folded = fold_stats(counts)
-        stats = reconcile(plan, read_receipts(targets.store, targets.receipts), folded.per_mq_partition)
+        receipts_read = read_receipts(targets.store, targets.receipts)
+        stats = reconcile(plan, receipts_read, folded.per_mq_partition)
         check_files(plan, staged_rows(publisher.store, publisher.written()), stats)
+    for line in progress_lines(plan, stats, receipts_read, folded):
+        log.info("%s: %s", config.table, line)
     return Staged(stats, folded, admitted)
