@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tidemark-installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv java jvm jvm-local browser postgres executor-env spark-classes lint unit test demo up down status lock bench clean
+.PHONY: help venv java jvm jvm-local docs-assets browser postgres executor-env spark-classes lint unit test demo up down status lock bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -21,6 +21,9 @@ venv: java $(STAMP)  ## build or refresh .venv from requirements.txt
 
 java:  ## fail early, and clearly, without Java 17+
 	@scripts/check_java.sh
+
+docs-assets: venv  ## the CSS, JS and fonts of the Data Docs pages (pinned npm packages, 3.4 MB, once into the venv): pages that render offline
+	@$(BIN)/python -m tidemark.seal.docs_assets
 
 browser:  ## headless Chromium for the report's browser test (Debian package, installed if missing)
 	@scripts/ensure_chromium.sh
@@ -51,13 +54,13 @@ lint: venv  ## ruff + mypy + the import layers (lint-imports), and docker-compos
 unit: venv  ## the fast tier only
 	$(BIN)/pytest -m unit -q
 
-test: lint jvm browser postgres executor-env spark-classes  ## lint, then the whole test suite (README's test command; what CI runs)
+test: lint jvm docs-assets browser postgres executor-env spark-classes  ## lint, then the whole test suite (README's test command; what CI runs)
 	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
-demo: venv jvm-local spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
+demo: venv jvm-local docs-assets spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
 	$(BIN)/tidemark-dev demo
 
-up: venv jvm-local  ## start the broker (Apache Kafka, topics kept across restarts) and Airflow standalone (UI on 127.0.0.1:8080)
+up: venv jvm-local docs-assets  ## start the broker (Apache Kafka, topics kept across restarts) and Airflow standalone (UI on 127.0.0.1:8080)
 	$(BIN)/tidemark-dev services start broker airflow
 
 down: venv  ## stop everything `make up` started

@@ -1,16 +1,19 @@
 """Airflow 3 plugin: serves tidemark's health pages from the API server and links them from the
-UI (a navigation entry, and a tab on every tidemark DAG). The pages render on request from the
+UI (a navigation entry, a tab on every tidemark DAG, and extra links on the dump, seal and
+rebuild task instances). The pages render on request from the
 state store; see tidemark/webapp.py."""
 
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin  # noqa: TID253
 
+from tidemark.airflow.links import BatchReconciliationLink, HourDataDocsLink
 from tidemark.airflow.webapp import URL_PREFIX, create_app
 
 
 class TidemarkPlugin(AirflowPlugin):
     name = "tidemark"
+    operator_extra_links = [BatchReconciliationLink(), HourDataDocsLink()]
     fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "tidemark health pages"}]
     external_views = [
         {

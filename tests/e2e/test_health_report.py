@@ -68,6 +68,49 @@ def chromium(tmp_path: Path, *args: str) -> str:
     return out.stdout
 
 
+def offline_data_docs(page_url: str, local: str) -> None:
+    """The hour's Data Docs in Chromium with every request off 127.0.0.1 refused: none is made,
+    Bootstrap styles the page, Font Awesome draws the pass/fail icons, and no link is dead."""
+    from playwright.sync_api import Route, sync_playwright
+
+    outside: list[str] = []
+    failed: list[str] = []
+
+    def only_local(route: Route) -> None:
+        if route.request.url.startswith(local):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.route("**/*", only_local)
+            page.on("requestfailed", lambda request: failed.append(request.url))
+            page.on(
+                "response", lambda response: failed.append(response.url) if response.status >= 400 else None
+            )
+            page.goto(page_url, wait_until="networkidle")
+            assert outside == [] and failed == [], (outside, failed)
+            styled = page.evaluate(
+                "getComputedStyle(document.querySelector('.container-fluid, .container, body')).boxSizing"
+            )
+            assert styled == "border-box"  # bootstrap.min.css applied
+            assert page.evaluate("document.fonts.check('900 16px \"Font Awesome 6 Free\"')")
+            icons = page.evaluate(
+                "Array.from(document.querySelectorAll('i.fas, i.fa')).map(i => getComputedStyle(i, '::before').content)"
+            )
+            assert icons and all(content not in ("none", "normal", "") for content in icons), icons
+            links = page.evaluate("Array.from(document.querySelectorAll('a[href]')).map(a => a.href)")
+            for link in links:
+                if link.startswith(local) and "#" not in link:
+                    assert page.request.get(link).status == 200, link
+        finally:
+            browser.close()
+
+
 def test_health_report_renders_plots_and_hours_in_headless_chromium(
     spark: Any, broker: str, settings: Settings, tmp_path: Path, served: tuple[Path, str]
 ) -> None:
@@ -113,6 +156,19 @@ def test_health_report_renders_plots_and_hours_in_headless_chromium(
     assert report_data(config, settings, as_of=at(13, 30))["overdue"] == {}
     docs_dom = chromium(tmp_path, "--dump-dom", f"{url}/table/reports/{docs[0]}")
     assert "amount" in docs_dom
+    # each batch's sum per MQ partition, and its run's anchor (the dump task's extra link)
+    batches = re.findall(r'<tbody id="run-([\w-]+)" class="batch" data-batch="(\d+)"', dom)
+    assert batches == [("run-2", "1"), ("run-1", "0")]
+    sums = re.findall(r'<tr class="sum"><td colspan="\d+">([^<]+)</td>', dom)
+    assert sums == [
+        "read 2 == rows 1 + dirty 0 + tombstones 0 + late 1: holds; offsets spanned 2 == read 2 + without a message 0",
+        "read 35 == rows 35 + dirty 0 + tombstones 0 + late 0: holds; offsets spanned 35 == read 35 + without a message 0",
+    ], sums
+    partition_rows = re.findall(r"<td>(\d)</td><td>(\d+\.\.\d+)</td>", dom)
+    assert partition_rows == [("0", "18..18"), ("1", "17..17"), ("0", "0..17"), ("1", "0..16")], (
+        partition_rows
+    )
+    offline_data_docs(f"{url}/table/reports/{docs[0]}", url)
 
     screenshot = tmp_path / "health.png"
     chromium(

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.dags import asset_events
+from tests.helpers.dags import asset_events, extra_links
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.faults import ANNOUNCE_POINTS
+from tidemark.observe.batch_table import run_anchor
 from tidemark.observe.alerts import recent_failures
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
@@ -175,6 +176,14 @@ def test_the_dump_task_log_keeps_sparks_levels_and_shows_progress_per_mq_partiti
     dag_id = f"tidemark_ingest_{config.table}"
     done = run_dag(settings.conf_dir, dag_id, at(12))
     assert {ti.task_id: ti.state for ti in done.get_task_instances()}["dump"] == "success"
+    # the extra links of the dump and seal task instances: the batch's row, the hour's Data Docs
+    links = extra_links(dag_id, done.run_id)
+    assert links[("dump", "BatchReconciliationLink")] == (
+        f"/tidemark/tables/{config.table}/health#{run_anchor(done.run_id)}"
+    )
+    assert links[("seal", "HourDataDocsLink")].startswith(
+        f"/tidemark/tables/{config.table}/docs/validations/{config.table}/2026-11-22T10/"
+    )
     captured = capfd.readouterr()
     lines = (captured.out + captured.err).splitlines()
     warned = [line for line in lines if "WARN SparkConf: The configuration key 'spark.yarn" in line]

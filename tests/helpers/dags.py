@@ -25,3 +25,18 @@ def asset_events(dag_id: str) -> list[Any]:
     with create_session() as session:
         events = session.query(AssetEvent).filter(AssetEvent.source_dag_id == dag_id).all()
         return [(e.partition_key, e.extra.get("versions", {}).get(e.partition_key)) for e in events]
+
+
+def extra_links(dag_id: str, run_id: str) -> dict[tuple[str, str], str]:
+    """(task id, link name) -> URL of each operator extra link the run's tasks recorded (Airflow 3
+    computes them in the worker when a task ends and keeps them as ``_link_<class>`` XComs)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_id)).all()
+        return {
+            (row.task_id, row.key.removeprefix("_link_")): XComModel.deserialize_value(row)
+            for row in rows
+            if row.key.startswith("_link_")
+        }

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: TID253
 
+from tidemark.airflow.links import BatchReconciliationLink, HourDataDocsLink
 from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV
 
 if TYPE_CHECKING:
@@ -130,9 +131,18 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         return openlineage_of(JobLineage(inputs, tuple(d for p in parts for d in p.outputs)))
 
 
+class HourWriterSparkSubmitOperator(TidemarkSparkSubmitOperator):
+    """A seal or a rebuild: its task instance links the Data Docs of the newest hour it wrote."""
+
+    operator_extra_links = (HourDataDocsLink(),)
+
+
 class BatchWriterSparkSubmitOperator(TidemarkSparkSubmitOperator):
     """The ingest DAG's dump: skipped (not failed) while the table is written by the stream
-    (``tidemark switch``), so a scheduled run neither competes with it nor turns red."""
+    (``tidemark switch``), so a scheduled run neither competes with it nor turns red. Its task
+    instance links the batch's row on the health page."""
+
+    operator_extra_links = (BatchReconciliationLink(),)
 
     def execute(self, context: Any) -> Any:
         from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException

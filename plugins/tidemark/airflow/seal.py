@@ -124,6 +124,8 @@ them); offsets gone from the broker fail with `DataLossError` and leave the hour
                 raise AirflowSkipException(selection.skip_reason)
             return ",".join(selection.chosen)
 
+        from tidemark.airflow.operators import HourWriterSparkSubmitOperator
+
         rebuild = spark_job(
             config,
             settings,
@@ -131,6 +133,7 @@ them); offsets gone from the broker fail with `DataLossError` and leave the hour
             "spark-submit spark_jobs/rebuild.py for the hours the plan task chose.",
             ["--hours", "{{ ti.xcom_pull(task_ids='plan') }}"],
             pool=HIVE_METASTORE_POOL,
+            operator=HourWriterSparkSubmitOperator,
         )
         plan() >> rebuild >> publish_tasks(config, settings)
     return dag

@@ -40,8 +40,16 @@ def dump_task(config: TableConfig, settings: Settings, extra_args: list[str]) ->
 
 def seal_task(config: TableConfig, settings: Settings, doc: str, extra_args: list[str] | None = None) -> Any:
     """``seal``: the table's seal job, in the metastore pool."""
+    from tidemark.airflow.operators import HourWriterSparkSubmitOperator
+
     return spark_job(
-        config, settings, "seal", doc, [*(extra_args or []), *SEAL_ARGS], pool=HIVE_METASTORE_POOL
+        config,
+        settings,
+        "seal",
+        doc,
+        [*(extra_args or []), *SEAL_ARGS],
+        pool=HIVE_METASTORE_POOL,
+        operator=HourWriterSparkSubmitOperator,
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from tidemark.config import TableConfig
 from tidemark.observe.alerts import describe_overdue, overdue_hours, recent_failures
+from tidemark.observe.batch_table import batch_rows, render_batches
 from tidemark.observe.broker_side import broker_side, describe
 from tidemark.observe.status import render_snapshot, render_stream, snapshots, stream_summary
 from tidemark.seal.data_docs import render_pending
@@ -87,6 +88,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "broker": _broker_lines(config, settings, state.end_offsets),
         "snapshots": [render_snapshot(snap) for snap in snapshots(config, settings)],
         "decisions": [r.describe() for r in table_state.audit.records()][-MAX_FAILURES_SHOWN:],
+        "batch_table": batch_rows(commit_log, state),
     }
 
 
@@ -293,6 +295,9 @@ body {{ font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }}
 table {{ border-collapse: collapse; margin-top: 1rem; font-size: 0.9rem; }}
 td, th {{ border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; }}
 tr.quarantine td {{ background: #fde2e2; }}
+tbody.batch {{ border-top: 2px solid #888; }}
+tbody.broken td, tbody:target td {{ background: #fff4c2; }}
+tr.sum td {{ color: #555; font-size: 0.8rem; }}
 section.plot {{ max-width: 1100px; }}
 #overdue b {{ color: #b00020; }}
 </style></head>
@@ -304,6 +309,7 @@ section.plot {{ max-width: 1100px; }}
 <p id="snapshots">{snapshot_lines}</p>
 {alerts}
 {plots}
+{render_batches(data.get("batch_table", []))}
 <h2>Hours</h2>
 <table id="hours">
 <thead><tr><th>hour</th><th>state</th><th>rows</th><th>late</th><th>freshness (min)</th><th>quality</th>

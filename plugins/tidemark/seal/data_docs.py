@@ -21,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tidemark.seal.docs_assets import install, localize
+
 log = logging.getLogger(__name__)
 
 DOCS_SITE = "tidemark"
@@ -146,7 +148,9 @@ def _render(docs_dir: Path, bodies: list[dict[str, Any]]) -> list[str]:
             key = ValidationResultIdentifier(ExpectationSuiteIdentifier(body["table"]), run_id, BATCH)
             context.validation_results_store.set(key, _suite_result(body, run_id))
         context.build_data_docs(site_names=[DOCS_SITE])
-        return [_keep_page(scratch, docs_dir, body) for body in bodies]
+        pages = [_keep_page(scratch, docs_dir, body) for body in bodies]
+        install(docs_dir)  # the pages' CSS, JS and fonts beside them: no CDN (docs_assets)
+        return pages
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -181,8 +185,9 @@ def _suite_result(body: dict[str, Any], run_id: Any) -> Any:
 
 def _keep_page(scratch: Path, docs_dir: Path, body: dict[str, Any]) -> str:
     """Copy one hour's page (and the shared static assets, once) into ``docs_dir``, keeping
-    GX's relative layout so the page's links work; each file replaced atomically (a reader or
-    a second render never sees half a page)."""
+    GX's relative layout so the page's links work, its CDN addresses made local
+    (``docs_assets.localize``); each file replaced atomically (a reader or a second render never
+    sees half a page)."""
     if not (docs_dir / "static").exists() and (scratch / "static").exists():
         assets = Path(tempfile.mkdtemp(prefix=".static-", dir=docs_dir))
         shutil.copytree(scratch / "static", assets, dirs_exist_ok=True)
@@ -196,6 +201,6 @@ def _keep_page(scratch: Path, docs_dir: Path, body: dict[str, Any]) -> str:
         raise FileNotFoundError(f"GX rendered no page {relative} for {body['table']} hour {body['hour']}")
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}")
-    shutil.copyfile(source, partial)
+    partial.write_text(localize(source.read_text(), depth=len(Path(relative).parts) - 1))
     os.replace(partial, target)
     return relative
