@@ -155,11 +155,13 @@ def plan_batch(
         assert other is not None
         return other
     log.info(
-        "%s: planned %s (%s records; hours before %s are sealed, older records are late)",
+        "%s: planned %s (%s records; %s)",
         config.table,
         plan.describe(),
         plan.records_planned,
-        sealed_through,
+        f"hours before {sealed_through} are sealed, older records are late"
+        if sealed_through
+        else "no hour sealed yet: no record is late",
     )
     return plan
 

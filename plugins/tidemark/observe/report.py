@@ -216,7 +216,10 @@ def _figures(data: dict[str, Any]) -> list[Any]:
             name="dirty % of records read (processing hour)",
         )
     )
+    top = max([*data["late_rate"].values(), *data["dirty_rate"].values(), 0.0]) * 100
     rates.update_layout(title="Late and dirty rates per hour", xaxis_type="category", barmode="group")
+    # from 0 %: with no late or dirty record plotly's own axis would run from -1 to 1
+    rates.update_yaxes(range=[0, max(1.0, top * 1.1)], ticksuffix=" %")
     figures.append(rates)
     fresh = [h for h in data["hours"] if h["freshness_minutes"] is not None]
     freshness = go.Figure(
