@@ -18,8 +18,8 @@ import pytest
 from tests.helpers.dags import asset_events, extra_links
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.faults import ANNOUNCE_POINTS
-from tidemark.observe.batch_table import run_anchor
 from tidemark.observe.alerts import recent_failures
+from tidemark.observe.batch_table import run_anchor
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal

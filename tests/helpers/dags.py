@@ -34,7 +34,7 @@ def extra_links(dag_id: str, run_id: str) -> dict[tuple[str, str], str]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_id)).all()
+        rows: list[Any] = list(session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_id)).all())
         return {
             (row.task_id, row.key.removeprefix("_link_")): XComModel.deserialize_value(row)
             for row in rows

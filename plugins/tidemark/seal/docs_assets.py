@@ -26,6 +26,7 @@ import sys
 import tarfile
 import tempfile
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -177,18 +178,23 @@ def install(docs_dir: Path) -> bool:
     return True
 
 
+def _vendored(up: str, package: str, path: str) -> Callable[[re.Match[str]], str]:
+    """The replacement of one CDN address: its vendored copy, ``up`` from the page."""
+
+    def replace(match: re.Match[str]) -> str:
+        groups = match.groups()
+        return f"{up}{VENDOR}/{package.format(*groups)}/{path.format(*groups)}"
+
+    return replace
+
+
 def localize(page: str, depth: int) -> str:
     """``page`` (``depth`` directories below the docs dir) with every CDN address pointing at
     the vendored copy, every other outside resource (a script, an image, a style sheet) removed,
     and links to unbuilt pages dropped. A link to an outside site stays: it is no request."""
     up = "../" * depth
     for pattern, package, path in CDN_FILES:
-        page = pattern.sub(
-            lambda m, package=package, path=path: (
-                f"{up}{VENDOR}/{package.format(*m.groups())}/{path.format(*m.groups())}"
-            ),
-            page,
-        )
+        page = pattern.sub(_vendored(up, package, path), page)
     page = LOGO.sub(f"{up}static/images/logo-long.png", page)
     page = OWN_STATIC.sub(lambda m: f"{m.group(1)}{up}static/", page)  # GX puts its favicon a level short
     page = UNBUILT.sub("", page)
