@@ -37,25 +37,16 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from tidemark.catalog import load_table
+    from tidemark.ingest.approvals import unlock
     from tidemark.settings import Settings
-    from tidemark.table_state import TableState
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
-    lock = TableState(settings.state_location, config.table).lock(args.lock)
-    released = lock.release_by_operator(args.by or getpass.getuser())
-    if released is None:
+    by = args.by or getpass.getuser()
+    record = unlock(config, settings, reason=args.reason, by=by, at=datetime.now(UTC), lock=args.lock)
+    if record is None:
         print(f"{config.table}: the {args.lock} lock is free; nothing to do")
         return 0
-    token, holder = released
-    record = TableState(settings.state_location, config.table).audit.append(
-        action="unlock",
-        reason=args.reason,
-        by=args.by or getpass.getuser(),
-        at=datetime.now(UTC).isoformat(),
-        batch_id=None,
-        offsets=f"{args.lock} lock token {token} of {holder.describe()}",
-    )
     print(f"{config.table}: released; recorded {record.describe()}")
     return 0
 

@@ -41,4 +41,3 @@ def test_cdn_addresses_point_at_the_vendored_files_and_nothing_else_leaves() -> 
     assert "unknown.css" not in page and "tracker.example.com" not in page  # no request leaves
     assert "index.html" not in page and "expectations/events.html" not in page  # pages never built
     assert 'href="https://greatexpectations.io/newsletter"' in page  # a link is no request
-

@@ -20,7 +20,7 @@ PROCESSING_TIME = "{{ (dag_run.data_interval_end or dag_run.run_after).isoformat
 HIVE_METASTORE_POOL = "hive_metastore"
 
 
-DAG_KINDS = ("ingest", "seal", "rebuild", "stream", "bootstrap", "merge", "maintain")
+DAG_KINDS = ("ingest", "seal", "rebuild", "stream", "bootstrap", "merge", "maintain", "decide")
 
 
 def dag_id_of(kind: str, table: str) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tidemark.airflow.decide import decide_dag
 from tidemark.airflow.family import discovery_dag
 from tidemark.airflow.group import group_dag
 from tidemark.airflow.ingest import ingest_dag
@@ -54,14 +55,15 @@ def shard_dags(dag_file: str, settings: Settings | None = None) -> dict[str, Any
 
 
 def builders_for(config: TableConfig) -> list[Builder]:
-    """The DAG kinds of one table: ingest, seal, rebuild, stream and maintain (the lake check;
-    an Iceberg table's expiry first); bootstrap and merge for CDC tables."""
+    """The DAG kinds of one table: ingest, seal, rebuild, stream, maintain (the lake check;
+    an Iceberg table's expiry first) and decide (a way out, approved by a person); bootstrap and
+    merge for CDC tables."""
     kinds: list[Builder] = [seal_dag, rebuild_dag, stream_dag]
     if config.group is None:  # a group's tables are dumped and sealed by the group's DAG
         kinds.insert(0, ingest_dag)
     if config.cdc is not None:
         kinds += [bootstrap_dag, merge_dag]
-    kinds.append(maintain_dag)
+    kinds += [maintain_dag, decide_dag]
     return kinds
 
 
