@@ -276,14 +276,45 @@ class NoidaBrokerService(TansuService):
         ]
 
 
+SPARK_DRIVER = "org.apache.spark.deploy.SparkSubmit"  # in the command line of a spark-submit JVM
+
+
+def stop_spark_drivers(root: psutil.Process, timeout: float = 20.0) -> list[int]:
+    """SIGTERM every spark-submit JVM under ``root`` (KILL after ``timeout``); their pids.
+
+    A Spark task in flight otherwise holds Airflow's clean shutdown until it ends or the stop
+    times out. Stopped, its task try fails and is retried by the next ``make up``: every job is
+    keyed by its run id and recovers whatever its driver left (the crash-point tests)."""
+    drivers = []
+    for child in root.children(recursive=True):
+        try:
+            if any(SPARK_DRIVER in part for part in child.cmdline()):
+                drivers.append(child)
+        except psutil.Error:
+            continue
+    for driver in drivers:
+        log.info("stopping the Spark driver pid %s of an in-flight task", driver.pid)
+        driver.terminate()
+    _, alive = psutil.wait_procs(drivers, timeout=timeout)
+    for driver in alive:
+        driver.kill()
+    return [d.pid for d in drivers]
+
+
 class AirflowService(Service):
     """Airflow 3 standalone (SQLite, LocalExecutor). SIGINT is its clean shutdown: on SIGTERM
-    its children keep running."""
+    its children keep running. In-flight Spark tasks are stopped first (``stop_spark_drivers``)."""
 
     name = "airflow"
     stop_signal = signal.SIGINT
     start_timeout = 180.0
     stop_timeout = 60.0
+
+    def stop(self) -> bool:
+        proc = self._process()
+        if proc is not None:
+            stop_spark_drivers(proc)
+        return super().stop()
 
     def address(self) -> str:
         return f"http://127.0.0.1:{self.settings.airflow_port}"

@@ -225,6 +225,7 @@ def see_the_ui(base: str, password: str, shots: Path) -> None:
                 assert title in form, title
             assert dialog.get_by_role("switch").or_(dialog.get_by_role("checkbox")).count() >= 1  # boolean
             assert dialog.get_by_role("combobox").count() >= 1  # the enum of decisions
+            assert "(none)" in form and "null" not in form  # the empty decision, named
             # the defaults are a valid run: nothing to fill in before "Trigger" (null, not "")
             submit = dialog.get_by_test_id("trigger-dag-submit")
             expect(submit).to_be_enabled(timeout=10_000)

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +16,7 @@ from tidemark.settings import Settings
 from tidemark_dev.kafka import KafkaService
 from tidemark_dev.local import SERVICES, resolve
 from tidemark_dev.net import free_port
-from tidemark_dev.services import TansuService, kafka_answers
+from tidemark_dev.services import SPARK_DRIVER, TansuService, kafka_answers, stop_spark_drivers
 
 pytestmark = pytest.mark.integration
 
@@ -86,3 +89,29 @@ def test_resolve_names() -> None:
 
     with pytest.raises(ServiceError, match="unknown service"):
         resolve(["zookeeper"])
+
+
+def test_stopping_airflow_stops_its_in_flight_spark_drivers_first(tmp_path: Path) -> None:
+    """`make down`: a spark-submit JVM under the Airflow process tree is stopped at once (SIGTERM),
+    not waited for; the rest of the tree is left to Airflow's own clean shutdown."""
+    driver = f"import time; time.sleep(300)  # {SPARK_DRIVER}"
+    tree = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {driver!r}]); time.sleep(300)",
+        ]
+    )
+    try:
+        root = psutil.Process(tree.pid)
+        for _ in range(50):
+            if root.children():
+                break
+            time.sleep(0.1)
+        (child,) = root.children()
+        assert stop_spark_drivers(root, timeout=10) == [child.pid]
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+        assert root.is_running()  # only the driver
+    finally:
+        tree.kill()
+        tree.wait()

@@ -75,10 +75,14 @@ def text_param(*, title: str, description: str, **schema: Any) -> Any:
 
     if "enum" in schema:
         schema["enum"] = [None, *schema["enum"]]
+        # the form's label of the empty choice (it would show a literal `null`)
+        schema["values_display"] = {"null": "(none)", **schema.get("values_display", {})}
     return Param(None, type=["null", "string"], title=title, description=description, **schema)
 
 
 def hour_param(title: str, description: str) -> Any:
+    """An optional hour key; its description shows the format by example, because a refused
+    value's message is Airflow's (the pattern, as JSON schema writes it)."""
     from airflow.sdk import Param
 
     return Param(
@@ -86,7 +90,7 @@ def hour_param(title: str, description: str) -> Any:
         type=["null", "string"],
         pattern=HOUR_PATTERN,
         title=title,
-        description=description,
+        description=f"{description} Format: YYYY-MM-DDTHH in the table's time zone, e.g. 2026-11-22T10.",
     )
 
 

@@ -90,7 +90,7 @@ them); offsets gone from the broker fail with `DataLossError` and leave the hour
         params={
             "first_hour": hour_param(
                 "First hour",
-                "Hour key (YYYY-MM-DDTHH) to rebuild from; empty: the run's data interval.",
+                "The hour to rebuild from; empty: the run's data interval.",
             ),
             "last_hour": hour_param(
                 "Last hour", "Hour key to rebuild through (inclusive); empty: the first hour only."
