@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.dags import run_dag
+from tests.helpers.dags import core_api, run_dag
 from tests.helpers.tables import at, fresh_table
 from tidemark.ingest.kafka import client_properties
 from tidemark.ingest.planner import plan_batch
@@ -22,18 +22,6 @@ from tidemark.table_state import TableState
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
-
-
-def core_api(user: str) -> Any:
-    """Airflow's public REST API, in process, as ``user`` (a SimpleAuthManager admin)."""
-    from airflow.api_fastapi.app import create_app, get_auth_manager
-    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-    from fastapi.testclient import TestClient
-
-    client = TestClient(create_app(apps="core"))
-    token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=user, role="admin"))
-    client.headers["Authorization"] = f"Bearer {token}"
-    return client
 
 
 def answer_when_asked(dag_id: str, chosen: str, user: str, answered: list[Any]) -> threading.Thread:

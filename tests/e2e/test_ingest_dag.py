@@ -6,6 +6,7 @@ failed in an earlier run."""
 from __future__ import annotations
 
 import os
+import urllib.parse
 import uuid
 from collections import Counter
 from dataclasses import replace
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.dags import asset_events, extra_links
+from tests.helpers.dags import asset_events, core_api, extra_links
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.faults import ANNOUNCE_POINTS
 from tidemark.observe.alerts import recent_failures
@@ -184,6 +185,11 @@ def test_the_dump_task_log_keeps_sparks_levels_and_shows_progress_per_mq_partiti
     assert links[("seal", "HourDataDocsLink")].startswith(
         f"/tidemark/tables/{config.table}/docs/validations/{config.table}/2026-11-22T10/"
     )
+    # as the UI shows them: the task instance's links from Airflow's REST API
+    run = urllib.parse.quote(done.run_id, safe="")
+    shown = core_api("admin").get(f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/dump/links")
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["extra_links"] == {"Batch reconciliation": links[("dump", "BatchReconciliationLink")]}
     captured = capfd.readouterr()
     lines = (captured.out + captured.err).splitlines()
     warned = [line for line in lines if "WARN SparkConf: The configuration key 'spark.yarn" in line]

@@ -40,3 +40,16 @@ def extra_links(dag_id: str, run_id: str) -> dict[tuple[str, str], str]:
             for row in rows
             if row.key.startswith("_link_")
         }
+
+
+def core_api(user: str) -> Any:
+    """Airflow's public REST API (what the UI calls), in process on this metadata DB, as ``user``
+    (a SimpleAuthManager admin)."""
+    from airflow.api_fastapi.app import create_app, get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from fastapi.testclient import TestClient
+
+    client = TestClient(create_app(apps="core"))
+    token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=user, role="admin"))
+    client.headers["Authorization"] = f"Bearer {token}"
+    return client
