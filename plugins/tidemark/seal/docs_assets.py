@@ -134,29 +134,34 @@ def _verified(package: str, version: str, integrity: str) -> bytes:
     return body
 
 
+def _extract(tarball: bytes, into: Path, files: tuple[str, ...]) -> None:
+    """The named files (a trailing ``/``: a whole directory) of an npm tarball into ``into``."""
+    with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as archive:
+        for member in archive.getmembers():
+            inside = member.name.split("/", 1)[-1]  # npm tarballs hold package/<files>
+            wanted = any(inside == f or (f.endswith("/") and inside.startswith(f)) for f in files)
+            source = archive.extractfile(member) if member.isfile() and wanted else None
+            if source is not None:
+                out = into / inside
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(source.read())
+
+
 def fetch(target: Path | None = None) -> Path:
     """Every pinned package's files into ``target`` (once: a complete copy is kept)."""
     target = target or assets_dir()
     if (target / ".complete").is_file():
         return target
-    partial = Path(
-        tempfile.mkdtemp(prefix=".docs-assets-", dir=target.parent if target.parent.exists() else None)
-    )
-    for package, (version, integrity, files) in PACKAGES.items():
-        with tarfile.open(fileobj=io.BytesIO(_verified(package, version, integrity)), mode="r:gz") as archive:
-            for member in archive.getmembers():
-                inside = member.name.split("/", 1)[-1]  # npm tarballs hold package/<files>
-                if member.isfile() and any(
-                    inside == f or (f.endswith("/") and inside.startswith(f)) for f in files
-                ):
-                    out = partial / package / inside
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    source = archive.extractfile(member)
-                    assert source is not None
-                    out.write_bytes(source.read())
-        log.info("docs assets: %s %s", package, version)
-    (partial / ".complete").write_text("\n".join(f"{p} {v[0]}" for p, v in PACKAGES.items()))
     target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=".docs-assets-", dir=target.parent))  # then a rename, not a copy
+    try:
+        for package, (version, integrity, files) in PACKAGES.items():
+            _extract(_verified(package, version, integrity), partial / package, files)
+            log.info("docs assets: %s %s", package, version)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    (partial / ".complete").write_text("\n".join(f"{p} {v[0]}" for p, v in PACKAGES.items()))
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return target
