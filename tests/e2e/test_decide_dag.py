@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.dags import core_api, run_dag
+from tests.helpers.locks import plant
 from tests.helpers.tables import at, fresh_table
+from tidemark.cli import main as tidemark
 from tidemark.ingest.kafka import client_properties
 from tidemark.ingest.planner import plan_batch
 from tidemark.settings import Settings
@@ -90,3 +92,30 @@ def test_a_replan_approved_in_airflow_names_the_approver_and_a_rejection_changes
     # nothing pending now: a second replan fails at propose, before anybody is asked, unretried
     states = run_dag(dag_id, at(12, 10), conf)
     assert states == {"propose": "failed", "approve": "upstream_failed", "apply": "upstream_failed"}
+
+
+def test_an_unlock_approved_in_airflow_frees_a_lost_hosts_lock_and_the_cli_does_the_same(
+    dag_env: Settings, broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, settings = fresh_table(dag_env, tmp_path, retries=0)
+    monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
+    lock = TableState(settings.state_location, config.table).lock()
+    plant(lock, 0, host="lost-host", expires_at="2999-01-01T00:00:00+00:00")
+    dag_id = f"tidemark_decide_{config.table}"
+
+    answered: list[Any] = []
+    approving = answer_when_asked(dag_id, "Approve", "carol", answered)
+    states = run_dag(dag_id, at(12), {"action": "unlock", "reason": "host lost-host decommissioned"})
+    approving.join(5)
+    assert states == {"propose": "success", "approve": "success", "apply": "success"}, states
+    assert lock.holder() is None
+    (record,) = TableState(settings.state_location, config.table).audit.records()
+    assert (record.action, record.by) == ("unlock", "carol via Airflow") and "lost-host" in record.offsets
+
+    plant(lock, 2, host="lost-host-2", expires_at="2999-01-01T00:00:00+00:00")
+    assert tidemark(["unlock", "--table", config.table, "--reason", "gone too", "--by", "dave"]) == 0
+    assert lock.holder() is None
+    assert [r.by for r in TableState(settings.state_location, config.table).audit.records()] == [
+        "carol via Airflow",
+        "dave",
+    ]

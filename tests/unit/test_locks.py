@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -12,25 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.locks import plant
 from tidemark.errors import BatchConflictError, LeaseLostError
 from tidemark.state.locks import TableLock, pid_namespace, process_start
 
 pytestmark = pytest.mark.unit
-
-
-def plant(lock: TableLock, seq: int, **fields: object) -> None:
-    """A lock record as another process (or host) left it."""
-    record = {
-        "kind": "acquire",
-        "host": socket.gethostname(),
-        "pid": 1,
-        "run_id": "other",
-        "at": "2026-11-22T10:00:00+00:00",
-    }
-    record.update(fields)
-    path = lock.root.local_path() / f"{seq:010d}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record))
 
 
 def test_a_live_holder_blocks_and_its_release_frees_the_lock(tmp_path: Path) -> None:

@@ -100,6 +100,7 @@ The CLI applies the same decisions for scripts: `tidemark resolve`, `tidemark un
         def apply_task(**context: Any) -> str:
             """The approved decision, applied as the approver (once per run: a retry finds it done)."""
             from tidemark.ingest.approvals import apply_decision
+            from tidemark.ingest.rebase import Decision
 
             config, settings = table_context(table)
             approval = context["ti"].xcom_pull(task_ids="approve")
@@ -107,11 +108,13 @@ The CLI applies the same decisions for scripts: `tidemark resolve`, `tidemark un
             record = apply_decision(
                 config,
                 settings,
-                action=context["params"]["action"],
-                reason=context["params"]["reason"],
-                by=approver_of(approval),
-                at=responded if isinstance(responded, datetime) else datetime.fromisoformat(responded),
-                run_id=context["run_id"],
+                Decision(
+                    action=context["params"]["action"],
+                    reason=context["params"]["reason"],
+                    by=approver_of(approval),
+                    at=responded if isinstance(responded, datetime) else datetime.fromisoformat(responded),
+                    run_id=context["run_id"],
+                ),
             )
             return record.describe() if record else "nothing to do"
 

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from tidemark.config import TableConfig
 from tidemark.errors import ResolveError
+from tidemark.ingest.rebase import Decision
 from tidemark.ingest.resolve import ACTIONS, resolve
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditRecord
@@ -71,21 +72,13 @@ def propose(config: TableConfig, settings: Settings, action: str) -> str:
     return "\n\n".join(lines)
 
 
-def apply_decision(
-    config: TableConfig,
-    settings: Settings,
-    *,
-    action: str,
-    reason: str,
-    by: str,
-    at: datetime,
-    run_id: str | None = None,
-) -> AuditRecord | None:
-    """Apply an approved decision as ``by``: ``resolve`` for a batch decision (once per
+def apply_decision(config: TableConfig, settings: Settings, decision: Decision) -> AuditRecord | None:
+    """Apply an approved decision as its ``by``: ``resolve`` for a batch decision (once per
     ``run_id``), :func:`unlock` for the lock; None when the lock was already free."""
-    if action == UNLOCK:
-        return unlock(config, settings, reason=reason, by=by, at=at)
-    return resolve(config, settings, action=action, reason=reason, by=by, at=at, run_id=run_id)
+    d = decision
+    if d.action == UNLOCK:
+        return unlock(config, settings, reason=d.reason, by=d.by, at=d.at)
+    return resolve(config, settings, action=d.action, reason=d.reason, by=d.by, at=d.at, run_id=d.run_id)
 
 
 def unlock(
