@@ -25,8 +25,13 @@ def _table(operator: Any) -> str | None:
     return tables[0] if tables else None
 
 
+def table_url(table: str, page: str) -> str:
+    """A page of the table's health pages (``health``, ``docs/<path>``) as the UI links it."""
+    return f"{_base_url()}{URL_PREFIX}/tables/{table}/{page}"
+
+
 def health_url(table: str, anchor: str = "") -> str:
-    return f"{_base_url()}{URL_PREFIX}/tables/{table}/health" + (f"#{anchor}" if anchor else "")
+    return table_url(table, "health") + (f"#{anchor}" if anchor else "")
 
 
 class BatchReconciliationLink(BaseOperatorLink):
@@ -59,4 +64,4 @@ class HourDataDocsLink(BaseOperatorLink):
         )
         if not written:
             return health_url(table, "hours")
-        return f"{_base_url()}{URL_PREFIX}/tables/{table}/docs/{written[-1].quality['data_docs']}"
+        return table_url(table, f"docs/{written[-1].quality['data_docs']}")

@@ -105,8 +105,12 @@ def reconcile(
         r.mq_partition: sum(x["read"] for x in receipts if x["mq_partition"] == r.mq_partition)
         for r in plan.ranges
     }
-    where = {r.mq_partition: f"offsets {r.start}..{r.end - 1}" for r in plan.ranges}
-    return reconcile_reads(plan, reads, per_mq_partition, where=where, problems=problems)
+    return reconcile_reads(plan, reads, per_mq_partition, where=planned_offsets(plan), problems=problems)
+
+
+def planned_offsets(plan: Plan) -> dict[int, str]:
+    """Each MQ partition's planned offsets, as messages name them (``offsets 0..99``)."""
+    return {r.mq_partition: f"offsets {r.start}..{r.end - 1}" for r in plan.ranges}
 
 
 def reconcile_reads(
@@ -175,7 +179,7 @@ def progress_lines(
         if receipt.get("seconds") is not None:
             partition = receipt["mq_partition"]
             seconds[partition] = seconds.get(partition, 0.0) + receipt["seconds"]
-    where = {r.mq_partition: f"offsets {r.start}..{r.end - 1}" for r in plan.ranges}
+    where = planned_offsets(plan)
     lines = [
         f"batch {plan.batch_id} MQ partition {s.mq_partition} ({where.get(s.mq_partition, 'no offsets')}): "
         f"read {s.read}, rows staged {s.rows}, dirty {s.dirty}, late {s.late}, tombstones {s.tombstones}"
