@@ -1,6 +1,7 @@
 """End to end on a real scheduler: `airflow standalone` (own home and port, LocalExecutor),
 the table's DAGs unpaused, ingest triggered through the REST API with a JWT, a cleared dump
-task re-run, then `airflow backfill create` over two of its three hours on the rebuild DAG.
+task re-run, then `airflow backfill create` over two of its three hours on the rebuild DAG, each run
+noted with the hour it rebuilds.
 The data is identical before and after, the hour left out keeps its seal, every rebuilt hour
 is re-announced with a new version, and `tidemark status` agrees. Everything started here is
 stopped by PID."""
@@ -191,6 +192,9 @@ def test_trigger_clear_and_backfill_rebuild_on_the_real_scheduler(
         r = by_hour[hour.strftime("%Y-%m-%dT%H")]
         assert r["state"] == "success", (r["dag_run_id"], api.task_states(rebuild, r["dag_run_id"]))
         assert api.task_states(rebuild, r["dag_run_id"])["rebuild"] == "success"
+        # The scheduler's listener (tidemark.airflow.run_notes) named the hour on the run.
+        key = hour_of(hour, "UTC").key
+        assert r["note"] == f"Rebuilds {table} hour {key} (backfill {backfill['id']})", r
 
     after = {p: hour_rows(settings, table, p) for p in paths}
     assert after == before
