@@ -5,10 +5,12 @@ crash point recovers by retrying the same run; late changes re-merge the stale s
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
 from tests.helpers.orders import (
@@ -40,6 +42,7 @@ from tidemark.snapshot.merge import run_merge
 from tidemark.snapshot.merge_plan import preview_merge, stale_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore, period_of
 from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV, BootstrapSource
+from tidemark.state.layout import Layout
 from tidemark_dev.generator import order_changes, state_after
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, apply_order_changes, replace_table
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
@@ -467,14 +470,15 @@ def test_a_delta_snapshot_keeps_its_newest_labels_and_vacuums_what_only_expired_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``cdc.keep_labels``: the newest labels stay readable by name (``VERSION AS OF``; DuckDB
-    by version too), an expired label is refused, and the merge's VACUUM deletes the files no kept label reads (its
+    by version too), an expired label is refused, and, with no grace
+    (``output.version_retention: 0s``), the merge's VACUUM deletes the files no kept label reads (its
     own commits name no snapshot: the next merge still finds its head). A registration the
     metastore refuses leaves the commit standing: logged, made good by the retry, which also
     replaces the views an earlier tidemark registered under the table's names."""
     from deltalake import DeltaTable
 
     config, settings, source_state, _ = bootstrapped(
-        spark, broker, settings, tmp_path, "delta", cdc__keep_labels=2
+        spark, broker, settings, tmp_path, "delta", cdc__keep_labels=2, output__version_retention="0s"
     )
     after = three_hours_of_changes(spark, broker, config, settings, source_state)
     root = str(SnapshotStore(spark, config, settings).table_dir)
@@ -533,10 +537,10 @@ def test_an_iceberg_snapshot_tags_its_newest_labels_and_expires_what_only_expire
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``cdc.keep_labels`` on Iceberg: the kept labels are tags (read by name), an expired
-    label's tag goes and the label is refused, its snapshots expire with the files only they
-    read; a user's own tag stays. Tags a failure left stale are made good by the next merge."""
+    label's tag goes and the label is refused, its snapshots expire (no grace:
+    ``output.version_retention: 0s``) with the files only they read; a user's own tag stays. Tags a failure left stale are made good by the next merge."""
     config, settings, source_state, _ = bootstrapped(
-        spark, broker, settings, tmp_path, "iceberg", cdc__keep_labels=2
+        spark, broker, settings, tmp_path, "iceberg", cdc__keep_labels=2, output__version_retention="0s"
     )
     catalog = open_catalog(settings)
     table = catalog.load_table(identifier(config.snapshot_table))
@@ -581,3 +585,43 @@ def test_an_iceberg_snapshot_tags_its_newest_labels_and_expires_what_only_expire
     }
     gone = bootstrap_files - remaining
     assert gone and not any(Path(f.removeprefix("file:")).exists() for f in gone)  # deleted with base
+
+
+@pytest.mark.parametrize("snapshot_format", ["delta", "iceberg"])
+def test_a_reader_that_planned_on_a_replaced_version_finishes_within_the_grace(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str
+) -> None:
+    """A query planned on ``base`` (its data files listed) before two merges replaced it (one
+    label kept) still reads every row of it afterwards: the replaced version waits out
+    ``output.version_retention`` of wall-clock time (24 h by default). With the grace passed,
+    the next merge deletes what only the replaced versions read."""
+    config, settings, source_state, boot = bootstrapped(
+        spark, broker, settings, tmp_path, snapshot_format, cdc__keep_labels=1
+    )
+    planned = version_files(config, settings, snapshot_format)  # the reader's plan, made before the merges
+    three_hours_of_changes(spark, broker, config, settings, source_state)
+    for label in ("2026-11-22T10", "2026-11-22T11"):
+        run_merge(spark, config, settings, f"merge-{label}", label)
+    with pytest.raises(MergeError, match="'base' expired"):  # the name follows cdc.keep_labels
+        snapshot(spark, config, "base", settings)
+    assert sum(pq.read_table(path).num_rows for path in planned) == boot.rows  # the plan reads whole
+
+    short = config.model_copy(
+        update={"output": config.output.model_copy(update={"version_retention": timedelta(seconds=1)})}
+    )
+    time.sleep(1.5)
+    run_merge(spark, short, settings, "merge-2026-11-22T12", "2026-11-22T12")
+    gone = set(planned) - set(version_files(config, settings, snapshot_format))
+    assert gone and not any(Path(path).exists() for path in gone)
+
+
+def version_files(config: TableConfig, settings: Settings, snapshot_format: str) -> list[str]:
+    """The local paths of the data files of the snapshot table's current version."""
+    if snapshot_format == "delta":
+        from deltalake import DeltaTable
+
+        uris = DeltaTable(str(Layout(settings, config.snapshot_table).table_dir)).file_uris()
+    else:
+        table = open_catalog(settings).load_table(identifier(config.snapshot_table))
+        uris = [task.file.file_path for task in table.scan().plan_files()]
+    return sorted(uri.removeprefix("file://").removeprefix("file:") for uri in uris)

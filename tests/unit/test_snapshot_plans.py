@@ -26,6 +26,7 @@ from tidemark.snapshot.sources import (
     source_from_arguments,
 )
 from tidemark.snapshot.spark_merge import merge_sql
+from tidemark.snapshot.versioned import newest_labels, readable_since
 from tidemark.state.journal import JournalEntry, JournalState
 
 pytestmark = pytest.mark.unit
@@ -264,3 +265,37 @@ def test_a_delta_commit_names_its_label_and_carries_its_record_in_user_metadata(
     assert record_of({"userMetadata": "nightly fix by hand"}) is None
     assert record_of({"userMetadata": "[1, 2]"}) is None
     assert record_of({"operation": "VACUUM END"}) is None
+
+
+def test_a_replaced_snapshot_version_stays_readable_for_the_grace_after_its_replacement() -> None:
+    """``readable_since``: with one label kept, the versions any reader could still be reading
+    at or after ``since``: the kept one now, each one replaced after ``since``, and the one in
+    effect at ``since``; a version replaced before ``since`` is not."""
+
+    def recorded(seq: int, label: str, version: int, table_version: int, minute: int) -> SnapshotRecord:
+        stamp = datetime(2026, 11, 22, 12, minute, tzinfo=UTC).isoformat()
+        return record(label, "merge", seq=seq, version=version, table_version=table_version, created_at=stamp)
+
+    log = [
+        recorded(1, "base", 1, 0, 0),
+        recorded(2, "10", 1, 1, 10),  # base is no longer kept from 12:10
+        recorded(3, "10", 2, 2, 20),  # 10 v1 replaced by its own re-merge at 12:20
+        recorded(4, "11", 1, 3, 30),
+        recorded(5, "11", 2, 4, 40),
+    ]
+
+    def refs(since: datetime) -> list[str]:
+        return [r.ref for r in readable_since(log, 1, since)]
+
+    assert refs(datetime(2026, 11, 22, 12, 45, tzinfo=UTC)) == ["11@v2"]  # all replaced long ago
+    assert refs(datetime(2026, 11, 22, 12, 35, tzinfo=UTC)) == ["11@v1", "11@v2"]
+    assert refs(datetime(2026, 11, 22, 12, 15, tzinfo=UTC)) == ["10@v1", "10@v2", "11@v1", "11@v2"]
+    assert refs(datetime(2026, 11, 22, 11, 0, tzinfo=UTC)) == [r.ref for r in log]
+    # two labels kept: 10's re-merge replaces 10 v1 only; base is pushed out by 11 at 12:30
+    assert [r.ref for r in readable_since(log, 2, datetime(2026, 11, 22, 12, 25, tzinfo=UTC))] == [
+        "base@v1",
+        "10@v2",
+        "11@v1",
+        "11@v2",
+    ]
+    assert newest_labels([log[0], replace(log[1], table_version=-1)], 5) == [log[0]]  # uncommitted: none

@@ -137,8 +137,9 @@ class DeltaSnapshot(VersionedSnapshot):
         return register_delta_table(self.spark, self.config.snapshot_table, self.uri, table=self.config.table)
 
     def vacuum(self, kept: Sequence[SnapshotRecord]) -> list[str]:
-        """Delete the files that only expired labels and replaced versions read (a VACUUM
-        keeping every kept label's Delta version; no clock involved). Its own two commits carry
+        """Delete the files that no version in ``kept`` reads (a VACUUM keeping those Delta
+        versions and the current one; the grace is in which versions ``kept`` holds, so
+        Delta's own clock-based retention is off). Its own two commits carry
         no snapshot record: ``head`` knows them. A failure is logged: the files wait for the
         next merge."""
         table = self.table()
@@ -148,7 +149,7 @@ class DeltaSnapshot(VersionedSnapshot):
             if removable:
                 self._vacuum(table, keep, dry_run=False)
                 log.info(
-                    "%s: VACUUM of %s removed %s file(s) no kept label reads (kept Delta versions %s)",
+                    "%s: VACUUM of %s removed %s file(s) no readable label reads (kept Delta versions %s)",
                     self.config.table,
                     self.uri,
                     len(removable),

@@ -177,8 +177,8 @@ class IcebergSnapshot(VersionedSnapshot):
         return "tags published"
 
     def vacuum(self, kept: Sequence[SnapshotRecord]) -> list[str]:
-        """Expire the snapshots no kept label, no tag or branch and not the current one names,
-        and delete their files (Iceberg's ``expire_snapshots`` procedure: files a kept snapshot
+        """Expire the snapshots that no record in ``kept`` (readable within the grace), no tag
+        or branch and not the current one names, and delete their files (Iceberg's ``expire_snapshots`` procedure: files a kept snapshot
         shares stay)."""
         table = self.table()
         keep = {r.table_version for r in kept} | {self.current_version()}
@@ -206,7 +206,10 @@ class IcebergSnapshot(VersionedSnapshot):
             )
             return []
         log.info(
-            "%s: %s snapshot(s) of %s no kept label reads expired", self.config.table, len(expired), self.name
+            "%s: %s snapshot(s) of %s no readable label reads expired",
+            self.config.table,
+            len(expired),
+            self.name,
         )
         return expired
 

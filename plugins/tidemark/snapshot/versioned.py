@@ -21,16 +21,24 @@ recomputes the state from the newest snapshot still current (by time travel) and
 the difference. Older versions keep the state as it was merged (history is not rewritten).
 
 After each commit, under the lock: the labels are published (Delta: the views; Iceberg:
-tags) and what only expired labels read is removed. Both are derived state, made good by the
-next merge or bootstrap.
+tags) and what no reader can still be reading is removed. Both are derived state, made good by
+the next merge or bootstrap.
+
+Grace. A replaced version (a label merged again, a label past ``cdc.keep_labels``, the
+previous current state) stays whole for ``output.version_retention`` of wall-clock time after
+its replacement, so a query that planned on it before finishes with its rows. The records
+readable at any moment of that window are computed from the snapshot log (``readable_since``):
+each record is stamped when it is recorded, after its table commit, so the window is never
+shorter than the setting.
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +74,31 @@ class TableCommit:
     record: dict[str, Any] | None  # the snapshot record it carries, if tidemark made it
     metrics: dict[str, Any] = field(default_factory=dict)  # in delta-rs' names (MERGE_COUNTS)
     maintenance: bool = False  # tidemark's housekeeping (a Delta VACUUM): names no state
+
+
+def newest_labels(live: Iterable[SnapshotRecord], keep: int) -> list[SnapshotRecord]:
+    """The labels readable by name, oldest first: the newest ``keep`` live ones by version."""
+    return sorted((r for r in live if r.table_version >= 0), key=lambda r: r.table_version)[-keep:]
+
+
+def readable_since(records: Iterable[SnapshotRecord], keep: int, since: datetime) -> list[SnapshotRecord]:
+    """Every record readable by name at some moment at or after ``since``, oldest first: the
+    kept labels of each state of the log still in effect then. A state ends when the next
+    version is recorded (``created_at``, stamped after that version's table commit)."""
+    ordered = sorted((r for r in records if r.table_version >= 0), key=lambda r: (r.table_version, r.seq))
+    live: dict[str, SnapshotRecord] = {}
+    readable: dict[tuple[str, int], SnapshotRecord] = {}
+    for at, record in enumerate(ordered):
+        live[record.label] = record
+        successor = ordered[at + 1] if at + 1 < len(ordered) else None
+        if successor is None or _instant(successor.created_at) > since:
+            readable.update({(r.label, r.version): r for r in newest_labels(live.values(), keep)})
+    return sorted(readable.values(), key=lambda r: r.table_version)
+
+
+def _instant(text: str) -> datetime:
+    stamp = datetime.fromisoformat(text)
+    return stamp if stamp.tzinfo else stamp.astimezone()
 
 
 class VersionedSnapshot(ABC):
@@ -108,7 +141,8 @@ class VersionedSnapshot(ABC):
 
     @abstractmethod
     def vacuum(self, kept: Sequence[SnapshotRecord]) -> list[str]:
-        """Remove what only expired labels and replaced versions read; logs its failures."""
+        """Remove what no record of ``kept`` (readable within the grace) and not the current
+        version reads; logs its failures."""
 
     @abstractmethod
     def write_overwrite(self, files: Sequence[str], pending: SnapshotRecord, version: int) -> None:
@@ -182,10 +216,7 @@ class VersionedSnapshot(ABC):
     def kept(self, snapshots: SnapshotLog) -> list[SnapshotRecord]:
         """The labels still readable, oldest first: the newest ``cdc.keep_labels`` live ones
         by version (an older label has expired)."""
-        live = sorted(
-            (r for r in snapshots.live().values() if r.table_version >= 0), key=lambda r: r.table_version
-        )
-        return live[-self.cdc.keep_labels :]
+        return newest_labels(snapshots.live().values(), self.cdc.keep_labels)
 
     def after_commit(self, snapshots: SnapshotLog) -> str:
         """Publish the kept labels, then remove what no kept label reads; call under the
@@ -210,7 +241,18 @@ class VersionedSnapshot(ABC):
                 self.config.snapshot_table,
             )
             return f"labels stale: {type(exc).__name__}"
-        self.vacuum(kept)
+        grace = self.config.output.version_retention
+        readable = readable_since(snapshots.records(), self.cdc.keep_labels, datetime.now(UTC) - grace)
+        if len(readable) > len(kept):
+            log.info(
+                "%s: %s replaced version(s) of %s stay within the grace period (output.version_retention = %s): %s",
+                self.config.table,
+                len(readable) - len(kept),
+                self.uri,
+                grace,
+                ", ".join(r.ref for r in readable if r not in kept),
+            )
+        self.vacuum(readable)
         return published
 
     # -- writing ---------------------------------------------------------------------------
@@ -254,4 +296,8 @@ class VersionedSnapshot(ABC):
             **{k: int(metrics[m]) for k, m in MERGE_COUNTS.items() if metrics.get(m) is not None},
         }
         names = tuple(sorted(Path(f).name for f in self.files(version)))
-        return replace(pending, rows=rows, files=names, table_version=version, changes=changes)
+        # stamped now, after the commit: the grace of the versions it replaces starts no earlier
+        recorded = datetime.now().astimezone().isoformat()
+        return replace(
+            pending, rows=rows, files=names, table_version=version, changes=changes, created_at=recorded
+        )
