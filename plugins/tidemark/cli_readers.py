@@ -39,6 +39,16 @@ def add_reader_commands(sub: Any) -> None:
     )
     verify.add_argument("--table", required=True)
     verify.set_defaults(func=cmd_verify)
+    retention = sub.add_parser(
+        "retention",
+        help="drop the hours of a table past its retention.hours (what the maintenance DAG runs daily)",
+        description="Drops the sealed hours that ended more than retention.hours ago, whole: one journal entry "
+        "and an audit record name them, their partitions are unregistered, and their files are deleted once "
+        "output.version_retention has passed since the drop (spark-submit spark_jobs/retention.py).",
+    )
+    retention.add_argument("--table", required=True)
+    retention.add_argument("--dry-run", action="store_true", help="only log the hours that would go")
+    retention.set_defaults(func=cmd_retention)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -48,6 +58,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     as_of = datetime.now(UTC).isoformat()  # the caller's instant: orphans are judged at it
     return submit_job(args.table, "verify", ["--run-id", f"verify__{as_of}", "--as-of", as_of])
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from tidemark.jobs import submit_job
+
+    as_of = datetime.now(UTC).isoformat()  # the caller's instant: hours are aged from it
+    extra = ["--run-id", f"retention__{as_of}", "--as-of", as_of, "--dry-run", str(args.dry_run)]
+    return submit_job(args.table, "retention", extra)
 
 
 def cmd_spark_conf(args: argparse.Namespace) -> int:

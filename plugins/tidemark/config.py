@@ -1,9 +1,8 @@
 """Table configuration: one YAML file per table, validated into a typed model.
 
-A data engineer describes a table once (topic, schema, event-time field, partitioning,
-watermark tolerances, primary key, quality rules); every DAG, job and CLI command reads it
-through :func:`load_table`. Validation errors name the file, the key and what was expected,
-all problems at once.
+A data engineer describes a table once (topic, schema, event-time field, partitioning, watermark
+tolerances, primary key, quality rules, retention); every DAG, job and CLI command reads it through
+:func:`load_table`. Validation errors name the file, the key and what was expected, all at once.
 """
 
 from __future__ import annotations
@@ -12,13 +11,12 @@ import math
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     InstanceOf,
@@ -27,16 +25,16 @@ from pydantic import (
     model_validator,
 )
 
-from tidemark.durations import format_duration, parse_duration
+from tidemark.durations import Duration, format_duration
 from tidemark.envelopes import Envelope, envelope_of
 from tidemark.errors import ConfigError
 from tidemark.masking import masked
+from tidemark.retention_config import RetentionConfig, retention_problems
 from tidemark.schema import TIMESTAMP_TYPES, Column, parse_column
 from tidemark.settings import Settings
 from tidemark.source_config import Size, SourceConfig, read_schema_files, source_problems
 from tidemark.tableformat import COMPRESSIONS
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 
@@ -92,8 +90,8 @@ class OutputConfig(_Strict):
     format: Literal["parquet", "orc"] = "parquet"
     compression: Literal["snappy", "zstd", "lz4", "gzip", "zlib", "none"] = "snappy"
     table_format: Literal["hive", "iceberg"] = "hive"  # hive partitions, or hourcommit/iceberg.py
-    # Object stores: a replaced version of a partition stays readable this long (in the
-    # pipeline's processing time) for queries that listed it, then the seal deletes it.
+    # A replaced version stays readable this long for queries that listed it (an object store's
+    # hour: processing time; a Delta/Iceberg snapshot's, a dropped hour's files: wall clock).
     version_retention: Duration = timedelta(hours=24)
 
     def files_for(self, size: int) -> int:
@@ -156,6 +154,7 @@ class TableConfig(_Strict):
     cdc: CdcConfig | None = None
     quality: QualityConfig = QualityConfig()
     stream: StreamConfig = StreamConfig()
+    retention: RetentionConfig = RetentionConfig()
     schedule: str = "*/10 * * * *"
     retries: int = Field(default=3, ge=0)
     retry_delay: Duration = timedelta(minutes=1)
@@ -216,6 +215,7 @@ class TableConfig(_Strict):
                 f"event_time.field: column {ts.name!r} has type {ts.type.ddl()}; expected timestamp"
             )
         problems += source_problems(self.source, self.columns, self.envelope)
+        problems += retention_problems(self.retention)
         for key in self.primary_key:
             if key not in self.columns:
                 problems.append(f"primary_key: {key!r} is not a column of the schema")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Annotated
+
+from pydantic import BeforeValidator
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -79,3 +82,6 @@ def parse_size(value: object) -> int:
     if size <= 0:
         raise ValueError(f"expected a positive size, got {value!r}")
     return size
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]  # a duration field of a config model

@@ -48,6 +48,9 @@ PROTOCOL_POINTS = (
 METASTORE_POINTS = ("mid_partition_switch", "before_dropping_gone_values")
 # A replay's commit -> its replayed dirty records hidden -> its own files visible (test_replay)
 REPLAY_POINTS = ("mid_retire",)
+# Retention: its journal entry -> the audit record and unregistering; one partition of the
+# dropped hours unregistered -> the others; a drop's files deleted -> its pointer (test_retention)
+RETENTION_POINTS = ("after_retention_entry", "mid_retention_unregister", "before_retention_pointer")
 # Between a commit record and the commit log's checkpoint (every CHECKPOINT_EVERY batches)
 STATE_POINTS = ("before_checkpoint",)
 # Faults of monitoring-only steps, which must never fail the job (used with TIDEMARK_FAIL_MODE=raise)
@@ -62,6 +65,7 @@ POINTS = (
     + PROTOCOL_POINTS
     + REPLAY_POINTS
     + METASTORE_POINTS
+    + RETENTION_POINTS
     + STATE_POINTS
     + MONITORING_POINTS
 )

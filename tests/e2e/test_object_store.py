@@ -14,12 +14,13 @@ import json
 import time
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq  # noqa: TID253
 import pytest
+import yaml
 
 from tests.helpers.orders import Row, keyed_once, late_update, normal, send, truth
 from tests.helpers.s3cluster import (
@@ -36,7 +37,7 @@ from tests.helpers.s3cluster import (
 from tests.helpers.tables import PROCESSING, START, at, fresh_table
 from tests.helpers.timeouts import HEAVY
 from tidemark.config import TableConfig
-from tidemark.faults import EXIT_CODE
+from tidemark.faults import EXIT_CODE, RETENTION_POINTS
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV
@@ -149,6 +150,7 @@ def test_dump_seal_and_replay_on_s3_on_a_cluster_are_exact_where_the_metastore_p
         assert "/_versions/v" in location  # a version directory, never the hour's own path
     # the sealed hours' batch files are gone; the hour 12 rows wait in _open
     assert all("hr=12" in f for f in store.files(f"{table}/_open"))
+    retention_on_s3(settings, table, store, locations, late_locations)
 
     # the work ran on both workers, each executor in the venv the jobs shipped, which the
     # "node" (this machine: one cache for both workers) unpacked once, not once per executor
@@ -166,6 +168,32 @@ def test_dump_seal_and_replay_on_s3_on_a_cluster_are_exact_where_the_metastore_p
     ]
     assert len(executors) > 4 and 1 <= len(unpacked) <= 2, (len(executors), unpacked)
     assert len(list(Path(cluster.executor_env_cache).glob("*/bin/python"))) == 1
+
+
+def retention_on_s3(
+    settings: Settings, table: str, store: Store, locations: dict[str, str], late_locations: dict[str, str]
+) -> None:
+    """Retention of 3 h as of 14:00 drops hour 10 (of 10 and 11), the job killed at each of
+    its steps and retried: hour 10's partitions and (no grace here) its version directories
+    go, hour 11 and the late table stay exactly as they were."""
+    conf = settings.conf_dir / f"{table}.yaml"
+    data = yaml.safe_load(conf.read_text())
+    data["retention"] = {"hours": "3h"}
+    data.setdefault("output", {})["version_retention"] = "0s"
+    conf.write_text(yaml.safe_dump(data, sort_keys=False))
+    as_of = ["--as-of", datetime(2026, 11, 22, 14, tzinfo=UTC).isoformat()]
+    for point in RETENTION_POINTS:
+        assert job(settings, "retention", table, "maintain-1", *as_of, fail_at=point).returncode == EXIT_CODE
+    result = outcome(job(settings, "retention", table, "maintain-1", *as_of))
+    assert result["first_kept"] == "2026-11-22T11" and result["waiting"] == []
+    kept = {name: loc for name, loc in locations.items() if "hr=11" in name}
+    assert registered(settings, table) == kept and kept and len(kept) < len(locations)
+    assert rows_at(settings, kept) == rows_at(settings, registered(settings, table))
+    # (all_files: versions live under the hour's hidden _versions/)
+    assert not store.all_files(f"{table}/dt=2026-11-22/hr=10") and store.all_files(
+        f"{table}/dt=2026-11-22/hr=11"
+    )
+    assert registered(settings, f"{table}__late") == late_locations  # the late table is not the hours'
 
 
 def snapshot_rows(settings: Settings, location: str) -> list[Row]:

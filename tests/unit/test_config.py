@@ -299,3 +299,12 @@ def test_only_the_driver_maps_the_class_archive_and_only_when_it_is_there(tmp_pa
         {"PYSPARK_PYTHON": "/opt/venv/bin/python", "TIDEMARK_WAREHOUSE": "s3://lake/wh"}
     )
     assert on_s3.class_archive == Path("/opt/venv/share/tidemark/spark-classes-s3a.jsa")
+
+
+def test_a_retention_shorter_than_two_hours_is_refused(tmp_path: Path) -> None:
+    text, _ = problems_of(tmp_path, variant(retention__hours="90m"))
+    assert "retention.hours: 1:30:00 is shorter than 2:00:00" in text and "'90d'" in text
+    kept = load_table_file(write(tmp_path, variant(retention__hours="90d"))).retention
+    assert kept.hours == timedelta(days=90)
+    _, problems = problems_of(tmp_path, variant(retention__dirty="30d"))  # no key that does nothing
+    assert any("retention.dirty" in p for p in problems), problems

@@ -1,24 +1,40 @@
-"""The maintenance DAG of a table: the lake check daily, after an Iceberg table's expiry."""
+"""The maintenance DAG of a table, daily: retention, an Iceberg table's expiry, the lake check."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tidemark.airflow.common import HIVE_METASTORE_POOL, dry_run_param, spark_job, table_context, table_dag
+from tidemark.airflow.common import (
+    DRY_RUN,
+    HIVE_METASTORE_POOL,
+    dry_run_param,
+    spark_job,
+    table_context,
+    table_dag,
+)
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 
 
 def maintain_dag(config: TableConfig, settings: Settings) -> Any:
-    """``tidemark_maintain_<table>``: daily; an Iceberg table's snapshots past the retention
-    expired and the metadata only they used deleted (``seal/maintenance.py``), then every
-    table checked as its readers see it against its commit log (``observe/verify.py``)."""
+    """``tidemark_maintain_<table>``: daily; the hours past ``retention.hours`` dropped
+    (``tidemark/retention.py``), an Iceberg table's snapshots past the retention expired and
+    the metadata only they used deleted (``seal/maintenance.py``), then every table checked as
+    its readers see it against its commit log (``observe/verify.py``)."""
     from airflow.sdk import task
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     table = config.table
     retention = config.output.version_retention
     iceberg = config.output.table_format == "iceberg"
+    keep = config.retention.hours
+    dropping = f"""
+**retention**: hours that ended more than `retention.hours` ({keep}) before the run's data interval
+end are dropped whole (never an hour not sealed yet, nor one a CDC snapshot label could still be
+merged from): one journal entry and an audit record name them, their partitions are unregistered,
+and their files are deleted once `output.version_retention` ({retention}) has passed since the drop.
+*Dry run* only logs what would go. Same as `tidemark retention --table {table}`.
+"""
     expiry = f"""
 Daily: snapshots committed more than `output.version_retention` ({retention}) before the run's
 data interval end (and before now) are expired, never the current one; then the manifest lists,
@@ -31,18 +47,19 @@ Same as `tidemark maintain --table {table}`.
         config,
         "maintain",
         description=f"Check {table} against its commit log daily"
+        + (", after dropping hours past its retention" if keep else "")
         + (", after expiring old snapshots" if iceberg else ""),
         schedule=CronDataIntervalTimetable("30 3 * * *", timezone="UTC"),
         doc_md=f"""
 ### Maintain `{table}`
-{expiry if iceberg else ""}
+{dropping if keep else ""}{expiry if iceberg else ""}
 **verify**: the table as its readers see it (the metastore's partitions, or the current Iceberg
 snapshot) against its commit log: committed offsets contiguous per MQ partition, every data
 file read once, each published hour's rows equal to its committed rows, no data file outside a
 registered version or a committed batch beyond the retention ({retention}). The task fails,
 listing every violation, when one is found. Same as `tidemark verify --table {table}`.
 """,
-        params={"dry_run": dry_run_param("the snapshots and metadata files that would go")},
+        params={"dry_run": dry_run_param("the hours, snapshots and metadata files that would go")},
     ) as dag:
         verify = spark_job(
             config,
@@ -52,6 +69,18 @@ listing every violation, when one is found. Same as `tidemark verify --table {ta
             ["--as-of", "{{ data_interval_end.isoformat() }}"],
             pool=HIVE_METASTORE_POOL,
         )
+        if keep:
+            (
+                spark_job(
+                    config,
+                    settings,
+                    "retention",
+                    "spark-submit spark_jobs/retention.py: the hours past retention.hours dropped.",
+                    ["--as-of", "{{ data_interval_end.isoformat() }}", "--dry-run", DRY_RUN],
+                    pool=HIVE_METASTORE_POOL,
+                )
+                >> verify
+            )
         if iceberg:
 
             @task(task_id="expire_snapshots")

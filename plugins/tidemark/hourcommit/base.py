@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tidemark.faults import crash_point
 from tidemark.state.layout import Layout
 
 if TYPE_CHECKING:
@@ -205,6 +206,30 @@ class HourCommit(ABC):
     def release_dirs(self, hour: Hour, entry: JournalEntry) -> tuple[Path, Path]:
         """(where a quarantined hour's version is kept, where it is read once released)."""
 
+    # -- retention --------------------------------------------------------------------------
+    def withdraw_before(self, metastore: Any, table: str, first_kept: Hour) -> list[str]:
+        """Take every hour before ``first_kept`` away from readers (retention: the metastore's
+        partitions, dropped; their files stay for ``retired_dirs``). Returns what went, by name;
+        a retry finishes what a killed try began."""
+        names = [
+            n for n in metastore.partition_names(table) if _hour_values(n) < (first_kept.dt, first_kept.hr)
+        ]
+        if names:
+            metastore.drop_partitions(table, names[:1])
+            crash_point("mid_retention_unregister")
+            metastore.drop_partitions(table, names[1:])
+            metastore.refresh(table)
+        return names
+
+    def retired_dirs(self, hours: list[Hour]) -> list[Path] | None:
+        """The directories of dropped hours' versions (a quarantined one's too), to delete
+        once the grace has passed; None while they must wait longer."""
+        return [
+            d
+            for hour in hours
+            for d in (self.layout.table_dir / hour.path, self.layout.sealing_dir / hour.path)
+        ]
+
     # -- late rows --------------------------------------------------------------------------
     @abstractmethod
     def late_inputs(self, hour: Hour) -> Path:
@@ -298,3 +323,10 @@ class HourCommit(ABC):
         registered: Callable[[], list[str]],
     ) -> list[str]:
         """Versions no partition points at, deleted past the retention; returns those deleted."""
+
+
+def _hour_values(name: str) -> tuple[str, str]:
+    """(dt, hr) of a partition name ``dt=.../hr=...[/col=...]``: compared as text, they sort
+    in time order (``hr=01b``, the repeated hour of a fall-back day, after ``hr=01``)."""
+    dt, hr = (part.partition("=")[2] for part in name.split("/")[:2])
+    return dt, hr

@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 
 COMMIT_ATTEMPTS = 8  # commits lost to another writer of the table, re-planned each time
 _NAMED = re.compile(r"/v(\d+)-b(\d+)(?:-[0-9a-f]{8})?$")
+_HOUR_PATH = re.compile(r"(dt=[^/]+/hr=[^/]+)/")
 
 
 class IcebergHourCommit(VersionedHourCommit):
@@ -145,6 +146,31 @@ class IcebergHourCommit(VersionedHourCommit):
         """An Iceberg table has no cached listing: each read plans from its current snapshot."""
         if table != self.layout.table:
             metastore.refresh(table)
+
+    def withdraw_before(self, metastore: Any, table: str, first_kept: Hour) -> list[str]:
+        """One delete snapshot drops every file of the hours before ``first_kept`` (a retry
+        finds none left and commits nothing); the late side table stays Hive's."""
+        if table != self.layout.table:
+            return super().withdraw_before(metastore, table, first_kept)
+        iceberg = self.load()
+        if iceberg is None:
+            return []
+        dt, hr = first_kept.dt, first_kept.hr  # dates and hour labels: no quote to escape
+        before = iceberg.scan(row_filter=f"dt < '{dt}' or (dt = '{dt}' and hr < '{hr}')")
+        found = (_HOUR_PATH.search(task.file.file_path) for task in before.plan_files())
+        names = sorted({match.group(1) for match in found if match})
+        if names:
+            self.java.delete_before(
+                self.identifier, dt, hr, {"tidemark.retention": f"hours before {first_kept.key}"}
+            )
+        return names
+
+    def retired_dirs(self, hours: list[Hour]) -> list[Path] | None:
+        """None while a live snapshot still references a version of the dropped hours: time
+        travel to it keeps their files until it expires (the maintenance DAG's expiry)."""
+        dirs = super().retired_dirs(hours)
+        live = self.live_locations()
+        return None if any(loc.startswith(str(d)) for d in dirs or [] for loc in live) else dirs
 
     def commit_hour(self, hour: Hour, specs: list[tuple[dict[str, str], Path]], note: HourNote) -> None:
         """Replace the hour's data files by the version's in one snapshot (see the module)."""

@@ -186,6 +186,27 @@ class JavaIceberg:
                 raise LostRaceError(java_message(exc)) from exc
             raise
 
+    def delete_before(self, identifier: str, dt: str, hr: str, summary: dict[str, str]) -> None:
+        """One snapshot dropping the files of every hour before (``dt``, ``hr``): the hours'
+        identity partitions compare as text in time order, so whole files go and no row is
+        rewritten; LostRaceError if another commit came first."""
+        expressions = self.jvm.org.apache.iceberg.expressions.Expressions
+        either, both = getattr(expressions, "or"), getattr(expressions, "and")
+        before = either(
+            expressions.lessThan("dt", dt), both(expressions.equal("dt", dt), expressions.lessThan("hr", hr))
+        )
+        try:
+            delete = (
+                self.catalog.loadTable(self._identifier(identifier)).newDelete().deleteFromRowFilter(before)
+            )
+            for key, value in summary.items():
+                delete = delete.set(key, value)
+            delete.commit()
+        except Exception as exc:
+            if java_class(exc) in LOST_RACE:
+                raise LostRaceError(java_message(exc)) from exc
+            raise
+
     def _schema(self, schema: pa.Schema) -> Any:
         """An Arrow schema as Iceberg's Java ``Schema`` (pyiceberg's conversion of Arrow types,
         fresh ids: the table assigns its own)."""

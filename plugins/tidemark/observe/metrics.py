@@ -120,7 +120,7 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
     last_seq = since
     for entry in journal.entries(since + 1):
         last_seq = entry.seq
-        if entry.quarantined:
+        if not entry.published:  # quarantined, or a retention's drop
             continue
         send("hour.rows", entry.rows)
         send("hour.late", entry.late)

@@ -68,6 +68,9 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "late": state.late,
         "ready_time": state.ready.time if state.ready else None,
         "sealed_through": journal.sealed_through,
+        "retention": str(config.retention.hours) if config.retention.hours else None,
+        "oldest_hour_kept": min(journal.hours, key=lambda h: journal.hours[h].hour_start, default=None),
+        "dropped_by_retention": journal.dropped,
         "watermarks": {p: watermarks[p] for p in sorted(watermarks)},
         "ready": ready,
         "rows_per_hour": dict(sorted(state.rows_per_hour.items())),
@@ -291,6 +294,11 @@ def _page(data: dict[str, Any], plots: str, rows: str, alerts: str) -> str:
         f"offsets lost to retention {data.get('lost_to_retention', 0)}; global ready time <b>{e(str(data['ready_time']))}</b>; "
         f"sealed through <b>{e(str(data['sealed_through']))}</b>"
     )
+    if data.get("retention"):
+        summary += (
+            f"; retention {e(data['retention'])}: oldest hour kept <b>{e(str(data['oldest_hour_kept']))}</b>, "
+            f"dropped by retention {data['dropped_by_retention']} hours"
+        )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tidemark health: {e(data["table"])}</title>
 <style>

@@ -57,6 +57,9 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "hours_sealed": sum(1 for e in journal.hours.values() if e.published),
         "hours_quarantined": sorted(h for h, e in journal.hours.items() if e.quarantined),
         "hours_rebuilt": sorted(h for h, e in journal.hours.items() if e.kind is EntryKind.REBUILD),
+        "oldest_hour_kept": min(journal.hours, key=lambda h: journal.hours[h].hour_start, default=None),
+        "hours_dropped_by_retention": journal.dropped,
+        "retention": str(config.retention.hours) if config.retention.hours else None,
         "late": state.late,
         "watermarks": {w.mq_partition: w.watermark for w in ready.mq_partitions} if ready else {},
         "batches_committed": state.batches,
@@ -186,6 +189,11 @@ def render(status: dict[str, Any]) -> str:
         f"idle {status['idle_partitions'] or 'none'}); sealed through {status['sealed_through']} "
         f"({status['hours_sealed']} hours; quarantined: {', '.join(status['hours_quarantined']) or 'none'})",
     ]
+    if status.get("retention"):
+        lines.append(
+            f"  retention: hours kept {status['retention']}; oldest hour kept {status['oldest_hour_kept']}, "
+            f"{status['hours_dropped_by_retention']} hours dropped by retention"
+        )
     lines += render_stream(status["stream"])
     if status["pending_batch"]:
         lines.append(
@@ -253,7 +261,10 @@ def explain_hour(config: TableConfig, settings: Settings, key: str) -> dict[str,
     out["ready_time"] = ready.time if ready else None
     out["idle_partitions"] = list(ready.idle) if ready else []
     out["waiting_for_data"] = list(ready.waiting_for_data) if ready else []
-    if ready and ready.instant and ready.instant >= needed:
+    if journal.kept_from is not None and hour.start < datetime.fromisoformat(journal.kept_from):
+        out["state"] = "dropped"
+        out["reason"] = f"dropped by retention (retention.hours = {config.retention.hours})"
+    elif ready and ready.instant and ready.instant >= needed:
         out["reason"] = "complete: the next seal run registers it"
     elif journal.sealed_through and hour.end <= datetime.fromisoformat(journal.sealed_through):
         out["reason"] = "before the first sealed hour: records for it are late"

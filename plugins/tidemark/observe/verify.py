@@ -10,10 +10,11 @@ current snapshot of an Iceberg table), and checked:
   the snapshot);
 - ``hour_rows``: each published hour's files hold the rows its journal entry says, and those
   are the rows the commit log committed for it (plus the late rows folded in); every hour
-  with rows is registered and no registered hour is unpublished;
+  with rows is registered and no registered hour is unpublished or dropped by retention;
 - ``orphans``: no data file under the table sits outside a registered version, a committed
   batch's open files or a quarantined hour, once older than ``output.version_retention``
-  (younger ones may be a step in flight, or a replaced version a reader still reads).
+  (younger ones may be a step in flight, or a replaced version a reader still reads); the files
+  of an hour retention dropped are gone once ``output.version_retention`` has passed.
 
 Each check says PASS or FAIL with its problems; the job exits non-zero on any failure. The
 maintenance DAG runs it daily.
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.errors import LakeCheckError
 from tidemark.seal.thrift_metastore import open_metastore
 from tidemark.state.commitlog import CommitLog
+from tidemark.state.journal import EntryKind
 from tidemark.state.layout import batch_of_file
 from tidemark.table import Table
 from tidemark.time.hours import parse_key, parse_path
@@ -217,7 +219,13 @@ def _hour_rows(table: Table, files_by_hour: dict[str, list[str]]) -> Check:
                 f"({committed - entry.late} on time + {entry.late} late folded in)"
             )
     for key in sorted(set(files_by_hour) - set(journal.hours)):
-        check.problems.append(f"hour {key} is readable but the journal never published it")
+        if journal.kept_from is not None and parse_key(key, zone).start.isoformat() < journal.kept_from:
+            check.problems.append(
+                f"hour {key} was dropped by retention but readers still see it (tidemark retention "
+                f"--table {table.name} unregisters it)"
+            )
+        else:
+            check.problems.append(f"hour {key} is readable but the journal never published it")
     return check
 
 
@@ -236,6 +244,7 @@ def _orphans(table: Table, referenced: set[str], as_of: datetime) -> Check:
     cutoff = as_of - config.output.version_retention
     last = table.state.commit_log.state().last_committed
     quarantined = {e.hour for e in table.state.journal.state().hours.values() if e.quarantined}
+    drops = dropped_at(table)
     base, root = layout.relative(layout.table_dir), store.path("").rstrip("/") + "/"
     infos = store.fs.get_file_info(pafs.FileSelector(store.path(base), recursive=True, allow_not_found=True))
     open_dir, sealing = layout.relative(layout.open_dir) + "/", layout.relative(layout.sealing_dir) + "/"
@@ -254,6 +263,14 @@ def _orphans(table: Table, referenced: set[str], as_of: datetime) -> Check:
             and parse_path(hour.group(1), config.event_time.time_zone).key in quarantined
         ):
             continue  # a quarantined hour waits there for its release
+        dropped = drops.get(parse_path(hour.group(1), config.event_time.time_zone).key) if hour else None
+        if dropped is not None:
+            if dropped < cutoff:
+                check.problems.append(
+                    f"{relative}: its hour was dropped by retention at {dropped.isoformat()}, more than "
+                    f"{config.output.version_retention} ago (tidemark retention --table {table.name} deletes it)"
+                )
+            continue  # dropped by retention, deleted after the grace
         mtime = info.mtime
         if mtime is not None and mtime.replace(tzinfo=mtime.tzinfo or as_of.tzinfo) >= cutoff:
             continue  # a step in flight, or a replaced version within its grace
@@ -262,3 +279,13 @@ def _orphans(table: Table, referenced: set[str], as_of: datetime) -> Check:
             f"({config.output.version_retention})"
         )
     return check
+
+
+def dropped_at(table: Table) -> dict[str, datetime]:
+    """Hour key -> when retention dropped it (its journal entry's wall clock)."""
+    return {
+        key: datetime.fromisoformat(entry.sealed_at)
+        for entry in table.state.journal.entries()
+        if entry.kind is EntryKind.RETENTION
+        for key in entry.dropped
+    }

@@ -78,7 +78,7 @@ def announce_sealed(
     todo = {hour: v for hour, v in versions.items() if (hour, v) not in seen}
 
     def settled(entry: JournalEntry) -> bool:  # nothing (more) to announce for this entry
-        return entry.quarantined or (entry.hour, versions[entry.hour]) in seen
+        return not entry.published or (entry.hour, versions[entry.hour]) in seen
 
     if any(settled(e) for e in pending):
         # Everything up to the last entry before the first one Airflow does not hold yet.

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import unquote
 
 from tidemark.config import TableConfig
 from tidemark.evolution import is_widening
@@ -113,6 +114,9 @@ class Metastore(Protocol):
     def partition_locations(self, table: str) -> list[str]: ...
 
     def partition_names(self, table: str) -> list[str]: ...
+
+    def drop_partitions(self, table: str, names: Sequence[str]) -> None:
+        """Unregister partitions by name (``dt=.../hr=...``); their files stay."""
 
     def refresh(self, table: str) -> None:
         """Drop the job's session's cached listing of a table whose registered files changed."""
@@ -243,10 +247,21 @@ class HiveClientMetastore:
         return locations
 
     def partition_names(self, table: str) -> list[str]:
+        if not self.spark.catalog.tableExists(qualified(table)):
+            return []
         return [r[0] for r in self.spark.sql(f"SHOW PARTITIONS {qualified(table)}").collect()]
+
+    def drop_partitions(self, table: str, names: Sequence[str]) -> None:
+        for name in names:
+            self.spark.sql(drop_partition_sql(table, partition_spec_of(name)))
 
     def refresh(self, table: str) -> None:
         self.spark.catalog.refreshTable(qualified(table))
+
+
+def partition_spec_of(name: str) -> dict[str, str]:
+    """``dt=2026-11-22/hr=10`` -> its spec (Hive escapes special characters as ``%XX``)."""
+    return {unquote(k): unquote(v) for k, _, v in (part.partition("=") for part in name.split("/"))}
 
 
 def evolve_table(

@@ -15,6 +15,7 @@ first at an empty location, then every value of the hour in **one** ``alter_part
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
@@ -243,12 +244,26 @@ class ThriftMetastore:
         return [str(p.sd.location) for p in found]
 
     def partition_names(self, table: str) -> list[str]:
+        if self._table(table) is None:
+            return []
         return [
             str(name)
             for name in self._call(
                 f"listing partition names of {table}", lambda c: c.get_partition_names(DATABASE, table, -1)
             )
         ]
+
+    def drop_partitions(self, table: str, names: Sequence[str]) -> None:
+        """Unregister partitions by name; their files stay. A name already gone is no error
+        (a retried drop)."""
+        from pymetastore.hive_metastore.ttypes import NoSuchObjectException
+
+        for name in names:
+            with contextlib.suppress(NoSuchObjectException):
+                self._call(
+                    f"dropping partition {name} of {table}",
+                    lambda c, n=name: c.drop_partition_by_name(DATABASE, table, n, False),  # type: ignore[misc]
+                )
 
     def _require_table(self, table: str) -> Any:
         found = self._table(table)

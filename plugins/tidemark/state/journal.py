@@ -37,11 +37,14 @@ class EntryKind(StrEnum):
     RELEASE = "release"  # version 1: a quarantined hour registered after a person's decision
     AMEND = "amend"  # version > 1: late rows folded in
     REBUILD = "rebuild"  # version + 1: re-read from the broker and swapped in
+    # the table's hours before this entry's hour dropped by retention (``seal/retention.py``):
+    # its hour is the first one kept, ``dropped`` names the hours it dropped
+    RETENTION = "retention"
 
     @property
     def published(self) -> bool:
         """The hour is registered and readable in this state."""
-        return self is not EntryKind.QUARANTINE
+        return self not in (EntryKind.QUARANTINE, EntryKind.RETENTION)
 
     @property
     def quarantined(self) -> bool:
@@ -76,6 +79,7 @@ class JournalEntry:
     # The table's schema version the step wrote the hour with (``tidemark.evolution``); the
     # quality gate and a rebuild of the hour use it. 0: recorded before schema history.
     schema_version: int = 0
+    dropped: tuple[str, ...] = ()  # RETENTION: the hour keys it dropped
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", EntryKind(self.kind))  # a plain string is accepted
@@ -97,20 +101,35 @@ class JournalEntry:
     def from_json(cls, data: dict[str, Any]) -> JournalEntry:
         data = dict(data)
         data["files"] = tuple(data["files"])
+        data["dropped"] = tuple(data.get("dropped", ()))
         data["kind"] = EntryKind(data["kind"])
         return cls(**data)
 
 
 @dataclass
 class JournalState:
-    """Latest journal entry per hour plus the sealed frontier."""
+    """Latest journal entry per hour plus the sealed frontier; hours dropped by retention
+    (before ``kept_from``) are gone from ``hours``."""
 
     last_seq: int = -1
     sealed_through: str | None = None
     hours: dict[str, JournalEntry] = field(default_factory=dict)
+    kept_from: str | None = None  # ISO instant: the start of the first hour retention kept
+    dropped: int = 0  # hours dropped by retention, all told
 
     def apply(self, entry: JournalEntry) -> None:
         self.last_seq = entry.seq
+        if entry.kind is EntryKind.RETENTION:
+            if self.kept_from is None or entry.hour_start > self.kept_from:
+                self.kept_from = entry.hour_start
+            self.dropped += len(entry.dropped)
+            self.hours = {k: e for k, e in self.hours.items() if e.hour_start >= self.kept_from}
+            return
+        if self.kept_from is not None and entry.hour_start < self.kept_from:
+            log.warning(
+                "%s: ignoring %s of hour %s, dropped by retention", entry.table, entry.kind, entry.hour
+            )
+            return
         self.hours[entry.hour] = entry
         if entry.kind.decides and (self.sealed_through is None or entry.hour_end > self.sealed_through):
             self.sealed_through = entry.hour_end
@@ -124,12 +143,16 @@ class JournalState:
             "last_seq": self.last_seq,
             "sealed_through": self.sealed_through,
             "hours": {k: v.to_json() for k, v in self.hours.items()},
+            "kept_from": self.kept_from,
+            "dropped": self.dropped,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JournalState:
         hours = {k: JournalEntry.from_json(v) for k, v in data.get("hours", {}).items()}
-        return cls(data["last_seq"], data.get("sealed_through"), hours)
+        return cls(
+            data["last_seq"], data.get("sealed_through"), hours, data.get("kept_from"), data.get("dropped", 0)
+        )
 
 
 class HourJournal:
