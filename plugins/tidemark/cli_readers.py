@@ -49,6 +49,16 @@ def add_reader_commands(sub: Any) -> None:
     retention.add_argument("--table", required=True)
     retention.add_argument("--dry-run", action="store_true", help="only log the hours that would go")
     retention.set_defaults(func=cmd_retention)
+    compact = sub.add_parser(
+        "compact",
+        help="merge back the files of hours that late amendments split (what the maintenance DAG runs daily)",
+        description="Writes each hour that amendments left in more files than its bytes need (more than "
+        "compaction.max_files_per_hour, or smaller than compaction.min_file_fraction of the target on average) "
+        "again as one new version, the same rows swapped in at once (spark-submit spark_jobs/compact.py).",
+    )
+    compact.add_argument("--table", required=True)
+    compact.add_argument("--dry-run", action="store_true", help="only log the hours that are due")
+    compact.set_defaults(func=cmd_compact)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -68,6 +78,15 @@ def cmd_retention(args: argparse.Namespace) -> int:
     as_of = datetime.now(UTC).isoformat()  # the caller's instant: hours are aged from it
     extra = ["--run-id", f"retention__{as_of}", "--as-of", as_of, "--dry-run", str(args.dry_run)]
     return submit_job(args.table, "retention", extra)
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from tidemark.jobs import submit_job
+
+    run_id = f"compact__{datetime.now(UTC).isoformat()}"
+    return submit_job(args.table, "compact", ["--run-id", run_id, "--dry-run", str(args.dry_run)])
 
 
 def cmd_spark_conf(args: argparse.Namespace) -> int:

@@ -28,8 +28,8 @@ from pydantic import (
 from tidemark.durations import Duration, format_duration
 from tidemark.envelopes import Envelope, envelope_of
 from tidemark.errors import ConfigError
+from tidemark.maintenance_config import CompactionConfig, RetentionConfig, retention_problems
 from tidemark.masking import masked
-from tidemark.retention_config import RetentionConfig, retention_problems
 from tidemark.schema import TIMESTAMP_TYPES, Column, parse_column
 from tidemark.settings import Settings
 from tidemark.source_config import Size, SourceConfig, read_schema_files, source_problems
@@ -155,6 +155,7 @@ class TableConfig(_Strict):
     quality: QualityConfig = QualityConfig()
     stream: StreamConfig = StreamConfig()
     retention: RetentionConfig = RetentionConfig()
+    compaction: CompactionConfig = CompactionConfig()
     schedule: str = "*/10 * * * *"
     retries: int = Field(default=3, ge=0)
     retry_delay: Duration = timedelta(minutes=1)
@@ -302,10 +303,6 @@ class TableConfig(_Strict):
     @property
     def consumer_group(self) -> str:
         return self.source.consumer_group or f"tidemark-{self.table}"
-
-    @property
-    def zone(self) -> ZoneInfo:
-        return ZoneInfo(self.event_time.time_zone)
 
 
 def _allowed_keys(loc: tuple[int | str, ...]) -> list[str]:

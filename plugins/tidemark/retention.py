@@ -36,6 +36,7 @@ from tidemark.hourcommit.base import Writer
 from tidemark.seal.thrift_metastore import open_metastore
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
+from tidemark.state.maintenance_log import record_step
 from tidemark.state.storage import read_json, replace_atomically
 from tidemark.table import Table
 from tidemark.time.hours import Hour, hour_of, parse_key
@@ -159,6 +160,13 @@ class Retention:
         result.unregistered = self._unregister(datetime.fromisoformat(state.kept_from), dry_run=dry_run)
         if not dry_run:
             self._delete(now, result)
+            summary = {
+                "first_hour_kept": result.first_kept,
+                "hours_dropped_now": len(result.dropped),
+                "files_deleted": result.files_deleted,
+                "bytes_deleted": result.bytes_deleted,
+            }
+            record_step(self.journal.root, "retention", self.run_id, summary)
         log.info(
             "%s: first hour kept %s; dropped %s hours (%s rows) now, %s partitions unregistered, %s files "
             "(%s bytes) deleted; %s dropped hours wait out the grace (%s) before their files go",

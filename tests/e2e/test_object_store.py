@@ -346,4 +346,20 @@ def test_a_cdc_table_on_s3_amend_merge_and_rebuild_with_kills_are_exact(
     assert registered(settings, table)["dt=2026-11-22/hr=10"].endswith("/_versions/v0003-b0000000001")
     layout = Layout(settings, table)
     assert not [f for f in store.all_files(layout.relative(layout.staging_root)) if "/rebuild-" in f]
+    compaction_on_s3(broker, config, settings, late, v3)
     assert not (settings.home / "warehouse").exists()  # nothing of the table on the local disk
+
+
+def compaction_on_s3(broker: str, config: TableConfig, settings: Settings, late: Any, v3: Any) -> None:
+    """Another late change amends hour 10 into version 4: on an object store an amend writes the
+    whole hour again as one version (no rename to move a file in), so the compaction finds
+    nothing to merge back and changes nothing."""
+    table = config.table
+    send(broker, config, [late_update(late, at(10, 40))])
+    assert outcome(job(settings, "dump", table, "ingest-3", "--processing-time", at(11, 55).isoformat()))
+    assert outcome(job(settings, "seal", table, "ingest-3"))["amended"] == ["2026-11-22T10"]
+    v4 = HourJournal(settings.state_location, table).state().hours["2026-11-22T10"]
+    assert (v4.version, len(v4.files), v4.rows) == (4, 1, v3.rows + 1)
+    result = outcome(job(settings, "compact", table, "maintain-1"))
+    assert (result["compacted"], result["considered"]) == ([], 0)
+    assert HourJournal(settings.state_location, table).state().hours["2026-11-22T10"] == v4

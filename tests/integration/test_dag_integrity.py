@@ -282,14 +282,17 @@ def test_a_group_gets_one_dag_in_one_file_and_a_disagreeing_table_is_refused_alo
         assert all(t.on_failure_callback for t in dag.tasks)
 
 
-def test_a_table_with_a_retention_drops_its_old_hours_before_the_lake_check(dagbag: Any) -> None:
+def test_the_maintenance_dag_drops_old_hours_then_compacts_then_checks(dagbag: Any) -> None:
     dag = dagbag.dags["tidemark_maintain_events"]  # conf/tables/events.yaml keeps 90 days
-    retention, verify = dag.get_task("retention"), dag.get_task("verify")
-    assert retention.downstream_task_ids == {"verify"} and retention.pool == "hive_metastore"
+    retention, compact = dag.get_task("retention"), dag.get_task("compact")
+    assert retention.downstream_task_ids == {"compact"} and compact.downstream_task_ids == {"verify"}
+    assert {retention.pool, compact.pool} == {"hive_metastore"}
     assert retention.application.endswith("spark_jobs/retention.py")
+    assert compact.application.endswith("spark_jobs/compact.py")
     args = retention.application_args
     assert args[args.index("--as-of") + 1] == "{{ data_interval_end.isoformat() }}"
     assert args[args.index("--dry-run") + 1] == "{{ params.dry_run }}"
-    assert "retention" in verify.upstream_task_ids and "retention.hours" in (dag.doc_md or "")
+    assert "retention.hours" in (dag.doc_md or "") and "compaction.max_files_per_hour" in (dag.doc_md or "")
     others = [d for d in dagbag.dags.values() if d.dag_id.startswith("tidemark_maintain_") and d is not dag]
-    assert others and all("retention" not in d.task_ids for d in others if "events" not in d.dag_id)
+    assert others and all("compact" in d.task_ids for d in others)  # every table compacts
+    assert all("retention" not in d.task_ids for d in others if "events" not in d.dag_id)

@@ -120,6 +120,11 @@ def test_retention_drops_exactly_the_hours_past_it_and_survives_a_kill_at_each_s
     assert (status["oldest_hour_kept"], status["hours_dropped_by_retention"]) == (HOURS[3], 3)
     page = render_report(report_data(config, settings))  # the health page says so too
     assert f"oldest hour kept <b>{HOURS[3]}</b>, dropped by retention 3 hours" in page
+    assert (
+        "(run maintain-3): bytes deleted" in page
+        and "first hour kept 2026-11-22T13, hours dropped now 0" in page
+    )
+    assert "problems 0, verdict PASS" in page  # the last lake check, on the page
     assert retention("maintain-4", at(16)).files_deleted == 0  # nothing left to do
 
 

@@ -39,7 +39,8 @@ def test_entry_kinds_say_what_is_published_and_what_moves_the_frontier() -> None
         EntryKind.RELEASE,
         EntryKind.AMEND,
         EntryKind.REBUILD,
-    ]
+        EntryKind.COMPACT,
+    ]  # not QUARANTINE, not RETENTION (a drop)
     assert journal_entry("2026-11-22T10", "rebuild").to_json()["kind"] == "rebuild"
 
 

@@ -1,4 +1,5 @@
-"""The maintenance DAG of a table, daily: retention, an Iceberg table's expiry, the lake check."""
+"""The maintenance DAG of a table, daily: retention, compaction, an Iceberg table's expiry,
+the lake check."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from tidemark.settings import Settings
 
 def maintain_dag(config: TableConfig, settings: Settings) -> Any:
     """``tidemark_maintain_<table>``: daily; the hours past ``retention.hours`` dropped
-    (``tidemark/retention.py``), an Iceberg table's snapshots past the retention expired and
+    (``tidemark/retention.py``), amended hours' small files merged back
+    (``seal/recompact.py``), an Iceberg table's snapshots past the retention expired and
     the metadata only they used deleted (``seal/maintenance.py``), then every table checked as
     its readers see it against its commit log (``observe/verify.py``)."""
-    from airflow.sdk import task
+    from airflow.sdk import chain, task
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     table = config.table
@@ -35,6 +37,13 @@ merged from): one journal entry and an audit record name them, their partitions 
 and their files are deleted once `output.version_retention` ({retention}) has passed since the drop.
 *Dry run* only logs what would go. Same as `tidemark retention --table {table}`.
 """
+    rules = config.compaction
+    compaction = f"""
+**compact**: an hour that late amendments left in more files than its bytes need, and in more
+than `compaction.max_files_per_hour` ({rules.max_files_per_hour}) or in files smaller on average
+than `compaction.min_file_fraction` ({rules.min_file_fraction}) of `output.target_file_size`, is
+written again as one new version (the same rows, swapped in at once, journaled as `compact`).
+"""
     expiry = f"""
 Daily: snapshots committed more than `output.version_retention` ({retention}) before the run's
 data interval end (and before now) are expired, never the current one; then the manifest lists,
@@ -46,31 +55,26 @@ Same as `tidemark maintain --table {table}`.
     with table_dag(
         config,
         "maintain",
-        description=f"Check {table} against its commit log daily"
+        description=f"Compact {table}'s amended hours and check it against its commit log daily"
         + (", after dropping hours past its retention" if keep else "")
         + (", after expiring old snapshots" if iceberg else ""),
         schedule=CronDataIntervalTimetable("30 3 * * *", timezone="UTC"),
         doc_md=f"""
 ### Maintain `{table}`
-{dropping if keep else ""}{expiry if iceberg else ""}
+{dropping if keep else ""}{compaction}{expiry if iceberg else ""}
 **verify**: the table as its readers see it (the metastore's partitions, or the current Iceberg
 snapshot) against its commit log: committed offsets contiguous per MQ partition, every data
 file read once, each published hour's rows equal to its committed rows, no data file outside a
 registered version or a committed batch beyond the retention ({retention}). The task fails,
 listing every violation, when one is found. Same as `tidemark verify --table {table}`.
 """,
-        params={"dry_run": dry_run_param("the hours, snapshots and metadata files that would go")},
+        params={
+            "dry_run": dry_run_param("the hours, compactions, snapshots and metadata files that would go")
+        },
     ) as dag:
-        verify = spark_job(
-            config,
-            settings,
-            "verify",
-            "spark-submit spark_jobs/verify.py: the lake check (exits non-zero on a violation).",
-            ["--as-of", "{{ data_interval_end.isoformat() }}"],
-            pool=HIVE_METASTORE_POOL,
-        )
+        steps = []
         if keep:
-            (
+            steps.append(
                 spark_job(
                     config,
                     settings,
@@ -79,8 +83,17 @@ listing every violation, when one is found. Same as `tidemark verify --table {ta
                     ["--as-of", "{{ data_interval_end.isoformat() }}", "--dry-run", DRY_RUN],
                     pool=HIVE_METASTORE_POOL,
                 )
-                >> verify
             )
+        steps.append(
+            spark_job(
+                config,
+                settings,
+                "compact",
+                "spark-submit spark_jobs/compact.py: amended hours' small files merged back.",
+                ["--dry-run", DRY_RUN],
+                pool=HIVE_METASTORE_POOL,
+            )
+        )
         if iceberg:
 
             @task(task_id="expire_snapshots")
@@ -94,5 +107,16 @@ listing every violation, when one is found. Same as `tidemark verify --table {ta
                     Table.open(config, settings), end, dry_run=bool(context["params"]["dry_run"])
                 ).to_json()
 
-            expire() >> verify
+            steps.append(expire())
+        steps.append(
+            spark_job(
+                config,
+                settings,
+                "verify",
+                "spark-submit spark_jobs/verify.py: the lake check (exits non-zero on a violation).",
+                ["--as-of", "{{ data_interval_end.isoformat() }}"],
+                pool=HIVE_METASTORE_POOL,
+            )
+        )
+        chain(*steps)
     return dag

@@ -32,6 +32,7 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import JournalState
 from tidemark.state.layout import DATA_DOCS, data_docs_dir
+from tidemark.state.maintenance_log import describe_steps, last_steps
 from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
 
@@ -71,6 +72,8 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "retention": str(config.retention.hours) if config.retention.hours else None,
         "oldest_hour_kept": min(journal.hours, key=lambda h: journal.hours[h].hour_start, default=None),
         "dropped_by_retention": journal.dropped,
+        "maintenance": describe_steps(last_steps(table_state.journal.root)),
+        "files_per_hour": {k: len(e.files) for k, e in sorted(journal.hours.items()) if e.published},
         "watermarks": {p: watermarks[p] for p in sorted(watermarks)},
         "ready": ready,
         "rows_per_hour": dict(sorted(state.rows_per_hour.items())),
@@ -230,6 +233,14 @@ def _figures(data: dict[str, Any]) -> list[Any]:
     )
     freshness.update_layout(title="Freshness: minutes from hour end to registration", xaxis_type="category")
     figures.append(freshness)
+    shape = go.Figure(
+        go.Bar(x=list(data["files_per_hour"]), y=list(data["files_per_hour"].values()), name="files")
+    )
+    shape.update_layout(
+        title="Files per sealed hour (late amends add one each; compaction merges them back)",
+        xaxis_type="category",
+    )
+    figures.append(shape)
     return figures
 
 
@@ -294,6 +305,9 @@ def _page(data: dict[str, Any], plots: str, rows: str, alerts: str) -> str:
         f"offsets lost to retention {data.get('lost_to_retention', 0)}; global ready time <b>{e(str(data['ready_time']))}</b>; "
         f"sealed through <b>{e(str(data['sealed_through']))}</b>"
     )
+    maintenance = "<br>".join(e(line) for line in data.get("maintenance", []))
+    if maintenance:
+        summary += f"<br>last maintenance:<br>{maintenance}"
     if data.get("retention"):
         summary += (
             f"; retention {e(data['retention'])}: oldest hour kept <b>{e(str(data['oldest_hour_kept']))}</b>, "

@@ -10,6 +10,7 @@ from tidemark.observe.broker_side import broker_side, describe
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.journal import EntryKind
+from tidemark.state.maintenance_log import describe_steps, last_steps
 from tidemark.stream.status import stream_health
 from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
@@ -60,6 +61,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "oldest_hour_kept": min(journal.hours, key=lambda h: journal.hours[h].hour_start, default=None),
         "hours_dropped_by_retention": journal.dropped,
         "retention": str(config.retention.hours) if config.retention.hours else None,
+        "maintenance": last_steps(TableState(settings.state_location, config.table).journal.root),
         "late": state.late,
         "watermarks": {w.mq_partition: w.watermark for w in ready.mq_partitions} if ready else {},
         "batches_committed": state.batches,
@@ -189,6 +191,8 @@ def render(status: dict[str, Any]) -> str:
         f"idle {status['idle_partitions'] or 'none'}); sealed through {status['sealed_through']} "
         f"({status['hours_sealed']} hours; quarantined: {', '.join(status['hours_quarantined']) or 'none'})",
     ]
+    for line in describe_steps(status.get("maintenance", {})):
+        lines.append(f"  last {line}")
     if status.get("retention"):
         lines.append(
             f"  retention: hours kept {status['retention']}; oldest hour kept {status['oldest_hour_kept']}, "

@@ -34,6 +34,7 @@ from tidemark.seal.thrift_metastore import open_metastore
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import EntryKind
 from tidemark.state.layout import batch_of_file
+from tidemark.state.maintenance_log import record_step
 from tidemark.table import Table
 from tidemark.time.hours import parse_key, parse_path
 
@@ -102,6 +103,9 @@ def run_verify(
         )
     verdict = verify_table(table, registered, as_of)
     log.info("%s", verdict.render())
+    failed = [c for c in verdict.checks if not c.ok]
+    summary = {"verdict": "FAIL" if failed else "PASS", "problems": sum(len(c.problems) for c in failed)}
+    record_step(table.state.journal.root, "verify", f"as of {as_of.isoformat()}", summary)
     if not verdict.ok:
         raise LakeCheckError(verdict.render())
     return verdict

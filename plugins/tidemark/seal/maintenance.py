@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.errors import TidemarkError
 from tidemark.hourcommit.iceberg import IcebergHourCommit
+from tidemark.state.maintenance_log import record_step
 from tidemark.table import Table
 
 if TYPE_CHECKING:
@@ -75,6 +76,10 @@ def maintain(table: Table, interval_end: datetime, *, dry_run: bool = False) -> 
     if not dry_run:
         for relative in result.deleted:
             commit.store.delete(relative)
+        summary = {"snapshots_expired": len(result.expired), "metadata_files_deleted": len(result.deleted)}
+        record_step(
+            table.state.journal.root, "expire_snapshots", f"as of {interval_end.isoformat()}", summary
+        )
     log.info(
         "%s: %s %s snapshots committed before %s (kept %s); %s %s metadata files no kept snapshot references",
         table.name,

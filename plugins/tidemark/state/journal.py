@@ -37,6 +37,7 @@ class EntryKind(StrEnum):
     RELEASE = "release"  # version 1: a quarantined hour registered after a person's decision
     AMEND = "amend"  # version > 1: late rows folded in
     REBUILD = "rebuild"  # version + 1: re-read from the broker and swapped in
+    COMPACT = "compact"  # version + 1: the same rows, an amended hour's files merged back
     # the table's hours before this entry's hour dropped by retention (``seal/retention.py``):
     # its hour is the first one kept, ``dropped`` names the hours it dropped
     RETENTION = "retention"

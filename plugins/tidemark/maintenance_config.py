@@ -1,15 +1,19 @@
-"""The ``retention:`` section of a table YAML: how long sealed hours are kept.
+"""The maintenance sections of a table YAML: ``retention:`` (how long sealed hours are kept)
+and ``compaction:`` (when an hour's files are merged back).
 
-Unset (the default), every hour is kept forever, as before. With ``retention.hours: 90d`` the
+Retention unset (the default), every hour is kept forever. With ``retention.hours: 90d`` the
 maintenance DAG drops each hour whose end is more than 90 days before its run's data interval
 end: unregistered, recorded in the journal and the audit log, its files deleted once
-``output.version_retention`` has passed (``tidemark.seal.retention``)."""
+``output.version_retention`` has passed (``tidemark.retention``). Compaction: an hour that
+amendments left in more files than its bytes need, and either more than
+``max_files_per_hour`` of them or smaller on average than ``min_file_fraction`` of
+``output.target_file_size``, is written again as one new version (``seal.recompact``)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from tidemark.durations import Duration
 
@@ -22,6 +26,13 @@ class RetentionConfig(BaseModel):
     # sealed hours ending more than this before the maintenance run's data interval end are
     # dropped whole; None: kept forever
     hours: Duration | None = None
+
+
+class CompactionConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_files_per_hour: int = Field(default=8, ge=1)
+    min_file_fraction: float = Field(default=0.5, gt=0, le=1)
 
 
 def retention_problems(retention: RetentionConfig) -> list[str]:

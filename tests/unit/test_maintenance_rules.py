@@ -1,5 +1,6 @@
-"""Retention's pure rules: which hour is the first kept (``tidemark.retention``) and what the
-journal's state holds after a drop (``state/journal.py``)."""
+"""Maintenance's pure rules: which hour is the first kept (``tidemark.retention``), what the
+journal's state holds after a drop (``state/journal.py``), which hours are compacted again
+(``seal/recompact.py``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from tests.helpers.records import journal_entry
 from tidemark.config import TableConfig, load_table_file
 from tidemark.retention import first_kept_hour, snapshot_floor
+from tidemark.seal.recompact import due_hours
 from tidemark.state.journal import EntryKind, JournalState
 
 pytestmark = pytest.mark.unit
@@ -76,3 +78,27 @@ def test_a_drop_removes_the_hours_before_it_and_a_later_step_of_one_is_ignored()
         ["2026-11-22T10"],
     )
     assert not drop.published and not drop.quarantined  # never announced, never a quarantine
+
+
+def test_an_hour_is_compacted_again_when_amends_left_it_in_more_files_than_its_bytes_need() -> None:
+    config = events(hours="90d").model_copy(
+        update={
+            "output": events().output.model_copy(update={"target_file_size": 100}),
+            "compaction": events().compaction.model_copy(update={"max_files_per_hour": 3}),
+        }
+    )
+    sizes = {
+        "2026-11-22T08": [100],  # one whole file
+        "2026-11-22T09": [10, 5],  # a seal and an amend: small files, one would do
+        "2026-11-22T10": [100, 100, 30],  # the bytes need three: nothing to gain
+        "2026-11-22T11": [90, 60, 60, 60],  # big enough on average, but more than 3 where 3 do
+        "2026-11-22T12": [60, 60],  # two files of more than half the target: left alone
+        "2026-11-22T13": [1, 1],  # quarantined: never touched
+    }
+    hours = [
+        journal_entry(
+            h, "quarantine" if h.endswith("13") else "amend", files=tuple(f"f{i}" for i in range(len(s)))
+        )
+        for h, s in sizes.items()
+    ]
+    assert due_hours(config, hours, lambda e: sizes[e.hour]) == ["2026-11-22T09", "2026-11-22T11"]

@@ -1,0 +1,201 @@
+"""Re-compaction: an hour that late amendments left in many small files is written again as
+one new version, through the protocol a rebuild uses (``HourCommit.stage_rebuild`` and
+``publish_rebuilt``): staged where readers do not look, its rows counted against the
+journal's, swapped in with one exchange or one metastore switch, then journaled as a
+``compact`` entry (version + 1, the same rows, late count and fold). Readers see the old
+version or the new one, never a mix.
+
+An hour is due (``due_hours``) when it is in more files than its bytes need
+(``output.target_file_size``) and either in more than ``compaction.max_files_per_hour`` or
+in files smaller on average than ``compaction.min_file_fraction`` of the target. The whole
+step runs under the table's lock, so no seal amends the hour between the read and the swap.
+A kill at any point is repaired by running it again (the same run id or another).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tidemark.config import TableConfig
+from tidemark.errors import ReconciliationError
+from tidemark.hourcommit.base import PublishedHour, Writer
+from tidemark.ingest.columns import HOUR_COLUMNS, table_columns
+from tidemark.seal.hourfiles import HourFiles, step_entry
+from tidemark.seal.metastore import quote_identifier
+from tidemark.state.journal import EntryKind, JournalEntry
+from tidemark.state.maintenance_log import record_step
+from tidemark.table import Table
+from tidemark.time.hours import Hour, parse_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from tidemark.settings import Settings
+    from tidemark.state.locks import Lease
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompactResult:
+    table: str
+    run_id: str
+    compacted: list[dict[str, Any]] = field(default_factory=list)  # hour, version, files before/after
+    considered: int = 0  # hours with more than one file
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def due_hours(
+    config: TableConfig, hours: list[JournalEntry], sizes: Callable[[JournalEntry], list[int]]
+) -> list[str]:
+    """The published hours whose files should be merged back (see the module doc), in order."""
+    rules, output = config.compaction, config.output
+    due = []
+    for entry in sorted(hours, key=lambda e: e.hour_start):
+        if not entry.published or len(entry.files) < 2:
+            continue
+        found = sizes(entry)
+        needed = output.files_for(sum(found))
+        small = sum(found) / len(found) < rules.min_file_fraction * output.target_file_size
+        if len(found) > needed and (len(found) > rules.max_files_per_hour or small):
+            due.append(entry.hour)
+    return due
+
+
+def run_compaction(
+    spark: SparkSession, config: TableConfig, settings: Settings, run_id: str, *, dry_run: bool = False
+) -> CompactResult:
+    """Merge back the files of every due hour of ``config.table``; safe to retry."""
+    table = Table.open(config, settings)
+    with table.state.lock().hold(run_id) as lease:
+        return Recompactor(spark, table, run_id, lease).run(dry_run=dry_run)
+
+
+class Recompactor:
+    """Writes due hours again as one version each (I/O: files, Spark, metastore, journal)."""
+
+    def __init__(self, spark: SparkSession, table: Table, run_id: str, lease: Lease | None = None) -> None:
+        self.spark = spark
+        self.table = table
+        self.config = table.config
+        self.run_id = run_id
+        self.writer = Writer(run_id, lease)
+        self.files = HourFiles(spark, table, run_id)
+        self.commit = table.commit
+        self.journal = table.state.journal
+
+    def run(self, *, dry_run: bool = False) -> CompactResult:
+        result = CompactResult(self.config.table, self.run_id, dry_run=dry_run)
+        hours = list(self.journal.state().hours.values())
+        result.considered = sum(1 for e in hours if e.published and len(e.files) > 1)
+        due = due_hours(self.config, hours, self._sizes)
+        log.info(
+            "%s: %s of %s hours in more than one file are due for compaction%s: %s",
+            self.config.table,
+            len(due),
+            result.considered,
+            " (dry run)" if dry_run else "",
+            ", ".join(due) or "none",
+        )
+        if dry_run:
+            return result
+        for key in due:
+            result.compacted.append(self.compact_hour(parse_key(key, self.config.event_time.time_zone)))
+        summary = {
+            "hours_compacted": len(result.compacted),
+            "files_before": sum(c["files_before"] for c in result.compacted),
+            "files_after": sum(c["files"] for c in result.compacted),
+        }
+        record_step(self.journal.root, "compact", self.run_id, summary)
+        return result
+
+    def _sizes(self, entry: JournalEntry) -> list[int]:
+        store = self.table.layout.store
+        return [store.size(relative) for relative in entry.files]
+
+    def compact_hour(self, hour: Hour) -> dict[str, Any]:
+        current = self.journal.state().hours[hour.key]
+        bytes_before = sum(self._sizes(current))
+        scratch = self.table.layout.step_staging("compact", hour.key, self.run_id)
+        new_dir, files, rows = self.commit.stage_rebuild(
+            hour,
+            version=current.version + 1,
+            through=current.folded_through_batch,
+            scratch=scratch,
+            files=self.files,
+            writer=self.writer,
+            rows_of=lambda _: self._rows(hour, current),
+            reconcile=lambda _, written: self._reconcile(hour, current, written),
+            n_files=self.config.output.files_for(bytes_before),
+        )
+        self.writer.check()
+        self.commit.publish_rebuilt(
+            hour,
+            current_version=current.version,
+            through=current.folded_through_batch,
+            staged=new_dir,
+            written=files,
+            rows=rows,
+            writer=self.writer,
+            register=lambda target: self.files.register(
+                self.config.table, self.table.layout.table_dir, hour, target
+            ),
+        )
+        self.files.refresh(self.config.table)
+        entry = step_entry(
+            self.config,
+            self.run_id,
+            hour,
+            self.table.state.commit_log.state(),
+            self.journal.state(),
+            kind=EntryKind.COMPACT,
+            version=current.version + 1,
+            rows=rows,
+            files=files,
+            quality=current.quality,
+            late=current.late,
+            folded_through_batch=current.folded_through_batch,
+            schema_version=current.schema_version,
+        )
+        self.writer.check()
+        self.journal.append(entry)
+        self.table.layout.store.delete_dir(self.table.layout.relative(scratch))  # local: the old version
+        log.info(
+            "%s: hour %s compacted as v%s: %s rows, %s files (%s bytes) -> %s files",
+            self.config.table,
+            hour.key,
+            entry.version,
+            rows,
+            len(current.files),
+            bytes_before,
+            len(files),
+        )
+        return {
+            "hour": hour.key,
+            "version": entry.version,
+            "files_before": len(current.files),
+            "files": len(files),
+        }
+
+    def _rows(self, hour: Hour, current: JournalEntry) -> DataFrame:
+        """The hour's rows as readers see them now, in the table's columns (the hour is the
+        directory: no dt/hr columns; the data-derived partition columns stay)."""
+        from pyspark.sql import functions as F
+
+        published = PublishedHour(hour.path, current.version, current.folded_through_batch)
+        frame = self.commit.read_published(self.files, [published])
+        columns = [c for c in table_columns(self.config) if c not in HOUR_COLUMNS]
+        return frame.select(*(F.col(quote_identifier(c)) for c in columns))
+
+    def _reconcile(self, hour: Hour, current: JournalEntry, written: int) -> None:
+        if written != current.rows:
+            raise ReconciliationError(
+                f"{self.config.table} hour {hour.key} v{current.version}: compaction wrote {written} rows, "
+                f"the journal says {current.rows}; the published hour is untouched"
+            )
