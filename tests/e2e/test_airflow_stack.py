@@ -110,7 +110,7 @@ def test_airflow_standalone_up_login_and_clean_down(
         rendered = page(f"{base}/tidemark/tables/events/docs/{hour_page}", token, timeout=180)
         assert "event_id" in rendered and "e-7" in rendered
         health = page(f"{base}/tidemark/tables/events/health", token)
-        assert "Ingestion health: events" in health and health.count('class="plot"') == 4
+        assert "Ingestion health: events" in health and health.count('class="plot"') == 5
         for kind in ("ingest", "seal", "rebuild"):
             assert "Ingestion health: events" in page(
                 f"{base}/tidemark/dags/tidemark_{kind}_events/health", token

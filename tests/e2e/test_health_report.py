@@ -138,7 +138,7 @@ def test_health_report_renders_plots_and_hours_in_headless_chromium(
     assert data["late_rate"] == {"dt=2026-11-22/hr=11": 1 / 15} and data["batches"] == 2
     assert [(h["hour"], h["late"]) for h in data["hours"]] == [("2026-11-22T10", 0), ("2026-11-22T11", 1)]
     text = page.read_text()
-    assert text.count('class="plot"') == 4 and text.count("plotly.js v") == 1  # inlined once
+    assert text.count('class="plot"') == 5 and text.count("plotly.js v") == 1  # inlined once
     docs = re.findall(r'href="([^"]+)">Data Docs', text)
     assert len(docs) == 2 and all((page.parent / d).exists() for d in docs)
 
@@ -146,7 +146,7 @@ def test_health_report_renders_plots_and_hours_in_headless_chromium(
     root, url = served
     shutil.copytree(page.parent.parent, root / "table")
     dom = chromium(tmp_path, "--dump-dom", f"{url}/table/reports/health.html")
-    assert dom.count('class="main-svg"') >= 4  # plotly drew every figure
+    assert dom.count('class="main-svg"') >= 5  # plotly drew every figure
     assert "Watermark per MQ partition" in dom and "Freshness" in dom and "Late and dirty rates" in dom
     hours = re.findall(r'<tr class="hour (\w+)"><td>([^<]+)</td>', dom)
     assert hours == [("seal", "2026-11-22T11"), ("quarantine", "2026-11-22T10")]
