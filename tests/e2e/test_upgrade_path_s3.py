@@ -143,7 +143,18 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
     broker: str, postgres: str, cluster: Settings, tmp_path: Path
 ) -> None:
     rng = random.Random(SEED)
-    orders = orders_on_s3(broker, postgres, cluster, tmp_path, 80, 21, cdc__snapshot_format="delta")
+    # no grace (output.version_retention 0s): the merge's VACUUM deletes what only a replaced
+    # version read at once (the grace itself: tests/integration/test_snapshots.py)
+    orders = orders_on_s3(
+        broker,
+        postgres,
+        cluster,
+        tmp_path,
+        80,
+        21,
+        cdc__snapshot_format="delta",
+        output__version_retention="0s",
+    )
     config, on_cluster, settings, source_state, boot_args = orders
     table, snapshots = config.table, config.snapshot_table
     uri = Layout(settings, snapshots).uri(Layout(settings, snapshots).table_dir)
@@ -358,6 +369,7 @@ def test_an_iceberg_snapshot_merged_on_the_cluster_on_s3_recovers_remerges_and_i
         31,
         cdc__snapshot_format="iceberg",
         output__table_format="iceberg",
+        output__version_retention="0s",  # no grace: a replaced snapshot expires with the merge
     )
     config, on_cluster, settings, source_state, boot_args = orders
     table, snapshots = config.table, config.snapshot_table
