@@ -62,31 +62,33 @@ def add_reader_commands(sub: Any) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from datetime import UTC, datetime
-
-    from tidemark.jobs import submit_job
-
-    as_of = datetime.now(UTC).isoformat()  # the caller's instant: orphans are judged at it
-    return submit_job(args.table, "verify", ["--run-id", f"verify__{as_of}", "--as-of", as_of])
+    return _submit_maintenance(args.table, "verify", as_of=True)  # orphans are judged at its instant
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
-    from datetime import UTC, datetime
-
-    from tidemark.jobs import submit_job
-
-    as_of = datetime.now(UTC).isoformat()  # the caller's instant: hours are aged from it
-    extra = ["--run-id", f"retention__{as_of}", "--as-of", as_of, "--dry-run", str(args.dry_run)]
-    return submit_job(args.table, "retention", extra)
+    return _submit_maintenance(
+        args.table, "retention", as_of=True, dry_run=args.dry_run
+    )  # hours aged from it
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
+    return _submit_maintenance(args.table, "compact", dry_run=args.dry_run)
+
+
+def _submit_maintenance(table: str, job: str, *, as_of: bool = False, dry_run: bool | None = None) -> int:
+    """spark-submit a maintenance job by hand, as the maintenance DAG runs it: the caller's
+    instant names the run (and is its ``--as-of`` where the job takes one)."""
     from datetime import UTC, datetime
 
     from tidemark.jobs import submit_job
 
-    run_id = f"compact__{datetime.now(UTC).isoformat()}"
-    return submit_job(args.table, "compact", ["--run-id", run_id, "--dry-run", str(args.dry_run)])
+    now = datetime.now(UTC).isoformat()
+    extra = ["--run-id", f"{job}__{now}"]
+    if as_of:
+        extra += ["--as-of", now]
+    if dry_run is not None:
+        extra += ["--dry-run", str(dry_run)]
+    return submit_job(table, job, extra)
 
 
 def cmd_spark_conf(args: argparse.Namespace) -> int:

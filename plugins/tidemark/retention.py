@@ -214,11 +214,12 @@ class Retention:
         crash_point("after_retention_entry")
 
     def _audit_drops(self) -> None:
-        """An audit record per retention entry (the job may have died between the two)."""
+        """An audit record per retention entry after the last one audited (the job may have
+        died between the two): the journal is read from there, not from its start."""
         audit = self.table.state.audit
-        recorded = {r.detail.get("journal_seq") for r in audit.records() if r.action == AUDIT_ACTION}
-        for entry in self.journal.entries():
-            if entry.kind is not EntryKind.RETENTION or entry.seq in recorded:
+        recorded = [r.detail.get("journal_seq", -1) for r in audit.records() if r.action == AUDIT_ACTION]
+        for entry in self.journal.entries(max(recorded, default=-1) + 1):
+            if entry.kind is not EntryKind.RETENTION:
                 continue
             span = f"{entry.dropped[0]} .. {entry.dropped[-1]}" if entry.dropped else "none"
             audit.append(

@@ -70,7 +70,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "ready_time": state.ready.time if state.ready else None,
         "sealed_through": journal.sealed_through,
         "retention": str(config.retention.hours) if config.retention.hours else None,
-        "oldest_hour_kept": min(journal.hours, key=lambda h: journal.hours[h].hour_start, default=None),
+        "oldest_hour_kept": journal.oldest_hour,
         "dropped_by_retention": journal.dropped,
         "maintenance": describe_steps(last_steps(table_state.journal.root)),
         "files_per_hour": {k: len(e.files) for k, e in sorted(journal.hours.items()) if e.published},

@@ -58,7 +58,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "hours_sealed": sum(1 for e in journal.hours.values() if e.published),
         "hours_quarantined": sorted(h for h, e in journal.hours.items() if e.quarantined),
         "hours_rebuilt": sorted(h for h, e in journal.hours.items() if e.kind is EntryKind.REBUILD),
-        "oldest_hour_kept": min(journal.hours, key=lambda h: journal.hours[h].hour_start, default=None),
+        "oldest_hour_kept": journal.oldest_hour,
         "hours_dropped_by_retention": journal.dropped,
         "retention": str(config.retention.hours) if config.retention.hours else None,
         "maintenance": last_steps(TableState(settings.state_location, config.table).journal.root),
@@ -265,7 +265,7 @@ def explain_hour(config: TableConfig, settings: Settings, key: str) -> dict[str,
     out["ready_time"] = ready.time if ready else None
     out["idle_partitions"] = list(ready.idle) if ready else []
     out["waiting_for_data"] = list(ready.waiting_for_data) if ready else []
-    if journal.kept_from is not None and hour.start < datetime.fromisoformat(journal.kept_from):
+    if journal.dropped_by_retention(hour.start):
         out["state"] = "dropped"
         out["reason"] = f"dropped by retention (retention.hours = {config.retention.hours})"
     elif ready and ready.instant and ready.instant >= needed:

@@ -223,7 +223,7 @@ def _hour_rows(table: Table, files_by_hour: dict[str, list[str]]) -> Check:
                 f"({committed - entry.late} on time + {entry.late} late folded in)"
             )
     for key in sorted(set(files_by_hour) - set(journal.hours)):
-        if journal.kept_from is not None and parse_key(key, zone).start.isoformat() < journal.kept_from:
+        if journal.dropped_by_retention(parse_key(key, zone).start):
             check.problems.append(
                 f"hour {key} was dropped by retention but readers still see it (tidemark retention "
                 f"--table {table.name} unregisters it)"

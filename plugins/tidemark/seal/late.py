@@ -92,7 +92,7 @@ class LateRows:
         """amend: fold late rows not yet in a sealed partition into it as a new file version."""
         entries: list[JournalEntry] = []
         for hour in self.hours(state):
-            if partitions.kept_from is not None and hour.start.isoformat() < partitions.kept_from:
+            if partitions.dropped_by_retention(hour.start):
                 continue  # dropped by retention: its late rows go with it (tidemark.retention)
             current = partitions.hours.get(hour.key)
             if current is not None and current.quarantined:

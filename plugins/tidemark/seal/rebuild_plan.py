@@ -114,7 +114,7 @@ def plan_rebuild(
     hour = parse_key(hour_key, config.event_time.time_zone)
     partitions = partitions or TableState(settings.state_location, config.table).journal.state()
     current = partitions.hours.get(hour.key)
-    if partitions.kept_from is not None and hour.start.isoformat() < partitions.kept_from:
+    if partitions.dropped_by_retention(hour.start):
         raise RebuildError(
             f"{config.table} hour {hour.key} was dropped by retention (retention.hours = "
             f"{config.retention.hours}; the first hour kept starts at {partitions.kept_from}): nothing to rebuild"

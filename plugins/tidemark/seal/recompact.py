@@ -93,8 +93,10 @@ class Recompactor:
     def run(self, *, dry_run: bool = False) -> CompactResult:
         result = CompactResult(self.config.table, self.run_id, dry_run=dry_run)
         hours = list(self.journal.state().hours.values())
-        result.considered = sum(1 for e in hours if e.published and len(e.files) > 1)
-        due = due_hours(self.config, hours, self._sizes)
+        # each file's size asked of the store once (on S3 a request each)
+        sizes = {e.hour: self._sizes(e) for e in hours if e.published and len(e.files) > 1}
+        result.considered = len(sizes)
+        due = due_hours(self.config, hours, lambda e: sizes[e.hour])
         log.info(
             "%s: %s of %s hours in more than one file are due for compaction%s: %s",
             self.config.table,
@@ -106,7 +108,8 @@ class Recompactor:
         if dry_run:
             return result
         for key in due:
-            result.compacted.append(self.compact_hour(parse_key(key, self.config.event_time.time_zone)))
+            hour = parse_key(key, self.config.event_time.time_zone)
+            result.compacted.append(self.compact_hour(hour, bytes_before=sum(sizes[key])))
         summary = {
             "hours_compacted": len(result.compacted),
             "files_before": sum(c["files_before"] for c in result.compacted),
@@ -119,9 +122,8 @@ class Recompactor:
         store = self.table.layout.store
         return [store.size(relative) for relative in entry.files]
 
-    def compact_hour(self, hour: Hour) -> dict[str, Any]:
+    def compact_hour(self, hour: Hour, *, bytes_before: int) -> dict[str, Any]:
         current = self.journal.state().hours[hour.key]
-        bytes_before = sum(self._sizes(current))
         scratch = self.table.layout.step_staging("compact", hour.key, self.run_id)
         new_dir, files, rows = self.commit.stage_rebuild(
             hour,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,15 @@ class JournalState:
         self.hours[entry.hour] = entry
         if entry.kind.decides and (self.sealed_through is None or entry.hour_end > self.sealed_through):
             self.sealed_through = entry.hour_end
+
+    def dropped_by_retention(self, hour_start: datetime) -> bool:
+        """Whether the hour starting at ``hour_start`` is before the first hour retention kept."""
+        return self.kept_from is not None and hour_start < datetime.fromisoformat(self.kept_from)
+
+    @property
+    def oldest_hour(self) -> str | None:
+        """The key of the oldest hour the journal holds (none yet: None)."""
+        return min(self.hours, key=lambda key: self.hours[key].hour_start, default=None)
 
     def quarantined(self) -> list[str]:
         """Hour keys currently quarantined, in order."""
