@@ -90,6 +90,7 @@ class OutputConfig(_Strict):
     format: Literal["parquet", "orc"] = "parquet"
     compression: Literal["snappy", "zstd", "lz4", "gzip", "zlib", "none"] = "snappy"
     table_format: Literal["hive", "iceberg"] = "hive"  # hive partitions, or hourcommit/iceberg.py
+    layout: Literal["auto", "in_place", "versioned"] = "auto"  # hourcommit/__init__.py
     # A replaced version stays readable this long for queries that listed it (an object store's
     # hour: processing time; a Delta/Iceberg snapshot's, a dropped hour's files: wall clock).
     version_retention: Duration = timedelta(hours=24)

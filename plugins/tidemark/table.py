@@ -3,8 +3,9 @@
 
 It holds the table's config, its state (``TableState``: commit log, journal, locks, schema
 history), where its files live (``Layout``) and how a version of its hours becomes visible
-(``HourCommit``, chosen once from the warehouse URL). The schema version of the config is
-ensured once per handle, on first use: a dry run never records one.
+(``HourCommit``, chosen once from the warehouse URL and ``output.layout``). The schema version
+of the config, and its layout against the sealed hours', are checked once per handle, on first
+use: a dry run never records one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tidemark.config import TableConfig
-from tidemark.hourcommit import hour_commit
+from tidemark.errors import ConfigError
+from tidemark.hourcommit import hour_commit, layout_problem, version_kind
 from tidemark.hourcommit.base import HourCommit
 from tidemark.settings import Settings
 from tidemark.state.layout import Layout
@@ -32,7 +34,8 @@ class Table:
 
     @classmethod
     def open(cls, config: TableConfig, settings: Settings) -> Table:
-        layout = Layout(settings, config.table)
+        kind = version_kind(config.table, settings.warehouse.rstrip("/"), config.output)
+        layout = Layout(settings, config.table, kind=kind)
         commit = hour_commit(layout, config.output.table_format, settings)
         return cls(config, settings, TableState(settings.state_location, config.table), layout, commit)
 
@@ -45,5 +48,13 @@ class Table:
         an older YAML than the table's is refused here, before anything is written); read once
         per handle, not once per hour a job writes."""
         if self._schema_version is None:
+            self._check_layout()
             self._schema_version = self.state.schema_history.ensure(self.config, run_id).version
         return self._schema_version
+
+    def _check_layout(self) -> None:
+        """Refuses ``output.layout`` changed under sealed hours, before a writer touches one."""
+        sealed = (f for entry in self.state.journal.state().hours.values() for f in entry.files)
+        problem = layout_problem(self.layout, self.config.output, sealed)
+        if problem is not None:
+            raise ConfigError(self.name, [problem])

@@ -14,7 +14,8 @@ import yaml
 
 from tidemark.config import TableConfig, load_table_file
 from tidemark.settings import Settings
-from tidemark.state.layout import Layout
+from tidemark.state.journal import JournalState
+from tidemark.state.layout import Layout, version_dir_of
 from tidemark.tablefs import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,16 +60,19 @@ def fresh_table(
 
 
 def landed(
-    settings: Settings, table: str
+    settings: Settings, table: str, current: JournalState | None = None
 ) -> tuple[Counter[tuple[int, int]], Counter[tuple[int, int]], dict[tuple[int, int], str]]:
     """(partition, offset) multisets of the table's rows (every Parquet file under the table's
-    directory, hidden ones included) and of its visible dirty records, and the dirty reasons;
-    on the local disk or an object store."""
+    directory, hidden ones included; with ``current``, a versioned layout's, only the version
+    directories its hours name, not the replaced ones kept for their grace) and of its visible
+    dirty records, and the dirty reasons; on the local disk or an object store."""
     layout = Layout(settings, table)
     store = layout.store
+    named = {version_dir_of(f) for e in current.hours.values() for f in e.files} if current else set()
     rows: Counter[tuple[int, int]] = Counter()
     for relative in store.all_files(layout.relative(layout.table_dir)):
-        if relative.endswith(".parquet"):
+        version = version_dir_of(relative)
+        if relative.endswith(".parquet") and (current is None or version is None or version in named):
             rows.update(read_pairs(store, relative, "_mq_partition", "_mq_offset"))
     dirty: Counter[tuple[int, int]] = Counter()
     reasons = {}

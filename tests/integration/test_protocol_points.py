@@ -24,12 +24,23 @@ from tidemark_dev.generator import create_topic, produce, records
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("point", PROTOCOL_POINTS)
+# every point on the local disk's default layout (in place), and on output.layout: versioned
+# (a directory per version, as on an object store: test_versioned_layout)
+CASES = [(p, "auto") for p in PROTOCOL_POINTS] + [(p, "versioned") for p in PROTOCOL_POINTS]
+
+
+@pytest.mark.parametrize(("point", "layout"), CASES)
 def test_a_crash_between_steps_is_recovered_by_the_retry(
-    point: str, spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    point: str,
+    layout: str,
+    spark: Any,
+    broker: str,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     policy = "side_table" if point == "after_late_registration" else "amend"
-    config, settings = fresh_table(settings, tmp_path, late_policy=policy)
+    config, settings = fresh_table(settings, tmp_path, late_policy=policy, output__layout=layout)
     create_topic(broker, config.source.topic, 2)
     monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
     monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
@@ -61,8 +72,14 @@ def test_a_crash_between_steps_is_recovered_by_the_retry(
 
     state = CommitLog(settings.state_dir, config.table).state()
     journal = HourJournal(settings.state_dir, config.table).state()
-    rows, dirty, _ = landed(settings, config.table)
+    versioned = layout == "versioned"
+    rows, dirty, _ = landed(settings, config.table, journal if versioned else None)
     late = late_landed(settings, config.table)
+    if versioned and policy == "side_table":  # the late partition's version, not its _open files
+        late = Counter(
+            (r[0], r[1])
+            for r in spark.table(config.late_table).select("_mq_partition", "_mq_offset").collect()
+        )
     expected = Counter((p, o) for p, o, _ in produced)
     if policy == "side_table":
         assert rows + dirty + late == expected

@@ -47,7 +47,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.tablefs import Store, hadoop_uri, local_path
+from tidemark.tablefs import Store, hadoop_uri, local_path, storage_kind
 
 if TYPE_CHECKING:
     from tidemark.settings import Settings
@@ -169,9 +169,12 @@ class Layout:
     """The directories of one table under the warehouse (one filesystem: staging renames
     into the table)."""
 
-    def __init__(self, settings: Settings, table: str) -> None:
+    def __init__(self, settings: Settings, table: str, *, kind: str | None = None) -> None:
         self.table = table
         self.warehouse_uri = settings.warehouse.rstrip("/")
+        # how versions live: "filesystem" (renamed in place) or "object_store" (a directory
+        # each); by the warehouse URL unless the table's output.layout chose (Table.open)
+        self.kind = kind or storage_kind(self.warehouse_uri)
         self.warehouse = Path(settings.warehouse)
         self.table_dir = self.warehouse / table
         self.open_dir = self.table_dir / "_open"

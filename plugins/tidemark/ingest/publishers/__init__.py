@@ -8,7 +8,6 @@ from tidemark.ingest.publishers.base import BatchPublisher
 from tidemark.ingest.publishers.renaming import RenamingPublisher
 from tidemark.ingest.publishers.versioned import VersionedPublisher
 from tidemark.state.layout import Layout
-from tidemark.tablefs import storage_kind
 
 _IMPLEMENTATIONS: dict[str, type[BatchPublisher]] = {
     "filesystem": RenamingPublisher,
@@ -17,5 +16,6 @@ _IMPLEMENTATIONS: dict[str, type[BatchPublisher]] = {
 
 
 def publisher(layout: Layout, batch_id: int, token: int | None = None) -> BatchPublisher:
-    """The publisher of one attempt at ``batch_id`` (``token``: its lease's), by the warehouse URL."""
-    return _IMPLEMENTATIONS[storage_kind(layout.warehouse_uri)](layout, batch_id, token)
+    """The publisher of one attempt at ``batch_id`` (``token``: its lease's), by the table's
+    ``layout.kind`` (its warehouse, or ``output.layout``)."""
+    return _IMPLEMENTATIONS[layout.kind](layout, batch_id, token)
