@@ -217,7 +217,7 @@ class TableConfig(_Strict):
                 f"event_time.field: column {ts.name!r} has type {ts.type.ddl()}; expected timestamp"
             )
         problems += source_problems(self.source, self.columns, self.envelope)
-        problems += retention_problems(self.retention)
+        problems += retention_problems(self.retention, self.late_policy)
         for key in self.primary_key:
             if key not in self.columns:
                 problems.append(f"primary_key: {key!r} is not a column of the schema")

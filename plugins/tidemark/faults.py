@@ -51,6 +51,9 @@ REPLAY_POINTS = ("mid_retire",)
 # Retention: its journal entry -> the audit record and unregistering; one partition of the
 # dropped hours unregistered -> the others; a drop's files deleted -> its pointer (test_retention)
 RETENTION_POINTS = ("after_retention_entry", "mid_retention_unregister", "before_retention_pointer")
+# The dirty records' and the late table's horizons recorded -> their audit, unregistering and
+# deletion (test_retention)
+SIDE_RETENTION_POINTS = ("after_dirty_horizon", "after_late_horizon")
 # Between a commit record and the commit log's checkpoint (every CHECKPOINT_EVERY batches)
 STATE_POINTS = ("before_checkpoint",)
 # Faults of monitoring-only steps, which must never fail the job (used with TIDEMARK_FAIL_MODE=raise)
@@ -66,6 +69,7 @@ POINTS = (
     + REPLAY_POINTS
     + METASTORE_POINTS
     + RETENTION_POINTS
+    + SIDE_RETENTION_POINTS
     + STATE_POINTS
     + MONITORING_POINTS
 )

@@ -4,7 +4,9 @@ and ``compaction:`` (when an hour's files are merged back).
 Retention unset (the default), every hour is kept forever. With ``retention.hours: 90d`` the
 maintenance DAG drops each hour whose end is more than 90 days before its run's data interval
 end: unregistered, recorded in the journal and the audit log, its files deleted once
-``output.version_retention`` has passed (``tidemark.retention``). Compaction: an hour that
+``output.version_retention`` has passed (``tidemark.retention``); ``retention.dirty`` and
+``retention.late`` do the same for the dirty records and the late side table
+(``tidemark.side_retention``). Compaction: an hour that
 amendments left in more files than its bytes need, and either more than
 ``max_files_per_hour`` of them or smaller on average than ``min_file_fraction`` of
 ``output.target_file_size``, is written again as one new version (``seal.recompact``)."""
@@ -26,6 +28,10 @@ class RetentionConfig(BaseModel):
     # sealed hours ending more than this before the maintenance run's data interval end are
     # dropped whole; None: kept forever
     hours: Duration | None = None
+    # the dirty records of batches committed more than this before it (tidemark.side_retention)
+    dirty: Duration | None = None
+    # the late side table's hours ending more than this before it (late_policy side_table)
+    late: Duration | None = None
 
 
 class CompactionConfig(BaseModel):
@@ -35,12 +41,17 @@ class CompactionConfig(BaseModel):
     min_file_fraction: float = Field(default=0.5, gt=0, le=1)
 
 
-def retention_problems(retention: RetentionConfig) -> list[str]:
+def retention_problems(retention: RetentionConfig, late_policy: str) -> list[str]:
     """What is wrong with the section, one line per problem, each naming its key."""
-    problems = []
-    if retention.hours is not None and retention.hours < MIN_HOURS_RETENTION:
+    problems = [
+        f"retention.{key}: {value} is shorter than {MIN_HOURS_RETENTION}: data would be dropped "
+        "as soon as it lands (did you mean days, e.g. '90d'?)"
+        for key, value in (("hours", retention.hours), ("dirty", retention.dirty), ("late", retention.late))
+        if value is not None and value < MIN_HOURS_RETENTION
+    ]
+    if retention.late is not None and late_policy != "side_table":
         problems.append(
-            f"retention.hours: {retention.hours} is shorter than {MIN_HOURS_RETENTION}: hours would be "
-            "dropped as soon as they seal (did you mean days, e.g. '90d'?)"
+            f"retention.late: the late side table is late_policy side_table's; with {late_policy} "
+            "late rows are folded into their hours, which retention.hours drops"
         )
     return problems

@@ -16,7 +16,8 @@ One run, under the table's lock (the seal's), in an order a kill at any point re
    hours' directories go: every version, the markers, ``_SUCCESS``, and the late rows an
    ``amend`` table had not folded in. A pointer beside the journal remembers which drops are done.
 
-Files and journal entries of hours kept are never touched. An Iceberg table drops the hours
+Then the dirty records and the late side table (``retention.dirty``, ``retention.late``:
+``tidemark.side_retention``). Files and journal entries of hours kept are never touched. An Iceberg table drops the hours
 in one delete snapshot (whole files: its partitions are the hours); their version directories
 go once the grace has passed and no live snapshot references them (the maintenance DAG's
 expiry follows this step).
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Writer
 from tidemark.seal.thrift_metastore import open_metastore
+from tidemark.side_retention import SideRetention
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.maintenance_log import record_step
@@ -66,6 +68,7 @@ class RetentionResult:
     bytes_deleted: int = 0
     waiting: list[str] = field(default_factory=list)  # dropped hours whose files wait out the grace
     dry_run: bool = False
+    side: dict[str, Any] = field(default_factory=dict)  # the dirty and late tables' (side_retention)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,7 +119,25 @@ def run_retention(
     table = Table.open(config, settings)
     with table.state.lock().hold(run_id) as lease:
         now = datetime.now(UTC)  # the grace is for readers, in wall-clock time
-        return Retention(spark, table, run_id, lease).run(min(as_of, now), now, dry_run=dry_run)
+        retention = Retention(spark, table, run_id, lease)
+        result = retention.run(min(as_of, now), now, dry_run=dry_run)
+        side = SideRetention(spark, table, retention.writer).run(min(as_of, now), now, dry_run=dry_run)
+        result.side = side.to_json()
+        result.files_deleted += side.files_deleted
+        result.bytes_deleted += side.bytes_deleted
+        if not dry_run:
+            summary = {
+                "first_hour_kept": result.first_kept,
+                "hours_dropped_now": len(result.dropped),
+                "files_deleted": result.files_deleted,
+                "bytes_deleted": result.bytes_deleted,
+            }
+            if config.retention.dirty is not None:
+                summary["dirty_dropped_through_batch"] = side.dirty_through_batch
+            if config.retention.late is not None:
+                summary["first_late_hour_kept"] = side.late_first_kept
+            record_step(table.state.journal.root, "retention", run_id, summary)
+        return result
 
 
 class Retention:
@@ -160,13 +181,6 @@ class Retention:
         result.unregistered = self._unregister(datetime.fromisoformat(state.kept_from), dry_run=dry_run)
         if not dry_run:
             self._delete(now, result)
-            summary = {
-                "first_hour_kept": result.first_kept,
-                "hours_dropped_now": len(result.dropped),
-                "files_deleted": result.files_deleted,
-                "bytes_deleted": result.bytes_deleted,
-            }
-            record_step(self.journal.root, "retention", self.run_id, summary)
         log.info(
             "%s: first hour kept %s; dropped %s hours (%s rows) now, %s partitions unregistered, %s files "
             "(%s bytes) deleted; %s dropped hours wait out the grace (%s) before their files go",
@@ -277,21 +291,12 @@ class Retention:
             replace_atomically(pointer, {"seq": entry.seq})
 
     def _delete_dirs(self, directories: list[Path], result: RetentionResult) -> None:
-        import pyarrow.fs as pafs
-
-        layout, store = self.table.layout, self.table.layout.store
+        layout = self.table.layout
         for directory in directories:
-            relative = layout.relative(directory)
-            infos = store.fs.get_file_info(
-                pafs.FileSelector(store.path(relative), recursive=True, allow_not_found=True)
-            )
-            files = [i for i in infos if i.type == pafs.FileType.File]
-            if not files:
-                continue
             self.writer.check()
-            store.delete_dir(relative)
-            result.files_deleted += len(files)
-            result.bytes_deleted += sum(i.size or 0 for i in files)
+            files, size = layout.store.delete_counted(layout.relative(directory))
+            result.files_deleted += files
+            result.bytes_deleted += size
 
 
 def _start(entry: JournalEntry) -> str:

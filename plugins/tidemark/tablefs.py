@@ -279,6 +279,19 @@ class Store:
         with contextlib.suppress(FileNotFoundError):
             self.fs.delete_dir(self.path(relative))
 
+    def delete_counted(self, relative: str) -> tuple[int, int]:
+        """Delete a directory and everything below it; (files, bytes) it held, (0, 0) for
+        one not there (retention's log lines count what they reclaimed)."""
+        import pyarrow.fs as pafs
+
+        infos = self.fs.get_file_info(
+            pafs.FileSelector(self.path(relative), recursive=True, allow_not_found=True)
+        )
+        files = [i for i in infos if i.type == pafs.FileType.File]
+        if files:
+            self.delete_dir(relative)
+        return len(files), sum(i.size or 0 for i in files)
+
 
 def delta_storage_options(uri: str) -> dict[str, str]:
     """delta-rs's settings for the table at ``uri``: on S3 the documented ``AWS_*``

@@ -162,3 +162,74 @@ def test_an_iceberg_table_drops_old_hours_in_one_snapshot_and_their_files_once_u
     assert not any((layout.table_dir / p).exists() for p in partitions(HOURS[:3]))
     assert len(snapshots_of(settings, table)) == 1  # the retry committed nothing
     run_verify(spark, config, settings, datetime.now(UTC))
+
+
+def test_dirty_records_and_the_late_table_are_dropped_past_their_own_retention_through_kills(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``retention.dirty`` drops the dirty records of batches committed before its horizon
+    (then a rebuild of an hour those batches fed refuses by name), ``retention.late`` the
+    late side table's older hours (never registered again, even by a later late row); each
+    killed after its horizon is recorded and retried; the hours themselves stay."""
+    config, settings = fresh_table(
+        settings,
+        tmp_path,
+        late_policy="side_table",
+        dirty__max_dirty_ratio=0.5,
+        retention__dirty="3h",
+        retention__late="3h",
+    )
+    table, topic = config.table, config.source.topic
+    create_topic(broker, topic, 2)
+    bad = {"user_id": "not a number"}
+    layout, audit = Layout(settings, table), AuditLog(settings.state_dir, table)
+
+    def batch(run: str, processing: datetime, items: list[tuple[Any, ...]]) -> None:
+        produce(broker, topic, records(items, prefix=run))
+        run_dump(spark, config, settings, run, processing)
+        run_seal(spark, config, settings, run)
+
+    batch("run-1", at(11, 50), [(0, at(10, 5)), (0, at(10, 20), bad), (0, at(11, 40)), (1, at(11, 45))])
+    batch("run-2", at(13, 50), [(0, at(10, 30)), (0, at(12, 20), bad), (0, at(13, 40)), (1, at(13, 45))])
+    batch("run-3", at(15, 50), [(0, at(14, 20), bad), (1, at(14, 30)), (0, at(15, 40)), (1, at(15, 45))])
+    assert layout.dirty_batches() == [0, 1, 2]
+    assert registered(spark, config.late_table) == partitions(HOURS[:1])
+
+    def retention(run: str, point: str, cfg: Any = config) -> RetentionResult:
+        monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
+        monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+        with pytest.raises(InjectedFault):
+            run_retention(spark, cfg, settings, run, at(17))
+        monkeypatch.delenv("TIDEMARK_FAIL_AT")
+        return run_retention(spark, cfg, settings, run, at(17))
+
+    # As of 17:00, 3 h: batches 0 (11:50) and 1 (13:50) lose their dirty records; the late
+    # table keeps hours from 14:00 on, so hour 10's late partition goes.
+    dirty_only = config.model_copy(update={"retention": config.retention.model_copy(update={"late": None})})
+    assert retention("maintain-1", "after_dirty_horizon", dirty_only).side["late_first_kept"] is None
+    done = retention("maintain-2", "after_late_horizon")
+    assert done.side["dirty_through_batch"] == 1 and done.side["late_first_kept"] == "2026-11-22T14"
+    assert layout.dirty_batches() == [2] and not layout.dirty_batch_dir(0).exists()
+    assert registered(spark, config.late_table) == [] and registered(spark, table) == partitions(HOURS[:5])
+    actions = [(r.action, r.detail) for r in audit.records() if r.action.startswith("retention_")]
+    assert actions == [
+        ("retention_dirty", {"through_batch": 1}),
+        ("retention_late", {"first_kept": "2026-11-22T14"}),
+    ]
+    with pytest.raises(RebuildError, match=r"retention\.dirty .* batches through 1"):
+        plan_rebuild(config, settings, HOURS[3])  # batch 1 fed hour 13 and left a record dirty
+    assert plan_rebuild(config, settings, HOURS[4]).sources  # batch 2's dirty records are kept
+
+    # A later late row of hour 10 is never registered again; once the grace has passed (none
+    # here), the dropped late hour's files go, that row's included.
+    batch("run-4", at(16, 10), [(0, at(10, 50)), (1, at(14, 50))])
+    assert registered(spark, config.late_table) == partitions(HOURS[4:])
+    assert list((layout.late_dir / partitions(HOURS[:1])[0]).rglob("*.parquet"))
+    no_grace = config.model_copy(
+        update={"output": config.output.model_copy(update={"version_retention": timedelta(0)})}
+    )
+    last = run_retention(spark, no_grace, settings, "maintain-3", at(17))
+    assert last.side["late_hours_deleted"] == [HOURS[0]] and last.files_deleted > 0
+    assert not (layout.late_dir / partitions(HOURS[:1])[0]).exists()
+    assert registered(spark, config.late_table) == partitions(HOURS[4:])
+    run_verify(spark, config, settings, datetime.now(UTC))

@@ -304,7 +304,12 @@ def test_only_the_driver_maps_the_class_archive_and_only_when_it_is_there(tmp_pa
 def test_a_retention_shorter_than_two_hours_is_refused(tmp_path: Path) -> None:
     text, _ = problems_of(tmp_path, variant(retention__hours="90m"))
     assert "retention.hours: 1:30:00 is shorter than 2:00:00" in text and "'90d'" in text
-    kept = load_table_file(write(tmp_path, variant(retention__hours="90d"))).retention
-    assert kept.hours == timedelta(days=90)
-    _, problems = problems_of(tmp_path, variant(retention__dirty="30d"))  # no key that does nothing
-    assert any("retention.dirty" in p for p in problems), problems
+    kept = load_table_file(write(tmp_path, variant(retention__hours="90d", retention__dirty="30d"))).retention
+    assert (kept.hours, kept.dirty) == (timedelta(days=90), timedelta(days=30))
+    text, _ = problems_of(tmp_path, variant(retention__dirty="1h"))
+    assert "retention.dirty: 1:00:00 is shorter than 2:00:00" in text
+    # the late side table is side_table's: with amend, a key that would do nothing is refused
+    _, problems = problems_of(tmp_path, variant(late_policy="amend", retention__late="30d"))
+    assert any("retention.late: the late side table is late_policy side_table's" in p for p in problems)
+    side = load_table_file(write(tmp_path, variant(late_policy="side_table", retention__late="30d")))
+    assert side.retention.late == timedelta(days=30)

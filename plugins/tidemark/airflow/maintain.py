@@ -29,19 +29,23 @@ def maintain_dag(config: TableConfig, settings: Settings) -> Any:
     table = config.table
     retention = config.output.version_retention
     iceberg = config.output.table_format == "iceberg"
-    keep = config.retention.hours
+    rules = config.retention
+    keep = rules.hours or rules.dirty or rules.late
     dropping = f"""
-**retention**: hours that ended more than `retention.hours` ({keep}) before the run's data interval
-end are dropped whole (never an hour not sealed yet, nor one a CDC snapshot label could still be
-merged from): one journal entry and an audit record name them, their partitions are unregistered,
-and their files are deleted once `output.version_retention` ({retention}) has passed since the drop.
-*Dry run* only logs what would go. Same as `tidemark retention --table {table}`.
+**retention**: hours that ended more than `retention.hours` ({rules.hours or "unset: kept"}) before
+the run's data interval end are dropped whole (never an hour not sealed yet, nor one a CDC snapshot
+label could still be merged from): one journal entry and an audit record name them, their
+partitions are unregistered, and their files are deleted once `output.version_retention`
+({retention}) has passed since the drop. The dirty records of batches committed more than
+`retention.dirty` ({rules.dirty or "unset: kept"}) before, and the late side table's hours older
+than `retention.late` ({rules.late or "unset: kept"}), go the same way, each audited. *Dry run*
+only logs what would go. Same as `tidemark retention --table {table}`.
 """
-    rules = config.compaction
+    compacting = config.compaction
     compaction = f"""
 **compact**: an hour that late amendments left in more files than its bytes need, and in more
-than `compaction.max_files_per_hour` ({rules.max_files_per_hour}) or in files smaller on average
-than `compaction.min_file_fraction` ({rules.min_file_fraction}) of `output.target_file_size`, is
+than `compaction.max_files_per_hour` ({compacting.max_files_per_hour}) or in files smaller on average
+than `compaction.min_file_fraction` ({compacting.min_file_fraction}) of `output.target_file_size`, is
 written again as one new version (the same rows, swapped in at once, journaled as `compact`).
 """
     expiry = f"""
@@ -79,7 +83,7 @@ listing every violation, when one is found. Same as `tidemark verify --table {ta
                     config,
                     settings,
                     "retention",
-                    "spark-submit spark_jobs/retention.py: the hours past retention.hours dropped.",
+                    "spark-submit spark_jobs/retention.py: the hours, dirty records and late rows past retention dropped.",
                     ["--as-of", "{{ data_interval_end.isoformat() }}", "--dry-run", DRY_RUN],
                     pool=HIVE_METASTORE_POOL,
                 )

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemark.faults import crash_point
-from tidemark.state.layout import Layout
+from tidemark.state.layout import Layout, partition_hour_values
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -212,7 +212,9 @@ class HourCommit(ABC):
         partitions, dropped; their files stay for ``retired_dirs``). Returns what went, by name;
         a retry finishes what a killed try began."""
         names = [
-            n for n in metastore.partition_names(table) if _hour_values(n) < (first_kept.dt, first_kept.hr)
+            n
+            for n in metastore.partition_names(table)
+            if partition_hour_values(n) < (first_kept.dt, first_kept.hr)
         ]
         if names:
             metastore.drop_partitions(table, names[:1])
@@ -323,10 +325,3 @@ class HourCommit(ABC):
         registered: Callable[[], list[str]],
     ) -> list[str]:
         """Versions no partition points at, deleted past the retention; returns those deleted."""
-
-
-def _hour_values(name: str) -> tuple[str, str]:
-    """(dt, hr) of a partition name ``dt=.../hr=...[/col=...]``: compared as text, they sort
-    in time order (``hr=01b``, the repeated hour of a fall-back day, after ``hr=01``)."""
-    dt, hr = (part.partition("=")[2] for part in name.split("/")[:2])
-    return dt, hr

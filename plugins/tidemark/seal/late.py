@@ -50,7 +50,13 @@ class LateRows:
         stored = recorded.get("hours", {})
         registered: dict[str, int] = stored if isinstance(stored, dict) else {}  # older: a list of keys
         locations: dict[str, str] = dict(recorded.get("locations", {}))
-        todo = [h for h in self.hours(state) if registered.get(h.key) != state.late_per_hour[h.path]]
+        kept_from = recorded.get("kept_from")  # retention.late: hours before it never come back
+        todo = [
+            h
+            for h in self.hours(state)
+            if registered.get(h.key) != state.late_per_hour[h.path]
+            and (kept_from is None or h.start.isoformat() >= kept_from)
+        ]
         if not todo:
             return []
         late_table = self.config.late_table
@@ -63,7 +69,7 @@ class LateRows:
             registered[hour.key] = state.late_per_hour[hour.path]
         crash_point("after_late_registration")
         self.writer.check()
-        record: dict[str, object] = {"hours": dict(sorted(registered.items()))}
+        record: dict[str, object] = {**recorded, "hours": dict(sorted(registered.items()))}
         if locations:
             record["locations"] = dict(sorted(locations.items()))
         replace_atomically(self.registry_file(journal), record)

@@ -14,6 +14,7 @@ from tidemark.errors import DataLossError, EarlierTopicError, HourRangeError, Re
 from tidemark.ingest.identity import SourceIdentity
 from tidemark.settings import Settings
 from tidemark.state.batches import MqRange
+from tidemark.state.dirty_retention import dropped_through
 from tidemark.state.journal import JournalState
 from tidemark.table_state import TableState
 from tidemark.time.hours import Hour, hour_of, parse_key
@@ -139,11 +140,21 @@ def plan_rebuild(
         else commit_log.iter_commits()
     )
     sources = []
+    dirty_gone = dropped_through(TableState(settings.state_location, config.table).journal.root)
     for commit in commits:
         rows = commit.rows_per_hour.get(hour.path, 0)
         late = commit.late_per_hour.get(hour.path, 0)
         if not rows and not late:
             continue
+        if (commit.dirty and commit.batch_id <= dirty_gone) or any(
+            b <= dirty_gone for b in commit.replayed_batches
+        ):
+            raise RebuildError(
+                f"{config.table} hour {hour.key}: batch {commit.batch_id} fed it, and retention.dirty "
+                f"({config.retention.dirty}) has dropped the dirty records of batches through {dirty_gone}: "
+                "a rebuild could no longer tell the records that batch left dirty (or re-read a "
+                "replay's input), so the hour stays as it is"
+            )
         plan = commit_log.plan(commit.batch_id)
         sources.append(
             HourSource(

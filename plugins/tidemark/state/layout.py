@@ -127,6 +127,13 @@ def version_dir_of(relative: str) -> str | None:
     return match.group(1) if match else None
 
 
+def partition_hour_values(name: str) -> tuple[str, str]:
+    """(dt, hr) of a partition name ``dt=.../hr=...[/col=...]``: compared as text, they sort
+    in time order (``hr=01b``, the repeated hour of a fall-back day, after ``hr=01``)."""
+    dt, hr = (part.partition("=")[2] for part in name.split("/")[:2])
+    return dt, hr
+
+
 def batch_through(version_name: str, default: int) -> int:
     """The last batch a version directory (``v0002-b0000000007``) holds; ``default`` for a
     directory not named so (a renamed hour's)."""
