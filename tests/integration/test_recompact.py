@@ -16,6 +16,7 @@ import pytest
 from tests.helpers.tables import at, fresh_table
 from tidemark.errors import InjectedFault
 from tidemark.ingest.dump import run_dump
+from tidemark.observe.report import render_report, report_data
 from tidemark.observe.status import table_status
 from tidemark.observe.verify import run_verify
 from tidemark.seal.recompact import run_compaction
@@ -80,4 +81,12 @@ def test_an_amended_hour_is_compacted_with_its_rows_through_kills_and_a_whole_ho
     assert run_compaction(spark, config, settings, "maintain-2").compacted == []
     steps = table_status(config, settings)["maintenance"]
     assert (steps["compact"]["run_id"], steps["compact"]["hours_compacted"]) == ("maintain-2", 0)
+    # the table's shape as the step listed it: the bytes of each hour's current files, on the page
+    data = report_data(config, settings)
+    current = journal.state().hours
+    assert data["bytes_per_hour"] == {
+        key: sum((Path(settings.warehouse) / f).stat().st_size for f in entry.files)
+        for key, entry in current.items()
+    }
+    assert data["bytes_per_hour"][TEN] > 0 and "Files and MiB per sealed hour" in render_report(data)
     run_verify(spark, config, settings, datetime.now(UTC))

@@ -19,6 +19,7 @@ from tidemark.errors import ConfigError
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.verify import run_verify
 from tidemark.seal.rebuild import run_rebuild
+from tidemark.seal.recompact import run_compaction
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
@@ -63,9 +64,9 @@ def test_a_query_planned_on_a_replaced_version_reads_it_whole_until_the_grace_ha
     assert spark.read.parquet(*amended).count() == 21
     run_verify(spark, config, settings, datetime.now(UTC))  # kept versions are no orphans
 
-    # The grace over (1 s here, in processing and wall-clock time since a seal's collector
-    # first found the version unreferenced): version 1 (found by the amend's seal) goes with
-    # the next seal, version 2 (replaced by the rebuild, found by that seal) with the one after.
+    # The grace over (1 s here, in processing and wall-clock time since a collector first
+    # found the version unreferenced): version 1 (found by the amend's seal) goes with the
+    # next seal, version 2 (replaced by the rebuild, found by that seal) with the next collection.
     brief = config.model_copy(
         update={"output": config.output.model_copy(update={"version_retention": timedelta(seconds=1)})}
     )
@@ -78,14 +79,17 @@ def test_a_query_planned_on_a_replaced_version_reads_it_whole_until_the_grace_ha
     run_dump(spark, brief, settings, "run-3", at(13, 10))
     run_seal(spark, brief, settings, "run-3")
     assert gone(planned) and not gone(amended)
-
-    # The layout is the table's from its first sealed hour: in place is refused, by name.
-    in_place = config.model_copy(update={"output": config.output.model_copy(update={"layout": "in_place"})})
+    # the maintenance DAG's compact step collects too (processing time moved by a dump)
     time.sleep(1.5)
     produce(broker, topic, records([(0, at(13, 40)), (1, at(13, 45))], prefix="after"))
     run_dump(spark, brief, settings, "run-4", at(14, 10))
+    compacted = run_compaction(spark, brief, settings, "maintain-1")
+    assert compacted.compacted == [] and len(compacted.versions_deleted) == 1 and gone(amended)
+
+    # The layout is the table's from its first sealed hour: in place is refused, by name.
+    in_place = config.model_copy(update={"output": config.output.model_copy(update={"layout": "in_place"})})
     with pytest.raises(ConfigError, match=r"output\.layout: in_place, but the sealed hours are versioned"):
         run_seal(spark, in_place, settings, "run-4")
     assert run_seal(spark, brief, settings, "run-4").sealed == ["2026-11-22T12"]
-    assert gone(amended) and hour_ten().count() == 21
+    assert hour_ten().count() == 21
     run_verify(spark, brief, settings, datetime.now(UTC))

@@ -47,6 +47,9 @@ only logs what would go. Same as `tidemark retention --table {table}`.
 than `compaction.max_files_per_hour` ({compacting.max_files_per_hour}) or in files smaller on average
 than `compaction.min_file_fraction` ({compacting.min_file_fraction}) of `output.target_file_size`, is
 written again as one new version (the same rows, swapped in at once, journaled as `compact`).
+Then the orphan clean-up: versions nothing points at any more (an object store's, or
+`output.layout: versioned`), once `output.version_retention` has passed, as each seal does. The
+step also records each hour's bytes for the health page.
 """
     expiry = f"""
 Daily: snapshots committed more than `output.version_retention` ({retention}) before the run's
@@ -93,7 +96,7 @@ listing every violation, when one is found. Same as `tidemark verify --table {ta
                 config,
                 settings,
                 "compact",
-                "spark-submit spark_jobs/compact.py: amended hours' small files merged back.",
+                "spark-submit spark_jobs/compact.py: amended hours' small files merged back, orphans collected.",
                 ["--dry-run", DRY_RUN],
                 pool=HIVE_METASTORE_POOL,
             )

@@ -32,7 +32,7 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import JournalState
 from tidemark.state.layout import DATA_DOCS, data_docs_dir
-from tidemark.state.maintenance_log import describe_steps, last_steps
+from tidemark.state.maintenance_log import describe_steps, last_shape, last_steps
 from tidemark.table_state import TableState
 from tidemark.time.hours import parse_key
 
@@ -74,6 +74,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "dropped_by_retention": journal.dropped,
         "maintenance": describe_steps(last_steps(table_state.journal.root)),
         "files_per_hour": {k: len(e.files) for k, e in sorted(journal.hours.items()) if e.published},
+        "bytes_per_hour": last_shape(table_state.journal.root),
         "watermarks": {p: watermarks[p] for p in sorted(watermarks)},
         "ready": ready,
         "rows_per_hour": dict(sorted(state.rows_per_hour.items())),
@@ -236,9 +237,12 @@ def _figures(data: dict[str, Any]) -> list[Any]:
     shape = go.Figure(
         go.Bar(x=list(data["files_per_hour"]), y=list(data["files_per_hour"].values()), name="files")
     )
+    sized = data["bytes_per_hour"]  # as the last maintenance run's compaction step listed them
+    shape.add_trace(go.Scatter(x=list(sized), y=[b / 2**20 for b in sized.values()], name="MiB", yaxis="y2"))
     shape.update_layout(
-        title="Files per sealed hour (late amends add one each; compaction merges them back)",
+        title="Files and MiB per sealed hour (late amends add a file each; compaction merges them back)",
         xaxis_type="category",
+        yaxis2={"overlaying": "y", "side": "right", "title": "MiB"},
     )
     figures.append(shape)
     return figures

@@ -75,6 +75,26 @@ class LateRows:
         replace_atomically(self.registry_file(journal), record)
         return [h.key for h in todo]
 
+    def collect_versions(self, state: LogState, partitions: JournalState, journal: HourJournal) -> list[str]:
+        """The table's and its late table's versions no partition points at, deleted past the
+        retention (object stores and ``output.layout: versioned`` keep them so long: a query
+        may still list one); the metastore's locations count as pointed at. Returns those
+        deleted. The seal runs it, and the maintenance DAG's compact step for a table whose
+        seals have stopped."""
+        metastore = self.files.metastore
+        return self.commit.collect(
+            self.config,
+            journal,
+            state=state,
+            partitions=partitions,
+            late_locations=self.locations(journal),
+            writer=self.writer,
+            registered=lambda: [
+                *metastore.partition_locations(self.config.table),
+                *metastore.partition_locations(self.config.late_table),
+            ],
+        )
+
     @staticmethod
     def registry_file(journal: HourJournal) -> Location:
         return journal.root / "late_registered.json"

@@ -24,9 +24,10 @@ from tidemark.errors import ReconciliationError
 from tidemark.hourcommit.base import PublishedHour, Writer
 from tidemark.ingest.columns import HOUR_COLUMNS, table_columns
 from tidemark.seal.hourfiles import HourFiles, step_entry
+from tidemark.seal.late import LateRows
 from tidemark.seal.metastore import quote_identifier
 from tidemark.state.journal import EntryKind, JournalEntry
-from tidemark.state.maintenance_log import record_step
+from tidemark.state.maintenance_log import record_shape, record_step
 from tidemark.table import Table
 from tidemark.time.hours import Hour, parse_key
 
@@ -45,6 +46,7 @@ class CompactResult:
     run_id: str
     compacted: list[dict[str, Any]] = field(default_factory=list)  # hour, version, files before/after
     considered: int = 0  # hours with more than one file
+    versions_deleted: list[str] = field(default_factory=list)  # replaced versions past the grace
     dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -92,10 +94,14 @@ class Recompactor:
 
     def run(self, *, dry_run: bool = False) -> CompactResult:
         result = CompactResult(self.config.table, self.run_id, dry_run=dry_run)
-        hours = list(self.journal.state().hours.values())
-        # each file's size asked of the store once (on S3 a request each)
-        sizes = {e.hour: self._sizes(e) for e in hours if e.published and len(e.files) > 1}
-        result.considered = len(sizes)
+        hours = [e for e in self.journal.state().hours.values() if e.published]
+        # the table's files listed once (on S3 a request per thousand, not one per file)
+        layout = self.table.layout
+        listed = layout.store.file_sizes(layout.relative(layout.table_dir))
+        sizes = {e.hour: [listed.get(f, 0) for f in e.files] for e in hours}
+        if not dry_run:  # the table's shape for the health page: bytes per sealed hour
+            record_shape(self.journal.root, {key: sum(found) for key, found in sorted(sizes.items())})
+        result.considered = sum(1 for e in hours if len(e.files) > 1)
         due = due_hours(self.config, hours, lambda e: sizes[e.hour])
         log.info(
             "%s: %s of %s hours in more than one file are due for compaction%s: %s",
@@ -110,17 +116,19 @@ class Recompactor:
         for key in due:
             hour = parse_key(key, self.config.event_time.time_zone)
             result.compacted.append(self.compact_hour(hour, bytes_before=sum(sizes[key])))
+        # the orphan clean-up: versions nothing points at any more, past the grace (what each
+        # seal does too, here for a table whose seals have stopped)
+        state = self.table.state.commit_log.state()
+        late = LateRows(self.files, self.writer)
+        result.versions_deleted = late.collect_versions(state, self.journal.state(), self.journal)
         summary = {
             "hours_compacted": len(result.compacted),
             "files_before": sum(c["files_before"] for c in result.compacted),
             "files_after": sum(c["files"] for c in result.compacted),
+            "versions_deleted": len(result.versions_deleted),
         }
         record_step(self.journal.root, "compact", self.run_id, summary)
         return result
-
-    def _sizes(self, entry: JournalEntry) -> list[int]:
-        store = self.table.layout.store
-        return [store.size(relative) for relative in entry.files]
 
     def compact_hour(self, hour: Hour, *, bytes_before: int) -> dict[str, Any]:
         current = self.journal.state().hours[hour.key]

@@ -243,21 +243,7 @@ class Sealer:
         self.commit.drop_batch_files(hour)
 
     def _collect(self, state: LogState, partitions: JournalState) -> list[str]:
-        """Versions no partition points at, past the retention (object stores keep them so
-        long: a query may still list one). The metastore's locations count as pointed at."""
-        metastore = self.files.metastore
-        return self.commit.collect(
-            self.config,
-            self.journal,
-            state=state,
-            partitions=partitions,
-            late_locations=self.late.locations(self.journal),
-            writer=self.writer,
-            registered=lambda: [
-                *metastore.partition_locations(self.config.table),
-                *metastore.partition_locations(self.config.late_table),
-            ],
-        )
+        return self.late.collect_versions(state, partitions, self.journal)
 
     # -- release of a quarantined hour ----------------------------------------------------
     def release(self, hour_key: str) -> JournalEntry:

@@ -13,6 +13,7 @@ from typing import Any
 from tidemark.state.storage import Location, read_json, replace_atomically
 
 FILE = "maintenance.json"
+SHAPE = "hour_bytes.json"  # bytes per sealed hour, as the last compaction step listed them
 STEPS = ("retention", "compact", "expire_snapshots", "verify")  # in the order the DAG runs them
 
 
@@ -21,6 +22,17 @@ def record_step(root: Location, step: str, run_id: str, summary: dict[str, Any])
     steps = last_steps(root)
     steps[step] = {"run_id": run_id, "at": datetime.now().astimezone().isoformat(), **summary}
     replace_atomically(root / FILE, {"steps": steps})
+
+
+def record_shape(root: Location, bytes_per_hour: dict[str, int]) -> None:
+    """Keep the bytes of each sealed hour's current files (the compaction step lists them
+    anyway; a page render never lists the store)."""
+    replace_atomically(root / SHAPE, {"bytes_per_hour": bytes_per_hour})
+
+
+def last_shape(root: Location) -> dict[str, int]:
+    """Hour key -> bytes, as of the last compaction step; empty before one ran."""
+    return dict((read_json(root / SHAPE) or {}).get("bytes_per_hour", {}))
 
 
 def last_steps(root: Location) -> dict[str, dict[str, Any]]:
