@@ -55,6 +55,6 @@ class Table:
     def _check_layout(self) -> None:
         """Refuses ``output.layout`` changed under sealed hours, before a writer touches one."""
         sealed = (f for entry in self.state.journal.state().hours.values() for f in entry.files)
-        problem = layout_problem(self.layout, self.config.output, sealed)
+        problem = layout_problem(self.commit, self.config.output, sealed)
         if problem is not None:
             raise ConfigError(self.name, [problem])

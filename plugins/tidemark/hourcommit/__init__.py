@@ -68,13 +68,16 @@ def snapshot_commit(layout: Layout, partition_column: str) -> SnapshotCommit:
     return _SNAPSHOT_COMMITS[storage_kind(layout.warehouse_uri)](layout, partition_column)
 
 
-def layout_problem(layout: Layout, output: OutputConfig, sealed_files: Iterable[str]) -> str | None:
+def layout_problem(commit: HourCommit, output: OutputConfig, sealed_files: Iterable[str]) -> str | None:
     """Why ``output.layout`` cannot serve a table whose sealed hours hold ``sealed_files``
     (a version directory is ``.../_versions/v...``), or None: an hour's versions are found,
-    switched and collected one way, so a table keeps the layout it was sealed in."""
+    switched and collected one way, so a table keeps the layout it was sealed in. An Iceberg
+    table's hours are its snapshots' files, in version directories on any store."""
+    if isinstance(commit, IcebergHourCommit):
+        return None
     for name in sealed_files:
         found = "object_store" if version_dir_of(name) is not None else "filesystem"
-        if found != layout.kind:
+        if found != commit.layout.kind:
             now = {"object_store": "versioned", "filesystem": "in_place"}[found]
             return (
                 f"output.layout: {output.layout}, but the sealed hours are {now} ({name}); set "
