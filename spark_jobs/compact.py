@@ -11,15 +11,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidemark.jobs import job_parser, run_job
-from tidemark.seal.recompact import run_compaction
+from tidemark.snapshot.compaction import run_table_compaction
 
 
 def _compact(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
-    return run_compaction(spark, config, settings, args.run_id, dry_run=args.dry_run)
+    return run_table_compaction(spark, config, settings, args.run_id, dry_run=args.dry_run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = job_parser("compact", "Merge back the files of the hours amendments split into small files.")
+    parser = job_parser(
+        "compact",
+        "Merge back the small files of the table's amended hours and of its Delta or Iceberg snapshot.",
+    )
     return run_job(parser, argv, _compact, hive=True)
 
 

@@ -13,6 +13,7 @@ amendments left in more files than its bytes need, and either more than
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +40,17 @@ class CompactionConfig(BaseModel):
 
     max_files_per_hour: int = Field(default=8, ge=1)
     min_file_fraction: float = Field(default=0.5, gt=0, le=1)
+
+    def due(self, sizes: list[int], target: int) -> bool:
+        """Whether files of ``sizes`` bytes should be merged back into files of ``target``:
+        more of them than their bytes need, and either more than ``max_files_per_hour`` or
+        smaller on average than ``min_file_fraction`` of the target (an hour's, or a Delta or
+        Iceberg snapshot's current files)."""
+        if len(sizes) < 2:
+            return False
+        needed = max(1, math.ceil(sum(sizes) / target))
+        small = sum(sizes) / len(sizes) < self.min_file_fraction * target
+        return len(sizes) > needed and (len(sizes) > self.max_files_per_hour or small)
 
 
 def retention_problems(retention: RetentionConfig, late_policy: str) -> list[str]:

@@ -37,6 +37,7 @@ from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import run_bootstrap
 from tidemark.snapshot.changes import latest_changes, latest_state, state_difference
+from tidemark.snapshot.compaction import run_table_compaction
 from tidemark.snapshot.formats import is_versioned
 from tidemark.snapshot.merge import run_merge
 from tidemark.snapshot.merge_plan import preview_merge, stale_snapshot
@@ -625,3 +626,45 @@ def version_files(config: TableConfig, settings: Settings, snapshot_format: str)
         table = open_catalog(settings).load_table(identifier(config.snapshot_table))
         uris = [task.file.file_path for task in table.scan().plan_files()]
     return sorted(uri.removeprefix("file://").removeprefix("file:") for uri in uris)
+
+
+@pytest.mark.parametrize("snapshot_format", ["delta", "iceberg"])
+def test_a_fragmented_snapshot_is_merged_back_and_its_labels_and_merges_go_on(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str
+) -> None:
+    """The maintenance DAG's compact step on a CDC snapshot that hours of new keys left in more
+    and smaller files than its bytes need (each MERGE of inserts only adds a file): one
+    maintenance commit (Delta's OPTIMIZE, Iceberg's ``rewrite_data_files``) of the same rows;
+    every label reads as before, and the next merge commits on top of it."""
+    config, settings, source_state, _ = bootstrapped(
+        spark, broker, settings, tmp_path, snapshot_format, compaction__max_files_per_hour=2
+    )
+    inserts = order_changes(
+        60, start=at(10), span=at(13, 30) - at(10), existing=source_state, new_fraction=1.0, seed=3
+    )
+    send(broker, config, inserts)
+    ingest(spark, config, settings, "ingest-1", at(13, 40))
+    labels = ["2026-11-22T10", "2026-11-22T11"]
+    for label in labels:
+        run_merge(spark, config, settings, f"merge-{label}", label)
+    fragmented = version_files(config, settings, snapshot_format)
+    before = {label: sorted(snapshot(spark, config, label, settings)) for label in ["base", *labels]}
+    assert len(fragmented) > 2, fragmented
+    assert run_table_compaction(spark, config, settings, "maintain-dry", dry_run=True).snapshot["due"]
+    assert version_files(config, settings, snapshot_format) == fragmented  # a dry run rewrites nothing
+
+    done = run_table_compaction(spark, config, settings, "maintain-1").snapshot
+    assert (done["files_before"], done["files_after"]) == (len(fragmented), 1)
+    assert {label: sorted(snapshot(spark, config, label, settings)) for label in before} == before
+    steps = table_status(config, settings)["maintenance"]
+    assert steps["compact"]["snapshot_files"] == f"{len(fragmented)} -> 1"
+    again = run_table_compaction(spark, config, settings, "maintain-2").snapshot
+    assert again["due"] is False and "files_after" not in again  # the retry finds nothing due
+
+    merged = run_merge(spark, config, settings, "merge-2026-11-22T12", "2026-11-22T12")  # on top of it
+    assert merged.snapshot.endswith("2026-11-22T12")
+    after = sorted(snapshot(spark, config, "2026-11-22T12", settings))
+    assert len(after) == len(before[labels[-1]]) + sum(
+        1 for c in inserts if at(12) <= datetime.fromisoformat(c["updated_at"]) < at(13)
+    )
+    assert {label: sorted(snapshot(spark, config, label, settings)) for label in before} == before

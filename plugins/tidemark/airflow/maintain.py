@@ -47,7 +47,9 @@ only logs what would go. Same as `tidemark retention --table {table}`.
 than `compaction.max_files_per_hour` ({compacting.max_files_per_hour}) or in files smaller on average
 than `compaction.min_file_fraction` ({compacting.min_file_fraction}) of `output.target_file_size`, is
 written again as one new version (the same rows, swapped in at once, journaled as `compact`).
-Then the orphan clean-up: versions nothing points at any more (an object store's, or
+A CDC table's Delta or Iceberg snapshot is merged back the same way, by the same rules against
+`cdc.snapshot_file_size` (one OPTIMIZE or `rewrite_data_files` commit, no row changed; the
+labels read their own versions). Then the orphan clean-up: versions nothing points at any more (an object store's, or
 `output.layout: versioned`), once `output.version_retention` has passed, as each seal does. The
 step also records each hour's bytes for the health page.
 """

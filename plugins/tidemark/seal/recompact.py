@@ -47,6 +47,7 @@ class CompactResult:
     compacted: list[dict[str, Any]] = field(default_factory=list)  # hour, version, files before/after
     considered: int = 0  # hours with more than one file
     versions_deleted: list[str] = field(default_factory=list)  # replaced versions past the grace
+    snapshot: dict[str, Any] = field(default_factory=dict)  # a Delta/Iceberg snapshot's (snapshot.compaction)
     dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -57,17 +58,12 @@ def due_hours(
     config: TableConfig, hours: list[JournalEntry], sizes: Callable[[JournalEntry], list[int]]
 ) -> list[str]:
     """The published hours whose files should be merged back (see the module doc), in order."""
-    rules, output = config.compaction, config.output
-    due = []
-    for entry in sorted(hours, key=lambda e: e.hour_start):
-        if not entry.published or len(entry.files) < 2:
-            continue
-        found = sizes(entry)
-        needed = output.files_for(sum(found))
-        small = sum(found) / len(found) < rules.min_file_fraction * output.target_file_size
-        if len(found) > needed and (len(found) > rules.max_files_per_hour or small):
-            due.append(entry.hour)
-    return due
+    target = int(config.output.target_file_size)
+    return [
+        entry.hour
+        for entry in sorted(hours, key=lambda e: e.hour_start)
+        if entry.published and len(entry.files) > 1 and config.compaction.due(sizes(entry), target)
+    ]
 
 
 def run_compaction(

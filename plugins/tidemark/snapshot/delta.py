@@ -124,11 +124,23 @@ class DeltaSnapshot(VersionedSnapshot):
                 version=int(c["version"]),
                 record=record_of(c),
                 metrics=commit_metrics(c),
-                maintenance=str(c.get("operation", "")).startswith("VACUUM"),
+                maintenance=str(c.get("operation", "")).startswith(("VACUUM", "OPTIMIZE")),
             )
             for c in sorted(history, key=lambda c: int(c["version"]))
             if int(c["version"]) > version
         ]
+
+    def data_file_sizes(self) -> list[int]:
+        import pyarrow as pa
+
+        return [
+            int(n)
+            for n in pa.table(self.table().get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+        ]
+
+    def rewrite_files(self) -> None:
+        self._require_safe_commits()
+        self.table().optimize.compact(target_size=int(self.cdc.snapshot_file_size))
 
     # -- labels and housekeeping -------------------------------------------------------------
     def publish(self, head: SnapshotRecord, kept: Sequence[SnapshotRecord]) -> str:

@@ -140,6 +140,17 @@ class IcebergSnapshot(VersionedSnapshot):
     def _metrics(summary: dict[str, str]) -> dict[str, Any]:
         return {name: int(summary[key]) for key, name in SUMMARY_METRICS.items() if key in summary}
 
+    def data_file_sizes(self) -> list[int]:
+        return [int(task.file.file_size_in_bytes) for task in self.table().scan().plan_files()]
+
+    def rewrite_files(self) -> None:
+        catalog = self.name.split(".", 1)[0]
+        size = int(self.cdc.snapshot_file_size)
+        self.spark.sql(
+            f"CALL {catalog}.system.rewrite_data_files(table => '{self.identifier}', options => "
+            f"map('target-file-size-bytes', '{size}', 'min-input-files', '2'))"
+        ).collect()
+
     # -- labels and housekeeping -------------------------------------------------------------
     def publish(self, head: SnapshotRecord, kept: Sequence[SnapshotRecord]) -> str:
         """Every kept label a tag on its snapshot (moved when the label has a new version),

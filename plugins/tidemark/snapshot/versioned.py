@@ -155,6 +155,39 @@ class VersionedSnapshot(ABC):
         """One MERGE of ``source`` committed as ``version`` carrying ``pending``; its metrics
         in delta-rs' names."""
 
+    @abstractmethod
+    def data_file_sizes(self) -> list[int]:
+        """The bytes of each data file of the current version."""
+
+    @abstractmethod
+    def rewrite_files(self) -> None:
+        """One maintenance commit of the current rows in files of ``cdc.snapshot_file_size``
+        (Delta's OPTIMIZE, Iceberg's ``rewrite_data_files``): no row changes, no record; the
+        labels keep reading their own versions."""
+
+    def compact(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """Merge the current version's small files back when ``compaction`` says they are due
+        (a MERGE writes new files of the changed keys only, so the state fragments over
+        time); call under the snapshot lock. The replaced files stay for the labels that
+        read them and go with the VACUUM or expiry of those labels, after the grace."""
+        if not self.exists():
+            return {}
+        before = self.data_file_sizes()
+        due = self.config.compaction.due(before, int(self.cdc.snapshot_file_size))
+        done = {"files_before": len(before), "bytes": sum(before), "due": due}
+        if due and not dry_run:
+            self.rewrite_files()
+            done["files_after"] = len(self.data_file_sizes())
+            log.info(
+                "%s: %s's %s files (%s bytes) merged back into %s",
+                self.config.table,
+                self.uri,
+                len(before),
+                sum(before),
+                done["files_after"],
+            )
+        return done
+
     def may_have_unrecorded(self, known: int) -> bool:
         """A cheap check before reading the history (Delta: its app transaction)."""
         return self.current_version() > known
