@@ -11,10 +11,11 @@ record on, a rebuild of an hour such a batch fed refuses by name (it could no lo
 records that batch left dirty); ``tidemark replay`` finds nothing of those batches to replay.
 
 **Late side table.** The first late hour kept is the one holding ``as of - retention.late``.
-It is written into the late registry (``late_registered.json``: ``kept_from``, ``dropped_at``),
+It is written into the late registry (``late_registered.json``: ``kept_from``, and each drop's time),
 so no seal registers an older hour again, even when a later late row of it arrives; then
 the older partitions of ``<table>__late`` are dropped; once ``output.version_retention`` has
-passed since the drop, their directories go (every version, the hidden batch files, a late
+passed since that drop (each drop's own time: a daily run moves the horizon every day), their
+directories go (every version, the hidden batch files, a late
 row that arrived after the drop).
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,12 +133,16 @@ class SideRetention:
             return
         if kept_from is None or first.start.isoformat() > kept_from:
             self.writer.check()
-            start = first.start.isoformat()
+            kept_from = first.start.isoformat()
             hours = recorded.get("hours", {})
             recorded = {
                 **recorded,
-                "kept_from": start,
-                "dropped_at": now.isoformat(),
+                "kept_from": kept_from,
+                # each drop's own time: its files wait out the grace from it, not from a later drop's
+                "drops": [
+                    *_pending(recorded, self.config.output.version_retention, now),
+                    {"kept_from": kept_from, "at": now.isoformat()},
+                ],
                 "hours": {k: v for k, v in hours.items() if k >= first.key}
                 if isinstance(hours, dict)
                 else hours,
@@ -145,7 +150,6 @@ class SideRetention:
             }
             replace_atomically(registry, recorded)
             crash_point("after_late_horizon")
-            kept_from = start
         first = hour_of(datetime.fromisoformat(kept_from), self.zone)
         result.late_first_kept = first.key
         self._audit(LATE_ACTION, "first_kept", first.key, f"late rows of hours before {first.key}")
@@ -161,10 +165,15 @@ class SideRetention:
             metastore.drop_partitions(late_table, names)
             metastore.refresh(late_table)
             result.late_unregistered = names
-        dropped_at = datetime.fromisoformat(str(recorded.get("dropped_at", now.isoformat())))
-        if dropped_at + self.config.output.version_retention > now:
+        grace = self.config.output.version_retention
+        ripe = [
+            d["kept_from"]
+            for d in recorded.get("drops", [])
+            if datetime.fromisoformat(d["at"]) + grace <= now
+        ]
+        if not ripe:
             return  # a query that listed the dropped partitions finishes first
-        for hour in self._late_hours_before(first):
+        for hour in self._late_hours_before(hour_of(datetime.fromisoformat(max(ripe)), self.zone)):
             self._delete([self.layout.late_dir / hour.path, self.table.commit.late_inputs(hour)], result)
             result.late_hours_deleted.append(hour.key)
 
@@ -186,14 +195,16 @@ class SideRetention:
         between its record and the audit's)."""
         audit = self.table.state.audit
         last = [r.detail.get(key) for r in audit.records() if r.action == action]
-        if last and last[-1] == value:
+        if (last and last[-1] == value) or value == -1:
             return
-        if key == "through_batch" and value < 0:
-            return
-        setting = "retention.dirty" if action == DIRTY_ACTION else "retention.late"
+        setting, keep = (
+            ("retention.dirty", self.config.retention.dirty)
+            if action == DIRTY_ACTION
+            else ("retention.late", self.config.retention.late)
+        )
         audit.append(
             action=action,
-            reason=f"{setting} = {getattr(self.config.retention, setting.split('.')[1])}: {what} dropped",
+            reason=f"{setting} = {keep}: {what} dropped",
             by=f"tidemark maintenance (run {self.writer.run_id})",
             at=datetime.now().astimezone().isoformat(),
             batch_id=None,
@@ -207,3 +218,12 @@ class SideRetention:
             files, size = self.layout.store.delete_counted(self.layout.relative(directory))
             result.files_deleted += files
             result.bytes_deleted += size
+
+
+def _pending(recorded: dict[str, Any], grace: timedelta, now: datetime) -> list[dict[str, str]]:
+    """The late registry's drops whose files may still wait: the newest one past its grace
+    (the horizon deletions reach) and every younger one."""
+    drops = list(recorded.get("drops", []))
+    ripe = [d for d in drops if datetime.fromisoformat(d["at"]) + grace <= now]
+    newest = max(ripe, key=lambda d: d["kept_from"], default=None)
+    return [d for d in drops if d not in ripe or d is newest]

@@ -37,7 +37,7 @@ from tests.helpers.s3cluster import (
 from tests.helpers.tables import PROCESSING, START, at, fresh_table
 from tests.helpers.timeouts import HEAVY
 from tidemark.config import TableConfig
-from tidemark.faults import EXIT_CODE, RETENTION_POINTS
+from tidemark.faults import EXIT_CODE, RETENTION_POINTS, SIDE_RETENTION_POINTS
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV
@@ -175,7 +175,8 @@ def retention_on_s3(
 ) -> None:
     """Retention of 3 h as of 14:00 drops hour 10 (of 10 and 11), the job killed at each of
     its steps and retried: hour 10's partitions and (no grace here) its version directories
-    go, hour 11 and the late table stay exactly as they were."""
+    go, hour 11 and the late table stay exactly as they were. Then the dirty records' and the
+    late table's own retention, killed after each horizon and retried."""
     conf = settings.conf_dir / f"{table}.yaml"
     data = yaml.safe_load(conf.read_text())
     data["retention"] = {"hours": "3h"}
@@ -194,6 +195,22 @@ def retention_on_s3(
         f"{table}/dt=2026-11-22/hr=11"
     )
     assert registered(settings, f"{table}__late") == late_locations  # the late table is not the hours'
+
+    # retention.dirty and retention.late of 2 h as of 15:30, each job killed after its horizon
+    # is recorded and retried: every batch's dirty records (12:00, 13:00 and the replay's
+    # 13:00) go, visible and replayed; hour 10's late partitions and their versions go.
+    data["retention"] = {"hours": "3h", "dirty": "2h", "late": "2h"}
+    conf.write_text(yaml.safe_dump(data, sort_keys=False))
+    later = ["--as-of", datetime(2026, 11, 22, 15, 30, tzinfo=UTC).isoformat()]
+    assert store.files(f"{table}__dirty") and late_locations
+    for point in SIDE_RETENTION_POINTS:
+        assert job(settings, "retention", table, "maintain-2", *later, fail_at=point).returncode == EXIT_CODE
+    side = outcome(job(settings, "retention", table, "maintain-2", *later))["side"]
+    assert (side["dirty_through_batch"], side["late_first_kept"]) == (2, "2026-11-22T13")
+    assert side["late_hours_deleted"] == ["2026-11-22T10"] and side["dirty_batches_deleted"][0] == 0
+    assert [f for f in store.all_files(f"{table}__dirty") if "/_open/" not in f] == []
+    assert registered(settings, f"{table}__late") == {}
+    assert not store.all_files(f"{table}__late/dt=2026-11-22/hr=10")
 
 
 def snapshot_rows(settings: Settings, location: str) -> list[Row]:

@@ -7,6 +7,7 @@ passes throughout."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -225,11 +226,16 @@ def test_dirty_records_and_the_late_table_are_dropped_past_their_own_retention_t
     batch("run-4", at(16, 10), [(0, at(10, 50)), (1, at(14, 50))])
     assert registered(spark, config.late_table) == partitions(HOURS[4:])
     assert list((layout.late_dir / partitions(HOURS[:1])[0]).rglob("*.parquet"))
-    no_grace = config.model_copy(
-        update={"output": config.output.model_copy(update={"version_retention": timedelta(0)})}
+    # The next day's run moves the horizon again; each drop waits out the grace (1 s here) from
+    # its own time: hour 10's files (dropped by the earlier run) go, hour 14's (dropped now) wait.
+    brief = config.model_copy(
+        update={"output": config.output.model_copy(update={"version_retention": timedelta(seconds=1)})}
     )
-    last = run_retention(spark, no_grace, settings, "maintain-3", at(17))
-    assert last.side["late_hours_deleted"] == [HOURS[0]] and last.files_deleted > 0
+    time.sleep(1.5)
+    last = run_retention(spark, brief, settings, "maintain-3", at(18))
+    assert last.side["late_first_kept"] == "2026-11-22T15" and last.files_deleted > 0
+    assert last.side["late_hours_deleted"] == [HOURS[0]]
     assert not (layout.late_dir / partitions(HOURS[:1])[0]).exists()
-    assert registered(spark, config.late_table) == partitions(HOURS[4:])
+    assert list((layout.late_dir / partitions(HOURS[4:])[0]).rglob("*.parquet"))
+    assert registered(spark, config.late_table) == []
     run_verify(spark, config, settings, datetime.now(UTC))
