@@ -30,19 +30,31 @@ def approver_of(approval: dict[str, Any]) -> str:
     return f"{who or 'unknown user'} via Airflow"
 
 
-def decide_dag(config: TableConfig, settings: Settings) -> Any:
-    """``tidemark_decide_<table>``: propose >> approve (a person) >> apply."""
-    from airflow.providers.standard.operators.hitl import ApprovalOperator
-    from airflow.sdk import Param, task
+def _params() -> dict[str, Any]:
+    from airflow.sdk import Param
 
-    table = config.table
+    return {
+        "dry_run": dry_run_param("what the decision would do (nobody is asked, nothing applied)"),
+        "action": Param(
+            "replan",
+            type="string",
+            enum=list(APPROVABLE),
+            title="Decision",
+            description="The way out that the failing task or tidemark status names.",
+        ),
+        "reason": Param(
+            "",
+            type="string",
+            minLength=3,
+            title="Reason",
+            description="Why, for the audit log (an incident id helps), e.g. 'poison range, INC-42'.",
+        ),
+    }
+
+
+def _doc(table: str) -> str:
     choices = "\n".join(f"- **{action}**: {MEANING[action]}" for action in APPROVABLE)
-    with table_dag(
-        config,
-        "decide",
-        description=f"A way out of a stopped {table}, approved by a person (audited)",
-        schedule=None,
-        doc_md=f"""
+    return f"""
 ### Decide for `{table}`
 Trigger with the decision that the failing task or `tidemark status --table {table}` names, and
 why. `propose` says what it would do; a person approves or rejects it in *Required actions*;
@@ -51,44 +63,66 @@ why. `propose` says what it would do; a person approves or rejects it in *Requir
 {choices}
 
 The CLI applies the same decisions for scripts: `tidemark resolve`, `tidemark unlock`.
-""",
-        params={
-            "dry_run": dry_run_param("what the decision would do (nobody is asked, nothing applied)"),
-            "action": Param(
-                "replan",
-                type="string",
-                enum=list(APPROVABLE),
-                title="Decision",
-                description="The way out that the failing task or tidemark status names.",
-            ),
-            "reason": Param(
-                "",
-                type="string",
-                minLength=3,
-                title="Reason",
-                description="Why, for the audit log (an incident id helps), e.g. 'poison range, INC-42'.",
-            ),
-        },
+"""
+
+
+def propose_step(table: str, context: dict[str, Any]) -> str:
+    """What the decision would do, for the approver; fails once when it cannot apply; a dry
+    run stops here (approve and apply skipped)."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from tidemark.errors import TidemarkError
+    from tidemark.ingest.approvals import propose
+
+    config, settings = table_context(table)
+    try:
+        proposal = propose(config, settings, context["params"]["action"])
+    except TidemarkError as exc:
+        raise AirflowFailException(f"{exc} (not retried: nothing to approve)") from exc
+    log.info("%s: proposed: %s", table, proposal)
+    if context["params"]["dry_run"]:
+        raise AirflowSkipException(f"dry run: nobody is asked, nothing applied: {proposal}")
+    return str(proposal)
+
+
+def apply_step(table: str, context: dict[str, Any]) -> str:
+    """The approved decision, applied as the approver (once per run: a retry finds it done)."""
+    from tidemark.ingest.approvals import apply_decision
+    from tidemark.ingest.rebase import Decision
+
+    config, settings = table_context(table)
+    approval = context["ti"].xcom_pull(task_ids="approve")
+    responded = approval["responded_at"]  # when the person decided (a datetime or its text)
+    decision = Decision(
+        action=context["params"]["action"],
+        reason=context["params"]["reason"],
+        by=approver_of(approval),
+        at=responded if isinstance(responded, datetime) else datetime.fromisoformat(responded),
+        run_id=context["run_id"],
+    )
+    record = apply_decision(config, settings, decision)
+    return record.describe() if record else "nothing to do"
+
+
+def decide_dag(config: TableConfig, settings: Settings) -> Any:
+    """``tidemark_decide_<table>``: propose >> approve (a person) >> apply."""
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+    from airflow.sdk import task
+
+    table = config.table
+    with table_dag(
+        config,
+        "decide",
+        description=f"A way out of a stopped {table}, approved by a person (audited)",
+        schedule=None,
+        doc_md=_doc(table),
+        params=_params(),
     ) as dag:
 
         @task(task_id="propose")
         def propose_task(**context: Any) -> str:
-            """What the decision would do, for the approver; fails once when it cannot apply; a
-            dry run stops here (approve and apply skipped)."""
-            from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
-            from tidemark.errors import TidemarkError
-            from tidemark.ingest.approvals import propose
-
-            config, settings = table_context(table)
-            try:
-                proposal = propose(config, settings, context["params"]["action"])
-            except TidemarkError as exc:
-                raise AirflowFailException(f"{exc} (not retried: nothing to approve)") from exc
-            log.info("%s: proposed: %s", table, proposal)
-            if context["params"]["dry_run"]:
-                raise AirflowSkipException(f"dry run: nobody is asked, nothing applied: {proposal}")
-            return proposal
+            """What the decision would do, for the approver (``propose_step``)."""
+            return propose_step(table, context)
 
         approve = ApprovalOperator(
             task_id="approve",
@@ -98,25 +132,8 @@ The CLI applies the same decisions for scripts: `tidemark resolve`, `tidemark un
 
         @task(task_id="apply")
         def apply_task(**context: Any) -> str:
-            """The approved decision, applied as the approver (once per run: a retry finds it done)."""
-            from tidemark.ingest.approvals import apply_decision
-            from tidemark.ingest.rebase import Decision
-
-            config, settings = table_context(table)
-            approval = context["ti"].xcom_pull(task_ids="approve")
-            responded = approval["responded_at"]  # when the person decided (a datetime or its text)
-            record = apply_decision(
-                config,
-                settings,
-                Decision(
-                    action=context["params"]["action"],
-                    reason=context["params"]["reason"],
-                    by=approver_of(approval),
-                    at=responded if isinstance(responded, datetime) else datetime.fromisoformat(responded),
-                    run_id=context["run_id"],
-                ),
-            )
-            return record.describe() if record else "nothing to do"
+            """The approved decision, applied as the approver (``apply_step``)."""
+            return apply_step(table, context)
 
         propose_task() >> approve >> apply_task()
     return dag

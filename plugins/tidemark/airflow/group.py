@@ -39,20 +39,8 @@ def _submit(group: str, job: str, settings: Settings, args: list[str]) -> dict[s
     }
 
 
-def group_dag(group: str, configs: list[TableConfig], settings: Settings) -> Any:
-    """``tidemark_group_<group>``: dump every table in one application, then seal every table
-    in one, each table's part reported (and retried alone) by its own mapped task; the group's
-    hour is announced once every table has published it."""
-    from airflow.providers.standard.operators.empty import EmptyOperator
-    from airflow.sdk import DAG, task
-
-    from tidemark.airflow.operators import GroupSparkSubmitOperator, GroupTableOperator
-    from tidemark.group.members import group_asset
-    from tidemark.observe.alerts import record_group_failure
-
-    first, tables = configs[0], [c.table for c in configs]
-    asset = group_asset(group, settings)
-    doc = f"""
+def _group_doc(group: str, first: TableConfig, tables: list[str], asset_name: str) -> str:
+    return f"""
 ### Group `{group}`: {len(tables)} tables, one Spark application per job
 Tables: {", ".join(f"`{t}`" for t in tables)}.
 
@@ -64,13 +52,65 @@ retry or a clear of one of them runs that table alone**, same run id, nothing el
 group's `seal` waits for the group's `dump` only, and the announces for the group's `seal`: one
 table's retries hold no other table back (hours its own retry seals are announced by the next
 run). `announce_<table>` emits the table's hours; `announce_group` emits an event of asset
-`{asset.name}` for an hour only when every table of the group has published it (the barrier
+`{asset_name}` for an hour only when every table of the group has published it (the barrier
 for jobs that join these tables). `every_table_ok` fails the run when any table failed.
 
 Schedule, retries and owner come from the first table, `{first.table}`. Inspect a table:
 `tidemark status --table TABLE`; decide about its stuck batch: `tidemark resolve --table TABLE`.
 """
-    tags = sorted({"tidemark", "group", *(t for c in configs for t in c.tags)})
+
+
+def announce_group_step(group: str, context: dict[str, Any]) -> list[str]:
+    """One event of the group asset per hour every table has published (skipped when none: a
+    successful task with an outlet would emit a keyless event)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from tidemark.group.barrier import announce_group_run
+
+    announced = announce_group_run(
+        group,
+        Settings.from_env(),
+        at=context["data_interval_end"],
+        outlet_events=context["outlet_events"],
+        inlet_events=context["inlet_events"],
+        run_id=context["run_id"],
+    )
+    if not announced:
+        raise AirflowSkipException(f"group {group}: no hour newly complete in every table")
+    return announced
+
+
+def _table_parts(group: str, settings: Settings, tables: list[str]) -> tuple[Any, Any]:
+    """``dump_table`` and ``seal_table``: one mapped task per table reporting its part of the
+    group's job (a retry or a clear runs that table alone)."""
+    from tidemark.airflow.operators import GroupTableOperator
+
+    dump_table, seal_table = (
+        GroupTableOperator.partial(
+            task_id=f"{job}_table",
+            trigger_rule="all_done",
+            map_index_template="{{ task.table }}",
+            doc_md=f"This table's part of the group's {job}; a retry or a clear runs it alone.",
+            **_submit(group, job, settings, args),
+        ).expand(table=tables)
+        for job, args in (("dump", DUMP_ARGS), ("seal", SEAL_ARGS))
+    )
+    return dump_table, seal_table
+
+
+def group_dag(group: str, configs: list[TableConfig], settings: Settings) -> Any:
+    """``tidemark_group_<group>``: dump every table in one application, then seal every table
+    in one, each table's part reported (and retried alone) by its own mapped task; the group's
+    hour is announced once every table has published it."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, task
+
+    from tidemark.airflow.operators import GroupSparkSubmitOperator
+    from tidemark.group.members import group_asset
+    from tidemark.observe.alerts import record_group_failure
+
+    first, tables = configs[0], [c.table for c in configs]
+    asset = group_asset(group, settings)
     with DAG(
         dag_id=group_dag_id(group),
         description=f"Dump and seal the {len(tables)} tables of group {group} in shared Spark applications",
@@ -79,8 +119,8 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
         catchup=False,
         max_active_runs=1,
         default_args={**default_args(first), "on_failure_callback": partial(record_group_failure, tables)},
-        tags=tags,
-        doc_md=doc,
+        tags=sorted({"tidemark", "group", *(t for c in configs for t in c.tags)}),
+        doc_md=_group_doc(group, first, tables, asset.name),
         params={"dry_run": dry_run_param("each table's next batch and the hours a seal would register")},
     ) as dag:
         dump = GroupSparkSubmitOperator(
@@ -94,49 +134,15 @@ Schedule, retries and owner come from the first table, `{first.table}`. Inspect 
             trigger_rule="all_done",
             **_submit(group, "seal", settings, SEAL_ARGS),
         )
-        dump_table, seal_table = (
-            GroupTableOperator.partial(
-                task_id=f"{job}_table",
-                trigger_rule="all_done",
-                map_index_template="{{ task.table }}",
-                doc_md=f"This table's part of the group's {job}; a retry or a clear runs it alone.",
-                **_submit(group, job, settings, args),
-            ).expand(table=tables)
-            for job, args in (("dump", DUMP_ARGS), ("seal", SEAL_ARGS))
-        )
+        dump_table, seal_table = _table_parts(group, settings, tables)
         announces = [
             publish_tasks(c, settings, suffix=f"_{c.table}", trigger_rule="all_done") for c in configs
         ]
 
         @task(task_id="announce_group", inlets=[asset], outlets=[asset], trigger_rule="all_done")
         def announce_group(**context: Any) -> list[str]:
-            """One event of the group asset per hour every table has published (skipped when
-            none: a successful task with an outlet would emit a keyless event)."""
-            from airflow.sdk.exceptions import AirflowSkipException
-
-            from tidemark.catalog import table_configs
-            from tidemark.group.barrier import announce_group as announce
-            from tidemark.group.members import group_members, unloadable_members
-            from tidemark.group.roster import roster_holds
-
-            current = Settings.from_env()
-            loaded = table_configs(current)  # every YAML read once for the three questions
-            members = group_members(group, current, loaded)
-            held = unloadable_members(group, current, loaded)
-            if not held:  # a broken YAML first: the roster is never formed or changed without it
-                held = roster_holds(group, members, current, every=loaded[0], at=context["data_interval_end"])
-            announced = announce(
-                group,
-                members,
-                current,
-                held=held,
-                outlet_events=context["outlet_events"],
-                inlet_events=context["inlet_events"],
-                run_id=context["run_id"],
-            )
-            if not announced:
-                raise AirflowSkipException(f"group {group}: no hour newly complete in every table")
-            return announced
+            """The group's barrier (``announce_group_step``)."""
+            return announce_group_step(group, context)
 
         # One table's retries never hold the others back: the group's seal waits for the group's
         # dump only (not for a failing table's dump_table retries), and each announce for the

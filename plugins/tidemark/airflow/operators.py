@@ -10,6 +10,7 @@ through its environment only: never a param, an argument or a rendered field.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -144,25 +145,23 @@ class BatchWriterSparkSubmitOperator(TidemarkSparkSubmitOperator):
 
     operator_extra_links = (BatchReconciliationLink(),)
 
+    def __init__(self, *, table: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+
     def execute(self, context: Any) -> Any:
         from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         from tidemark.ingest.resolve import decision_problems
         from tidemark.settings import Settings
-        from tidemark.state.mode import BATCH
         from tidemark.table_state import TableState
 
-        args = list(self.application_args or [])
-        problems = decision_problems(args)  # rendered from the trigger form: checked before Spark
+        problems = decision_problems(list(self.application_args or []))  # the trigger form's, before Spark
         if problems:
             raise AirflowFailException("the run's params do not go together: " + "; ".join(problems))
-        table = args[args.index("--table") + 1]
-        mode = TableState(Settings.from_env().state_location, table).writer.current()
-        if mode.mode != BATCH:
-            raise AirflowSkipException(
-                f"{table} is written by the {mode.describe()}; this run reads nothing (hand it back: "
-                f"tidemark switch --table {table} --to batch, or the stream DAG's trigger form)"
-            )
+        refusal = TableState(Settings.from_env().state_location, self.table).writer.batch_refusal()
+        if refusal is not None:
+            raise AirflowSkipException(refusal)
         return super().execute(context)
 
 
@@ -260,26 +259,12 @@ class SourceCredentialsSparkSubmitOperator(TidemarkSparkSubmitOperator):
         return super().execute(context)
 
 
-def openlineage_of(lineage: Any) -> Any:
-    """An ``OperatorLineage`` from a :class:`tidemark.observe.lineage.JobLineage`: the
-    partitions read or written as subset facets (OpenLineage's partition condition), the
-    Kafka offset ranges as a ``tidemark_kafkaOffsets`` input facet, the columns as a schema
-    facet."""
+@functools.cache
+def _kafka_offsets_facet() -> Any:
+    """The ``tidemark_kafkaOffsets`` input facet class (defined once, on first use: the
+    OpenLineage client is imported only where lineage is emitted)."""
     import attr
-    from airflow.providers.common.compat.openlineage.facet import (
-        InputDataset,
-        OutputDataset,
-        SchemaDatasetFacet,
-        SchemaDatasetFacetFields,
-    )
-    from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.facet_v2 import InputDatasetFacet
-    from openlineage.client.generated.base_subset_dataset import (
-        InputSubsetInputDatasetFacet,
-        OutputSubsetOutputDatasetFacet,
-        Partition,
-        PartitionSubsetCondition,
-    )
 
     @attr.define
     class KafkaOffsetsInputDatasetFacet(InputDatasetFacet):
@@ -291,31 +276,52 @@ def openlineage_of(lineage: Any) -> Any:
         def _get_schema() -> str:
             return "https://github.com/tidemark/tidemark/blob/main/docs/operations.md#lineage"
 
-    def partitions(specs: Any) -> Any:
-        return PartitionSubsetCondition(partitions=[Partition(dimensions=dict(s)) for s in specs])
+    return KafkaOffsetsInputDatasetFacet
 
-    def facets(dataset: Any) -> dict[str, Any]:
-        if not dataset.columns:
-            return {}
-        fields = [SchemaDatasetFacetFields(name=n, type=t) for n, t in dataset.columns]
-        return {"schema": SchemaDatasetFacet(fields=fields)}
+
+def _partitions(specs: Any) -> Any:
+    from openlineage.client.generated.base_subset_dataset import Partition, PartitionSubsetCondition
+
+    return PartitionSubsetCondition(partitions=[Partition(dimensions=dict(s)) for s in specs])
+
+
+def _schema_facets(dataset: Any) -> dict[str, Any]:
+    from airflow.providers.common.compat.openlineage.facet import SchemaDatasetFacet, SchemaDatasetFacetFields
+
+    if not dataset.columns:
+        return {}
+    fields = [SchemaDatasetFacetFields(name=n, type=t) for n, t in dataset.columns]
+    return {"schema": SchemaDatasetFacet(fields=fields)}
+
+
+def openlineage_of(lineage: Any) -> Any:
+    """An ``OperatorLineage`` from a :class:`tidemark.observe.lineage.JobLineage`: the
+    partitions read or written as subset facets (OpenLineage's partition condition), the
+    Kafka offset ranges as a ``tidemark_kafkaOffsets`` input facet, the columns as a schema
+    facet."""
+    from airflow.providers.common.compat.openlineage.facet import InputDataset, OutputDataset
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.generated.base_subset_dataset import (
+        InputSubsetInputDatasetFacet,
+        OutputSubsetOutputDatasetFacet,
+    )
 
     inputs = []
     for d in lineage.inputs:
         extra: dict[str, Any] = {}
         if d.offsets:
-            extra["tidemark_kafkaOffsets"] = KafkaOffsetsInputDatasetFacet(
-                ranges=[dict(r) for r in d.offsets]
-            )
+            extra["tidemark_kafkaOffsets"] = _kafka_offsets_facet()(ranges=[dict(r) for r in d.offsets])
         if d.partitions:
-            extra["subset"] = InputSubsetInputDatasetFacet(inputCondition=partitions(d.partitions))
-        inputs.append(InputDataset(namespace=d.namespace, name=d.name, inputFacets=extra, facets=facets(d)))
+            extra["subset"] = InputSubsetInputDatasetFacet(inputCondition=_partitions(d.partitions))
+        inputs.append(
+            InputDataset(namespace=d.namespace, name=d.name, inputFacets=extra, facets=_schema_facets(d))
+        )
     outputs = [
         OutputDataset(
             namespace=d.namespace,
             name=d.name,
-            facets=facets(d),
-            outputFacets={"subset": OutputSubsetOutputDatasetFacet(outputCondition=partitions(d.partitions))}
+            facets=_schema_facets(d),
+            outputFacets={"subset": OutputSubsetOutputDatasetFacet(outputCondition=_partitions(d.partitions))}
             if d.partitions
             else {},
         )

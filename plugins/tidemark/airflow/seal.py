@@ -58,22 +58,9 @@ hours**: list them in *release* after checking their data (`tidemark status --ta
     return dag
 
 
-def rebuild_dag(config: TableConfig, settings: Settings) -> Any:
-    """``tidemark_rebuild_<table>``: the run for data interval [H, H+1h) rebuilds hour H from
-    the broker; backfill over it rebuilds a range of hours."""
-    from airflow.sdk import task
-    from airflow.timetables.interval import CronDataIntervalTimetable
-
+def _rebuild_doc(config: TableConfig) -> str:
     table = config.table
-    with table_dag(
-        config,
-        "rebuild",
-        description=f"Rebuild sealed hours of {table} from the broker (backfill target)",
-        # A cron string would give a CronTriggerTimetable, whose runs have an empty data
-        # interval; each run here must own the hour [H, H+1h).
-        schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-        max_active_runs=2,
-        doc_md=f"""
+    return f"""
 ### Rebuild hours of `{table}`
 The run for data interval [H, H+1h) rebuilds hour H deterministically: it re-reads from the
 broker the offset ranges the commit log says fed H, keeps H's rows (late ones too under
@@ -86,11 +73,56 @@ them); offsets gone from the broker fail with `DataLossError` and leave the hour
   --to-date 2026-11-22T12:00` or the UI's backfill dialog.
 - Trigger with *first hour* / *last hour* to rebuild a range in one run; *dry run* only logs
   the batches and offsets each hour needs.
-""",
+"""
+
+
+def plan_step(table: str, context: dict[str, Any]) -> str:
+    """The sealed hours a rebuild run takes (comma-separated, for the Spark job): a param
+    that is wrong on every try fails once, unretried; nothing to rebuild skips."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from tidemark.errors import TidemarkError
+    from tidemark.seal.rebuild_plan import planned_hours
+
+    params = context["params"]
+    try:
+        selection = planned_hours(
+            *table_context(table),
+            interval=(context.get("data_interval_start"), context.get("data_interval_end")),
+            first_hour=params.get("first_hour"),
+            last_hour=params.get("last_hour"),
+            dry_run=bool(params.get("dry_run")),
+        )
+    except TidemarkError as exc:
+        if exc.retryable:
+            raise
+        raise AirflowFailException(f"{exc} (not retried: the params are wrong on every try)") from exc
+    if selection.skip_reason:
+        raise AirflowSkipException(selection.skip_reason)
+    return ",".join(selection.chosen)
+
+
+def rebuild_dag(config: TableConfig, settings: Settings) -> Any:
+    """``tidemark_rebuild_<table>``: the run for data interval [H, H+1h) rebuilds hour H from
+    the broker; backfill over it rebuilds a range of hours."""
+    from airflow.sdk import task
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from tidemark.airflow.operators import HourWriterSparkSubmitOperator
+
+    table = config.table
+    with table_dag(
+        config,
+        "rebuild",
+        description=f"Rebuild sealed hours of {table} from the broker (backfill target)",
+        # A cron string would give a CronTriggerTimetable, whose runs have an empty data
+        # interval; each run here must own the hour [H, H+1h).
+        schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
+        max_active_runs=2,
+        doc_md=_rebuild_doc(config),
         params={
             "first_hour": hour_param(
-                "First hour",
-                "The hour to rebuild from; empty: the run's data interval.",
+                "First hour", "The hour to rebuild from; empty: the run's data interval."
             ),
             "last_hour": hour_param(
                 "Last hour", "Hour key to rebuild through (inclusive); empty: the first hour only."
@@ -101,30 +133,8 @@ them); offsets gone from the broker fail with `DataLossError` and leave the hour
 
         @task(task_id="plan")
         def plan(**context: Any) -> str:
-            """The sealed hours this run rebuilds (comma-separated, for the Spark job)."""
-            from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
-            from tidemark.errors import TidemarkError
-            from tidemark.seal.rebuild_plan import planned_hours
-
-            params = context["params"]
-            try:
-                selection = planned_hours(
-                    *table_context(table),
-                    interval=(context.get("data_interval_start"), context.get("data_interval_end")),
-                    first_hour=params.get("first_hour"),
-                    last_hour=params.get("last_hour"),
-                    dry_run=bool(params.get("dry_run")),
-                )
-            except TidemarkError as exc:
-                if exc.retryable:
-                    raise
-                raise AirflowFailException(f"{exc} (not retried: the params are wrong on every try)") from exc
-            if selection.skip_reason:
-                raise AirflowSkipException(selection.skip_reason)
-            return ",".join(selection.chosen)
-
-        from tidemark.airflow.operators import HourWriterSparkSubmitOperator
+            """The sealed hours this run rebuilds (``plan_step``)."""
+            return plan_step(table, context)
 
         rebuild = spark_job(
             config,

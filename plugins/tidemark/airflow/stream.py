@@ -127,32 +127,14 @@ class StreamHealthSensor(BaseSensorOperator):
         return {k: event[k] for k in ("verdict", "state", "mode", "unannounced")}
 
 
-def dry_run_report(config: TableConfig, settings: Settings) -> dict[str, Any]:
-    """The stream DAG's dry run: who writes the table, how the stream is doing, and what the
-    next batch would read (the planner's preview; nothing is persisted)."""
-    from tidemark.ingest.kafka import client_properties
-    from tidemark.ingest.planner import preview_batch
-    from tidemark.table_state import TableState
-
-    now = datetime.now(UTC)
-    health = stream_health(config.table, settings, stale_after=timedelta(minutes=2), now=now)
-    conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
-    preview = preview_batch(config, TableState(settings.state_location, config.table).commit_log, conf)
-    return {k: health[k] for k in ("mode", "state", "heartbeat_age_s", "unannounced")} | {"next": preview}
-
-
-def stream_dag(config: TableConfig, settings: Settings) -> Any:
-    """``tidemark_stream_<table>``: switch (trigger form), ensure running, watch, announce."""
-    from airflow.sdk import task
-
+def _doc(config: TableConfig) -> str:
     table = config.table
-    interval = config.stream.trigger_interval
-    doc = f"""
+    return f"""
 ### Continuous ingestion of `{table}`
 The stream (`spark_jobs/stream.py`) writes the table in micro-batches every
-`{interval}` through the same commit protocol and commit log as the ingest DAG, and seals hours
-as the ready time passes them. Only one writer reads the topic: the ingest DAG's dumps skip
-while the table is in stream mode.
+`{config.stream.trigger_interval}` through the same commit protocol and commit log as the ingest
+DAG, and seals hours as the ready time passes them. Only one writer reads the topic: the ingest
+DAG's dumps skip while the table is in stream mode.
 
 Trigger with **switch to** `stream` (and a reason) to hand the table to the stream; `batch`
 hands it back (the stream stops after its current micro-batch, this run waits for it). Each
@@ -163,70 +145,72 @@ restarts it from the commit log), or the run's watch ends.
 
 Inspect: `tidemark status --table {table}`; the stream's log: `logs/stream-{table}.log`.
 """
+
+
+def switch_step(table: str, context: dict[str, Any]) -> str:
+    """Apply the trigger form's switch, once per run (a retry finds it done); a dry run
+    reports and skips everything after it."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from tidemark.stream.launch import dry_run_report
+    from tidemark.table_state import TableState
+
+    config, current = table_context(table)
+    params, run = context["params"], context["dag_run"]
+    if params.get("dry_run"):
+        report = dry_run_report(config, current, datetime.now(UTC))
+        raise AirflowSkipException(f"{table}: dry run: {json.dumps(report, default=str)}")
+    writer = TableState(current.state_location, table).writer
+    if not params.get("switch_to"):
+        return writer.current().describe()
+    at = (run.run_after or datetime.now(UTC)).isoformat()
+    by = run.triggering_user_name or "airflow"
+    mode, _ = writer.switch(params["switch_to"], by=by, reason=params.get("reason") or "", at=at)
+    return mode.describe()
+
+
+def stream_dag(config: TableConfig, settings: Settings) -> Any:
+    """``tidemark_stream_<table>``: switch (trigger form), ensure running, watch, announce."""
+    from airflow.sdk import task
+
+    table = config.table
+    params = {
+        "dry_run": dry_run_param("the writer, the stream's health and what its next micro-batch would read"),
+        "switch_to": text_param(
+            enum=["stream", "batch"],
+            title="Switch to",
+            description="Hand the table to the stream or back to the batch ingest DAG (audited; needs "
+            "a reason). Empty: keep the current writer.",
+        ),
+        "reason": text_param(title="Reason", description="Why the switch (kept in the audit log)."),
+    }
+    description = f"Continuous micro-batches of {config.source.topic} into {table}"
     with table_dag(
         config,
         "stream",
-        description=f"Continuous micro-batches of {config.source.topic} into {table}",
+        description=description,
         schedule=config.schedule,
-        doc_md=doc,
-        params={
-            "dry_run": dry_run_param(
-                "the writer, the stream's health and what its next micro-batch would read"
-            ),
-            "switch_to": text_param(
-                enum=["stream", "batch"],
-                title="Switch to",
-                description="Hand the table to the stream or back to the batch ingest DAG (audited; needs "
-                "a reason). Empty: keep the current writer.",
-            ),
-            "reason": text_param(title="Reason", description="Why the switch (kept in the audit log)."),
-        },
+        doc_md=_doc(config),
+        params=params,
     ) as dag:
 
         @task(task_id="switch")
         def switch(**context: Any) -> str:
-            """Apply the trigger form's switch, once per run (a retry finds it done); a dry
-            run reports and skips everything after it."""
-            from airflow.sdk.exceptions import AirflowSkipException
-
-            from tidemark.table_state import TableState
-
-            config, current = table_context(table)
-            writer = TableState(current.state_location, table).writer
-            if context["params"].get("dry_run"):
-                raise AirflowSkipException(
-                    f"{table}: dry run: {json.dumps(dry_run_report(config, current), default=str)}"
-                )
-            to = context["params"].get("switch_to")
-            if not to:
-                return writer.current().describe()
-            by = context["dag_run"].triggering_user_name or "airflow"
-            at = (context["dag_run"].run_after or datetime.now(UTC)).isoformat()
-            mode, _ = writer.switch(to, by=by, reason=context["params"].get("reason") or "", at=at)
-            return mode.describe()
+            """The trigger form's switch (``switch_step``)."""
+            return switch_step(table, context)
 
         @task(task_id="ensure_stream")
         def ensure_stream(**context: Any) -> dict[str, Any]:
-            """Start the stream when the table is in stream mode and no live stream holds its
-            lock (a second start would wait on the lock and exit)."""
-            from tidemark.state.mode import STREAM
-            from tidemark.stream.launch import launch_stream
-            from tidemark.stream.status import STREAM_LOCK
-            from tidemark.table_state import TableState
+            """Start the stream unless it runs or the table is in batch mode."""
+            from tidemark.stream.launch import ensure_stream as ensure
 
-            _, current = table_context(table)
-            if TableState(current.state_location, table).writer.current().mode != STREAM:
-                return {"launched": False, "why": "the table is in batch mode"}
-            holder = TableState(current.state_location, table).lock(STREAM_LOCK).holder()
-            if holder is not None and not (holder["expired"] or holder["process_gone"]):
-                return {"launched": False, "why": f"running: {holder['holder']}"}
-            return launch_stream(current, table, f"stream__{context['run_id']}")
+            return ensure(table_context(table)[1], table, f"stream__{context['run_id']}")
 
         watch = StreamHealthSensor(
             task_id="watch_stream",
             table=table,
             watch_for=timedelta(minutes=50),
-            stale_after=max(timedelta(minutes=2), 6 * interval),
+            stale_after=max(timedelta(minutes=2), 6 * config.stream.trigger_interval),
             doc_md="Deferred: the triggerer polls the stream's status record (no worker slot).",
         )
         switch() >> ensure_stream() >> watch >> publish_tasks(config, settings) >> metrics_task()(table)

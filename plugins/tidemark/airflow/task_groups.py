@@ -35,6 +35,7 @@ def dump_task(config: TableConfig, settings: Settings, extra_args: list[str]) ->
         "table is written by the stream (tidemark switch).",
         [*DUMP_ARGS, *extra_args],
         operator=BatchWriterSparkSubmitOperator,
+        table=config.table,
     )
 
 

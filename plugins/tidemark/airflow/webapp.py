@@ -69,8 +69,64 @@ def may_read(user: Any, dag_ids: list[str]) -> bool:
     return all(manager.is_authorized_dag(method="GET", details=DagDetails(id=d), user=user) for d in dag_ids)
 
 
+def _tables_apart(settings: Settings) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every table whose config loads, and each file that does not (where -> why): each file
+    on its own, as the DAG files load them, so one broken YAML takes no other page."""
+    configs, broken = table_configs(settings)
+    return {c.table: c for c in configs}, broken
+
+
+def _readable(settings: Settings, user: Any, name: str, *dag_ids: str) -> Any:
+    """The table's config, if ``user`` may read its DAGs: 404 for no such table (or one whose
+    config cannot load, with why), else 403."""
+    from fastapi import HTTPException
+
+    tables, broken = _tables_apart(settings)
+    if name not in tables:
+        why = next((problem for where, problem in broken.items() if Path(where).stem == name), "")
+        detail = f"table {name!r} cannot load: {why}" if why else f"no table {name!r} in {settings.conf_dir}"
+        raise HTTPException(status_code=404, detail=detail)
+    if not may_read(user, [dag_id_of("ingest", name), *dag_ids]):
+        raise HTTPException(status_code=403, detail=f"no read access to the DAGs of table {name!r}")
+    return tables[name]
+
+
+def _index_page(settings: Settings, user: Any) -> str:
+    """The tables ``user`` may read, and the table files that cannot run."""
+    tables, broken = _tables_apart(settings)
+    items = "".join(
+        f'<li><a href="tables/{html.escape(t)}/health">{html.escape(t)}</a></li>'
+        for t in sorted(tables)
+        if may_read(user, [dag_id_of("ingest", t)])
+    )
+    problems = "".join(
+        f"<li><b>{html.escape(where)}</b><pre>{html.escape(why)}</pre></li>"
+        for where, why in sorted(broken.items())
+    )
+    head = (
+        f"<section id='broken'><h2>Table files that cannot run</h2><p>Their tables have no DAGs until the "
+        f"file is fixed; every other table runs.</p><ul>{problems}</ul></section>"
+        if broken
+        else ""
+    )
+    return f"<!doctype html><title>tidemark</title><h1>tidemark tables</h1>{head}<ul id='tables'>{items}</ul>"
+
+
+def _docs_file(settings: Settings, table: str, path: str) -> Path:
+    """A Data Docs page of ``table`` (rendered first when an hour sealed since); 404 outside."""
+    from fastapi import HTTPException
+
+    root = data_docs_dir(settings.state_dir, table).resolve()
+    target = (root / path).resolve()
+    if target.is_relative_to(root) and not target.is_file() and target.suffix == ".html":
+        render_pending(root)  # an hour sealed since the last render: every pending page at once
+    if not target.is_relative_to(root) or not target.is_file():
+        raise HTTPException(status_code=404, detail="no such Data Docs page")
+    return Path(target)
+
+
 def create_app(settings: Settings | None = None) -> Any:
-    from fastapi import FastAPI, HTTPException
+    from fastapi import FastAPI
     from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 
     app = FastAPI(title="tidemark health", docs_url=None, redoc_url=None)
@@ -84,65 +140,23 @@ def create_app(settings: Settings | None = None) -> Any:
     def current() -> Settings:
         return settings or Settings.from_env()
 
-    def tables_apart() -> tuple[dict[str, Any], dict[str, str]]:
-        """Every table whose config loads, and each file that does not (where -> why): each
-        file on its own, as the DAG files load them, so one broken YAML takes no other page."""
-        configs, broken = table_configs(current())
-        return {c.table: c for c in configs}, broken
-
-    def readable(user: Any, name: str, *dag_ids: str) -> Any:
-        """The table's config, if ``user`` may read its DAGs: 404 for no such table (or one
-        whose config cannot load, with why), else 403."""
-        tables, broken = tables_apart()
-        if name not in tables:
-            why = next((problem for where, problem in broken.items() if Path(where).stem == name), "")
-            detail = (
-                f"table {name!r} cannot load: {why}" if why else f"no table {name!r} in {current().conf_dir}"
-            )
-            raise HTTPException(status_code=404, detail=detail)
-        if not may_read(user, [dag_id_of("ingest", name), *dag_ids]):
-            raise HTTPException(status_code=403, detail=f"no read access to the DAGs of table {name!r}")
-        return tables[name]
-
     @app.get("/", response_class=HTMLResponse)
     def index(user: Viewer) -> str:
-        tables, broken = tables_apart()
-        items = "".join(
-            f'<li><a href="tables/{html.escape(t)}/health">{html.escape(t)}</a></li>'
-            for t in sorted(tables)
-            if may_read(user, [dag_id_of("ingest", t)])
-        )
-        problems = "".join(
-            f"<li><b>{html.escape(where)}</b><pre>{html.escape(why)}</pre></li>"
-            for where, why in sorted(broken.items())
-        )
-        head = (
-            f"<section id='broken'><h2>Table files that cannot run</h2><p>Their tables have no DAGs until the "
-            f"file is fixed; every other table runs.</p><ul>{problems}</ul></section>"
-            if broken
-            else ""
-        )
-        return f"<!doctype html><title>tidemark</title><h1>tidemark tables</h1>{head}<ul id='tables'>{items}</ul>"
+        return _index_page(current(), user)
 
     @app.get("/tables/{table}/health", response_class=HTMLResponse)
     def health(table: str, user: Viewer) -> str:
-        config = readable(user, table)
+        config = _readable(current(), user, table)
         return render_report(report_data(config, current()), docs_prefix="docs/")
 
     @app.get("/dags/{dag_id}/health", response_class=HTMLResponse)
     def dag_health(dag_id: str, user: Viewer) -> str:
-        config = readable(user, table_of_dag(dag_id) or dag_id, dag_id)
+        config = _readable(current(), user, table_of_dag(dag_id) or dag_id, dag_id)
         return render_report(report_data(config, current()), docs_prefix=f"../../tables/{config.table}/docs/")
 
     @app.get("/tables/{table}/docs/{path:path}")
     def docs(table: str, path: str, user: Viewer) -> Any:
-        config = readable(user, table)
-        root = data_docs_dir(current().state_dir, config.table).resolve()
-        target = (root / path).resolve()
-        if target.is_relative_to(root) and not target.is_file() and target.suffix == ".html":
-            render_pending(root)  # an hour sealed since the last render: every pending page at once
-        if not target.is_relative_to(root) or not target.is_file():
-            raise HTTPException(status_code=404, detail="no such Data Docs page")
-        return FileResponse(Path(target))
+        config = _readable(current(), user, table)
+        return FileResponse(_docs_file(current(), config.table, path))
 
     return app

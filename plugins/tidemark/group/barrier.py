@@ -34,8 +34,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from tidemark.catalog import table_configs
 from tidemark.faults import crash_point
-from tidemark.group.members import group_asset, group_state_dir
+from tidemark.group.members import group_asset, group_members, group_state_dir, unloadable_members
+from tidemark.group.roster import roster_holds
 from tidemark.seal.announce import LOOKBACK_SLACK, announced_pairs
 from tidemark.seal.due import seal_limit, unfinished_hours
 from tidemark.state.journal import JournalState
@@ -194,6 +196,28 @@ def announce_group(
     )
     crash_point("after_announce")
     return sorted(todo)
+
+
+def announce_group_run(
+    group: str, settings: Settings, *, at: datetime, outlet_events: Any, inlet_events: Any, run_id: str
+) -> list[str]:
+    """The group DAG's ``announce_group`` task: the group's members as the YAMLs say now
+    (every YAML read once), held by a member that cannot load or by the roster's rules as of
+    ``at`` (the run's data interval end), then ``announce_group``."""
+    loaded = table_configs(settings)
+    members = group_members(group, settings, loaded)
+    held = unloadable_members(group, settings, loaded)
+    if not held:  # a broken YAML first: the roster is never formed or changed without it
+        held = roster_holds(group, members, settings, every=loaded[0], at=at)
+    return announce_group(
+        group,
+        members,
+        settings,
+        held=held,
+        outlet_events=outlet_events,
+        inlet_events=inlet_events,
+        run_id=run_id,
+    )
 
 
 class _Announced:

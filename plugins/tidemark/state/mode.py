@@ -67,6 +67,17 @@ class TableWriter:
         if mode != writer:
             raise WriterModeError(self.table, mode, writer)
 
+    def batch_refusal(self) -> str | None:
+        """Why a scheduled batch run reads nothing now (the table is the stream's), or None
+        (the ingest DAG's dump skips with it, rather than compete with the stream or fail)."""
+        mode = self.current()
+        if mode.mode == BATCH:
+            return None
+        return (
+            f"{self.table} is written by the {mode.describe()}; this run reads nothing (hand it back: "
+            f"tidemark switch --table {self.table} --to batch, or the stream DAG's trigger form)"
+        )
+
     def switch(self, to: str, *, by: str, reason: str, at: str) -> tuple[WriterMode, bool]:
         """Make ``to`` the table's writer, with an audit record; returns the mode and whether
         it changed (switching to the current writer is a no-op, not an error)."""

@@ -1,17 +1,25 @@
 """Starting a stream from an Airflow task: a detached spark-submit of this host, the table's
-own application or its group's (``tidemark.stream.group``)."""
+own application or its group's (``tidemark.stream.group``); what the stream DAG's tasks call
+(ensure it runs, its dry run)."""
 
 from __future__ import annotations
 
 import logging
 import subprocess
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tidemark.catalog import load_table
+from tidemark.ingest.kafka import client_properties
+from tidemark.ingest.planner import preview_batch
 from tidemark.jobs import SparkJob, spark_environment
+from tidemark.state.mode import STREAM
 from tidemark.stream.group import group_stream_lock
+from tidemark.stream.status import STREAM_LOCK, stream_health
+from tidemark.table_state import TableState
 
 if TYPE_CHECKING:
+    from tidemark.config import TableConfig
     from tidemark.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -37,6 +45,28 @@ def launch_stream(settings: Settings, table: str, run_id: str) -> dict[str, Any]
         }
     job = SparkJob.of_group(config.group, "stream", ["--run-id", run_id])
     return launch_detached(settings, job, f"stream-group-{config.group}.log")
+
+
+def ensure_stream(settings: Settings, table: str, run_id: str) -> dict[str, Any]:
+    """The stream DAG's ``ensure_stream``: start the table's stream when the table is in
+    stream mode and no live stream holds its lock (a second start would wait on the lock and
+    exit). Returns what was launched, or why nothing was."""
+    state = TableState(settings.state_location, table)
+    if state.writer.current().mode != STREAM:
+        return {"launched": False, "why": "the table is in batch mode"}
+    holder = state.lock(STREAM_LOCK).holder()
+    if holder is not None and not (holder["expired"] or holder["process_gone"]):
+        return {"launched": False, "why": f"running: {holder['holder']}"}
+    return launch_stream(settings, table, run_id)
+
+
+def dry_run_report(config: TableConfig, settings: Settings, now: datetime) -> dict[str, Any]:
+    """The stream DAG's dry run: who writes the table, how the stream is doing, and what the
+    next batch would read (the planner's preview; nothing is persisted)."""
+    health = stream_health(config.table, settings, stale_after=timedelta(minutes=2), now=now)
+    conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
+    preview = preview_batch(config, TableState(settings.state_location, config.table).commit_log, conf)
+    return {k: health[k] for k in ("mode", "state", "heartbeat_age_s", "unannounced")} | {"next": preview}
 
 
 def launch_detached(settings: Settings, job: Any, log_name: str) -> dict[str, Any]:
