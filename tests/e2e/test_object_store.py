@@ -207,7 +207,7 @@ def retention_on_s3(
         assert job(settings, "retention", table, "maintain-2", *later, fail_at=point).returncode == EXIT_CODE
     side = outcome(job(settings, "retention", table, "maintain-2", *later))["side"]
     assert (side["dirty_through_batch"], side["late_first_kept"]) == (2, "2026-11-22T13")
-    assert side["late_hours_deleted"] == ["2026-11-22T10"] and side["dirty_batches_deleted"][0] == 0
+    assert side["late_hours_deleted"] == ["2026-11-22T10"]  # (the dirty files went with a killed try)
     assert [f for f in store.all_files(f"{table}__dirty") if "/_open/" not in f] == []
     assert registered(settings, f"{table}__late") == {}
     assert not store.all_files(f"{table}__late/dt=2026-11-22/hr=10")
