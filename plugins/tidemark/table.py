@@ -48,12 +48,14 @@ class Table:
         an older YAML than the table's is refused here, before anything is written); read once
         per handle, not once per hour a job writes."""
         if self._schema_version is None:
-            self._check_layout()
+            self.check_layout()
             self._schema_version = self.state.schema_history.ensure(self.config, run_id).version
         return self._schema_version
 
-    def _check_layout(self) -> None:
-        """Refuses ``output.layout`` changed under sealed hours, before a writer touches one."""
+    def check_layout(self) -> None:
+        """Refuses ``output.layout`` changed under sealed hours, before a writer touches one
+        (a dump too: its publisher follows the layout, and late rows published one way are
+        not where the other way's amend looks)."""
         sealed = (f for entry in self.state.journal.state().hours.values() for f in entry.files)
         problem = layout_problem(self.commit, self.config.output, sealed)
         if problem is not None:

@@ -88,8 +88,11 @@ def test_a_query_planned_on_a_replaced_version_reads_it_whole_until_the_grace_ha
 
     # The layout is the table's from its first sealed hour: in place is refused, by name.
     in_place = config.model_copy(update={"output": config.output.model_copy(update={"layout": "in_place"})})
-    with pytest.raises(ConfigError, match=r"output\.layout: in_place, but the sealed hours are versioned"):
+    refused = r"output\.layout: in_place, but the sealed hours are versioned"
+    with pytest.raises(ConfigError, match=refused):
         run_seal(spark, in_place, settings, "run-4")
+    with pytest.raises(ConfigError, match=refused):  # nor a dump: its publisher follows the layout
+        run_dump(spark, in_place, settings, "run-5", at(14, 20))
     assert run_seal(spark, brief, settings, "run-4").sealed == ["2026-11-22T12"]
     assert hour_ten().count() == 21
     run_verify(spark, brief, settings, datetime.now(UTC))

@@ -345,6 +345,7 @@ def run_dump(
     micro-batch ends are ``until``) is the table's writer (``state/mode.py``). ``lock_wait``:
     seconds to wait for the batch lock (default ``TIDEMARK_LOCK_WAIT_S``)."""
     table = Table.open(config, settings)
+    table.check_layout()
     kafka_conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
     log.info("%s: dump for run %s, broker %s", config.table, run_id, masked(kafka_conf))
     watch = Stopwatch()
