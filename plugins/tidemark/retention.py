@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Writer
 from tidemark.seal.thrift_metastore import open_metastore
-from tidemark.side_retention import SideRetention
+from tidemark.side_retention import SideRetention, delete_directories
 from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.maintenance_log import record_step
@@ -291,12 +291,9 @@ class Retention:
             replace_atomically(pointer, {"seq": entry.seq})
 
     def _delete_dirs(self, directories: list[Path], result: RetentionResult) -> None:
-        layout = self.table.layout
-        for directory in directories:
-            self.writer.check()
-            files, size = layout.store.delete_counted(layout.relative(directory))
-            result.files_deleted += files
-            result.bytes_deleted += size
+        files, size = delete_directories(self.table.layout, self.writer, directories)
+        result.files_deleted += files
+        result.bytes_deleted += size
 
 
 def _start(entry: JournalEntry) -> str:

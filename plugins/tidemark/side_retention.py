@@ -32,7 +32,7 @@ from tidemark.hourcommit.base import Writer
 from tidemark.seal.late import LateRows
 from tidemark.seal.thrift_metastore import open_metastore
 from tidemark.state.dirty_retention import dropped_through, record_dropped_through
-from tidemark.state.layout import partition_hour_values
+from tidemark.state.layout import Layout, partition_hour_values
 from tidemark.state.storage import read_json, replace_atomically
 from tidemark.table import Table
 from tidemark.time.hours import Hour, hour_of, parse_path
@@ -165,15 +165,11 @@ class SideRetention:
             metastore.drop_partitions(late_table, names)
             metastore.refresh(late_table)
             result.late_unregistered = names
-        grace = self.config.output.version_retention
-        ripe = [
-            d["kept_from"]
-            for d in recorded.get("drops", [])
-            if datetime.fromisoformat(d["at"]) + grace <= now
-        ]
+        ripe = _ripe(recorded.get("drops", []), self.config.output.version_retention, now)
         if not ripe:
             return  # a query that listed the dropped partitions finishes first
-        for hour in self._late_hours_before(hour_of(datetime.fromisoformat(max(ripe)), self.zone)):
+        reach = max(d["kept_from"] for d in ripe)
+        for hour in self._late_hours_before(hour_of(datetime.fromisoformat(reach), self.zone)):
             self._delete([self.layout.late_dir / hour.path, self.table.commit.late_inputs(hour)], result)
             result.late_hours_deleted.append(hour.key)
 
@@ -213,17 +209,31 @@ class SideRetention:
         )
 
     def _delete(self, directories: list[Path], result: SideRetentionResult) -> None:
-        for directory in directories:
-            self.writer.check()
-            files, size = self.layout.store.delete_counted(self.layout.relative(directory))
-            result.files_deleted += files
-            result.bytes_deleted += size
+        files, size = delete_directories(self.layout, self.writer, directories)
+        result.files_deleted += files
+        result.bytes_deleted += size
+
+
+def delete_directories(layout: Layout, writer: Writer, directories: list[Path]) -> tuple[int, int]:
+    """Delete retention's directories, each after a check of the writer's lease; the (files,
+    bytes) they held, for the log line (the hours' retention uses it too)."""
+    files = size = 0
+    for directory in directories:
+        writer.check()
+        found, held = layout.store.delete_counted(layout.relative(directory))
+        files, size = files + found, size + held
+    return files, size
+
+
+def _ripe(drops: list[dict[str, str]], grace: timedelta, now: datetime) -> list[dict[str, str]]:
+    """The late registry's drops whose grace has passed (counted from each drop's own time)."""
+    return [d for d in drops if datetime.fromisoformat(d["at"]) + grace <= now]
 
 
 def _pending(recorded: dict[str, Any], grace: timedelta, now: datetime) -> list[dict[str, str]]:
     """The late registry's drops whose files may still wait: the newest one past its grace
     (the horizon deletions reach) and every younger one."""
     drops = list(recorded.get("drops", []))
-    ripe = [d for d in drops if datetime.fromisoformat(d["at"]) + grace <= now]
+    ripe = _ripe(drops, grace, now)
     newest = max(ripe, key=lambda d: d["kept_from"], default=None)
     return [d for d in drops if d not in ripe or d is newest]
