@@ -41,20 +41,26 @@ def add_reader_commands(sub: Any) -> None:
     verify.set_defaults(func=cmd_verify)
     retention = sub.add_parser(
         "retention",
-        help="drop the hours of a table past its retention.hours (what the maintenance DAG runs daily)",
+        help="drop what is past a table's retention: hours, dirty records, late rows (what the maintenance "
+        "DAG runs daily)",
         description="Drops the sealed hours that ended more than retention.hours ago, whole: one journal entry "
         "and an audit record name them, their partitions are unregistered, and their files are deleted once "
-        "output.version_retention has passed since the drop (spark-submit spark_jobs/retention.py).",
+        "output.version_retention has passed since the drop. Then the dirty records of batches committed more "
+        "than retention.dirty ago, and the late side table's hours older than retention.late, each audited "
+        "(spark-submit spark_jobs/retention.py).",
     )
     retention.add_argument("--table", required=True)
     retention.add_argument("--dry-run", action="store_true", help="only log the hours that would go")
     retention.set_defaults(func=cmd_retention)
     compact = sub.add_parser(
         "compact",
-        help="merge back the files of hours that late amendments split (what the maintenance DAG runs daily)",
+        help="merge back the small files of amended hours and of a Delta or Iceberg snapshot (what the "
+        "maintenance DAG runs daily)",
         description="Writes each hour that amendments left in more files than its bytes need (more than "
         "compaction.max_files_per_hour, or smaller than compaction.min_file_fraction of the target on average) "
-        "again as one new version, the same rows swapped in at once (spark-submit spark_jobs/compact.py).",
+        "again as one new version, the same rows swapped in at once; merges a CDC table's Delta or Iceberg "
+        "snapshot back by the same rules (one maintenance commit); then deletes replaced versions past "
+        "output.version_retention (spark-submit spark_jobs/compact.py).",
     )
     compact.add_argument("--table", required=True)
     compact.add_argument("--dry-run", action="store_true", help="only log the hours that are due")
