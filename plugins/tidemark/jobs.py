@@ -22,7 +22,7 @@ from tidemark.catalog import load_table
 from tidemark.delta_spark import delta_spark_conf
 from tidemark.errors import TidemarkError
 from tidemark.group.members import group_members
-from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog, spark_catalog_conf
+from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog, secret_conf_keys, spark_catalog_conf
 from tidemark.settings import Settings
 from tidemark.spark import (
     build_session,
@@ -109,10 +109,15 @@ class SparkJob:
         """The conf of the tables this job serves (``table_session_conf``) as spark-submit must
         get it: jars on the driver's class path count only at launch (a session built inside
         the job adds them for executors and SQL, not for the driver's class loader, JDBC's
-        DriverManager or Py4J). A group's tables are its members now."""
+        DriverManager or Py4J). A group's tables are its members now. Secrets (a catalog's
+        credential) stay off the command line: the job's own session gets them in-process
+        (``job_session_conf``)."""
         if self.target == "--group":
-            return tables_session_conf(group_members(self.table, settings), settings, job=self.group_job)
-        return table_session_conf(load_table(self.table, settings), settings, job=self.job)
+            conf = tables_session_conf(group_members(self.table, settings), settings, job=self.group_job)
+        else:
+            conf = table_session_conf(load_table(self.table, settings), settings, job=self.job)
+        secrets = secret_conf_keys(settings)
+        return {k: v for k, v in conf.items() if k not in secrets}
 
 
 def spark_submit(settings: Settings) -> str:

@@ -20,6 +20,11 @@ Everything deployment-specific comes from the environment, so one checkout runs 
 | ``TIDEMARK_POSTGRES_PORT`` | ``15432``: the local PostgreSQL of the demo and the JDBC tests |
 | ``TIDEMARK_S3_PORT`` | ``8333``: the local S3 server (``services start s3``; it uses the next 9 ports too) |
 | ``TIDEMARK_METASTORE_PORT`` | ``9083``: the local Hive metastore service (``services start metastore``) |
+| ``TIDEMARK_ICEBERG_CATALOG_URI`` | unset: a SQLite Iceberg catalog in the home; ``postgresql+pg8000://...``; ``http(s)://...``: an Iceberg REST catalog |
+| ``TIDEMARK_ICEBERG_CATALOG_CREDENTIAL`` / ``_TOKEN`` | unset: a REST catalog's OAuth2 client credentials (``id:secret``) or bearer token |
+| ``TIDEMARK_ICEBERG_CATALOG_PROPERTIES`` | ``{}``: a JSON object of more catalog properties (``warehouse``, ``prefix``, ``scope``, ``oauth2-server-uri``, ``header.<name>``) |
+| ``TIDEMARK_ICEBERG_CATALOG_TIMEOUT_S`` | ``60``: how long one call to a REST catalog may take |
+| ``TIDEMARK_ICEBERG_REST_PORT`` | ``8181``: the local Iceberg REST catalog (``services start iceberg-rest``) |
 """
 
 from __future__ import annotations
@@ -54,6 +59,36 @@ def _port(env: Mapping[str, str], name: str, default: int, problems: list[str], 
         problems.append(f"{name}: expected a TCP port number, got {text!r}")
         return default
     return int(text)
+
+
+def _json_object(env: Mapping[str, str], name: str, example: str, problems: list[str]) -> dict[str, str]:
+    """A JSON object of strings from ``env``; a bad value is added to ``problems``."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+        if not isinstance(parsed, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        problems.append(f"{name}: expected a JSON object such as {example}, got text that is not one")
+        return {}
+    return {str(k): str(v) for k, v in parsed.items()}
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
+    """A positive number of seconds from ``env``; a bad value is added to ``problems``."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+        if value <= 0:
+            raise ValueError
+    except ValueError:
+        problems.append(f"{name}: expected a number of seconds > 0, got {raw!r}")
+        return default
+    return value
 
 
 @dataclass(frozen=True)
@@ -94,9 +129,17 @@ class Settings:
     jvm_class_archive: str = ""
     # the Iceberg catalog of tables with output.table_format: iceberg (TIDEMARK_ICEBERG_CATALOG_URI,
     # an SQLAlchemy URL: sqlite:///<file> or postgresql+pg8000://...; empty: a SQLite file in the
-    # home) and its name, which Spark's catalog takes too (TIDEMARK_ICEBERG_CATALOG)
+    # home; an http(s):// URL: an Iceberg REST catalog) and its name, which Spark's catalog takes too (TIDEMARK_ICEBERG_CATALOG)
     iceberg_catalog_uri: str = ""
     iceberg_catalog: str = "iceberg"
+    # a REST catalog's secrets (TIDEMARK_ICEBERG_CATALOG_CREDENTIAL: OAuth2 "client_id:secret";
+    # TIDEMARK_ICEBERG_CATALOG_TOKEN: a bearer token), more of its properties as Iceberg's
+    # clients take them (TIDEMARK_ICEBERG_CATALOG_PROPERTIES) and how long one call may take
+    iceberg_catalog_credential: str = field(default="", repr=False)
+    iceberg_catalog_token: str = field(default="", repr=False)
+    iceberg_catalog_properties: Mapping[str, str] = field(default_factory=dict)
+    iceberg_catalog_timeout_s: float = 60.0
+    iceberg_rest_port: int = 8181
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -105,19 +148,10 @@ class Settings:
         root = Path(env.get("TIDEMARK_PROJECT_ROOT", str(project_root())))
         home = Path(env.get("TIDEMARK_HOME", str(root / ".tidemark"))).expanduser().resolve()
         problems: list[str] = []
-        spark_conf: dict[str, str] = {}
-        raw_conf = env.get("TIDEMARK_SPARK_CONF", "").strip()
-        if raw_conf:
-            try:
-                parsed = json.loads(raw_conf)
-                if not isinstance(parsed, dict):
-                    raise ValueError("not an object")
-                spark_conf = {str(k): str(v) for k, v in parsed.items()}
-            except ValueError:
-                problems.append(
-                    "TIDEMARK_SPARK_CONF: expected a JSON object such as "
-                    '{"spark.executor.memory": "2g"}, got text that is not one'
-                )
+        spark_conf = _json_object(env, "TIDEMARK_SPARK_CONF", '{"spark.executor.memory": "2g"}', problems)
+        catalog_properties = _json_object(
+            env, "TIDEMARK_ICEBERG_CATALOG_PROPERTIES", '{"warehouse": "lake", "scope": "catalog"}', problems
+        )
         airflow_port = _port(env, "TIDEMARK_AIRFLOW_PORT", 8080, problems)
         postgres_port = _port(env, "TIDEMARK_POSTGRES_PORT", 15432, problems)
         metastore_port = _port(env, "TIDEMARK_METASTORE_PORT", 9083, problems)
@@ -129,17 +163,9 @@ class Settings:
         metastore_client = env.get("TIDEMARK_METASTORE_CLIENT", "thrift").strip() or "thrift"
         if metastore_client not in ("thrift", "hive"):
             problems.append(f"TIDEMARK_METASTORE_CLIENT: expected thrift or hive, got {metastore_client!r}")
-        metastore_timeout_s = 60.0
-        raw_timeout = env.get("TIDEMARK_METASTORE_TIMEOUT_S", "").strip()
-        if raw_timeout:
-            try:
-                metastore_timeout_s = float(raw_timeout)
-                if metastore_timeout_s <= 0:
-                    raise ValueError
-            except ValueError:
-                problems.append(
-                    f"TIDEMARK_METASTORE_TIMEOUT_S: expected a number of seconds > 0, got {raw_timeout!r}"
-                )
+        metastore_timeout_s = _seconds(env, "TIDEMARK_METASTORE_TIMEOUT_S", 60.0, problems)
+        catalog_timeout_s = _seconds(env, "TIDEMARK_ICEBERG_CATALOG_TIMEOUT_S", 60.0, problems)
+        iceberg_rest_port = _port(env, "TIDEMARK_ICEBERG_REST_PORT", 8181, problems)
         if problems:
             raise ConfigError("environment", problems)
         return cls(
@@ -165,6 +191,11 @@ class Settings:
             jvm_class_archive=env.get("TIDEMARK_JVM_CLASS_ARCHIVE", "").strip(),
             iceberg_catalog_uri=env.get("TIDEMARK_ICEBERG_CATALOG_URI", "").strip(),
             iceberg_catalog=env.get("TIDEMARK_ICEBERG_CATALOG", "").strip() or "iceberg",
+            iceberg_catalog_credential=env.get("TIDEMARK_ICEBERG_CATALOG_CREDENTIAL", "").strip(),
+            iceberg_catalog_token=env.get("TIDEMARK_ICEBERG_CATALOG_TOKEN", "").strip(),
+            iceberg_catalog_properties=catalog_properties,
+            iceberg_catalog_timeout_s=catalog_timeout_s,
+            iceberg_rest_port=iceberg_rest_port,
         )
 
     @property
@@ -196,8 +227,21 @@ class Settings:
 
     @property
     def iceberg_catalog_url(self) -> str:
-        """The Iceberg catalog's SQLAlchemy URL (a SQLite file in the home by default)."""
+        """The Iceberg catalog's URL: a SQL catalog's SQLAlchemy URL (a SQLite file in the home
+        by default) or a REST catalog's ``http(s)://`` base."""
         return self.iceberg_catalog_uri or f"sqlite:///{self.home / 'iceberg' / 'catalog.db'}"
+
+    def iceberg_environment(self) -> dict[str, str]:
+        """The ``TIDEMARK_ICEBERG_*`` variables a process reads this Iceberg catalog back from
+        (a job or a reader started by this one)."""
+        return {
+            "TIDEMARK_ICEBERG_CATALOG_URI": self.iceberg_catalog_uri,
+            "TIDEMARK_ICEBERG_CATALOG": self.iceberg_catalog,
+            "TIDEMARK_ICEBERG_CATALOG_CREDENTIAL": self.iceberg_catalog_credential,
+            "TIDEMARK_ICEBERG_CATALOG_TOKEN": self.iceberg_catalog_token,
+            "TIDEMARK_ICEBERG_CATALOG_PROPERTIES": json.dumps(dict(self.iceberg_catalog_properties)),
+            "TIDEMARK_ICEBERG_CATALOG_TIMEOUT_S": str(self.iceberg_catalog_timeout_s),
+        }
 
     @property
     def state_dir(self) -> Path:

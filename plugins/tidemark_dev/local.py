@@ -8,6 +8,7 @@ from collections.abc import Callable
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService
+from tidemark_dev.iceberg_rest import IcebergRestService
 from tidemark_dev.kafka import KafkaService
 from tidemark_dev.postgres import MetastoreService, PostgresService
 from tidemark_dev.s3 import S3Service
@@ -21,6 +22,8 @@ SERVICES: dict[str, Callable[[Settings], Service]] = {
     "postgres": PostgresService,
     "metastore": MetastoreService,  # after postgres: its database
     "s3": S3Service,
+    # Iceberg's REST catalog (TIDEMARK_ICEBERG_CATALOG_URI=http://127.0.0.1:<TIDEMARK_ICEBERG_REST_PORT>)
+    "iceberg-rest": IcebergRestService,
     # lighter brokers on the same port, instead of "broker", not beside it: tansu (memory storage,
     # a restart loses the topics) and noida-db
     "tansu": TansuService,
@@ -31,7 +34,14 @@ SERVICES: dict[str, Callable[[Settings], Service]] = {
     "spark-worker-2": functools.partial(SparkWorkerService, index=2),
 }
 ALIASES = {"kafka": "broker"}  # the name the broker had while tansu was the default
-ON_DEMAND = ("tansu", "noida", "spark-master", "spark-worker-1", "spark-worker-2")  # not part of "all"
+ON_DEMAND = (
+    "tansu",
+    "noida",
+    "iceberg-rest",
+    "spark-master",
+    "spark-worker-1",
+    "spark-worker-2",
+)  # not part of "all"
 
 
 def resolve(names: list[str]) -> list[str]:

@@ -1,5 +1,5 @@
 """A one-node Trino (coordinator and worker) on 127.0.0.1: a reader of tidemark's tables in
-the tests. Its ``iceberg`` catalog is tidemark's Iceberg SQL catalog; with a Hive metastore
+the tests. Its ``iceberg`` catalog is tidemark's Iceberg catalog (PostgreSQL or REST); with a Hive metastore
 service in the settings, its ``delta`` catalog (the Delta Lake connector) reads the Delta
 snapshots registered there and its ``hive`` catalog (the Hive connector) the sealed hours of
 a warehouse on S3.
@@ -8,7 +8,8 @@ It is jvm/pom.xml's ``trino`` profile (``make jvm``): the ``trino-server`` distr
 unpacked once beside the cache with three of its plugins: the Iceberg connector (PostgreSQL's
 JDBC driver inside), the Delta Lake connector and the Hive connector.
 Trino's JDBC catalog speaks to PostgreSQL (not SQLite), so the Iceberg tables it reads are in
-a PostgreSQL catalog (``TIDEMARK_ICEBERG_CATALOG_URI=postgresql+pg8000://...``); its Delta
+a PostgreSQL catalog (``TIDEMARK_ICEBERG_CATALOG_URI=postgresql+pg8000://...``) or a REST
+catalog (``http://...``); its Delta
 Lake connector needs the metastore as a Thrift service (``TIDEMARK_HIVE_METASTORE_URIS``), not
 embedded Derby. Trino 476 needs Java 24 or later: ``TIDEMARK_TRINO_JAVA_HOME``, else the
 newest JDK under /usr/lib/jvm that is one.
@@ -16,6 +17,7 @@ newest JDK under /usr/lib/jvm that is one.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -27,7 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tidemark.errors import ServiceError
+from tidemark.errors import ConfigError, ServiceError
+from tidemark.iceberg_catalog import catalog_kind
 from tidemark.jvm_jars import jvm_cache
 from tidemark.settings import Settings
 from tidemark.tablefs import is_object_store, s3_from_environment
@@ -116,16 +119,37 @@ class TrinoService(Service):
         return self._active()
 
     def _active(self) -> bool:
-        """Past its start-up: the coordinator answers before it accepts queries."""
+        """Past its start-up: the coordinator answers before it accepts queries
+        (SERVER_STARTING_UP until ``/v1/info`` says it is no longer starting)."""
         try:
-            with urllib.request.urlopen(f"http://{self.address()}/v1/info/state", timeout=3) as response:
-                return bool(response.read().decode().strip('"\n') == "ACTIVE")
-        except OSError:
+            with urllib.request.urlopen(f"http://{self.address()}/v1/info", timeout=3) as response:
+                if json.loads(response.read()).get("starting") is not False:
+                    return False
+        except (OSError, ValueError):
+            return False
+        return self._schedules()
+
+    def _schedules(self) -> bool:
+        """A query runs: the coordinator's own worker has announced itself (NO_NODES_AVAILABLE
+        for a second or two after it says it started)."""
+        import trino
+
+        try:
+            cursor = trino.dbapi.connect(host="127.0.0.1", port=self.port, user="tidemark").cursor()
+            cursor.execute("SELECT 1")
+            return bool(cursor.fetchall())
+        except (trino.exceptions.TrinoQueryError, trino.exceptions.HttpError, OSError):
             return False
 
     def environment(self) -> dict[str, str]:
         java = trino_java_home()
-        return {**os.environ, "JAVA_HOME": str(java), "PATH": f"{java / 'bin'}:{os.environ['PATH']}"}
+        catalog = self.settings.iceberg_environment()  # a REST catalog's secret: ${ENV:...} in its file
+        return {
+            **os.environ,
+            **catalog,
+            "JAVA_HOME": str(java),
+            "PATH": f"{java / 'bin'}:{os.environ['PATH']}",
+        }
 
     def command(self) -> list[str]:
         home = trino_home()
@@ -153,7 +177,7 @@ class TrinoService(Service):
         (self.etc / "jvm.config").write_text(
             "-server\n-Xmx1G\n-XX:+UseG1GC\n-Djdk.attach.allowAttachSelf=true\n-Duser.timezone=UTC\n"
         )
-        if urlsplit(self.settings.iceberg_catalog_url).scheme.startswith("postgres"):
+        if urlsplit(self.settings.iceberg_catalog_url).scheme.startswith(("postgres", "http")):
             _write(
                 self.etc / "catalog" / f"{self.settings.iceberg_catalog}.properties",
                 iceberg_catalog(self.settings),
@@ -177,25 +201,16 @@ class TrinoService(Service):
 
 
 def iceberg_catalog(settings: Settings) -> dict[str, str]:
-    """Trino's Iceberg connector on tidemark's catalog (PostgreSQL), local files readable."""
-    url = urlsplit(settings.iceberg_catalog_url)
-    if not url.scheme.startswith("postgres"):
-        raise ServiceError(
-            f"trino: its JDBC catalog reads PostgreSQL, not {url.scheme}: set TIDEMARK_ICEBERG_CATALOG_URI "
-            "to postgresql+pg8000://user:password@host:port/db"
-        )
-    return {
-        "connector.name": "iceberg",
-        "iceberg.catalog.type": "jdbc",
-        "iceberg.jdbc-catalog.catalog-name": settings.iceberg_catalog,
-        "iceberg.jdbc-catalog.driver-class": "org.postgresql.Driver",
-        "iceberg.jdbc-catalog.connection-url": f"jdbc:postgresql://{url.hostname}:{url.port or 5432}{url.path}",
-        "iceberg.jdbc-catalog.connection-user": url.username or "",
-        "iceberg.jdbc-catalog.connection-password": url.password or "",
-        "iceberg.jdbc-catalog.default-warehouse-dir": settings.warehouse,
-        "fs.native-local.enabled": "true",  # file:// data files on this machine
-        "local.location": "/",
-    }
+    """Trino's Iceberg connector on tidemark's catalog (a PostgreSQL SQL catalog or a REST
+    catalog: ``CatalogKind.trino_properties``), its files readable: local ones, or on S3 from
+    the ``AWS_*`` environment."""
+    try:
+        catalog = catalog_kind(settings).trino_properties()
+    except ConfigError as exc:
+        raise ServiceError(f"trino: {exc}") from exc
+    if is_object_store(settings.warehouse):
+        return {**catalog, **_native_s3()}
+    return {**catalog, "fs.native-local.enabled": "true", "local.location": "/"}
 
 
 def delta_catalog(settings: Settings) -> dict[str, str]:

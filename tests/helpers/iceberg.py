@@ -10,9 +10,10 @@ import subprocess
 import sys
 from typing import Any
 
-from tidemark.iceberg_catalog import identifier, open_catalog
+from tidemark.iceberg_catalog import catalog_kind, identifier, open_catalog
+from tidemark.iceberg_rest import RestCatalogKind
 from tidemark.settings import Settings
-from tidemark_dev.duckdb_reader import duckdb_connection
+from tidemark_dev.duckdb_reader import attach_rest_catalog, duckdb_connection
 
 Rows = dict[tuple[int, int], Any]
 
@@ -29,10 +30,14 @@ def pyiceberg_rows(settings: Settings, table: str, *, hour: str, column: str = "
 
 
 def duckdb_rows(settings: Settings, table: str, *, hour: str, column: str = "event_id") -> Rows:
-    metadata = _table(settings, table).metadata_location
-    found = duckdb_connection().sql(
-        f"SELECT _mq_partition, _mq_offset, {column} FROM iceberg_scan('{metadata}') WHERE hr = '{hour}'"
-    )
+    """The hour as DuckDB reads it: by name through a REST catalog, else from the table's
+    current metadata file (DuckDB reads no SQL catalog)."""
+    connection = duckdb_connection()
+    if isinstance(catalog_kind(settings), RestCatalogKind):
+        source = f"{attach_rest_catalog(connection, settings)}.{identifier(table)}"
+    else:
+        source = f"iceberg_scan('{_table(settings, table).metadata_location}')"
+    found = connection.sql(f"SELECT _mq_partition, _mq_offset, {column} FROM {source} WHERE hr = '{hour}'")
     return {(p, o): v for p, o, v in found.fetchall()}
 
 
@@ -58,8 +63,8 @@ def spark_rows(settings: Settings, table: str, *, hour: str, column: str = "even
         **os.environ,
         "TIDEMARK_HOME": str(settings.home),
         "TIDEMARK_WAREHOUSE": settings.warehouse,
+        **settings.iceberg_environment(),
         "TIDEMARK_ICEBERG_CATALOG_URI": settings.iceberg_catalog_url,
-        "TIDEMARK_ICEBERG_CATALOG": settings.iceberg_catalog,
         "TIDEMARK_JVM_CLASS_ARCHIVE": "off",
     }
     name = f"{settings.iceberg_catalog}.{identifier(table)}"

@@ -26,7 +26,7 @@ def job_env(settings: Settings, fail_at: str | None = None) -> dict[str, str]:
         "TIDEMARK_SPARK_MASTER": settings.spark_master,
         "TIDEMARK_EXECUTOR_ENV": settings.executor_env,
         "TIDEMARK_EXECUTOR_ENV_CACHE": settings.executor_env_cache,
-        "TIDEMARK_ICEBERG_CATALOG_URI": settings.iceberg_catalog_uri,
+        **settings.iceberg_environment(),
         "PYTHONUNBUFFERED": "1",  # each log line as it happens: the chaos kills count them
     }
     env.pop("TIDEMARK_FAIL_AT", None)

@@ -263,6 +263,22 @@ class IcebergRuntimeMissingError(TidemarkError):
     fetches them), then retry the task."""
 
 
+class IcebergCatalogError(TidemarkError):
+    """The Iceberg catalog refused tidemark or did not answer: the catalog (secrets masked) and
+    the operation are named; the call that failed committed nothing it can confirm."""
+
+
+class IcebergCatalogAuthError(IcebergCatalogError):
+    """The REST catalog refused tidemark's credential or token (401/403, an OAuth2 error): the
+    way out is a credential it accepts (``TIDEMARK_ICEBERG_CATALOG_CREDENTIAL`` or
+    ``TIDEMARK_ICEBERG_CATALOG_TOKEN``), then a retry of the task."""
+
+
+class IcebergCatalogUnavailableError(IcebergCatalogError):
+    """The REST catalog did not answer within ``TIDEMARK_ICEBERG_CATALOG_TIMEOUT_S`` (or not at
+    all): a retry of the task once it answers checks whether an unanswered commit landed."""
+
+
 class SchemaRegistryUnavailableError(TidemarkError):
     """The Schema Registry of a table did not answer (or refused the client): no record was
     judged by it. The batch fails before its commit, and its retry reads the same offsets."""

@@ -19,8 +19,7 @@ offsets, the ready time and the run:
 Collect keeps every version directory a live snapshot references (time travel and running
 readers), besides what the journal names. The late side table stays a Hive table.
 Iceberg's Java library in the job's Spark runtime writes the table (``iceberg_java``: create,
-evolve, commit); pyiceberg reads it (plans, summaries, live files) against the same SQL
-catalog (``iceberg_catalog``).
+evolve, commit); pyiceberg reads it (plans, summaries, live files) in the same catalog.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from tidemark.hourcommit.iceberg_files import (
     needs_evolution,
     read_schema,
     table_schema,
+    version_of,
 )
 from tidemark.hourcommit.iceberg_java import JavaIceberg, LostRaceError
 from tidemark.hourcommit.versioned import VersionedHourCommit
@@ -53,7 +53,7 @@ from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.catalog import Catalog
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table as IcebergTable
 
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMMIT_ATTEMPTS = 8  # commits lost to another writer of the table, re-planned each time
-_NAMED = re.compile(r"/v(\d+)-b(\d+)(?:-[0-9a-f]{8})?$")
 _HOUR_PATH = re.compile(r"(dt=[^/]+/hr=[^/]+)/")
 
 
@@ -77,7 +76,7 @@ class IcebergHourCommit(VersionedHourCommit):
         super().__init__(layout)
         self.settings = settings
         self.inputs = inputs  # the store's own commit: where a dump leaves batch and late files
-        self._catalog: SqlCatalog | None = None
+        self._catalog: Catalog | None = None
         self._opening = threading.Lock()
         self.java = JavaIceberg(settings, layout.table)  # the writes
 
@@ -102,7 +101,7 @@ class IcebergHourCommit(VersionedHourCommit):
         self.inputs.sweep_sealed(partitions, frontier, zone)
 
     @property
-    def catalog(self) -> SqlCatalog:
+    def catalog(self) -> Catalog:
         with self._opening:  # the seal's warm-up thread may be opening it
             if self._catalog is None:
                 self._catalog = open_catalog(self.settings)
@@ -120,6 +119,8 @@ class IcebergHourCommit(VersionedHourCommit):
             return self.catalog.load_table(self.identifier)
         except NoSuchTableError:
             return None
+        except Exception as exc:  # a REST catalog's refusal or silence, by name
+            raise self.java.kind.named(exc, f"loading {self.identifier}") from exc
 
     # -- publish ----------------------------------------------------------------------------
     def register(
@@ -182,18 +183,23 @@ class IcebergHourCommit(VersionedHourCommit):
             for relative in self.store.files(self.layout.relative(leaf))
         ]
         directory = self._version_dir(specs[0][1])
-        version, through = _version_of(directory)
+        version, through = version_of(directory)
         summary = self._summary(hour, directory, version, through, note)
         schema = read_schema(self.store, files[0][1]) if files else None
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            table = self.load() or self._create(files, schema)
+            table = self.load()
             if table is None:
-                log.info(
-                    "%s: hour %s has no rows and the table no snapshot yet: nothing to commit",
-                    self.layout.table,
-                    hour.key,
+                if schema is None:
+                    log.info(
+                        "%s: hour %s has no rows, the table no snapshot yet", self.layout.table, hour.key
+                    )
+                    return
+                table = self._create(files, schema)
+            if table is None:  # a creation refused as made concurrently, yet no table: again
+                log.warning(
+                    "%s: no Iceberg table after its creation (attempt %s)", self.layout.table, attempt
                 )
-                return
+                continue
             current = self._hour_files(table, hour)  # planned once per attempt
             if self._already(table, hour, current, directory=directory, version=version, through=through):
                 return
@@ -201,11 +207,12 @@ class IcebergHourCommit(VersionedHourCommit):
                 self._commit(table, hour, files, schema, summary)
             except LostRaceError as exc:
                 log.warning(
-                    "%s: hour %s v%s: the Iceberg commit lost a race with another writer (attempt %s of %s): %s; "
-                    "planning it again on the new snapshot",
+                    "%s: hour %s v%s: the Iceberg commit %s (attempt %s of %s): %s; planning it again on "
+                    "the table's current snapshot",
                     self.layout.table,
                     hour.key,
                     version,
+                    "got no answer and may have landed" if exc.unknown else "lost a race with another writer",
                     attempt,
                     COMMIT_ATTEMPTS,
                     exc,
@@ -224,7 +231,7 @@ class IcebergHourCommit(VersionedHourCommit):
             return
         raise HourCommitConflictError(
             f"{self.layout.table} hour {hour.key} v{version}: {COMMIT_ATTEMPTS} Iceberg commits lost races with "
-            "other writers of the table; nothing was committed: retry the task"
+            "other writers of the table or got no answer from its catalog; none is in the table: retry the task"
         )
 
     def _version_dir(self, leaf: Path) -> str:
@@ -288,7 +295,7 @@ class IcebergHourCommit(VersionedHourCommit):
         for data_file in current:
             directory = version_dir_of(self.relative_of(data_file.file_path))
             if directory:
-                version, through = _version_of(directory)
+                version, through = version_of(directory)
                 return {
                     f"{PREFIX}directory": directory,
                     f"{PREFIX}version": str(version),
@@ -324,9 +331,8 @@ class IcebergHourCommit(VersionedHourCommit):
         self, files: list[tuple[dict[str, str], str]], schema: pa.Schema | None
     ) -> IcebergTable | None:
         """The table, created from its first hour's files: their columns, then identity
-        partitions by ``dt``, ``hr`` and the data-derived columns. None with no files."""
-        if not files or schema is None:
-            return None
+        partitions by ``dt``, ``hr`` and the data-derived columns. None when it is not there
+        after all (Iceberg reports a refused creation as one made concurrently)."""
         self.java.create(
             self.identifier,
             table_schema(schema, files[0][0]),
@@ -391,8 +397,3 @@ class IcebergHourCommit(VersionedHourCommit):
             writer=writer,
             registered=lambda: [*(registered() if late else []), *self.live_locations()],
         )
-
-
-def _version_of(directory: str) -> tuple[int, int]:
-    match = _NAMED.search(directory)
-    return (int(match.group(1)), int(match.group(2))) if match else (0, -1)

@@ -5,6 +5,7 @@ snapshot summaries."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -14,6 +15,13 @@ if TYPE_CHECKING:
     from tidemark.tablefs import Store
 
 PREFIX = "tidemark."  # of the snapshot summary's keys
+_NAMED = re.compile(r"/v(\d+)-b(\d+)(?:-[0-9a-f]{8})?$")
+
+
+def version_of(directory: str) -> tuple[int, int]:
+    """(version, through batch) of a version directory's name; (0, -1) for another name."""
+    match = _NAMED.search(directory)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, -1)
 
 
 def read_schema(store: Store, relative: str) -> pa.Schema:

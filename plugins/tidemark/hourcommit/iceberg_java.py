@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from tidemark.errors import IcebergRuntimeMissingError
-from tidemark.iceberg_catalog import spark_catalog_conf
+from tidemark.iceberg_catalog import catalog_kind
 from tidemark.java_errors import java_class, java_message
 from tidemark.settings import Settings
 
@@ -42,8 +42,23 @@ LOST_RACE = (
 ALREADY_EXISTS = "org.apache.iceberg.exceptions.AlreadyExistsException"
 
 
+# what the library raises when a commit's answer never came (a REST catalog's timeout or 5xx):
+# it may have landed; planned again, the step finds its own commit in the summaries if it did
+UNKNOWN_OUTCOME = (
+    "org.apache.iceberg.exceptions.CommitStateUnknownException",
+    "org.apache.iceberg.exceptions.RESTException",
+    "org.apache.iceberg.exceptions.ServiceUnavailableException",
+    "org.apache.iceberg.exceptions.ServiceFailureException",
+)
+
+
 class LostRaceError(Exception):
-    """Another writer committed first (Iceberg's optimistic concurrency): plan again."""
+    """Another writer committed first (Iceberg's optimistic concurrency), or the commit's
+    answer never came (``unknown``: it may have landed): plan again."""
+
+    def __init__(self, message: str, *, unknown: bool = False) -> None:
+        super().__init__(message)
+        self.unknown = unknown
 
 
 class JavaIceberg:
@@ -55,6 +70,7 @@ class JavaIceberg:
         self.table = table  # tidemark's name, for messages
         self._catalog: Any = None
         self._opening = threading.Lock()
+        self.kind = catalog_kind(settings)
 
     def _context(self) -> Any:
         """The active SparkContext: its gateway and its Hadoop conf."""
@@ -78,24 +94,21 @@ class JavaIceberg:
         with self._opening:
             if self._catalog is None:
                 context = self._context()
-                prefix = f"spark.sql.catalog.{self.settings.iceberg_catalog}."
-                options = {
-                    k.removeprefix(prefix): v
-                    for k, v in spark_catalog_conf(self.settings).items()
-                    if k.startswith(prefix)
-                }
+                options = {"cache-enabled": "false", **self.kind.java_properties()}
                 hadoop = context._jsc.hadoopConfiguration()
                 try:
                     util = context._jvm.org.apache.iceberg.CatalogUtil
                     self._catalog = util.buildIcebergCatalog(self.settings.iceberg_catalog, options, hadoop)
                 except Exception as exc:
-                    if "CatalogUtil" in str(exc) or "does not exist in the JVM" in str(exc):
+                    # no runtime: Py4J's own errors (a package where a class should be), not Java's
+                    missing = ("JavaPackage", "CatalogUtil", "does not exist in the JVM")
+                    if java_class(exc) is None and any(m in str(exc) for m in missing):
                         raise IcebergRuntimeMissingError(
                             f"{self.table}: Iceberg's runtime for Spark is not on the job's class path "
                             "(tidemark.jobs.table_session_conf gives a job of an Iceberg table; "
                             "`make jvm` fetches it)"
                         ) from exc
-                    raise
+                    raise self.kind.named(exc, f"opening it for {self.table}") from exc
             return self._catalog
 
     def _identifier(self, identifier: str) -> Any:
@@ -109,7 +122,8 @@ class JavaIceberg:
         location: str,
         properties: dict[str, str],
     ) -> None:
-        """Create the table (see the module); one created by a racing step is left as it is."""
+        """Create the table (see the module); one created by a racing step is left as it is, and
+        a creation refused or unanswered is for the caller to find out (it loads the table)."""
         jvm = self.jvm
         java_schema = self._schema(schema)
         spec = jvm.org.apache.iceberg.PartitionSpec.builderFor(java_schema)
@@ -126,8 +140,9 @@ class JavaIceberg:
             self._map_names(tx)
             tx.commitTransaction()
         except Exception as exc:
-            if java_class(exc) != ALREADY_EXISTS:
-                raise
+            # made by a racing step, refused, or unanswered: the caller looks for the table again
+            if java_class(exc) not in (ALREADY_EXISTS, *LOST_RACE, *UNKNOWN_OUTCOME):
+                raise self.kind.named(exc, f"creating the table of {self.table}") from exc
 
     def commit(
         self,
@@ -182,9 +197,7 @@ class JavaIceberg:
             overwrite.commit()
             tx.commitTransaction()
         except Exception as exc:
-            if java_class(exc) in LOST_RACE:
-                raise LostRaceError(java_message(exc)) from exc
-            raise
+            raise self._replan_or_name(exc) from exc
 
     def delete_before(self, identifier: str, dt: str, hr: str, summary: dict[str, str]) -> None:
         """One snapshot dropping the files of every hour before (``dt``, ``hr``): the hours'
@@ -203,9 +216,16 @@ class JavaIceberg:
                 delete = delete.set(key, value)
             delete.commit()
         except Exception as exc:
-            if java_class(exc) in LOST_RACE:
-                raise LostRaceError(java_message(exc)) from exc
-            raise
+            raise self._replan_or_name(exc) from exc
+
+    def _replan_or_name(self, exc: Exception) -> BaseException:
+        """A lost race or an unknown outcome as ``LostRaceError`` (planned again), a refused
+        credential or a silent catalog by name, anything else as it is."""
+        if java_class(exc) in LOST_RACE:
+            return LostRaceError(java_message(exc))
+        if java_class(exc) in UNKNOWN_OUTCOME:
+            return LostRaceError(self.kind.named(exc, f"committing to {self.table}").__str__(), unknown=True)
+        return self.kind.named(exc, f"committing to {self.table}")
 
     def _schema(self, schema: pa.Schema) -> Any:
         """An Arrow schema as Iceberg's Java ``Schema`` (pyiceberg's conversion of Arrow types,

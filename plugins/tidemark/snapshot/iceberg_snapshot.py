@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import MergeError
-from tidemark.iceberg_catalog import identifier, jdbc_url, open_catalog
-from tidemark.masking import mask_text
+from tidemark.iceberg_catalog import catalog_kind, identifier, open_catalog
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotRecord
@@ -79,11 +78,12 @@ class IcebergSnapshot(VersionedSnapshot):
         self.catalog = open_catalog(settings)
         self.identifier = identifier(config.snapshot_table)
         self.name = f"{settings.iceberg_catalog}.{self.identifier}"
-        url, _ = jdbc_url(settings.iceberg_catalog_url)
+        kind = catalog_kind(settings)
+        url = kind.java_properties()["uri"]
         if spark.conf.get(f"spark.sql.catalog.{settings.iceberg_catalog}.uri", None) != url:
             raise MergeError(
                 f"{config.table}: this Spark session has no Iceberg catalog {settings.iceberg_catalog!r} on "
-                f"{mask_text(settings.iceberg_catalog_url)}: cdc.snapshot_format: iceberg needs a session built "
+                f"{kind.describe()}: cdc.snapshot_format: iceberg needs a session built "
                 "with tidemark.jobs.table_session_conf (spark-submit through tidemark's jobs does)"
             )
 
