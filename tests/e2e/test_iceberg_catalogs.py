@@ -3,7 +3,8 @@
 checks OAuth2 client credentials). On each: the seal and a late amend, each killed at every
 commit point and retried; snapshot expiry and the collector; the rows read by name by Spark,
 pyiceberg and DuckDB (through REST: DuckDB's ``ATTACH ... (TYPE iceberg, ENDPOINT ...)``) and
-by Trino's REST catalog. Then what a REST catalog adds: a refused commit (409) planned again;
+by Trino's REST catalog; a CDC snapshot merged by Spark into the REST catalog, its labels read
+by tag. Then what a REST catalog adds: a refused commit (409) planned again;
 a commit whose answer never came found in the table's summaries, never committed twice; a
 wrong credential and a silent catalog each named in bounded time, the secret masked."""
 
@@ -21,7 +22,8 @@ from typing import Any
 import pytest
 
 from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of, spark_rows
-from tests.helpers.iceberg_rest import CLIENT_ID, rest_catalog
+from tests.helpers.iceberg_rest import CLIENT_ID, in_session, rest_catalog
+from tests.helpers.orders import bootstrapped, duckdb_snapshot, snapshot, three_hours_of_changes, truth
 from tests.helpers.tables import at, fresh_table
 from tidemark.errors import IcebergCatalogAuthError, IcebergCatalogUnavailableError, InjectedFault
 from tidemark.hourcommit.iceberg_java import JavaIceberg
@@ -30,8 +32,9 @@ from tidemark.ingest.dump import run_dump
 from tidemark.seal.maintenance import maintain
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.snapshot.merge import run_merge
 from tidemark.table import Table
-from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.generator import create_topic, produce, records, state_after
 from tidemark_dev.iceberg_rest import IcebergRestService
 from tidemark_dev.net import free_port
 from tidemark_dev.trino import TrinoService
@@ -192,3 +195,21 @@ def test_a_rest_catalog_s_refusals_and_silences_are_retried_or_named(
 
 def _commits(settings: Settings, table: str) -> list[tuple[str, str]]:
     return [(s["tidemark.hour"], s["tidemark.version"]) for s in snapshots_of(settings, table)]
+
+
+def test_a_cdc_snapshot_in_a_rest_catalog_merges_and_is_read_by_its_tags(
+    rest: tuple[IcebergRestService, Settings], spark: Any, broker: str, tmp_path: Path
+) -> None:
+    """Spark's MERGE and tags through the REST catalog: the snapshot by name and each label
+    by its tag, equal to the source's state; pyiceberg and DuckDB read the same."""
+    settings = rest[1]
+    in_session(spark, settings)
+    config, settings, source_state, _ = bootstrapped(spark, broker, settings, tmp_path, "iceberg")
+    after = three_hours_of_changes(spark, broker, config, settings, source_state)
+    for label in ("2026-11-22T10", "2026-11-22T11"):
+        run_merge(spark, config, settings, f"merge-{label}", label)
+    until_12 = state_after(
+        [c for c in after if datetime.fromisoformat(c["updated_at"]) < at(12)], source_state
+    )
+    assert snapshot(spark, config, "2026-11-22T11", settings) == truth(until_12)
+    assert duckdb_snapshot(settings, config) == truth(until_12)

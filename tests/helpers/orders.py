@@ -12,16 +12,20 @@ import pyarrow as pa  # noqa: TID253
 import pyarrow.parquet as pq  # noqa: TID253
 from deltalake import DeltaTable  # noqa: TID253
 
-from tests.helpers.tables import fresh_table
+from tests.helpers.tables import at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.iceberg_catalog import identifier, open_catalog
+from tidemark.ingest.dump import run_dump
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.snapshot.bootstrap import run_bootstrap
 from tidemark.snapshot.delta import is_delta
 from tidemark.snapshot.formats import is_versioned, read_snapshot
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotStore
+from tidemark.snapshot.sources import BootstrapSource
 from tidemark.state.layout import Layout
 from tidemark_dev.duckdb_reader import duckdb_connection
-from tidemark_dev.generator import Message, change_messages, create_topic, produce
+from tidemark_dev.generator import Message, change_messages, create_topic, order_changes, produce, state_after
 
 Row = tuple[Any, ...]
 Delivered = list[tuple[int, int, dict[str, Any]]]
@@ -257,3 +261,41 @@ def orders_table(
     )
     create_topic(broker, config.source.topic, 2)
     return config, settings
+
+
+BOOTSTRAP_AT = at(10)
+
+
+def ingest(spark: Any, config: TableConfig, settings: Settings, run: str, processing: datetime) -> None:
+    run_dump(spark, config, settings, run, processing)
+    run_seal(spark, config, settings, run)
+
+
+def history() -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+    """Changes before the bootstrap (09:00-10:00) and the source state they leave."""
+    before = order_changes(120, start=at(9), seed=1)
+    return before, state_after(before)
+
+
+def bootstrapped(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str, **overrides: Any
+) -> tuple[TableConfig, Settings, dict[int, dict[str, Any]], Any]:
+    """A fresh orders table whose history is in the topic and in a Parquet source, bootstrapped
+    at 10:00 as snapshot ``base``; ``overrides`` as ``fresh_table`` takes them."""
+    config, settings = orders_table(settings, tmp_path, broker, snapshot_format, **overrides)
+    before, source_state = history()
+    send(broker, config, before)
+    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
+    boot = run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
+    assert sum(boot.aligned_offsets.values()) == len(before)
+    return config, settings, source_state, boot
+
+
+def three_hours_of_changes(
+    spark: Any, broker: str, config: TableConfig, settings: Settings, source_state: dict[int, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Changes from 10:00 to 13:30 sent and ingested (hours 10-12 sealed); returns them."""
+    after = order_changes(200, start=at(10), span=at(13, 30) - at(10), existing=source_state, seed=7)
+    send(broker, config, after)
+    ingest(spark, config, settings, "ingest-1", at(13, 40))
+    return after

@@ -14,14 +14,19 @@ import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
 from tests.helpers.orders import (
+    BOOTSTRAP_AT,
     Delivered,
     Row,
+    bootstrapped,
     duckdb_snapshot,
+    history,
+    ingest,
     late_update,
     normal,
     orders_table,
     send,
     snapshot,
+    three_hours_of_changes,
     truth,
     write_parquet_source,
 )
@@ -30,10 +35,8 @@ from tidemark.config import TableConfig
 from tidemark.errors import BootstrapError, InjectedFault, MergeError, UnsealedHoursError
 from tidemark.faults import SNAPSHOT_POINTS
 from tidemark.iceberg_catalog import identifier, open_catalog
-from tidemark.ingest.dump import run_dump
 from tidemark.observe.metrics import emit_metrics
 from tidemark.observe.status import render, table_status
-from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.snapshot.bootstrap import run_bootstrap
 from tidemark.snapshot.changes import latest_changes, latest_state, state_difference
@@ -49,8 +52,6 @@ from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, apply_order_change
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER
 
 pytestmark = pytest.mark.integration
-
-BOOTSTRAP_AT = at(10)
 
 
 @pytest.fixture(params=["parquet", "delta", "iceberg"])
@@ -79,31 +80,6 @@ def reference_merge(
         if change["order_id"] not in best or rank > best[change["order_id"]][0]:
             best[change["order_id"]] = (rank, change)
     return sorted(normal(c) for _, c in best.values() if c["op"] != "d")
-
-
-def ingest(spark: Any, config: TableConfig, settings: Settings, run: str, processing: datetime) -> None:
-    run_dump(spark, config, settings, run, processing)
-    run_seal(spark, config, settings, run)
-
-
-def history() -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
-    """Changes before the bootstrap (09:00-10:00) and the source state they leave."""
-    before = order_changes(120, start=at(9), seed=1)
-    return before, state_after(before)
-
-
-def bootstrapped(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path, snapshot_format: str, **overrides: Any
-) -> tuple[TableConfig, Settings, dict[int, dict[str, Any]], Any]:
-    """A fresh orders table whose history is in the topic and in a Parquet source, bootstrapped
-    at 10:00 as snapshot ``base``; ``overrides`` as ``fresh_table`` takes them."""
-    config, settings = orders_table(settings, tmp_path, broker, snapshot_format, **overrides)
-    before, source_state = history()
-    send(broker, config, before)
-    source = BootstrapSource("parquet", str(write_parquet_source(tmp_path / "src", source_state)))
-    boot = run_bootstrap(spark, config, settings, "boot-1", source, as_of=BOOTSTRAP_AT, label="base")
-    assert sum(boot.aligned_offsets.values()) == len(before)
-    return config, settings, source_state, boot
 
 
 @pytest.mark.parametrize(
@@ -427,16 +403,6 @@ def test_a_merge_source_is_the_newest_change_per_key_and_a_difference_names_dele
         (2, 1, "b", True),  # in the current state, not in the desired one
         (6, 1, "new", False),
     ]  # key 3 is equal in both (nulls included): left alone
-
-
-def three_hours_of_changes(
-    spark: Any, broker: str, config: TableConfig, settings: Settings, source_state: dict[int, dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Changes from 10:00 to 13:30 sent and ingested (hours 10-12 sealed); returns them."""
-    after = order_changes(200, start=at(10), span=at(13, 30) - at(10), existing=source_state, seed=7)
-    send(broker, config, after)
-    ingest(spark, config, settings, "ingest-1", at(13, 40))
-    return after
 
 
 def merge_13_unpublished(
