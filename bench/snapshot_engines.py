@@ -19,13 +19,17 @@ each engine runs in its own process:
 - ``iceberg-spark-local``: ``cdc.snapshot_format: iceberg``'s MERGE: the same rows copied
   (not timed) into an Iceberg table (format 2, Iceberg's default copy-on-write MERGE, files
   of ~1M rows in key order, as tidemark's bootstrap writes them), then Spark SQL's
-  ``MERGE INTO`` with Iceberg's runtime and SQL extensions on ``local[*]``.
+  ``MERGE INTO`` with Iceberg's runtime and SQL extensions on ``local[*]``;
+- ``iceberg-v3-mor-local``: the same on a format-3 table whose MERGE is merge-on-read
+  (``cdc.iceberg_format_version: 3``, ``cdc.merge_mode: merge-on-read``): deletion vectors
+  beside the files a change touches instead of rewriting them.
 
 Prints per run the wall time of the whole process (the JVM start included), the MERGE alone,
 the CPU seconds and peak RSS of the process tree plus, on the cluster, of its executors
 (sampled from /proc every 0.2 s), and the rows and files the MERGE reports; then the ratios
 ``<engine>/delta-rs`` in wall time (Iceberg's: less its untimed copy; its CPU and RSS
-include the copy). Not a test.
+include the copy), and ``mor/cow`` for the MERGE and for a full read of the table after it
+(every column of every row, the deletes applied). Not a test.
 """
 
 from __future__ import annotations
@@ -56,7 +60,21 @@ from tidemark.spark import build_session
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService, master_url
 from tidemark_dev.net import free_port_block
 
-ENGINES = ("delta-rs", "delta-spark-local", "delta-spark-cluster", "iceberg-spark-local")
+ENGINES = (
+    "delta-rs",
+    "delta-spark-local",
+    "delta-spark-cluster",
+    "iceberg-spark-local",
+    "iceberg-v3-mor-local",
+)
+# cdc.iceberg_format_version: 3 with cdc.merge_mode: merge-on-read: the MERGE writes deletion
+# vectors beside the files it touches instead of rewriting them (tidemark.snapshot.iceberg_snapshot)
+MERGE_ON_READ = {
+    "format-version": "3",
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.delete.mode": "merge-on-read",
+}
 COLUMNS = ("order_id", "version", "customer_id", "status", "amount")
 
 
@@ -127,8 +145,10 @@ def spark_merge(root: Path) -> dict[str, Any]:
     }
 
 
-def iceberg_merge(root: Path) -> dict[str, Any]:
-    """The same MERGE INTO on an Iceberg copy of the snapshot (a Hadoop catalog in ``root``)."""
+def iceberg_merge(root: Path, properties: dict[str, str] | None = None) -> dict[str, Any]:
+    """The same MERGE INTO on an Iceberg copy of the snapshot (a Hadoop catalog in ``root``),
+    format 2 and copy-on-write unless ``properties`` say otherwise; then one full read of the
+    merged table (every column of every row: deletes applied), timed too."""
     from deltalake import DeltaTable
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -147,13 +167,14 @@ def iceberg_merge(root: Path) -> dict[str, Any]:
     snapshot = spark.read.parquet(*files).select(*COLUMNS)
     copy_started = time.perf_counter()
     rows_in = snapshot.count()
-    (
+    writer = (
         snapshot.repartitionByRange(max(1, rows_in // 1_000_000), "order_id")
         .sortWithinPartitions("order_id")
         .writeTo("bench.db.snapshot")
-        .tableProperty("format-version", "2")
-        .create()
     )
+    for key, value in (properties or {"format-version": "2"}).items():
+        writer = writer.tableProperty(key, value)
+    writer.create()
     copy_s = time.perf_counter() - copy_started
     # Iceberg's MERGE refuses a non-deterministic source (the arrival id above): the newest
     # change per key by version, a key's repeated change being the same row
@@ -165,6 +186,9 @@ def iceberg_merge(root: Path) -> dict[str, Any]:
     merge_started = time.perf_counter()
     spark.sql(merge_statement("bench.db.snapshot")).collect()
     merge_s = time.perf_counter() - merge_started
+    read_started = time.perf_counter()
+    spark.table("bench.db.snapshot").write.format("noop").mode("overwrite").save()
+    read_s = time.perf_counter() - read_started
     summary = spark.sql("SELECT summary FROM bench.db.snapshot.snapshots ORDER BY committed_at DESC LIMIT 1")
     counts = summary.first()[0]
     keys = (
@@ -173,11 +197,14 @@ def iceberg_merge(root: Path) -> dict[str, Any]:
         "spark.merge-into.num-target-rows-deleted",
         "deleted-data-files",
         "added-data-files",
+        "added-dvs",
+        "added-delete-files",
     )
     return {
         "session_s": session_s,
         "copy_s": copy_s,
         "seconds": merge_s,
+        "read_s": read_s,
         "rows_out": spark.table("bench.db.snapshot").count(),
         "retry_would_skip": "n/a (tidemark checks the snapshot summary)",
         "metrics": {k.rsplit(".", 1)[-1]: counts.get(k) for k in keys},
@@ -240,12 +267,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--increment-rows", type=int, default=1_000_000)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--worker", choices=("spark-merge", "iceberg-merge"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker", choices=("spark-merge", "iceberg-merge", "iceberg-mor-merge"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker = spark_merge if args.worker == "spark-merge" else iceberg_merge
-        print(json.dumps(worker(args.root), default=str))
+        workers = {
+            "spark-merge": spark_merge,
+            "iceberg-merge": iceberg_merge,
+            "iceberg-mor-merge": lambda root: iceberg_merge(root, MERGE_ON_READ),
+        }
+        print(json.dumps(workers[args.worker](args.root), default=str))
         return 0
     engines = [e for e in args.engines.split(",") if e]
     if unknown := set(engines) - set(ENGINES):
@@ -277,7 +310,10 @@ def main(argv: list[str] | None = None) -> int:
                     command = [sys.executable, upsert, "--worker", "merge", "--root", str(root)]
                     run_env = env
                 else:
-                    kind = "iceberg-merge" if engine.startswith("iceberg") else "spark-merge"
+                    kind = {
+                        "iceberg-spark-local": "iceberg-merge",
+                        "iceberg-v3-mor-local": "iceberg-mor-merge",
+                    }.get(engine, "spark-merge")
                     command = [sys.executable, __file__, "--worker", kind, "--root", str(root)]
                     master = master_url(settings) if engine == "delta-spark-cluster" else "local[*]"
                     run_env = {**env, "TIDEMARK_SPARK_MASTER": master}
@@ -292,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{engine:20} wall {wall:6.1f} s, MERGE {result['seconds']:6.1f} s, {cpu:6.1f} CPU-s, "
                     f"peak RSS {rss:,.0f} MB (executors included), rows out {result['rows_out']:,}, "
+                    f"full read after {result.get('read_s', float('nan')):.1f} s, "
                     f"retry skipped: {result['retry_would_skip']}; {result.get('metrics')}; "
                     f"delta-rs sees {result.get('delta_rs_reads', '-')}",
                     flush=True,
@@ -301,6 +338,16 @@ def main(argv: list[str] | None = None) -> int:
         for node in reversed(nodes):
             node.stop()
         shutil.rmtree(scratch, ignore_errors=True)
+    cow, mor = results.get("iceberg-spark-local"), results.get("iceberg-v3-mor-local")
+    if cow and mor:  # Iceberg v3 merge-on-read (deletion vectors) against v2 copy-on-write
+        merges = [m["seconds"] / c["seconds"] for m, c in zip(mor, cow, strict=True)]
+        reads = [m["read_s"] / c["read_s"] for m, c in zip(mor, cow, strict=True)]
+        print(
+            f"mor/cow = {statistics.median(merges):.2f} (MERGE; runs {', '.join(f'{r:.2f}' for r in merges)})"
+        )
+        print(
+            f"mor/cow = {statistics.median(reads):.2f} (full read after it; runs {', '.join(f'{r:.2f}' for r in reads)})"
+        )
     base = results.get("delta-rs")
     for engine in engines:
         if engine != "delta-rs" and base and results[engine]:

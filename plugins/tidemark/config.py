@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from tidemark.cdc_config import CdcConfig
 from tidemark.durations import Duration, format_duration
 from tidemark.envelopes import Envelope, envelope_of
 from tidemark.errors import ConfigError
@@ -98,27 +99,6 @@ class OutputConfig(_Strict):
     def files_for(self, size: int) -> int:
         """Files of about ``target_file_size`` for ``size`` bytes (at least one)."""
         return max(1, math.ceil(size / self.target_file_size))
-
-
-class CdcConfig(_Strict):
-    """For change-data-capture tables: the operation and version fields, how often and in which
-    format the merge folds sealed increments into ``<table>_snapshot`` (``parquet``: a Hive
-    partition per snapshot; ``delta`` / ``iceberg``: one table, a version per snapshot)."""
-
-    op_field: str = "op"
-    version_field: str = "version"
-    delete_ops: list[str] = Field(default_factory=lambda: ["d"])
-    # how the capture tool wraps each change (envelopes.py): the flat record, or
-    # Debezium's, Maxwell's or Canal's envelope, read into the columns, op and version
-    envelope: Literal["flat", "debezium", "maxwell", "canal"] = "flat"
-    snapshot_every: Literal["day", "hour"] = "day"
-    snapshot_format: Literal["parquet", "delta", "iceberg"] = "parquet"
-    # delta/iceberg: target file size; a MERGE rewrites only files holding changed keys
-    snapshot_file_size: Size = 32 * 1024 * 1024
-    # delta/iceberg: the newest labels kept readable; an older one expires (its files go)
-    keep_labels: int = Field(default=48, ge=1)
-    # delta: who writes a version: delta-rs in the driver, or delta-spark on the executors
-    merge_engine: Literal["delta-rs", "spark"] = "delta-rs"
 
 
 class StreamConfig(_Strict):

@@ -313,3 +313,24 @@ def test_a_retention_shorter_than_two_hours_is_refused(tmp_path: Path) -> None:
     assert any("retention.late: the late side table is late_policy side_table's" in p for p in problems)
     side = load_table_file(write(tmp_path, variant(late_policy="side_table", retention__late="30d")))
     assert side.retention.late == timedelta(days=30)
+
+
+def test_an_iceberg_snapshot_s_format_and_merge_mode_are_iceberg_s_alone(tmp_path: Path) -> None:
+    orders = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "conf" / "tables" / "orders.yaml").read_text()
+    )
+    orders["cdc"].update(snapshot_format="iceberg", iceberg_format_version=3, merge_mode="merge-on-read")
+    cdc = load_table_file(write(tmp_path, orders, "orders")).cdc
+    assert cdc is not None and (cdc.iceberg_format_version, cdc.merge_mode) == (3, "merge-on-read")
+    orders["cdc"]["snapshot_format"] = "delta"
+    message, _ = problems_of_named(tmp_path, orders, "orders")
+    assert "cdc.iceberg_format_version applies to cdc.snapshot_format: iceberg only" in message
+    orders["cdc"].update(snapshot_format="iceberg", iceberg_format_version=4)
+    message, _ = problems_of_named(tmp_path, orders, "orders")
+    assert "iceberg_format_version" in message
+
+
+def problems_of_named(tmp_path: Path, data: dict[str, Any], name: str) -> tuple[str, list[str]]:
+    with pytest.raises(ConfigError) as info:
+        load_table_file(write(tmp_path, data, name))
+    return str(info.value), info.value.problems

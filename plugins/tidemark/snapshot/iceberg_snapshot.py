@@ -54,6 +54,7 @@ SUMMARY_METRICS = {
     "spark.merge-into.num-target-rows-deleted": "num_target_rows_deleted",
     "deleted-data-files": "num_target_files_removed",
     "added-data-files": "num_target_files_added",
+    "added-delete-files": "num_delete_files_added",  # merge-on-read: deletion vectors, position deletes
 }
 
 
@@ -171,7 +172,9 @@ class IcebergSnapshot(VersionedSnapshot):
             and (record_in(s) or {}).get("label") == name
         }
         moved = {n: i for n, i in wanted.items() if tags.get(n) != i}
-        if expired or moved:
+        if (expired or moved) and table.format_version >= 3:
+            self._retag_in_spark(expired, moved)  # pyiceberg 0.12 writes no format-3 metadata
+        elif expired or moved:
             with table.manage_snapshots() as refs:
                 for name in sorted(expired):
                     refs.remove_tag(name)
@@ -186,6 +189,16 @@ class IcebergSnapshot(VersionedSnapshot):
             head.table_version,
         )
         return "tags published"
+
+    def _retag_in_spark(self, expired: set[str], moved: dict[str, int]) -> None:
+        """The same through Iceberg's Spark DDL, one commit per tag: each kept label's tag is
+        replaced in place (never dropped first), so no reader finds it missing either."""
+        for name, snapshot_id in sorted(moved.items()):
+            self.spark.sql(
+                f"ALTER TABLE {self.name} CREATE OR REPLACE TAG {quote_identifier(name)} AS OF VERSION {snapshot_id}"
+            )
+        for name in sorted(expired):
+            self.spark.sql(f"ALTER TABLE {self.name} DROP TAG IF EXISTS {quote_identifier(name)}")
 
     def vacuum(self, kept: Sequence[SnapshotRecord]) -> list[str]:
         """Expire the snapshots that no record in ``kept`` (readable within the grace), no tag
@@ -238,6 +251,7 @@ class IcebergSnapshot(VersionedSnapshot):
     def write_merge(
         self, source: DataFrame, pending: SnapshotRecord, version: int, *, only_newer: bool
     ) -> dict[str, Any]:
+        self._settle_merge_mode()
         run_merge(
             self.spark,
             source,
@@ -251,17 +265,52 @@ class IcebergSnapshot(VersionedSnapshot):
         return self._metrics(summary_of(self._landed(pending, version)))
 
     def _create(self) -> None:
-        """The table, once (Spark's DDL: the snapshot's Spark types as Iceberg's)."""
+        """The table, once (Spark's DDL: the snapshot's Spark types as Iceberg's), in the
+        format and merge mode of ``cdc`` (``tidemark.cdc_config``)."""
         if self.exists():
             return
         columns = ", ".join(f"{quote_identifier(n)} {t}" for n, t in self.columns)
+        properties = {
+            "format-version": str(self.cdc.iceberg_format_version),
+            "commit.retry.num-retries": "0",
+            "write.target-file-size-bytes": str(int(self.cdc.snapshot_file_size)),
+            **self._merge_mode(),
+        }
         self.spark.sql(
             f"CREATE TABLE IF NOT EXISTS {self.name} ({columns}) USING iceberg "
-            f"LOCATION '{hadoop_uri(self.uri)}' TBLPROPERTIES ("
-            "'format-version' = '2', 'commit.retry.num-retries' = '0', "
-            f"'write.target-file-size-bytes' = '{int(self.cdc.snapshot_file_size)}')"
+            f"LOCATION '{hadoop_uri(self.uri)}' TBLPROPERTIES ({_properties_sql(properties)})"
         )
-        log.info("%s: Iceberg snapshot table %s created at %s", self.config.table, self.name, self.uri)
+        log.info(
+            "%s: Iceberg snapshot table %s (format %s, %s) created at %s",
+            self.config.table,
+            self.name,
+            self.cdc.iceberg_format_version,
+            self.cdc.merge_mode,
+            self.uri,
+        )
+
+    def _merge_mode(self) -> dict[str, str]:
+        return {f"write.{op}.mode": self.cdc.merge_mode for op in ("merge", "update", "delete")}
+
+    def _settle_merge_mode(self) -> None:
+        """``cdc.merge_mode`` on the table before its MERGE (a table property, changed freely);
+        its format version is a new table's (an upgrade is the operator's ``ALTER TABLE``)."""
+        table = self.table()
+        wanted = self._merge_mode()
+        if any(table.properties.get(k) != v for k, v in wanted.items()):
+            self.spark.sql(f"ALTER TABLE {self.name} SET TBLPROPERTIES ({_properties_sql(wanted)})")
+            log.info("%s: %s now merges %s", self.config.table, self.name, self.cdc.merge_mode)
+        if table.format_version != self.cdc.iceberg_format_version:
+            log.warning(
+                "%s: %s is Iceberg format %s, cdc.iceberg_format_version says %s: the setting is a new "
+                "table's (upgrade with ALTER TABLE %s SET TBLPROPERTIES ('format-version' = '3'); no "
+                "table goes back)",
+                self.config.table,
+                self.name,
+                table.format_version,
+                self.cdc.iceberg_format_version,
+                self.name,
+            )
 
     @staticmethod
     def _carrying(pending: SnapshotRecord) -> dict[str, str]:
@@ -285,3 +334,7 @@ class IcebergSnapshot(VersionedSnapshot):
                 "retry the task"
             )
         return current
+
+
+def _properties_sql(properties: dict[str, str]) -> str:
+    return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
