@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of, spark_rows
+from tests.helpers.iceberg import duckdb_rows, iceberg_table, pyiceberg_rows, snapshots_of, spark_rows
 from tests.helpers.iceberg_rest import CLIENT_ID, in_session, rest_catalog
 from tests.helpers.orders import bootstrapped, duckdb_snapshot, snapshot, three_hours_of_changes, truth
 from tests.helpers.tables import at, fresh_table
@@ -71,15 +71,10 @@ def test_an_iceberg_table_lands_amends_expires_and_every_engine_reads_it(
 ) -> None:
     if catalog == "rest":
         settings = request.getfixturevalue("rest")[1]
-    config, settings = fresh_table(
-        settings,
-        tmp_path,
-        late_policy="amend",
-        output__table_format="iceberg",
-        output__version_retention="2s",
+    config, settings = iceberg_table(
+        settings, tmp_path, broker, 2, late_policy="amend", output__version_retention="2s"
     )
     table, topic = config.table, config.source.topic
-    create_topic(broker, topic, 2)
     produced = produce(broker, topic, records([(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 10)]))
     produced += produce(broker, topic, records([(0, at(11, 50)), (1, at(11, 45))], prefix="b"))
     run_dump(spark, config, settings, "run-1", at(12))

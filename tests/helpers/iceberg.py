@@ -8,12 +8,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+from tests.helpers.tables import fresh_table
+from tidemark.config import TableConfig
 from tidemark.iceberg_catalog import catalog_kind, identifier, open_catalog
 from tidemark.iceberg_rest import RestCatalogKind
 from tidemark.settings import Settings
 from tidemark_dev.duckdb_reader import attach_rest_catalog, duckdb_connection
+from tidemark_dev.generator import create_topic
 
 Rows = dict[tuple[int, int], Any]
 
@@ -87,3 +91,13 @@ def snapshots_of(settings: Settings, table: str) -> list[dict[str, str]]:
         {"operation": s.summary.operation.value, **s.summary.additional_properties}
         for s in sorted(snapshots, key=lambda s: s.sequence_number or 0)
     ]
+
+
+def iceberg_table(
+    settings: Settings, tmp_path: Path, broker: str, partitions: int, **overrides: Any
+) -> tuple[TableConfig, Settings]:
+    """A fresh events table with ``output.table_format: iceberg`` (``overrides`` as
+    ``fresh_table`` takes them) and its topic of ``partitions`` MQ partitions."""
+    config, settings = fresh_table(settings, tmp_path, output__table_format="iceberg", **overrides)
+    create_topic(broker, config.source.topic, partitions)
+    return config, settings

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of, spark_rows
+from tests.helpers.iceberg import duckdb_rows, iceberg_table, pyiceberg_rows, snapshots_of, spark_rows
 from tests.helpers.tables import AMOUNT_AT_MOST_100, at, fresh_table
 from tidemark.config import load_table_file
 from tidemark.errors import (
@@ -245,15 +245,10 @@ def test_maintenance_expires_old_snapshots_and_their_metadata_never_the_current(
     """Three snapshots of hour 10 (seal, amend, rebuild); within the retention nothing goes;
     past it the two older snapshots and the metadata only they used go, the hour still reads
     the same, and the seal's collector then deletes the versions they held."""
-    config, settings = fresh_table(
-        settings,
-        tmp_path,
-        late_policy="amend",
-        output__table_format="iceberg",
-        output__version_retention="2s",
+    config, settings = iceberg_table(
+        settings, tmp_path, broker, 1, late_policy="amend", output__version_retention="2s"
     )
     table, topic = config.table, config.source.topic
-    create_topic(broker, topic, 1)
     produce(broker, topic, records([(0, at(10, m)) for m in (0, 20, 40, 110)]))
     run_dump(spark, config, settings, "run-1", at(12))
     run_seal(spark, config, settings, "run-1")
