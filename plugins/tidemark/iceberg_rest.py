@@ -103,9 +103,13 @@ class RestCatalogKind(CatalogKind):
         return catalog
 
     def java_properties(self) -> dict[str, str]:
+        """The Java client's: its timeouts, and Hadoop's FileIO unless the properties name
+        another (the files through s3a and the ``AWS_*`` environment, as the SQL catalog's
+        tables; the REST client's own default would pick Iceberg's S3FileIO for s3a://)."""
         milliseconds = str(int(self.settings.iceberg_catalog_timeout_s * 1000))
         return {
             "type": "rest",
+            "io-impl": "org.apache.iceberg.hadoop.HadoopFileIO",
             **self.properties(),
             "rest.client.connection-timeout-ms": milliseconds,
             "rest.client.socket-timeout-ms": milliseconds,

@@ -85,9 +85,9 @@ class IcebergRestService(Service):
         return {**os.environ, "TIDEMARK_REST_CLIENT_SECRET": secret, "TIDEMARK_REST_TOKEN": token}
 
     def command(self) -> list[str]:
-        jars = [*require_jars("iceberg-rest"), *require_jars("iceberg-rest-server")]
-        if is_object_store(self.settings.warehouse):
-            jars += s3a_jars(self.settings)
+        # s3a first: iceberg-core's tests jar carries a stand-in S3ABlockOutputStream of its own
+        s3a = s3a_jars(self.settings) if is_object_store(self.settings.warehouse) else []
+        jars = [*s3a, *require_jars("iceberg-rest"), *require_jars("iceberg-rest-server")]
         class_path = ":".join([str(self.base_dir / "conf"), *jars])
         return [
             java_binary(self.name),

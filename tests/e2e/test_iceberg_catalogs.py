@@ -1,12 +1,13 @@
-"""The Iceberg e2e once per kind of catalog: the SQL catalog (SQLite) and a REST catalog
-(Apache Iceberg's own REST catalog, run by ``tidemark-dev services start iceberg-rest``, which
-checks OAuth2 client credentials). On each: the seal and a late amend, each killed at every
-commit point and retried; snapshot expiry and the collector; the rows read by name by Spark,
-pyiceberg and DuckDB (through REST: DuckDB's ``ATTACH ... (TYPE iceberg, ENDPOINT ...)``) and
-by Trino's REST catalog; a CDC snapshot merged by Spark into the REST catalog, its labels read
-by tag. Then what a REST catalog adds: a refused commit (409) planned again;
-a commit whose answer never came found in the table's summaries, never committed twice; a
-wrong credential and a silent catalog each named in bounded time, the secret masked."""
+"""Iceberg tables in a REST catalog (Apache Iceberg's own REST catalog, run by ``tidemark-dev
+services start iceberg-rest``, which checks OAuth2 client credentials), in-process with the
+tests' Spark session (tests/e2e/test_iceberg_s3.py runs the jobs as processes on S3, once per
+kind of catalog): the seal and a late amend, each killed at every commit point and retried;
+snapshot expiry and the collector; the rows read by name by Spark, pyiceberg, DuckDB
+(``ATTACH ... (TYPE iceberg, ENDPOINT ...)``) and Trino's REST catalog; a CDC snapshot merged
+by Spark into the REST catalog, its labels read by tag. Then what a REST catalog adds: a
+refused commit (409) planned again; a commit whose answer never came found in the table's
+summaries, never committed twice; a wrong credential and a silent catalog each named in
+bounded time, the secret masked."""
 
 from __future__ import annotations
 
@@ -65,12 +66,11 @@ def _kill_and_retry(spark: Any, config: Any, settings: Settings, run: str, point
     return run_seal(spark, config, settings, run)
 
 
-@pytest.mark.parametrize("catalog", ["sql", "rest"])
 def test_an_iceberg_table_lands_amends_expires_and_every_engine_reads_it(
-    catalog: str, request: pytest.FixtureRequest, spark: Any, broker: str, settings: Settings, tmp_path: Path
+    rest: tuple[IcebergRestService, Settings], spark: Any, broker: str, tmp_path: Path
 ) -> None:
-    if catalog == "rest":
-        settings = request.getfixturevalue("rest")[1]
+    """The SQL catalog's runs of each step are tests/integration/test_iceberg_tables.py's."""
+    settings = rest[1]
     config, settings = iceberg_table(
         settings, tmp_path, broker, 2, late_policy="amend", output__version_retention="2s"
     )
@@ -111,8 +111,7 @@ def test_an_iceberg_table_lands_amends_expires_and_every_engine_reads_it(
         time.sleep(2.5)
     assert any("/v0001-" in v for v in collected), collected
     assert pyiceberg_rows(settings, table, hour="10") == expected
-    if catalog == "rest":  # Trino reads no SQLite catalog; through REST it reads by name
-        assert _trino_rows(settings, table) == expected
+    assert _trino_rows(settings, table) == expected  # Trino reads no SQLite catalog; REST by name
 
 
 def _trino_rows(settings: Settings, table: str) -> dict[tuple[int, int], Any]:

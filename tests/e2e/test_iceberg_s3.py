@@ -2,10 +2,12 @@
 jobs as spark-submit runs them: the seal writes the hour's version through pyarrow in the
 tasks and commits it with pyiceberg's S3 FileIO (a kill after the commit: the retry commits
 nothing twice); an amend replaces it in a second snapshot.
-Spark SQL (Iceberg over s3a), pyiceberg and DuckDB (httpfs) read the same rows by name."""
+Spark SQL (Iceberg over s3a), pyiceberg and DuckDB (httpfs) read the same rows by name. Once
+in the SQL catalog, once in a REST catalog (its secret kept off the jobs' command lines)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from dataclasses import replace
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.iceberg import duckdb_rows, pyiceberg_rows, snapshots_of, spark_rows
+from tests.helpers.iceberg_rest import rest_catalog
 from tests.helpers.jobs import run_job_process
 from tests.helpers.tables import at, fresh_table
 from tidemark.faults import EXIT_CODE
@@ -30,14 +33,22 @@ def run(settings: Settings, job: str, table: str, run_id: str, *extra: str) -> d
     return dict(json.loads(out.splitlines()[-1]))
 
 
+@pytest.mark.parametrize("catalog", ["sql", "rest"])
 def test_an_iceberg_table_on_s3_seals_and_amends_and_every_engine_reads_it(
-    broker: str, settings: Settings, s3: str, tmp_path: Path
+    catalog: str, broker: str, settings: Settings, s3: str, tmp_path: Path
 ) -> None:
     config, settings = fresh_table(settings, tmp_path, late_policy="amend", output__table_format="iceberg")
     lake = f"{s3}/{uuid.uuid4().hex[:10]}"
     settings = replace(
         settings, warehouse=f"{lake}/warehouse", state_uri=f"{lake}/state", home=tmp_path / "home"
     )
+    with contextlib.ExitStack() as stack:
+        if catalog == "rest":  # the REST catalog writes the metadata through its own s3a
+            settings = stack.enter_context(rest_catalog(settings, tmp_path / "rest"))[1]
+        seal_amend_and_read(broker, config, settings)
+
+
+def seal_amend_and_read(broker: str, config: Any, settings: Settings) -> None:
     table, topic = config.table, config.source.topic
     create_topic(broker, topic, 2)
     sent = produce(broker, topic, records([(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 10)]))
@@ -45,8 +56,9 @@ def test_an_iceberg_table_on_s3_seals_and_amends_and_every_engine_reads_it(
     run(settings, "dump", table, "run-1", "--processing-time", at(12).isoformat())
     # the seal killed (os._exit) after its Iceberg commit, before its journal entry: the retry
     # finds its own commit in the summaries and commits nothing again
-    code, _, _ = run_job_process(settings, "seal", table, "seal-1", fail_at="after_registration")
-    assert code == EXIT_CODE and len(snapshots_of(settings, table)) == 1
+    code, _, err = run_job_process(settings, "seal", table, "seal-1", fail_at="after_registration")
+    assert code == EXIT_CODE, err[-3000:]
+    assert len(snapshots_of(settings, table)) == 1
     assert run(settings, "seal", table, "seal-1")["sealed"] == ["2026-11-22T10"]
     on_time = {(p, o): json.loads(m.value or b"{}")["event_id"] for p, o, m in sent if o < 6}
     assert pyiceberg_rows(settings, table, hour="10") == on_time

@@ -53,6 +53,7 @@ def test_a_rest_catalog_s_properties_for_both_clients(tmp_path: Path) -> None:
     java = catalog_kind(settings).java_properties()
     assert java == {
         "type": "rest",
+        "io-impl": "org.apache.iceberg.hadoop.HadoopFileIO",
         "uri": "https://catalog.example.com/api/catalog",
         "warehouse": "lake",
         "scope": "PRINCIPAL_ROLE:ALL",
