@@ -34,8 +34,8 @@ postgres:  ## PostgreSQL server + JDBC driver for the JDBC bootstrap tests (Debi
 jvm-local: venv  ## what `make demo` and `make up` run: the Apache Kafka broker and Iceberg for Spark (~100 MB, from Maven Central once, into ~/.cache/tidemark/jvm)
 	@scripts/ensure_jvm.sh kafka iceberg
 
-jvm: jvm-local  ## every pinned JVM artifact of jvm/pom.xml, for the tests and benches: jvm-local's, plus hadoop-aws + AWS SDK, delta-spark, Trino's server distribution, Iceberg's REST catalog (~1.6 GB); tidemark's Delta log store for S3 and REST catalog launcher compiled (jvm/logstore, jvm/restcatalog)
-	@scripts/ensure_jvm.sh s3a delta trino iceberg-rest
+jvm: jvm-local  ## every pinned JVM artifact of jvm/pom.xml, for the tests and benches: jvm-local's, plus hadoop-aws + AWS SDK, delta-spark, Trino's server distribution, Iceberg's REST catalog and Nessie (~1.9 GB); tidemark's Delta log store for S3 and REST catalog launcher compiled (jvm/logstore, jvm/restcatalog)
+	@scripts/ensure_jvm.sh s3a delta trino iceberg-rest nessie
 	@scripts/build_logstore.sh $(BIN)/python
 	@scripts/compile_jvm.sh iceberg-rest-server jvm/restcatalog "$${TIDEMARK_JVM_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/tidemark/jvm}/iceberg-rest/*"
 

@@ -105,11 +105,15 @@ class RestCatalogKind(CatalogKind):
     def java_properties(self) -> dict[str, str]:
         """The Java client's: its timeouts, and Hadoop's FileIO unless the properties name
         another (the files through s3a and the ``AWS_*`` environment, as the SQL catalog's
-        tables; the REST client's own default would pick Iceberg's S3FileIO for s3a://)."""
+        tables; the REST client's own default would pick Iceberg's S3FileIO for s3a://). A
+        catalog that names S3FileIO for its tables (Nessie) gets it with the AWS SDK's
+        URL-connection client (jvm/pom.xml's s3a profile; Iceberg's default, the Apache 5
+        client, is not in the SDK bundle hadoop-aws 3.4.2 takes)."""
         milliseconds = str(int(self.settings.iceberg_catalog_timeout_s * 1000))
         return {
             "type": "rest",
             "io-impl": "org.apache.iceberg.hadoop.HadoopFileIO",
+            "http-client.type": "urlconnection",
             **self.properties(),
             "rest.client.connection-timeout-ms": milliseconds,
             "rest.client.socket-timeout-ms": milliseconds,

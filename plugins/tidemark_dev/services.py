@@ -14,6 +14,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -97,6 +98,23 @@ def java_binary(service: str) -> str:
     if found is None:
         raise ServiceError(f"{service}: no java on PATH or under JAVA_HOME (Java 17+, scripts/check_java.sh)")
     return found
+
+
+def java_home_at_least(version: int, service: str, variable: str) -> Path:
+    """A JDK of ``version`` or later for ``service``: ``$variable``, else the newest under
+    /usr/lib/jvm (the default Java here is 17; a JDK 25 lies beside it)."""
+    configured = os.environ.get(variable)
+    if configured:
+        return Path(configured)
+    found = []
+    for home in Path("/usr/lib/jvm").glob("*"):
+        release = home / "release"
+        match = re.search(r'JAVA_VERSION="(\d+)', release.read_text()) if release.is_file() else None
+        if match and int(match.group(1)) >= version and (home / "bin" / "java").is_file():
+            found.append((int(match.group(1)), home))
+    if not found:
+        raise ServiceError(f"{service}: no Java {version}+ under /usr/lib/jvm; set {variable} to one")
+    return max(found)[1]
 
 
 def _default_sigint() -> None:

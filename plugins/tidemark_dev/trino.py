@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import tarfile
 import urllib.request
@@ -34,7 +33,7 @@ from tidemark.iceberg_catalog import catalog_kind
 from tidemark.jvm_jars import jvm_cache
 from tidemark.settings import Settings
 from tidemark.tablefs import is_object_store, s3_from_environment
-from tidemark_dev.services import Service
+from tidemark_dev.services import Service, java_home_at_least
 
 log = logging.getLogger(__name__)
 
@@ -45,21 +44,7 @@ HIVE_CATALOG = "hive"  # Trino's catalog of the Hive tables (the sealed hours) i
 
 def trino_java_home() -> Path:
     """A JDK Trino starts on: ``TIDEMARK_TRINO_JAVA_HOME``, else the newest of /usr/lib/jvm."""
-    configured = os.environ.get("TIDEMARK_TRINO_JAVA_HOME")
-    if configured:
-        return Path(configured)
-    found = []
-    for home in Path("/usr/lib/jvm").glob("*"):
-        release = home / "release"
-        match = re.search(r'JAVA_VERSION="(\d+)', release.read_text()) if release.is_file() else None
-        if match and int(match.group(1)) >= TRINO_JAVA and (home / "bin" / "java").is_file():
-            found.append((int(match.group(1)), home))
-    if not found:
-        raise ServiceError(
-            f"trino: no Java {TRINO_JAVA}+ under /usr/lib/jvm (Trino 476 needs it); "
-            "set TIDEMARK_TRINO_JAVA_HOME to one"
-        )
-    return max(found)[1]
+    return java_home_at_least(TRINO_JAVA, "trino", "TIDEMARK_TRINO_JAVA_HOME")
 
 
 PLUGINS = ("iceberg", "delta-lake", "hive")  # of the distribution's plugin/ directories, the ones unpacked

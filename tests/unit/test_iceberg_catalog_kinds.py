@@ -54,6 +54,7 @@ def test_a_rest_catalog_s_properties_for_both_clients(tmp_path: Path) -> None:
     assert java == {
         "type": "rest",
         "io-impl": "org.apache.iceberg.hadoop.HadoopFileIO",
+        "http-client.type": "urlconnection",
         "uri": "https://catalog.example.com/api/catalog",
         "warehouse": "lake",
         "scope": "PRINCIPAL_ROLE:ALL",

@@ -10,10 +10,12 @@ files) stays in pyiceberg: no JVM needed to look.
 
 - **create**: the table from the first hour's columns, identity partitions by the hour's
   columns (``dt``, ``hr``: the table's zone, DST's repeated hour its own partition) and the
-  data-derived ones, a name mapping (the files carry no field ids), format version 2 and no
-  retry inside the library (a commit that lost a race is planned again by tidemark);
+  data-derived ones, format version 2 and no retry inside the library (a commit that lost a
+  race is planned again by tidemark), in one plain create;
 - **commit**: in one transaction, the columns evolved (by name) where the files bring new or
-  wider ones, then one overwrite that removes every file of the hour and adds the version's,
+  wider ones, the name mapping set where they did or where the table has none yet (the files
+  carry no field ids; one property update per commit, which Nessie's REST catalog requires),
+  then one overwrite that removes every file of the hour and adds the version's,
   its statistics read from each footer by Iceberg, the summary tidemark's record. The
   overwrite is validated from the snapshot the step planned on: a commit of the hour by
   anyone since, or any commit in between (no retry), fails as a lost race.
@@ -129,16 +131,14 @@ class JavaIceberg:
         spec = jvm.org.apache.iceberg.PartitionSpec.builderFor(java_schema)
         for column in partitions:
             spec = spec.identity(column)
-        try:
-            tx = (
+        try:  # one plain create: its name mapping comes with the first commit (``commit``)
+            (
                 self.catalog.buildTable(self._identifier(identifier), java_schema)
                 .withPartitionSpec(spec.build())
                 .withLocation(location)
                 .withProperties(properties)
-                .createTransaction()
+                .create()
             )
-            self._map_names(tx)
-            tx.commitTransaction()
         except Exception as exc:
             # made by a racing step, refused, or unanswered: the caller looks for the table again
             if java_class(exc) not in (ALREADY_EXISTS, *LOST_RACE, *UNKNOWN_OUTCOME):
@@ -164,7 +164,8 @@ class JavaIceberg:
             tx = table.newTransaction()
             if evolve_to is not None:
                 tx.updateSchema().unionByNameWith(self._schema(evolve_to)).commit()
-                self._map_names(tx)
+            if evolve_to is not None or tx.table().properties().get(NAME_MAPPING) is None:
+                self._map_names(tx)  # one property update per commit: Nessie refuses two
             current = tx.table()
             spec = current.spec()
             mapping = iceberg.mapping.NameMappingParser.fromJson(current.properties().get(NAME_MAPPING))
