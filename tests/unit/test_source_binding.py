@@ -23,6 +23,7 @@ from tests.helpers.jobs import run_job_process
 from tests.helpers.records import journal_entry
 from tidemark.catalog import table_configs
 from tidemark.config import parse_table
+from tidemark.config.source import READER_OWNED
 from tidemark.errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -45,7 +46,6 @@ from tidemark.jobs import NO_RETRY_EXIT_CODE
 from tidemark.seal.rebuild_plan import hour_range
 from tidemark.seal.thrift_metastore import ThriftMetastore
 from tidemark.settings import Settings
-from tidemark.source_config import READER_OWNED
 from tidemark.state.batches import Commit, MqPartitionStats, MqRange, Plan
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.journal import HourJournal

@@ -266,7 +266,7 @@ class IcebergSnapshot(VersionedSnapshot):
 
     def _create(self) -> None:
         """The table, once (Spark's DDL: the snapshot's Spark types as Iceberg's), in the
-        format and merge mode of ``cdc`` (``tidemark.cdc_config``)."""
+        format and merge mode of ``cdc`` (``tidemark.config.cdc``)."""
         if self.exists():
             return
         columns = ", ".join(f"{quote_identifier(n)} {t}" for n, t in self.columns)

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tidemark.source_config import Size
+from tidemark.config.source import Size
 
 
 class CdcConfig(BaseModel):
