@@ -92,7 +92,7 @@ class JavaIceberg:
 
     @property
     def catalog(self) -> Any:
-        """The SQL catalog as Spark's ``SparkCatalog`` opens it (``spark_catalog_conf``)."""
+        """The settings' catalog (SQL or REST) as Spark's ``SparkCatalog`` opens it."""
         with self._opening:
             if self._catalog is None:
                 context = self._context()

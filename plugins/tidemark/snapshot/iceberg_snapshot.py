@@ -1,8 +1,8 @@
 """CDC snapshots as one Iceberg table (``cdc.snapshot_format: iceberg``): the Iceberg side of
 ``tidemark.snapshot.versioned`` (the model, recovery and forward-only merges are there).
 
-The table is ``<catalog>.default.<table>_snapshot`` in tidemark's Iceberg catalog (the SQL
-catalog of ``output.table_format: iceberg``, ``tidemark.iceberg_catalog``); its current
+The table is ``<catalog>.default.<table>_snapshot`` in tidemark's Iceberg catalog (the SQL or
+REST catalog of ``output.table_format: iceberg``, ``tidemark.iceberg_catalog``); its current
 snapshot is the newest state and every kept label is an Iceberg **tag** of the same name, so
 any Iceberg reader reads a label by name: ``SELECT ... FROM iceberg.default.orders_snapshot
 VERSION AS OF '2026-11-22T11'`` (Spark, Trino ``FOR VERSION AS OF``), pyiceberg's
