@@ -232,6 +232,12 @@ class HadoopStorage(Storage):
     def create_only(self, location: Location, data: bytes) -> bool:
         from py4j.protocol import Py4JJavaError
 
+        if location.scheme in LOCAL_SCHEMES:
+            # Hadoop's local file system renames a record, then its checksum, each checked
+            # then moved: a writer that loses the race between the two can leave its bytes
+            # under the winner's name (a clean-clone CI run caught it). HDFS renames
+            # atomically; on local disk the OS's link is the create-only primitive.
+            return _LOCAL.create_only(location, data)
         path, tmp = self._staged(location, data)
         try:
             self._rename(tmp, path, "NONE")
