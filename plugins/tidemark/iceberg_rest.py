@@ -42,11 +42,11 @@ _JAVA_REFUSED = {
 }
 # no answer: requests' Timeout and ConnectionError; the Java client's RESTException wraps them
 _UNANSWERED = {"Timeout", "ConnectionError", "ConnectTimeout", "ReadTimeout"}
-_JAVA_UNANSWERED = {
+JAVA_UNANSWERED = (
     "org.apache.iceberg.exceptions.RESTException",
     "org.apache.iceberg.exceptions.ServiceUnavailableException",
     "org.apache.iceberg.exceptions.ServiceFailureException",
-}
+)
 _opening = threading.Lock()
 
 
@@ -137,9 +137,10 @@ class RestCatalogKind(CatalogKind):
                 trino["iceberg.rest-catalog.oauth2.credential"] = "${ENV:TIDEMARK_ICEBERG_CATALOG_CREDENTIAL}"
             else:
                 trino["iceberg.rest-catalog.oauth2.token"] = "${ENV:TIDEMARK_ICEBERG_CATALOG_TOKEN}"
+            properties = self.properties()
             for name, key in (("scope", "scope"), ("oauth2-server-uri", "server-uri")):
-                if self.properties().get(name):
-                    trino[f"iceberg.rest-catalog.oauth2.{key}"] = self.properties()[name]
+                if properties.get(name):
+                    trino[f"iceberg.rest-catalog.oauth2.{key}"] = properties[name]
         return trino
 
     def secret_properties(self) -> frozenset[str]:
@@ -172,7 +173,7 @@ class RestCatalogKind(CatalogKind):
                 "committed; set TIDEMARK_ICEBERG_CATALOG_CREDENTIAL (client_id:secret) or "
                 "TIDEMARK_ICEBERG_CATALOG_TOKEN to one it accepts, then retry the task"
             )
-        if names & _UNANSWERED or java in _JAVA_UNANSWERED:
+        if names & _UNANSWERED or java in JAVA_UNANSWERED:
             return self.unavailable(operation, detail)
         return exc
 

@@ -19,8 +19,9 @@ from xml.sax.saxutils import escape
 from tidemark.errors import ServiceError
 from tidemark.jobs import spark_home
 from tidemark.settings import Settings
-from tidemark.spark import s3a_conf, s3a_jars
+from tidemark.spark import s3a_jars
 from tidemark.tablefs import hadoop_uri, is_object_store
+from tidemark_dev.s3 import hadoop_s3a_site
 from tidemark_dev.services import Service, java_binary
 
 log = logging.getLogger(__name__)
@@ -182,23 +183,9 @@ class MetastoreService(Service):
             # Without it the service dies on a NoClassDefFoundError for lmax disruptor.
             "hive.async.log.enabled": "false",
             "hive.metastore.warehouse.dir": hadoop_uri(self.settings.warehouse),
-            **self._s3a_site(),
+            # an S3 warehouse: the metastore checks every location it registers through s3a
+            **hadoop_s3a_site(self.settings),
         }
-
-    def _s3a_site(self) -> dict[str, str]:
-        """An S3 warehouse: the metastore checks every location it registers through a Hadoop
-        FileSystem, so it gets s3a (jars on the class path) with the endpoint; the keys stay in
-        the process environment (``AWS_*``), never in the file."""
-
-        if not is_object_store(self.settings.warehouse):
-            return {}
-        conf = {
-            k.removeprefix("spark.hadoop."): v
-            for k, v in s3a_conf(self.settings).items()
-            if k.startswith("spark.hadoop.") and not k.endswith((".access.key", ".secret.key"))
-        }
-        conf["fs.s3a.aws.credentials.provider"] = "com.amazonaws.auth.EnvironmentVariableCredentialsProvider"
-        return conf
 
     def _java(self) -> tuple[str, str]:
         """The java binary and the class path: conf first, the wheel's jars, the JDBC driver."""

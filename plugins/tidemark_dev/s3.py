@@ -18,6 +18,8 @@ from pathlib import Path
 
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
+from tidemark.spark import s3a_conf
+from tidemark.tablefs import is_object_store
 from tidemark_dev.services import Service
 
 S3_ACCESS_KEY = "tidemark"
@@ -40,6 +42,21 @@ def s3_environment(settings: Settings) -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
         "AWS_REGION": "us-east-1",
     }
+
+
+def hadoop_s3a_site(settings: Settings) -> dict[str, str]:
+    """The Hadoop site conf of a JVM service that reaches the settings' S3 warehouse through
+    s3a (the jars on its class path): the endpoint and the options the jobs use; the keys stay
+    in the process environment (``AWS_*``), never in the file. Empty for a local warehouse."""
+    if not is_object_store(settings.warehouse):
+        return {}
+    conf = {
+        k.removeprefix("spark.hadoop."): v
+        for k, v in s3a_conf(settings).items()
+        if k.startswith("spark.hadoop.") and not k.endswith((".access.key", ".secret.key"))
+    }
+    conf["fs.s3a.aws.credentials.provider"] = "com.amazonaws.auth.EnvironmentVariableCredentialsProvider"
+    return conf
 
 
 class S3Service(Service):

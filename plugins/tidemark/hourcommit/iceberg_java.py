@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from tidemark.errors import IcebergRuntimeMissingError
 from tidemark.iceberg_catalog import catalog_kind
+from tidemark.iceberg_rest import JAVA_UNANSWERED
 from tidemark.java_errors import java_class, java_message
 from tidemark.settings import Settings
 
@@ -46,12 +47,7 @@ ALREADY_EXISTS = "org.apache.iceberg.exceptions.AlreadyExistsException"
 
 # what the library raises when a commit's answer never came (a REST catalog's timeout or 5xx):
 # it may have landed; planned again, the step finds its own commit in the summaries if it did
-UNKNOWN_OUTCOME = (
-    "org.apache.iceberg.exceptions.CommitStateUnknownException",
-    "org.apache.iceberg.exceptions.RESTException",
-    "org.apache.iceberg.exceptions.ServiceUnavailableException",
-    "org.apache.iceberg.exceptions.ServiceFailureException",
-)
+UNKNOWN_OUTCOME = ("org.apache.iceberg.exceptions.CommitStateUnknownException", *JAVA_UNANSWERED)
 
 
 class LostRaceError(Exception):
@@ -224,9 +220,8 @@ class JavaIceberg:
         credential or a silent catalog by name, anything else as it is."""
         if java_class(exc) in LOST_RACE:
             return LostRaceError(java_message(exc))
-        if java_class(exc) in UNKNOWN_OUTCOME:
-            return LostRaceError(self.kind.named(exc, f"committing to {self.table}").__str__(), unknown=True)
-        return self.kind.named(exc, f"committing to {self.table}")
+        named = self.kind.named(exc, f"committing to {self.table}")
+        return LostRaceError(str(named), unknown=True) if java_class(exc) in UNKNOWN_OUTCOME else named
 
     def _schema(self, schema: pa.Schema) -> Any:
         """An Arrow schema as Iceberg's Java ``Schema`` (pyiceberg's conversion of Arrow types,
