@@ -8,7 +8,7 @@ tidemark at it with ``TIDEMARK_ICEBERG_CATALOG_URI=http://127.0.0.1:<port>``. Wi
 ``TIDEMARK_ICEBERG_CATALOG_CREDENTIAL=<id>:<secret>`` (or ``..._TOKEN``) in its environment it
 accepts exactly that credential (OAuth2 client credentials at ``/v1/oauth/tokens``) or token,
 and refuses every other request with 401. Its test faults (``inject``): the next commit
-refused with 409, or applied and its answer held; the next request of any kind held.
+refused with 409, or applied and its answer held.
 
 On an S3 warehouse the catalog writes metadata files through s3a (jvm/pom.xml's ``s3a``
 profile), its endpoint in a ``core-site.xml`` and its keys from the ``AWS_*`` environment.
@@ -21,13 +21,15 @@ import secrets
 import urllib.error
 import urllib.request
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 from tidemark.jvm_jars import require_jars
-from tidemark.spark import s3a_conf, s3a_jars
+from tidemark.spark import s3a_jars
 from tidemark.tablefs import hadoop_uri, is_object_store
+from tidemark_dev.s3 import hadoop_s3a_site
 from tidemark_dev.services import Service, java_binary
 
-FAULTS = ("commit-409", "commit-stall", "any-stall")
+FAULTS = ("commit-409", "commit-stall")
 
 
 class IcebergRestService(Service):
@@ -62,18 +64,13 @@ class IcebergRestService(Service):
         (self.base_dir / "conf.properties").write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
         conf_dir = self.base_dir / "conf"
         conf_dir.mkdir(exist_ok=True)
-        site = {
-            k.removeprefix("spark.hadoop."): v
-            for k, v in (s3a_conf(self.settings) if is_object_store(self.settings.warehouse) else {}).items()
-            if k.startswith("spark.hadoop.") and not k.endswith((".access.key", ".secret.key"))
-        }
-        if site:
-            site["fs.s3a.aws.credentials.provider"] = (
-                "com.amazonaws.auth.EnvironmentVariableCredentialsProvider"
-            )
+        site = hadoop_s3a_site(self.settings)
         (conf_dir / "core-site.xml").write_text(
             "<configuration>\n"
-            + "".join(f"<property><name>{k}</name><value>{v}</value></property>\n" for k, v in site.items())
+            + "".join(
+                f"<property><name>{escape(k)}</name><value>{escape(v)}</value></property>\n"
+                for k, v in site.items()
+            )
             + "</configuration>\n"
         )
 

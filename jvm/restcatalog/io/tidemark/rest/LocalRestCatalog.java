@@ -45,8 +45,7 @@ import org.eclipse.jetty.server.ServerConnector;
  *       environment (TIDEMARK_REST_CLIENT_SECRET, TIDEMARK_REST_TOKEN), never from a file;
  *   <li>one-shot faults for the tests, from files in a directory: "commit-409" refuses the
  *       next table commit as a lost race; "commit-stall" applies it, then holds the answer
- *       for the file's number of seconds (a client that times out does not know the outcome);
- *       "any-stall" holds the next request of any kind before it is served.
+ *       for the file's number of seconds (a client that times out does not know the outcome).
  * </ul>
  *
  * <p>Its one argument is a properties file: host, port, auth.client-id (optional),
@@ -115,7 +114,6 @@ public final class LocalRestCatalog {
     protected void service(HttpServletRequest request, HttpServletResponse response)
         throws ServletException, IOException {
       String path = request.getRequestURI();
-      stallIf("any-stall");
       if (!token.isEmpty()) {
         if (TOKENS.equals(path)) {
           issueToken(request, response);
@@ -203,13 +201,6 @@ public final class LocalRestCatalog {
       }
       System.out.printf("tidemark: test fault %s taken%n", name);
       return content;
-    }
-
-    private void stallIf(String name) throws IOException {
-      String seconds = take(name);
-      if (seconds != null) {
-        sleep(seconds);
-      }
     }
 
     private static void sleep(String seconds) {
