@@ -32,7 +32,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable  # noqa: TID253
 
-from tests.helpers.chaos import killed_at_random
+from tests.helpers.chaos import killed_at_random, progress_lines
 from tests.helpers.iceberg import snapshots_of
 from tests.helpers.jobs import job_env, job_process
 from tests.helpers.orders import Row, keyed_once, late_update, normal, send, truth
@@ -188,7 +188,7 @@ def test_a_delta_snapshot_on_s3_survives_kills_remerges_forward_and_is_read_by_n
     # retry or by a run under another id
     merging = job_process(settings, "merge", table, "merge-11", "--snapshot", "2026-11-22T11")
     # killed after a random log line of those the merge printed up to its crash point
-    lines = len(killed.stdout.splitlines())
+    lines = progress_lines(killed.stderr)
     assert killed_at_random(merging, rng, 0.75 * a_merge, lines), "the merge ended before its kill"
     retry = "merge-11" if rng.random() < 0.5 else "merge-11-retry"
     assert outcome(job(settings, "merge", table, retry, "--snapshot", "2026-11-22T11"))["version"] == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import threading
@@ -18,6 +19,15 @@ from typing import IO
 
 from tests.helpers.jobs import job_process
 from tidemark.settings import Settings
+
+# a log line of tidemark's own (spark_jobs log through ``logging.basicConfig``, on stderr):
+# Spark's and the JVM's lines vary from run to run, tidemark's follow the job's progress
+PROGRESS_LINE = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ [A-Z]+ tidemark[\w.]*: ")
+
+
+def progress_lines(text: str) -> int:
+    """How many of tidemark's own log lines ``text`` (a job's stderr) holds."""
+    return sum(1 for line in text.splitlines() if PROGRESS_LINE.match(line))
 
 
 def job(settings: Settings, name: str, table: str, run_id: str, *extra: str) -> subprocess.Popen[str]:
@@ -43,29 +53,30 @@ class JobClock:
     def finish(self, settings: Settings, name: str, table: str, run_id: str, *extra: str) -> None:
         started = time.monotonic()
         proc = job(settings, name, table, run_id, *extra)
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, f"{name} {run_id} failed after chaos:\n{err[-4000:]}"
         self.seconds[name] = time.monotonic() - started
-        self.lines[name] = len(out.splitlines())
+        self.lines[name] = progress_lines(err)
 
 
 class _LineCounter:
-    """Drains a job's stdout and stderr (so neither pipe fills) and counts stdout lines."""
+    """Drains a job's stdout and stderr (so neither pipe fills) and counts tidemark's own log
+    lines on stderr."""
 
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.count = 0
         self._changed = threading.Condition()
         assert proc.stdout is not None and proc.stderr is not None
         self._threads = [
-            threading.Thread(target=self._read, args=(proc.stdout, True), daemon=True),
-            threading.Thread(target=self._read, args=(proc.stderr, False), daemon=True),
+            threading.Thread(target=self._read, args=(proc.stdout, False), daemon=True),
+            threading.Thread(target=self._read, args=(proc.stderr, True), daemon=True),
         ]
         for thread in self._threads:
             thread.start()
 
     def _read(self, stream: IO[str], counted: bool) -> None:
-        for _ in stream:
-            if counted:
+        for line in stream:
+            if counted and PROGRESS_LINE.match(line):
                 with self._changed:
                     self.count += 1
                     self._changed.notify_all()
