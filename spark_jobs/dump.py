@@ -17,14 +17,14 @@ from tidemark.ingest.planner import preview_batch
 from tidemark.ingest.replay import ReplayRequest
 from tidemark.ingest.resolve import ACTIONS, resolve
 from tidemark.jobs import job_parser, run_job
-from tidemark.state.commitlog import CommitLog
+from tidemark.table import Table
 from tidemark.time.instants import parse_instant
 
 
 def _dump(spark: Any, config: Any, settings: Any, args: argparse.Namespace) -> Any:
     if args.dry_run:
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
-        return preview_batch(config, CommitLog(settings.state_location, config.table), conf)
+        return preview_batch(config, Table.read(config, settings).state.commit_log, conf)
     started = datetime.now(UTC)  # the wall clock, read once here: a new plan records it
     if args.resolve:  # the trigger form's decision about a stuck batch, applied once per run
         resolve(

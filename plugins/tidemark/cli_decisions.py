@@ -59,11 +59,11 @@ def cmd_switch(args: argparse.Namespace) -> int:
     from tidemark.catalog import load_table
     from tidemark.settings import Settings
     from tidemark.state.mode import STREAM
-    from tidemark.table_state import TableState
+    from tidemark.table import Table
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
-    mode, changed = TableState(settings.state_location, config.table).writer.switch(
+    mode, changed = Table.read(config, settings).state.writer.switch(
         args.to, by=args.by or getpass.getuser(), reason=args.reason, at=datetime.now(UTC).isoformat()
     )
     if not changed:

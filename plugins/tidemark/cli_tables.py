@@ -44,7 +44,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
     from tidemark.errors import ConfigError, SchemaEvolutionError, SchemaRegistryUnavailableError
     from tidemark.ingest.registry_tables import subject_versions
     from tidemark.settings import Settings
-    from tidemark.table_state import TableState
+    from tidemark.table import Table
 
     settings = Settings.from_env()
     if args.action == "init":
@@ -78,7 +78,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
             print(json.dumps(effective_config(config), indent=2, default=str))
             continue
         try:  # the YAML is valid on its own: is it a compatible change of the recorded schema?
-            TableState(settings.state_location, config.table).schema_history.check(config)
+            Table.read(config, settings).state.schema_history.check(config)
             # and does the producers' latest schema read into it?
             refused = [v for v in subject_versions(config, latest_only=True) if v.problem]
         except (SchemaEvolutionError, SchemaRegistryUnavailableError) as exc:
@@ -146,11 +146,11 @@ def cmd_schema(args: argparse.Namespace) -> int:
     from tidemark.evolution import SchemaVersion, evolution
     from tidemark.ingest.registry_tables import subject_versions
     from tidemark.settings import Settings
-    from tidemark.table_state import TableState
+    from tidemark.table import Table
 
     settings = Settings.from_env()
     config = load_table(args.table, settings)
-    versions = TableState(settings.state_location, config.table).schema_history.versions()
+    versions = Table.read(config, settings).state.schema_history.versions()
     allowed, refused = evolution(versions[-1], SchemaVersion.of(config)) if versions else ([], [])
     registry = subject_versions(config)
     registry_refused = [v for v in registry if v.problem]

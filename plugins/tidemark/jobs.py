@@ -33,7 +33,7 @@ from tidemark.spark import (
     s3a_conf,
     s3a_jars,
 )
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.tablefs import needs_s3a
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ def ensure_schema(config: TableConfig, settings: Settings, run_id: str, *, dry_r
     """Refuse an incompatible schema change before Spark starts (SchemaEvolutionError), and
     record a compatible one as the table's next schema version (only checked on a dry run)."""
 
-    history = TableState(settings.state_location, config.table).schema_history
+    history = Table.read(config, settings).state.schema_history
     if dry_run:
         history.check(config)
     else:

@@ -1,16 +1,23 @@
-"""A table handle: what every job of one table needs, opened once per job and passed down
-(a job serving many tables, a group's, opens one per table).
+"""A table handle, the one door to a table's state: what every job of one table needs,
+opened once per job and passed down (a job serving many tables, a group's, opens one per
+table), and what a reader (status, the report, the web pages) reads.
 
 It holds the table's config, its state (``TableState``: commit log, journal, locks, schema
 history), where its files live (``Layout``) and how a version of its hours becomes visible
 (``HourCommit``, chosen once from the warehouse URL and ``output.layout``). The schema version
 of the config, and its layout against the sealed hours', are checked once per handle, on first
 use: a dry run never records one.
+
+``TableState`` is built here only (an import-linter contract in pyproject.toml): a job opens
+``Table.open``, a reader ``Table.read`` (no layout chosen, so a reader never refuses a table
+for its ``output.layout``), and a task that knows only a table's name ``Table.state_of``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 
 from tidemark.config import TableConfig
 from tidemark.errors import ConfigError
@@ -18,6 +25,7 @@ from tidemark.hourcommit import hour_commit, layout_problem, version_kind
 from tidemark.hourcommit.base import HourCommit
 from tidemark.settings import Settings
 from tidemark.state.layout import Layout
+from tidemark.state.storage import Location
 from tidemark.table_state import TableState
 
 
@@ -28,16 +36,37 @@ class Table:
     config: TableConfig
     settings: Settings
     state: TableState
-    layout: Layout
-    commit: HourCommit
     _schema_version: int | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, config: TableConfig, settings: Settings) -> Table:
-        kind = version_kind(config.table, settings.warehouse.rstrip("/"), config.output)
-        layout = Layout(settings, config.table, kind=kind)
-        commit = hour_commit(layout, config.output.table_format, settings)
-        return cls(config, settings, TableState(settings.state_location, config.table), layout, commit)
+        """A job's handle: its layout and ``HourCommit`` chosen now (a bad ``output.layout``
+        refused before anything runs)."""
+        table = cls.read(config, settings)
+        assert table.commit is not None  # chosen now
+        return table
+
+    @classmethod
+    def read(cls, config: TableConfig, settings: Settings) -> Table:
+        """A reader's handle: state records opened as they are read."""
+        return cls(config, settings, cls.state_of(settings.state_location, config.table))
+
+    @staticmethod
+    def state_of(state_dir: Location | Path, table: str) -> TableState:
+        """The state of ``table`` under ``state_dir``, for a task that has its name only (an
+        Airflow page, a stream's source options) and reads no config."""
+        return TableState(state_dir, table)
+
+    @cached_property
+    def layout(self) -> Layout:
+        """Where the table's files live, by the warehouse URL and ``output.layout``."""
+        kind = version_kind(self.name, self.settings.warehouse.rstrip("/"), self.config.output)
+        return Layout(self.settings, self.name, kind=kind)
+
+    @cached_property
+    def commit(self) -> HourCommit:
+        """How a version of an hour becomes visible, chosen once."""
+        return hour_commit(self.layout, self.config.output.table_format, self.settings)
 
     @property
     def name(self) -> str:

@@ -150,23 +150,38 @@ def test_operators_take_their_table_not_parse_it_from_their_arguments() -> None:
     assert '"--table"' not in text and "'--table'" not in text
 
 
-def test_a_tables_state_records_are_opened_through_its_state_handle() -> None:
+def _code_files() -> list[tuple[str, Path]]:
+    """The library's, the entry points' and the DAG files' modules, by a name relative to
+    the repository's code roots."""
+    roots = [LIBRARY, ROOT / "spark_jobs", ROOT / "dags"]
+    return [(str(path.relative_to(root)), path) for root in roots for path in sorted(root.rglob("*.py"))]
+
+
+def test_a_tables_state_records_are_opened_through_its_table_handle() -> None:
     """Commit log, journal, audit log, writer mode, schema history and locks of a table are
-    reached through ``TableState`` (one door, each opened once per handle), never built
-    directly. A group's or a family's own records (``group/roster``, ``stream/group``,
-    ``family/retirement``) are not a table's and have no handle."""
+    reached through its ``Table`` handle (``Table.open`` for a job, ``Table.read`` for a
+    reader: one door, each record opened once per handle), never built directly, in the
+    library, the spark-submit entry points or the DAG files. ``TableState`` is built in
+    table.py only (import-linter protects its module too). A group's or a family's own
+    records (``group/roster``, ``stream/group``, ``family/retirement``) are not a table's."""
     records = re.compile(r"\b(CommitLog|HourJournal|AuditLog|TableWriter|SchemaHistory|TableLock)\(")
     not_a_table = {"group/roster.py", "stream/group.py", "family/retirement.py"}
     found = [
         f"{relative}:{number}"
-        for path in sorted(LIBRARY.rglob("*.py"))
-        if (relative := str(path.relative_to(LIBRARY))) not in not_a_table
-        and not relative.startswith("state/")
-        and relative != "table_state.py"
+        for relative, path in _code_files()
+        if relative not in not_a_table and not relative.startswith("state/") and relative != "table_state.py"
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if records.search(line) and not line.lstrip().startswith(("class ", "def "))
     ]
-    assert not found, f"a table's state records built outside TableState: {found}"
+    assert not found, f"a table's state records built outside its handle: {found}"
+    built = [
+        f"{relative}:{number}"
+        for relative, path in _code_files()
+        if relative != "table.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "TableState(" in line and not line.lstrip().startswith("class ")
+    ]
+    assert not built, f"TableState built outside table.py: {built}"
 
 
 def test_the_dags_share_one_function_per_task_group() -> None:

@@ -110,7 +110,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
     only of ``shard``'s tables (those of other shards are checked by their own file, and a
     group job checks each table again before it writes)."""
     from tidemark.errors import ConfigError, SchemaEvolutionError
-    from tidemark.table_state import TableState
+    from tidemark.table import Table
 
     loaded, problems = table_configs(settings)
     loaded = [c for c in loaded if not c.source.done]  # a done family member: nothing left to run
@@ -121,7 +121,7 @@ def tables_apart(settings: Settings, shard: int | None = None) -> tuple[list[Tab
         try:
             if shard is None or shard_of(config.table) == shard:  # the shard's tables only
                 cache = settings.home / "cache" / "schema-checks" / f"{config.table}.json"
-                TableState(settings.state_location, config.table).schema_history.check(config, cache)
+                Table.read(config, settings).state.schema_history.check(config, cache)
         except (ConfigError, SchemaEvolutionError) as exc:
             problems[origin(config, settings)] = str(exc)
             log.error("tidemark: %s has no DAGs: %s", origin(config, settings), exc)

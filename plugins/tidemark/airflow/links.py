@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperatorLink  # noqa: TID253
 
 from tidemark.airflow.webapp import URL_PREFIX
 from tidemark.observe.batch_table import run_anchor
+from tidemark.table import Table
 
 
 def _base_url() -> str:
@@ -51,13 +52,12 @@ class HourDataDocsLink(BaseOperatorLink):
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
         from tidemark.settings import Settings
-        from tidemark.table_state import TableState
 
         table = _table(operator)
         if not table:
             return ""
         settings = Settings.from_env()
-        journal = TableState(settings.state_location, table).journal.state()
+        journal = Table.state_of(settings.state_location, table).journal.state()
         written = sorted(
             (e for e in journal.hours.values() if e.run_id == ti_key.run_id and e.quality.get("data_docs")),
             key=lambda e: e.hour_start,

@@ -19,6 +19,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from tidemark.airflow.links import BatchReconciliationLink, HourDataDocsLink
 from tidemark.snapshot.sources import PASSWORD_ENV, USER_ENV
+from tidemark.table import Table
 
 if TYPE_CHECKING:
     from tidemark.jobs import SparkJob
@@ -154,12 +155,11 @@ class BatchWriterSparkSubmitOperator(TidemarkSparkSubmitOperator):
 
         from tidemark.ingest.resolve import decision_problems
         from tidemark.settings import Settings
-        from tidemark.table_state import TableState
 
         problems = decision_problems(list(self.application_args or []))  # the trigger form's, before Spark
         if problems:
             raise AirflowFailException("the run's params do not go together: " + "; ".join(problems))
-        refusal = TableState(Settings.from_env().state_location, self.table).writer.batch_refusal()
+        refusal = Table.state_of(Settings.from_env().state_location, self.table).writer.batch_refusal()
         if refusal is not None:
             raise AirflowSkipException(refusal)
         return super().execute(context)

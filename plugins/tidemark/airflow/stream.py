@@ -153,14 +153,14 @@ def switch_step(table: str, context: dict[str, Any]) -> str:
     from airflow.sdk.exceptions import AirflowSkipException
 
     from tidemark.stream.launch import dry_run_report
-    from tidemark.table_state import TableState
+    from tidemark.table import Table
 
     config, current = table_context(table)
     params, run = context["params"], context["dag_run"]
     if params.get("dry_run"):
         report = dry_run_report(config, current, datetime.now(UTC))
         raise AirflowSkipException(f"{table}: dry run: {json.dumps(report, default=str)}")
-    writer = TableState(current.state_location, table).writer
+    writer = Table.read(config, current).state.writer
     if not params.get("switch_to"):
         return writer.current().describe()
     at = (run.run_after or datetime.now(UTC)).isoformat()

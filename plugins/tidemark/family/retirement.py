@@ -25,7 +25,7 @@ from tidemark.group.roster import drop_member
 from tidemark.seal.due import unfinished_hours
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import Location
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 if TYPE_CHECKING:
     from tidemark.family.tables import Family
@@ -50,7 +50,7 @@ def mark_done(family: Family, members: Members, settings: Settings, at: datetime
             continue
         try:
             config = member_config(family, member)
-            state = TableState(settings.state_location, config.table)
+            state = Table.read(config, settings).state
             left = unfinished_hours(config, state.commit_log.state(), state.journal.state())
         except ConfigError as exc:
             log.warning("family %s: retired topic %s not checked: %s", family.name, topic, exc)
@@ -88,7 +88,7 @@ def forget_member(
                 "forgotten (discovery marks a retired member done once its last hour is published: "
                 f"tidemark status --table {member.table})"
             )
-        record = TableState(settings.state_location, member.table).audit.append(
+        record = Table.state_of(settings.state_location, member.table).audit.append(
             action="forget",
             reason=reason,
             by=by,

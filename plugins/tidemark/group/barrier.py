@@ -42,7 +42,7 @@ from tidemark.seal.announce import LOOKBACK_SLACK, announced_pairs
 from tidemark.seal.due import seal_limit, unfinished_hours
 from tidemark.state.journal import JournalState
 from tidemark.state.storage import Location, read_json, replace_atomically
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 if TYPE_CHECKING:
     from tidemark.config import TableConfig
@@ -92,7 +92,7 @@ def quiet_frontiers(
     for config in configs:
         if journals[config.table].sealed_through is not None:
             continue
-        state = TableState(settings.state_location, config.table).commit_log.state()
+        state = Table.read(config, settings).state.commit_log.state()
         if any(state.rows_per_hour.values()) or state.late:
             continue  # rows waiting for their seal: it holds, as any table does
         limit = seal_limit(config, state)
@@ -111,7 +111,7 @@ def finished_retired(
     for config in configs:
         if not config.source.retired:
             continue
-        state = TableState(settings.state_location, config.table).commit_log.state()
+        state = Table.read(config, settings).state.commit_log.state()
         if not unfinished_hours(config, state, journals[config.table]):
             finished.append(config.table)
     return frozenset(finished)
@@ -145,7 +145,7 @@ def announce_group(
             "; ".join(f"{where}: {why.splitlines()[0]}" for where, why in sorted(held.items())),
         )
         return []
-    journals = {c.table: TableState(settings.state_location, c.table).journal.state() for c in configs}
+    journals = {c.table: Table.read(c, settings).state.journal.state() for c in configs}
     retired = finished_retired(configs, journals, settings)
     complete = complete_hours(journals, retired, quiet_frontiers(configs, journals, settings))
     record = group_state_dir(settings, group) / "announced.json"

@@ -25,7 +25,7 @@ from tidemark.ingest.planner import preview_batch
 from tidemark.jobs import ensure_schema
 from tidemark.masking import mask_text
 from tidemark.seal.sealing import preview_seal, run_seal
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,7 +60,7 @@ class GroupRun:
 def _dump(spark: SparkSession, config: TableConfig, settings: Settings, run: GroupRun) -> dict[str, Any]:
     if run.dry_run:
         conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
-        return preview_batch(config, TableState(settings.state_location, config.table).commit_log, conf)
+        return preview_batch(config, Table.read(config, settings).state.commit_log, conf)
     _skip_when_streamed(config, settings, "its stream reads it")
     return run_dump(
         spark, config, settings, run.run_id, run.processing_time, planned_at=run.planned_at
@@ -78,7 +78,7 @@ def _skip_when_streamed(config: TableConfig, settings: Settings, why: str) -> No
     """A table written by its stream is not the group job's (its own ingest DAG skips its
     dump and seal then too): waiting on the stream's lock would only hold a thread."""
 
-    mode = TableState(settings.state_location, config.table).writer.current()
+    mode = Table.read(config, settings).state.writer.current()
     if mode.mode != "batch":
         raise TableSkipped(
             f"written by the {mode.describe()}: {why} (tidemark switch --table {config.table} --to batch)"

@@ -19,7 +19,7 @@ from tidemark.ingest.rebase import Decision
 from tidemark.ingest.resolve import ACTIONS, resolve
 from tidemark.settings import Settings
 from tidemark.state.audit import AuditRecord
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def propose(config: TableConfig, settings: Settings, action: str) -> str:
         raise ResolveError(
             f"{config.table}: unknown decision {action!r}; expected one of {', '.join(APPROVABLE)}"
         )
-    state = TableState(settings.state_location, config.table)
+    state = Table.read(config, settings).state
     lines = [f"**{action}** on `{config.table}` {MEANING[action]}."]
     if action == UNLOCK:
         holder = state.lock().holder()
@@ -87,7 +87,7 @@ def unlock(
     """Free a table lock whoever holds it (a lost host's), with an audit record; None when free."""
     if not reason.strip():
         raise ResolveError(f"{config.table}: say why (--reason): the decision is kept in the audit log")
-    state = TableState(settings.state_location, config.table)
+    state = Table.read(config, settings).state
     released = state.lock(lock).release_by_operator(by)
     if released is None:
         log.info("%s: the %s lock is free; nothing to do", config.table, lock)

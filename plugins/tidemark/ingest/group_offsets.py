@@ -13,7 +13,7 @@ from tidemark.ingest.kafka import commit_group_offsets
 from tidemark.settings import Settings
 from tidemark.state.batches import Commit
 from tidemark.state.storage import replace_atomically
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def record_group_commit(
         return
     if config.source.retired:  # the topic is gone: nothing to commit offsets of
         return
-    record = TableState(settings.state_location, config.table).commit_log.group_commit_file
+    record = Table.read(config, settings).state.commit_log.group_commit_file
     try:
         crash_point("group_commit")
         moved = commit_group_offsets(kafka_conf, config.consumer_group, commit.topic, commit.end_offsets)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.errors import OffsetsLostToRetentionError, OffsetsWentBackError, StartingOffsetsError
@@ -13,7 +13,10 @@ from tidemark.ingest.identity import bound_identity, broker_identity, check_adop
 from tidemark.ingest.kafka import partition_offsets
 from tidemark.state.batches import MqRange, Plan
 from tidemark.state.commitlog import CommitLog
-from tidemark.table_state import TableState
+
+if TYPE_CHECKING:
+    from tidemark.table_state import TableState
+
 
 log = logging.getLogger(__name__)
 

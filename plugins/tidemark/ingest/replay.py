@@ -41,7 +41,6 @@ from tidemark.ingest.staged import Staged, stage_classified
 from tidemark.ingest.staging import staged_rows
 from tidemark.state.batches import Plan
 from tidemark.state.layout import Layout
-from tidemark.table_state import TableState
 from tidemark.task_runtime import task_body
 
 if TYPE_CHECKING:
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
     from tidemark.ingest.publishers.base import BatchPublisher
     from tidemark.state.commitlog import LogState
     from tidemark.stopwatch import Stopwatch
+    from tidemark.table_state import TableState
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from tidemark.observe.status import explain_hour
 from tidemark.seal.due import first_unsealed_hour
 from tidemark.settings import Settings
 from tidemark.state.storage import Location, read_json, replace_atomically
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import Hour, hours_from, parse_key
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,9 @@ def overdue_hours(config: TableConfig, settings: Settings, as_of: datetime) -> d
     table that never received data has no overdue hour.
     """
 
-    journal = TableState(settings.state_location, config.table).journal.state()
-    state = TableState(settings.state_location, config.table).commit_log.state()
+    table_state = Table.read(config, settings).state
+    journal = table_state.journal.state()
+    state = table_state.commit_log.state()
     first = first_unsealed_hour(config, state, journal)
     if first is None:
         return {}

@@ -23,7 +23,7 @@ from tidemark.seal.rebuild_plan import plan_rebuild
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import PARTITION_COLUMN, SnapshotLog
 from tidemark.state.layout import Layout
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import parse_key
 
 JOBS = ("dump", "seal", "rebuild", "bootstrap", "merge", "replay")
@@ -136,7 +136,7 @@ def job_lineage(job: str, config: TableConfig, settings: Settings, run_id: str) 
 
 
 def _dump(config: TableConfig, settings: Settings, run_id: str) -> JobLineage:
-    log = TableState(settings.state_location, config.table).commit_log
+    log = Table.read(config, settings).state.commit_log
     inputs: list[LineageDataset] = []
     outputs: list[LineageDataset] = []
     for run in (run_id, f"{run_id}__replay"):  # the dump task's own replay runs as <run id>__replay
@@ -167,7 +167,7 @@ def _hours(job: str, config: TableConfig, settings: Settings, run_id: str) -> Jo
     """Seal: the hours it made visible (from the table's committed batches); rebuild: the
     offsets it re-read and the hours it swapped in."""
 
-    journal = TableState(settings.state_location, config.table).journal
+    journal = Table.read(config, settings).state.journal
     kinds = {"rebuild"} if job == "rebuild" else {"seal", "amend", "release"}
     # every entry of the run (a later step of an hour does not hide what this run wrote)
     entries = {e.hour: e for e in journal.entries() if e.run_id == run_id and str(e.kind) in kinds}.values()

@@ -39,7 +39,7 @@ from tidemark.observe.broker_side import broker_side
 from tidemark.observe.status import snapshots, stream_summary
 from tidemark.settings import Settings
 from tidemark.state.storage import read_json, replace_atomically
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         gauge(prefix + name, value)
         sent[prefix + name] = value
 
-    commit_log = TableState(settings.state_location, config.table).commit_log
+    commit_log = Table.read(config, settings).state.commit_log
     state = commit_log.state()
     for name, value in (
         ("batches", state.batches),
@@ -112,7 +112,7 @@ def emit_metrics(config: TableConfig, settings: Settings, gauge: Gauge = airflow
         if newest["table_version"] is not None:
             send("snapshot.table_version", newest["table_version"])
 
-    journal = TableState(settings.state_location, config.table).journal
+    journal = Table.read(config, settings).state.journal
     partitions = journal.state()
     send("hours_quarantined", sum(1 for e in partitions.hours.values() if e.quarantined))
     pointer = journal.root / "metrics_emitted.json"

@@ -33,7 +33,7 @@ from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import JournalState
 from tidemark.state.layout import DATA_DOCS, data_docs_dir
 from tidemark.state.maintenance_log import describe_steps, last_shape, last_steps
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import parse_key
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
     page is drawn for a person looking now: the wall clock by default)."""
 
     as_of = as_of or datetime.now(UTC)
-    table_state = TableState(settings.state_location, config.table)
+    table_state = Table.read(config, settings).state
     commit_log = table_state.commit_log
     state = commit_log.state()
     watermarks, ready, dirty_by_hour = _batch_series(commit_log, state)

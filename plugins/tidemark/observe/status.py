@@ -12,13 +12,14 @@ from tidemark.snapshot.snapshots import SnapshotLog
 from tidemark.state.journal import EntryKind
 from tidemark.state.maintenance_log import describe_steps, last_steps
 from tidemark.stream.status import stream_health
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import parse_key
 
 
 def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) -> dict[str, Any]:
     """Batches, committed offsets, lag per MQ partition and dirty counts."""
-    log = TableState(settings.state_location, config.table).commit_log
+    table_state = Table.read(config, settings).state
+    log = table_state.commit_log
     state = log.state()
     pending = log.pending_plan(state)
     first_recent = max(0, state.last_committed - recent + 1)
@@ -43,7 +44,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         p: {"committed_end": end, "latest": None, "lag": None} for p, end in state.end_offsets.items()
     }
     partitions.update(side["partitions"])
-    journal = TableState(settings.state_location, config.table).journal.state()
+    journal = table_state.journal.state()
     ready = state.ready
     return {
         "table": config.table,
@@ -61,18 +62,15 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "oldest_hour_kept": journal.oldest_hour,
         "hours_dropped_by_retention": journal.dropped,
         "retention": str(config.retention.hours) if config.retention.hours else None,
-        "maintenance": last_steps(TableState(settings.state_location, config.table).journal.root),
+        "maintenance": last_steps(table_state.journal.root),
         "late": state.late,
         "watermarks": {w.mq_partition: w.watermark for w in ready.mq_partitions} if ready else {},
         "batches_committed": state.batches,
         "last_committed_batch": state.last_committed,
         "pending_batch": pending.describe() if pending else None,
-        "lock": TableState(settings.state_location, config.table).lock().holder(),
+        "lock": table_state.lock().holder(),
         "stream": stream_summary(config, settings),
-        "decisions": [
-            r.describe()
-            for r in list(TableState(settings.state_location, config.table).audit.records())[-recent:]
-        ],
+        "decisions": [r.describe() for r in list(table_state.audit.records())[-recent:]],
         "rows": state.rows,
         "dirty": state.dirty,
         "tombstones": state.tombstones,
@@ -234,8 +232,9 @@ def render(status: dict[str, Any]) -> str:
 def explain_hour(config: TableConfig, settings: Settings, key: str) -> dict[str, Any]:
     """Is hour ``key`` sealed? If not: which MQ partition holds it and by how much."""
     hour = parse_key(key, config.event_time.time_zone)
-    state = TableState(settings.state_location, config.table).commit_log.state()
-    journal = TableState(settings.state_location, config.table).journal.state()
+    table_state = Table.read(config, settings).state
+    state = table_state.commit_log.state()
+    journal = table_state.journal.state()
     entry = journal.hours.get(hour.key)
     needed = hour.end + config.watermark.commit_delay
     out: dict[str, Any] = {

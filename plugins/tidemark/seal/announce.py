@@ -20,7 +20,7 @@ from tidemark.faults import crash_point
 from tidemark.settings import Settings
 from tidemark.state.journal import JournalEntry
 from tidemark.state.layout import table_uri
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def announce_sealed(
     config: TableConfig, settings: Settings, *, outlet_events: Any, inlet_events: Any, run_id: str
 ) -> list[str]:
     """Emit one Asset event per hour sealed or amended since the last confirmed announcement."""
-    journal = TableState(settings.state_location, config.table).journal
+    journal = Table.read(config, settings).state.journal
     pending = list(journal.entries(journal.announced_through() + 1))
     if not pending:
         log.info("%s: nothing new to announce", config.table)

@@ -16,7 +16,7 @@ from tidemark.settings import Settings
 from tidemark.state.batches import MqRange
 from tidemark.state.dirty_retention import dropped_through
 from tidemark.state.journal import JournalState
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import Hour, hour_of, parse_key
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def plan_rebuild(
 ) -> RebuildPlan:
     """What rebuilding ``hour_key`` reads; refuses hours that are not published."""
     hour = parse_key(hour_key, config.event_time.time_zone)
-    partitions = partitions or TableState(settings.state_location, config.table).journal.state()
+    partitions = partitions or Table.read(config, settings).state.journal.state()
     current = partitions.hours.get(hour.key)
     if partitions.dropped_by_retention(hour.start):
         raise RebuildError(
@@ -130,7 +130,7 @@ def plan_rebuild(
             f"{config.table} hour {hour.key} is {current.kind}d, not published; check it with "
             f"tidemark status --table {config.table} --partition {hour.key} and release it first"
         )
-    commit_log = TableState(settings.state_location, config.table).commit_log
+    commit_log = Table.read(config, settings).state.commit_log
     state = commit_log.state()
     # the checkpoint's hour index names the batches to read (an older one: every commit)
     indexed = state.batches_of_hour(hour.path)
@@ -140,7 +140,7 @@ def plan_rebuild(
         else commit_log.iter_commits()
     )
     sources = []
-    dirty_gone = dropped_through(TableState(settings.state_location, config.table).journal.root)
+    dirty_gone = dropped_through(Table.read(config, settings).state.journal.root)
     for commit in commits:
         rows = commit.rows_per_hour.get(hour.path, 0)
         late = commit.late_per_hour.get(hour.path, 0)
@@ -228,7 +228,7 @@ def planned_hours(
                 f"{config.table}: a manual run needs the first_hour param (no data interval)"
             )
         hours = hours_between(start, end, zone)
-    partitions = TableState(settings.state_location, config.table).journal.state()
+    partitions = Table.read(config, settings).state.journal.state()
     chosen = []
     for hour in hours:
         try:

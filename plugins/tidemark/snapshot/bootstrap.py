@@ -29,7 +29,7 @@ from tidemark.settings import Settings
 from tidemark.snapshot.formats import is_versioned, open_versioned, snapshot_lock
 from tidemark.snapshot.snapshots import SnapshotLog, SnapshotRecord, SnapshotStore, check_label
 from tidemark.snapshot.sources import BootstrapSource, credentials, read_source
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import hour_of
 from tidemark.time.instants import as_utc
 
@@ -80,7 +80,7 @@ class BootstrapResult:
 def align(config: TableConfig, settings: Settings) -> dict[str, int]:
     """The end offset of every MQ partition of the CDC topic, now (before the source read)."""
     conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
-    commit_log = TableState(settings.state_location, config.table).commit_log
+    commit_log = Table.read(config, settings).state.commit_log
     check_binding(  # the increments' offsets must be the topic the table reads, as it is now
         config,
         bound_identity(commit_log, commit_log.state()),
@@ -129,19 +129,11 @@ def run_bootstrap(
         if record.run_id == run_id and record.kind == "bootstrap":
             log.info("%s: run %s already bootstrapped %s; nothing to do", config.table, run_id, record.ref)
             if versioned is not None:  # its job may have died before the views
-                with (
-                    TableState(settings.state_location, config.table)
-                    .lock(snapshot_lock(config, label))
-                    .hold(run_id)
-                ):
+                with Table.read(config, settings).state.lock(snapshot_lock(config, label)).hold(run_id):
                     versioned.after_commit(snapshots)
             return _result(record, already_done=True)
     store = SnapshotStore(spark, config, settings)
-    with (
-        TableState(settings.state_location, config.table)
-        .lock(snapshot_lock(config, label))
-        .hold(run_id) as lease
-    ):
+    with Table.read(config, settings).state.lock(snapshot_lock(config, label)).hold(run_id) as lease:
         if versioned is not None:
             for record in versioned.recover(snapshots):
                 if record.run_id == run_id:

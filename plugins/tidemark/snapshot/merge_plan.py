@@ -27,7 +27,7 @@ from tidemark.snapshot.snapshots import (
     period_of,
 )
 from tidemark.state.journal import JournalState
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import hour_of, hours_from
 
 
@@ -156,7 +156,7 @@ def stale_snapshot(config: TableConfig, settings: Settings) -> str | None:
     if not merged:
         return None
     newest = max(merged, key=lambda r: r.through_at)
-    partitions = TableState(settings.state_location, config.table).journal.state()
+    partitions = Table.read(config, settings).state.journal.state()
     return newest.label if is_stale(newest, live, partitions) else None
 
 
@@ -165,7 +165,7 @@ def preview_merge(config: TableConfig, settings: Settings, label: str) -> dict[s
     period = period_of(config, label)
     log = SnapshotLog(settings.state_location, config.table)
     live = log.live()
-    partitions = TableState(settings.state_location, config.table).journal.state()
+    partitions = Table.read(config, settings).state.journal.state()
     preview: dict[str, Any] = {"table": config.table, "snapshot": period.label, "dry_run": True}
     try:
         if is_versioned(config):

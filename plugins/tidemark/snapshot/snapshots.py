@@ -40,7 +40,7 @@ from tidemark.settings import Settings
 from tidemark.state.layout import Layout, run_key
 from tidemark.state.seqlog import SequentialLog
 from tidemark.state.storage import Location, create_only, read_json
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import HourKeyError, parse_key
 from tidemark.time.instants import parse_instant
 
@@ -320,7 +320,7 @@ class SnapshotStore:
         this label's lock holder writes). Returns the version directories deleted."""
 
         def processing_time() -> datetime | None:
-            state = TableState(self.settings.state_location, self.config.table).commit_log.state()
+            state = Table.read(self.config, self.settings).state.commit_log.state()
             return parse_instant(state.ready.processing_time) if state.ready else None
 
         retention = Retention(

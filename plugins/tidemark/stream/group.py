@@ -28,7 +28,7 @@ from tidemark.state.locks import TableLock
 from tidemark.state.mode import STREAM
 from tidemark.state.storage import Location
 from tidemark.stream.runner import run_stream
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -121,7 +121,7 @@ def run_group_streams(
             now = time.monotonic()
             members = membership.members()
             for config in members:
-                if TableState(settings.state_location, config.table).writer.current().mode != STREAM:
+                if Table.read(config, settings).state.writer.current().mode != STREAM:
                     continue
                 entry = streams.get(config.table)
                 if entry is not None and (entry.thread.is_alive() or until_caught_up):
@@ -148,4 +148,4 @@ def run_group_streams(
 
 
 def _any_in_stream_mode(members: list[TableConfig], settings: Settings) -> bool:
-    return any(TableState(settings.state_location, c.table).writer.current().mode == STREAM for c in members)
+    return any(Table.read(c, settings).state.writer.current().mode == STREAM for c in members)

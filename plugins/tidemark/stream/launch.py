@@ -16,7 +16,7 @@ from tidemark.jobs import SparkJob, spark_environment
 from tidemark.state.mode import STREAM
 from tidemark.stream.group import group_stream_lock
 from tidemark.stream.status import STREAM_LOCK, stream_health
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 if TYPE_CHECKING:
     from tidemark.config import TableConfig
@@ -51,7 +51,7 @@ def ensure_stream(settings: Settings, table: str, run_id: str) -> dict[str, Any]
     """The stream DAG's ``ensure_stream``: start the table's stream when the table is in
     stream mode and no live stream holds its lock (a second start would wait on the lock and
     exit). Returns what was launched, or why nothing was."""
-    state = TableState(settings.state_location, table)
+    state = Table.state_of(settings.state_location, table)
     if state.writer.current().mode != STREAM:
         return {"launched": False, "why": "the table is in batch mode"}
     holder = state.lock(STREAM_LOCK).holder()
@@ -65,7 +65,7 @@ def dry_run_report(config: TableConfig, settings: Settings, now: datetime) -> di
     next batch would read (the planner's preview; nothing is persisted)."""
     health = stream_health(config.table, settings, stale_after=timedelta(minutes=2), now=now)
     conf = client_properties(settings.kafka_bootstrap, config.source.kafka_properties)
-    preview = preview_batch(config, TableState(settings.state_location, config.table).commit_log, conf)
+    preview = preview_batch(config, Table.read(config, settings).state.commit_log, conf)
     return {k: health[k] for k in ("mode", "state", "heartbeat_age_s", "unannounced")} | {"next": preview}
 
 

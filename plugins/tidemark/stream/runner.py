@@ -57,7 +57,6 @@ from tidemark.stream.status import (
     checkpoint_location,
 )
 from tidemark.table import Table
-from tidemark.table_state import TableState
 from tidemark.tablefs import Store
 
 if TYPE_CHECKING:
@@ -226,7 +225,7 @@ def run_stream(
     ``until_caught_up``, until it committed everything the broker had when it started)."""
 
     table = config.table
-    table_state = TableState(settings.state_location, table)
+    table_state = Table.read(config, settings).state
     table_state.writer.require(STREAM)
     interval = trigger_interval_s or config.stream.trigger_interval.total_seconds()
     status = StreamStatus(settings.state_location, table)
@@ -338,7 +337,7 @@ def _watch(
     target: dict[int, tuple[int, int]] | None,
 ) -> str:
     """Heartbeat until a stop reason; a failed query raises ``StreamError`` with its cause."""
-    table_state = TableState(settings.state_location, config.table)
+    table_state = Table.read(config, settings).state
     writer = table_state.writer
     commit_log = table_state.commit_log
     last_beat = 0.0

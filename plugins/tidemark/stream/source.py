@@ -38,7 +38,7 @@ from tidemark.ingest.kafka import partition_offsets
 from tidemark.ingest.planner import capped_offsets, next_ranges
 from tidemark.settings import Settings
 from tidemark.state.storage import Location
-from tidemark.table_state import TableState
+from tidemark.table import Table
 
 SOURCE_NAME = "tidemark_stream_offsets"
 SCHEMA = "mq_partition int, end_offset long"
@@ -103,7 +103,7 @@ class StreamOffsetsReader(DataSourceStreamReader):
             Settings.from_env(), conf_dir=Path(options["conf_dir"]), state_uri=options["state"]
         )
         self.config = load_table(options["table"], settings)
-        self.commit_log = TableState(Location(options["state"]), self.config.table).commit_log
+        self.commit_log = Table.state_of(Location(options["state"]), self.config.table).commit_log
         self.kafka_conf = json.loads(options["secret.kafka_conf"])
         self.tick_s = float(options.get("tick_s") or 0)
         until = options.get("until") or ""

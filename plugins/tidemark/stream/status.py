@@ -17,7 +17,7 @@ from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
 from tidemark.state.mode import STREAM
 from tidemark.state.storage import Location, read_json, replace_atomically
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.tablefs import Store
 
 STREAM_LOCK = STREAM  # the lock that keeps a second stream of a table from starting
@@ -88,7 +88,7 @@ class Progress:
 def stream_health(table: str, settings: Settings, *, stale_after: timedelta, now: datetime) -> dict[str, Any]:
     """What the sensor decides on: the writer mode, the stream's status record and whether
     its heartbeat is fresh, and whether hours were published since the last announcement."""
-    table_state = TableState(settings.state_location, table)
+    table_state = Table.state_of(settings.state_location, table)
     status = StreamStatus(settings.state_location, table).read() or {}
     beat = status.get("heartbeat_at")
     age = (now - datetime.fromisoformat(beat)).total_seconds() if beat else None
