@@ -22,7 +22,8 @@ from tidemark.catalog import load_table
 from tidemark.delta_spark import delta_spark_conf
 from tidemark.errors import TidemarkError
 from tidemark.group.members import group_members
-from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog, secret_conf_keys, spark_catalog_conf
+from tidemark.hourcommit import publication_kind
+from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog, secret_conf_keys
 from tidemark.settings import Settings
 from tidemark.spark import (
     build_session,
@@ -215,8 +216,8 @@ def table_session_conf(config: TableConfig, settings: Settings, *, job: str = ""
     workers share the machine; elsewhere the Spark distribution's hadoop-aws)."""
     snapshot_format = config.cdc.snapshot_format if config.cdc is not None else None
     confs = []
-    if config.output.table_format == "iceberg" and job not in STAGING_JOBS:
-        confs.append(spark_catalog_conf(settings))
+    if job not in STAGING_JOBS:  # the hours' publication: Iceberg's catalog and runtime, say
+        confs.append(publication_kind(config.output.table_format).spark_conf(settings))
     if snapshot_format == "delta":
         confs.append(delta_spark_conf())
     elif snapshot_format == "iceberg":

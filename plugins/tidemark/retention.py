@@ -258,7 +258,7 @@ class Retention:
         metastore = open_metastore(self.spark, self.config, self.table.settings)
         self.writer.check()
         first = hour_of(kept_from, self.zone)
-        names = self.table.commit.withdraw_before(metastore, self.config.table, first)
+        names = self.table.commit.publication.withdraw_before(metastore, first)
         if names:
             log.info(
                 "%s: withdrew %s partitions of dropped hours: %s",
@@ -280,12 +280,12 @@ class Retention:
                 result.waiting.extend(entry.dropped)
                 break  # later drops are younger still
             hours = [parse_key(key, self.zone) for key in entry.dropped]
-            directories = self.table.commit.retired_dirs(hours)
-            if directories is None:  # an Iceberg snapshot not expired yet still reads them
+            directories = self.table.commit.versions.retired_dirs(hours)
+            if self.table.commit.publication.still_reads(directories):  # a live snapshot's
                 result.waiting.extend(entry.dropped)
                 break
             if self.config.late_policy == "amend":  # late rows never folded into a dropped hour
-                directories += [self.table.commit.late_inputs(hour) for hour in hours]
+                directories += [self.table.commit.inputs.late_inputs(hour) for hour in hours]
             self._delete_dirs(directories, result)
             crash_point("before_retention_pointer")
             replace_atomically(pointer, {"seq": entry.seq})

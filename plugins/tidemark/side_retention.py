@@ -170,7 +170,9 @@ class SideRetention:
             return  # a query that listed the dropped partitions finishes first
         reach = max(d["kept_from"] for d in ripe)
         for hour in self._late_hours_before(hour_of(datetime.fromisoformat(reach), self.zone)):
-            self._delete([self.layout.late_dir / hour.path, self.table.commit.late_inputs(hour)], result)
+            self._delete(
+                [self.layout.late_dir / hour.path, self.table.commit.inputs.late_inputs(hour)], result
+            )
             result.late_hours_deleted.append(hour.key)
 
     def _late_hours_before(self, first: Hour) -> list[Hour]:

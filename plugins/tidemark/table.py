@@ -4,7 +4,8 @@ table), and what a reader (status, the report, the web pages) reads.
 
 It holds the table's config, its state (``TableState``: commit log, journal, locks, schema
 history), where its files live (``Layout``) and how a version of its hours becomes visible
-(``HourCommit``, chosen once from the warehouse URL and ``output.layout``). The schema version
+(``HourCommit``: its inputs, versions and publication, composed once from the warehouse URL,
+``output.layout`` and ``output.table_format``). The schema version
 of the config, and its layout against the sealed hours', are checked once per handle, on first
 use: a dry run never records one.
 
@@ -21,8 +22,7 @@ from pathlib import Path
 
 from tidemark.config import TableConfig
 from tidemark.errors import ConfigError
-from tidemark.hourcommit import hour_commit, layout_problem, version_kind
-from tidemark.hourcommit.base import HourCommit
+from tidemark.hourcommit import HourCommit, hour_commit, layout_problem, version_kind
 from tidemark.settings import Settings
 from tidemark.state.layout import Layout
 from tidemark.state.storage import Location
@@ -65,8 +65,9 @@ class Table:
 
     @cached_property
     def commit(self) -> HourCommit:
-        """How a version of an hour becomes visible, chosen once."""
-        return hour_commit(self.layout, self.config.output.table_format, self.settings)
+        """How a version of an hour becomes visible, composed once."""
+        config = self.config
+        return hour_commit(self.layout, config.output.table_format, self.settings, config.late_table)
 
     @property
     def name(self) -> str:
@@ -86,6 +87,6 @@ class Table:
         (a dump too: its publisher follows the layout, and late rows published one way are
         not where the other way's amend looks)."""
         sealed = (f for entry in self.state.journal.state().hours.values() for f in entry.files)
-        problem = layout_problem(self.commit, self.config.output, sealed)
+        problem = layout_problem(self.commit.versions, self.config.output, sealed)
         if problem is not None:
             raise ConfigError(self.name, [problem])

@@ -68,11 +68,10 @@ class TableFormat:
 PARQUET = TableFormat("parquet")
 
 
-def table_format(config: TableConfig) -> TableFormat:
-    """The format of the table's sealed hours."""
-    return TableFormat(
-        config.output.format, config.output.compression, int96=config.output.table_format == "hive"
-    )
+def table_format(config: TableConfig, *, int96: bool = False) -> TableFormat:
+    """The format of the table's sealed hours (``int96``: timestamps as INT96, for the Hive
+    readers its publication serves: ``HourPublication.int96_timestamps``)."""
+    return TableFormat(config.output.format, config.output.compression, int96=int96)
 
 
 def format_of(path: str) -> TableFormat:

@@ -20,7 +20,7 @@ from tidemark.cli import main as tidemark
 from tidemark.ingest.kafka import client_properties
 from tidemark.ingest.planner import plan_batch
 from tidemark.settings import Settings
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark_dev.generator import create_topic, produce, records
 
 pytestmark = pytest.mark.e2e
@@ -57,7 +57,7 @@ def stuck_table(
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
     create_topic(broker, config.source.topic, 2)
     produce(broker, config.source.topic, records([(p, at(10, m)) for p in (0, 1) for m in (5, 25)]))
-    state = TableState(settings.state_location, config.table)
+    state = Table.state_of(settings.state_location, config.table)
     plan_batch(config, state, "run-died", at(11).isoformat(), client_properties(broker, {}))
     assert state.commit_log.pending_plan(state.commit_log.state()) is not None
     return config, settings
@@ -68,7 +68,7 @@ def test_a_replan_approved_in_airflow_names_the_approver_and_a_rejection_changes
 ) -> None:
     config, settings = stuck_table(dag_env, broker, tmp_path, monkeypatch)
     dag_id = f"tidemark_decide_{config.table}"
-    log = TableState(settings.state_location, config.table).commit_log
+    log = Table.state_of(settings.state_location, config.table).commit_log
     conf = {"action": "replan", "reason": "stale plan, INC-7"}
 
     answered: list[Any] = []
@@ -78,7 +78,7 @@ def test_a_replan_approved_in_airflow_names_the_approver_and_a_rejection_changes
     assert answered and answered[0].status_code == 200, answered
     assert states == {"propose": "success", "approve": "success", "apply": "skipped"}
     assert log.pending_plan(log.state()) is not None  # rejected: nothing changed
-    assert list(TableState(settings.state_location, config.table).audit.records()) == []
+    assert list(Table.state_of(settings.state_location, config.table).audit.records()) == []
 
     answered.clear()
     approving = answer_when_asked(dag_id, "Approve", "alice", answered)
@@ -86,7 +86,7 @@ def test_a_replan_approved_in_airflow_names_the_approver_and_a_rejection_changes
     approving.join(5)
     assert states == {"propose": "success", "approve": "success", "apply": "success"}, states
     assert log.pending_plan(log.state()) is None  # closed with nothing read: the next run plans afresh
-    (record,) = TableState(settings.state_location, config.table).audit.records()
+    (record,) = Table.state_of(settings.state_location, config.table).audit.records()
     assert (record.action, record.by, record.reason) == ("replan", "alice via Airflow", "stale plan, INC-7")
 
     # nothing pending now: a second replan fails at propose, before anybody is asked, unretried
@@ -99,7 +99,7 @@ def test_an_unlock_approved_in_airflow_frees_a_lost_hosts_lock_and_the_cli_does_
 ) -> None:
     config, settings = fresh_table(dag_env, tmp_path, retries=0)
     monkeypatch.setenv("TIDEMARK_CONF_DIR", str(settings.conf_dir))
-    lock = TableState(settings.state_location, config.table).lock()
+    lock = Table.state_of(settings.state_location, config.table).lock()
     plant(lock, 0, host="lost-host", expires_at="2999-01-01T00:00:00+00:00")
     dag_id = f"tidemark_decide_{config.table}"
 
@@ -109,13 +109,13 @@ def test_an_unlock_approved_in_airflow_frees_a_lost_hosts_lock_and_the_cli_does_
     approving.join(5)
     assert states == {"propose": "success", "approve": "success", "apply": "success"}, states
     assert lock.holder() is None
-    (record,) = TableState(settings.state_location, config.table).audit.records()
+    (record,) = Table.state_of(settings.state_location, config.table).audit.records()
     assert (record.action, record.by) == ("unlock", "carol via Airflow") and "lost-host" in record.offsets
 
     plant(lock, 2, host="lost-host-2", expires_at="2999-01-01T00:00:00+00:00")
     assert tidemark(["unlock", "--table", config.table, "--reason", "gone too", "--by", "dave"]) == 0
     assert lock.holder() is None
-    assert [r.by for r in TableState(settings.state_location, config.table).audit.records()] == [
+    assert [r.by for r in Table.state_of(settings.state_location, config.table).audit.records()] == [
         "carol via Airflow",
         "dave",
     ]

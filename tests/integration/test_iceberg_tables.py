@@ -29,7 +29,7 @@ from tidemark.errors import (
 )
 from tidemark.evolution import SchemaHistory
 from tidemark.hourcommit.base import HourNote
-from tidemark.hourcommit.iceberg import IcebergHourCommit
+from tidemark.hourcommit.iceberg import IcebergPublication
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.lineage import job_lineage
@@ -79,9 +79,7 @@ def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
     hour = parse_key(HOUR, config.event_time.time_zone)
     directory = handle.layout.warehouse / sealed["tidemark.directory"]
     before = len(snapshots_of(settings, table))
-    handle.commit.register(
-        None, table, handle.layout.table_dir, hour, [(hour.spec, directory)], note=HourNote("retry", {})
-    )
+    handle.commit.publication.publish(None, hour, [(hour.spec, directory)], HourNote("retry", {}))
     assert len(snapshots_of(settings, table)) == before
 
     late = produce(broker, topic, records([(0, at(10, 15)), (1, at(10, 45))], prefix="late"))
@@ -96,9 +94,7 @@ def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
 
     # the zombie: v1's directory committed again after v2 is refused, nothing committed
     with pytest.raises(HourCommitConflictError, match=rf"{table} hour {HOUR}.*v2"):
-        handle.commit.register(
-            None, table, handle.layout.table_dir, hour, [(hour.spec, directory)], note=HourNote("zombie", {})
-        )
+        handle.commit.publication.publish(None, hour, [(hour.spec, directory)], HourNote("zombie", {}))
     assert pyiceberg_rows(settings, table, hour="10") == after
 
     (done,) = run_rebuild(spark, config, settings, "rebuild-1", [HOUR]).hours
@@ -174,19 +170,17 @@ def test_two_seals_racing_on_one_table_both_land(
             shutil.copy(f, target / f.name)
         copies.append(target)
     barrier = threading.Barrier(2)
-    commit = IcebergHourCommit._commit
+    commit = IcebergPublication._commit
 
-    def planned_together(self: IcebergHourCommit, *args: Any) -> None:
+    def planned_together(self: IcebergPublication, *args: Any) -> None:
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(timeout=10)  # both planned on the same snapshot before either commits
         commit(self, *args)
 
-    monkeypatch.setattr(IcebergHourCommit, "_commit", planned_together)
-    writers = [Table.open(config, settings).commit for _ in hours]
+    monkeypatch.setattr(IcebergPublication, "_commit", planned_together)
+    writers = [Table.open(config, settings).commit.publication for _ in hours]
     threads = [
-        threading.Thread(
-            target=w.register, args=(None, config.table, handle.layout.table_dir, h, [(h.spec, c)])
-        )
+        threading.Thread(target=w.publish, args=(None, h, [(h.spec, c)]))
         for w, h, c in zip(writers, hours, copies, strict=True)
     ]
     for t in threads:
@@ -296,15 +290,11 @@ def test_maintenance_expires_old_snapshots_and_their_metadata_never_the_current(
     hour = parse_key(HOUR, "UTC")
     before = len(snapshots_of(settings, table))
     retry = handle.layout.warehouse / directories["3"]
-    handle.commit.register(
-        None, table, handle.layout.table_dir, hour, [(hour.spec, retry)], note=HourNote("r", {})
-    )
+    handle.commit.publication.publish(None, hour, [(hour.spec, retry)], HourNote("r", {}))
     assert len(snapshots_of(settings, table)) == before  # its own version: nothing committed again
     zombie = handle.layout.warehouse / directories["1"]
     with pytest.raises(HourCommitConflictError, match="already holds v3"):
-        handle.commit.register(
-            None, table, handle.layout.table_dir, hour, [(hour.spec, zombie)], note=HourNote("z", {})
-        )
+        handle.commit.publication.publish(None, hour, [(hour.spec, zombie)], HourNote("z", {}))
     assert pyiceberg_rows(settings, table, hour="10") == rows
 
 

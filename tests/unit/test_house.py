@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tidemark.hourcommit.inputs import HourInputs
+from tidemark.hourcommit.publication import HourPublication
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,3 +199,32 @@ def test_the_dags_share_one_function_per_task_group() -> None:
         if built.search(line)
     ]
     assert not found, f"a DAG module builds a shared task itself: {found}"
+
+
+def test_no_module_asks_which_table_format_or_commit_it_holds() -> None:
+    """A table's format is asked once, in ``hourcommit``'s factory (and validated in
+    ``config/``): everything else calls the seams it was composed with (a new format is one
+    publication class and one line in ``PUBLICATIONS``)."""
+    asked = re.compile(
+        r"output\.table_format\s*[!=]=|isinstance\([^)]*(Publication|Versions|Inputs|HourCommit)"
+    )
+    found = [
+        f"{relative}:{number}"
+        for relative, path in _code_files()
+        if not relative.startswith("config/") and relative != "hourcommit/__init__.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if asked.search(line)
+    ]
+    assert not found, f"a module asks which table format or commit it holds: {found}"
+
+
+def test_the_publication_and_inputs_seams_are_small() -> None:
+    """The publication seam (Paimon's ``SnapshotCommit``) and the inputs seam each have at
+    most 8 methods a caller may call (their facets are class attributes)."""
+    for seam in (HourPublication, HourInputs):
+        methods = [
+            name
+            for name, value in vars(seam).items()
+            if callable(value) and not name.startswith("_") and not isinstance(value, classmethod)
+        ]
+        assert len(methods) <= 8, f"{seam.__name__} has {len(methods)} methods: {methods}"

@@ -38,7 +38,8 @@ from tidemark.errors import (
 )
 from tidemark.group.barrier import complete_hours, finished_retired
 from tidemark.hourcommit.base import Writer
-from tidemark.hourcommit.renaming import RenamingHourCommit
+from tidemark.hourcommit.inputs import RenamedInputs
+from tidemark.hourcommit.renaming import RenamingVersions
 from tidemark.ingest.planner import next_ranges
 from tidemark.ingest.replay import ReplayRequest, plan_replay
 from tidemark.ingest.resolve import decision_problems
@@ -52,7 +53,7 @@ from tidemark.state.journal import HourJournal
 from tidemark.state.layout import Layout, compaction_marker
 from tidemark.state.locks import TableLock
 from tidemark.state.storage import replace_atomically
-from tidemark.table_state import TableState
+from tidemark.table import Table
 from tidemark.time.hours import parse_key
 
 pytestmark = pytest.mark.unit
@@ -232,7 +233,7 @@ def test_a_seal_paused_past_its_lease_deletes_no_published_hour(
         Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), state_uri=str(tmp_path / "s")
     )
     layout = Layout(settings, "t")
-    commit = RenamingHourCommit(layout)
+    commit = RenamingVersions(layout, RenamedInputs(layout))
     hour = parse_key("2026-11-22T10", "UTC")
     lock = TableLock(settings.state_location, "t")
     monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "0.001")
@@ -261,7 +262,7 @@ def test_a_replay_neither_runs_nor_moves_the_binding_when_the_config_names_anoth
     settings = replace(
         Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), state_uri=str(tmp_path / "s")
     )
-    state = TableState(settings.state_location, config.table)
+    state = Table.state_of(settings.state_location, config.table)
     log = state.commit_log
     _commit(log, 0, "clicks")
     request = ReplayRequest(None, "ops", "schema fixed", datetime(2026, 11, 22, 13, tzinfo=UTC))

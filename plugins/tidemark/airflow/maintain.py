@@ -15,6 +15,7 @@ from tidemark.airflow.common import (
     table_dag,
 )
 from tidemark.config import TableConfig
+from tidemark.hourcommit import publication_kind
 from tidemark.settings import Settings
 
 
@@ -59,7 +60,7 @@ registered version or a committed batch beyond the retention ({retention}). The 
 listing every violation, when one is found. Same as `tidemark verify --table {table}`.
 """
     keep = rules.hours or rules.dirty or rules.late
-    iceberg = config.output.table_format == "iceberg"
+    iceberg = publication_kind(config.output.table_format).expires_snapshots
     return f"""
 ### Maintain `{table}`
 {dropping if keep else ""}{compaction}{expiry if iceberg else ""}{verify}"""
@@ -92,7 +93,7 @@ def maintain_dag(config: TableConfig, settings: Settings) -> Any:
     from airflow.sdk import chain
     from airflow.timetables.interval import CronDataIntervalTimetable
 
-    iceberg = config.output.table_format == "iceberg"
+    iceberg = publication_kind(config.output.table_format).expires_snapshots
     rules = config.retention
     keep = rules.hours or rules.dirty or rules.late
     with table_dag(

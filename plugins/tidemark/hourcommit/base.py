@@ -1,22 +1,22 @@
-"""``HourCommit``: the one protocol for "make a new version of an hour visible", whatever the
-warehouse is (Paimon's ``SnapshotCommit``: one interface, an implementation chosen once per
-table, no caller asking which one it holds).
+"""``HourVersions``: the storage seam of an hour's versions, where a version is staged,
+completed, made readable and collected, whatever makes it the one readers see (that is the
+publication seam, ``publication.HourPublication``, one per table format; the inputs a dump
+leaves are ``inputs.HourInputs``). The three are composed once per table
+(``hourcommit.hour_commit``), and no caller asks which one it holds.
 
-A version of an hour goes through the same five stages on every store; only how each is done
+A version of an hour goes through the same stages on every store; only how each is done
 differs, and only the implementations know:
 
 - **stage**: where writers put its files (a hidden scratch directory renamed into place, or a
   version directory written once under a name of its content);
 - **complete**: whether a staged version is whole (a marker written last, naming its files);
-- **publish**: making it the hour readers see (a rename or directory exchange + ``_SUCCESS``;
-  or one metastore switch to the version directory + ``_SUCCESS`` in it);
-- **drop inputs**: the batch files (or late files) a published version holds;
-- **collect**: versions no partition points at any more.
+- **reveal**: where it is read once published (renamed into the hour's directory, or its own
+  version directory, which a partition or a snapshot then points at);
+- **collect**: versions nothing points at any more.
 
-Two implementations: ``renaming.RenamingHourCommit`` (a filesystem with rename: local disk,
-HDFS) and ``versioned.VersionedHourCommit`` (an object store: no rename). The crash points of
-each stage are inside them. The compactor, sealer, late rows, rebuild and merge call this
-interface; a third table format is a third implementation.
+Two implementations: ``renaming.RenamingVersions`` (a filesystem with rename: local disk,
+HDFS) and ``versioned.OwnDirectoryVersions`` (an object store, ``output.layout: versioned``,
+and every Iceberg table). The crash points of each stage are inside them.
 """
 
 from __future__ import annotations
@@ -25,17 +25,16 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from tidemark.faults import crash_point
-from tidemark.state.layout import Layout, partition_hour_values
+from tidemark.state.layout import Layout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from tidemark.config import TableConfig
+    from tidemark.hourcommit.inputs import HourInputs
     from tidemark.state.commitlog import LogState
     from tidemark.state.journal import HourJournal, JournalEntry, JournalState
     from tidemark.state.locks import Lease
@@ -112,23 +111,23 @@ class PublishedHour:
     directory: str = ""
 
 
-class HourCommit(ABC):
-    """Stages, completes, publishes, drops and collects the versions of one table's hours."""
+class HourVersions(ABC):
+    """Stages, completes, reveals and collects the versions of one table's hours."""
 
-    # whether ``register`` records an ``HourNote`` (an Iceberg snapshot's summary does)
-    records_notes = False
+    # each version in a directory of its own, which readers are pointed at (else the hour's
+    # directory stays where it is and its files change)
+    own_directories = False
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, inputs: HourInputs) -> None:
         self.layout = layout
         self.store = layout.store
+        self.inputs = inputs  # where the dump left the hour's batch and late files
+
+    def location(self, path: Path) -> Path | str:
+        """A warehouse path as a catalog registers it."""
+        return path
 
     # -- stage and complete: compaction at seal -------------------------------------------
-    @abstractmethod
-    def batch_files(
-        self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
-    ) -> list[Path]:
-        """Committed batch files under a warehouse directory of batches ``after`` < b <= ``through``."""
-
     @abstractmethod
     def compaction_done(self, hour: Hour, through: int) -> bool:
         """Whether the hour's compaction through batch ``through`` is already complete."""
@@ -168,29 +167,6 @@ class HourCommit(ABC):
         partition columns)."""
 
     @abstractmethod
-    def register(
-        self,
-        metastore: Any,
-        table: str,
-        location: Path,
-        hour: Hour,
-        specs: list[tuple[dict[str, str], Path]],
-        *,
-        note: HourNote | None = None,
-    ) -> None:
-        """Create ``table`` at ``location`` if missing; make ``specs`` the hour's partitions
-        (``note``: what the version holds, for formats that record it)."""
-
-    def refresh(self, metastore: Any, table: str) -> None:
-        """Drop the job's cached listing of a table whose registered files changed."""
-        metastore.refresh(table)
-
-    def warm_ups(self, metastore: Any) -> list[Callable[[], object]]:
-        """What a seal can start while Spark compacts: what its first registration needs
-        (the Hive client's start: Derby's boot or the metastore connection)."""
-        return [metastore.connect]
-
-    @abstractmethod
     def mark_complete(self, target: Path, hour_key: str, rows: int, version: int) -> None:
         """``_SUCCESS`` for path-based readers, after registration."""
 
@@ -207,25 +183,9 @@ class HourCommit(ABC):
         """(where a quarantined hour's version is kept, where it is read once released)."""
 
     # -- retention --------------------------------------------------------------------------
-    def withdraw_before(self, metastore: Any, table: str, first_kept: Hour) -> list[str]:
-        """Take every hour before ``first_kept`` away from readers (retention: the metastore's
-        partitions, dropped; their files stay for ``retired_dirs``). Returns what went, by name;
-        a retry finishes what a killed try began."""
-        names = [
-            n
-            for n in metastore.partition_names(table)
-            if partition_hour_values(n) < (first_kept.dt, first_kept.hr)
-        ]
-        if names:
-            metastore.drop_partitions(table, names[:1])
-            crash_point("mid_retention_unregister")
-            metastore.drop_partitions(table, names[1:])
-            metastore.refresh(table)
-        return names
-
-    def retired_dirs(self, hours: list[Hour]) -> list[Path] | None:
+    def retired_dirs(self, hours: list[Hour]) -> list[Path]:
         """The directories of dropped hours' versions (a quarantined one's too), to delete
-        once the grace has passed; None while they must wait longer."""
+        once the grace has passed (and nothing the publication keeps reads them)."""
         return [
             d
             for hour in hours
@@ -233,17 +193,6 @@ class HourCommit(ABC):
         ]
 
     # -- late rows --------------------------------------------------------------------------
-    @abstractmethod
-    def late_inputs(self, hour: Hour) -> Path:
-        """The directory of the hour's late batch files (committed ones are read from it)."""
-
-    @abstractmethod
-    def late_partition(
-        self, hour: Hour, state: LogState, files: HourWriting, writer: Writer
-    ) -> tuple[Path, str | None]:
-        """side_table: where the late partition of the hour is registered, and the version
-        directory it points at (None where the partition is the directory itself)."""
-
     @abstractmethod
     def amend(
         self,
@@ -302,15 +251,10 @@ class HourCommit(ABC):
     def read_published(self, files: HourWriting, hours: list[PublishedHour]) -> DataFrame:
         """The rows of the hours as published now (their current versions)."""
 
-    # -- drop inputs and collect ------------------------------------------------------------
+    # -- collect ----------------------------------------------------------------------------
     @abstractmethod
-    def drop_batch_files(self, hour: Hour) -> None:
-        """The hour's batch files, once its journal entry is written."""
-
-    @abstractmethod
-    def sweep_sealed(self, partitions: JournalState, frontier: datetime, zone: str) -> None:
-        """Leftovers of hours already sealed: batch files of a crash between the journal
-        entry and the cleanup, a zombie's staging beside a published hour."""
+    def sweep_sealed(self, partitions: JournalState, zone: str) -> None:
+        """Leftovers of hours already sealed: a zombie's staging beside a published hour."""
 
     @abstractmethod
     def collect(

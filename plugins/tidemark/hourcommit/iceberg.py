@@ -1,10 +1,10 @@
-"""``HourCommit`` of an Iceberg table (``output.table_format: iceberg``): an hour becomes
+"""``HourPublication`` of an Iceberg table (``output.table_format: iceberg``): an hour becomes
 visible in one Iceberg snapshot.
 
-The stages are the object store's (``versioned``), on any store: a version of an hour is a
-directory written once, named by its content, with a marker written last; its inputs (batch
-and late files) are read where the store's own commit has the dump leave them. Only
-**publish** differs: instead of pointing metastore partitions at the directory, one Iceberg commit
+Its versions are staged in directories of their own on any store (``versioned``): a version
+of an hour is a directory written once, named by its content, with a marker written last; its
+inputs (batch and late files) are read where the layout has the dump leave them
+(``inputs``). Instead of pointing metastore partitions at the directory, one Iceberg commit
 replaces the hour's data files (identity partitions ``dt``, ``hr`` and the data-derived
 columns, in the table's zone: DST's repeated hour is its own partition) with the version's.
 Its summary says which hour, version and directory it is, the batches it holds with their
@@ -17,7 +17,8 @@ offsets, the ready time and the run:
   concurrency) is re-planned on the new snapshot and retried.
 
 Collect keeps every version directory a live snapshot references (time travel and running
-readers), besides what the journal names. The late side table stays a Hive table.
+readers), besides what the journal names; so does retention. The late side table stays a
+Hive table (``publication.HivePublication``). The snapshots' expiry is ``iceberg_maintenance``.
 Iceberg's Java library in the job's Spark runtime writes the table (``iceberg_java``: create,
 evolve, commit); pyiceberg reads it (plans, summaries, live files) in the same catalog.
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.errors import HourCommitConflictError
-from tidemark.hourcommit.base import HourCommit, HourNote, HourWriting, Writer
+from tidemark.hourcommit.base import HourNote, HourVersions
 from tidemark.hourcommit.iceberg_files import (
     PREFIX,
     last_hour_commit,
@@ -44,10 +45,11 @@ from tidemark.hourcommit.iceberg_files import (
     version_of,
 )
 from tidemark.hourcommit.iceberg_java import JavaIceberg, LostRaceError
-from tidemark.hourcommit.versioned import VersionedHourCommit
-from tidemark.iceberg_catalog import identifier, open_catalog
+from tidemark.hourcommit.iceberg_maintenance import expire
+from tidemark.hourcommit.publication import HourPublication, MaintenanceResult, Specs
+from tidemark.iceberg_catalog import identifier, open_catalog, spark_catalog_conf
 from tidemark.settings import Settings
-from tidemark.state.layout import Layout, version_dir_of
+from tidemark.state.layout import version_dir_of
 from tidemark.tablefs import local_path
 from tidemark.time.hours import Hour
 
@@ -57,9 +59,6 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table as IcebergTable
 
-    from tidemark.config import TableConfig
-    from tidemark.state.commitlog import LogState
-    from tidemark.state.journal import HourJournal, JournalState
 
 log = logging.getLogger(__name__)
 
@@ -67,38 +66,25 @@ COMMIT_ATTEMPTS = 8  # commits lost to another writer of the table, re-planned e
 _HOUR_PATH = re.compile(r"(dt=[^/]+/hr=[^/]+)/")
 
 
-class IcebergHourCommit(VersionedHourCommit):
-    """Versions written once as directories; each published by one Iceberg snapshot."""
+class IcebergPublication(HourPublication):
+    """Each version of an hour published by one Iceberg snapshot."""
 
     records_notes = True
+    in_metastore = False
+    expires_snapshots = True
+    own_version_dirs = True  # a snapshot points at files: a version's never change
+    int96_timestamps = False  # Iceberg's spec: timestamps as INT64 microseconds
 
-    def __init__(self, layout: Layout, settings: Settings, inputs: HourCommit) -> None:
-        super().__init__(layout)
-        self.settings = settings
-        self.inputs = inputs  # the store's own commit: where a dump leaves batch and late files
+    def __init__(self, table: str, location: Path, versions: HourVersions, settings: Settings) -> None:
+        super().__init__(table, location, versions, settings)
         self._catalog: Catalog | None = None
         self._opening = threading.Lock()
-        self.java = JavaIceberg(settings, layout.table)  # the writes
+        self.java = JavaIceberg(settings, self.layout.table)  # the writes
 
-    # -- inputs: where the dump put them, as the store's own commit reads them ------------
-    def batch_files(
-        self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
-    ) -> list[Path]:
-        return self.inputs.batch_files(directory, through=through, after=after, committed=committed)
-
-    def late_inputs(self, hour: Hour) -> Path:
-        return self.inputs.late_inputs(hour)
-
-    def late_partition(
-        self, hour: Hour, state: LogState, files: HourWriting, writer: Writer
-    ) -> tuple[Path, str | None]:
-        return self.inputs.late_partition(hour, state, files, writer)
-
-    def drop_batch_files(self, hour: Hour) -> None:
-        self.inputs.drop_batch_files(hour)
-
-    def sweep_sealed(self, partitions: JournalState, frontier: datetime, zone: str) -> None:
-        self.inputs.sweep_sealed(partitions, frontier, zone)
+    @classmethod
+    def spark_conf(cls, settings: Settings) -> dict[str, str]:
+        """Iceberg's catalog and runtime: the hour commits are Iceberg's Java library's."""
+        return spark_catalog_conf(settings)
 
     @property
     def catalog(self) -> Catalog:
@@ -123,19 +109,7 @@ class IcebergHourCommit(VersionedHourCommit):
             raise self.java.kind.named(exc, f"loading {self.identifier}") from exc
 
     # -- publish ----------------------------------------------------------------------------
-    def register(
-        self,
-        metastore: Any,
-        table: str,
-        location: Path,
-        hour: Hour,
-        specs: list[tuple[dict[str, str], Path]],
-        *,
-        note: HourNote | None = None,
-    ) -> None:
-        if table != self.layout.table:  # the late side table: Hive partitions, as before
-            super().register(metastore, table, location, hour, specs, note=note)
-            return
+    def publish(self, metastore: Any, hour: Hour, specs: Specs, note: HourNote | None = None) -> None:
         self.commit_hour(hour, specs, note or HourNote(run_id="", batches={}))
 
     def warm_ups(self, metastore: Any) -> list[Callable[[], object]]:
@@ -143,16 +117,12 @@ class IcebergHourCommit(VersionedHourCommit):
         client (a late side table's registration starts it when it comes)."""
         return [self.load, lambda: self.java.catalog]
 
-    def refresh(self, metastore: Any, table: str) -> None:
+    def refresh(self, metastore: Any) -> None:
         """An Iceberg table has no cached listing: each read plans from its current snapshot."""
-        if table != self.layout.table:
-            metastore.refresh(table)
 
-    def withdraw_before(self, metastore: Any, table: str, first_kept: Hour) -> list[str]:
+    def withdraw_before(self, metastore: Any, first_kept: Hour) -> list[str]:
         """One delete snapshot drops every file of the hours before ``first_kept`` (a retry
-        finds none left and commits nothing); the late side table stays Hive's."""
-        if table != self.layout.table:
-            return super().withdraw_before(metastore, table, first_kept)
+        finds none left and commits nothing)."""
         iceberg = self.load()
         if iceberg is None:
             return []
@@ -166,14 +136,30 @@ class IcebergHourCommit(VersionedHourCommit):
             )
         return names
 
-    def retired_dirs(self, hours: list[Hour]) -> list[Path] | None:
-        """None while a live snapshot still references a version of the dropped hours: time
-        travel to it keeps their files until it expires (the maintenance DAG's expiry)."""
-        dirs = super().retired_dirs(hours)
+    def still_reads(self, directories: list[Path]) -> bool:
+        """While a live snapshot still references a version of the dropped hours, time travel
+        to it keeps their files until it expires (the maintenance DAG's expiry)."""
         live = self.live_locations()
-        return None if any(loc.startswith(str(d)) for d in dirs or [] for loc in live) else dirs
+        return any(loc.startswith(str(d)) for d in directories for loc in live)
 
-    def commit_hour(self, hour: Hour, specs: list[tuple[dict[str, str], Path]], note: HourNote) -> None:
+    def referenced(self, metastore: Any) -> list[str]:
+        """The directories of every file a live snapshot references (the metastore is not
+        asked: it holds only the late side table)."""
+        return self.live_locations()
+
+    def snapshot_files(self) -> list[str]:
+        iceberg = self.load()
+        if iceberg is None or iceberg.current_snapshot() is None:
+            return []
+        return [
+            self.relative_of(str(path)) for path in iceberg.inspect.files().column("file_path").to_pylist()
+        ]
+
+    def maintain(self, cutoff: datetime, *, dry_run: bool = False) -> MaintenanceResult:
+        """Snapshots committed before ``cutoff`` expired, then the metadata only they used."""
+        return expire(self, cutoff, dry_run=dry_run)
+
+    def commit_hour(self, hour: Hour, specs: Specs, note: HourNote) -> None:
         """Replace the hour's data files by the version's in one snapshot (see the module)."""
         if not specs:  # data-derived partition columns and no rows: no partition to commit
             return
@@ -373,27 +359,3 @@ class IcebergHourCommit(VersionedHourCommit):
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                     found.add(entry.data_file.file_path.rsplit("/", 1)[0])
         return sorted(local_path(p) for p in found)  # as the collector reads locations
-
-    def collect(
-        self,
-        config: TableConfig,
-        journal: HourJournal,
-        *,
-        state: LogState,
-        partitions: JournalState,
-        late_locations: dict[str, str],
-        writer: Writer,
-        registered: Callable[[], list[str]],
-    ) -> list[str]:
-        # the metastore holds only the late side table: asked (its client started) only
-        # when that table has files
-        late = bool(self.store.all_files(self.layout.relative(self.layout.late_dir)))
-        return super().collect(
-            config,
-            journal,
-            state=state,
-            partitions=partitions,
-            late_locations=late_locations,
-            writer=writer,
-            registered=lambda: [*(registered() if late else []), *self.live_locations()],
-        )

@@ -1,4 +1,4 @@
-"""``HourCommit`` on a filesystem with rename (local disk, HDFS): a version is staged in a
+"""``HourVersions`` on a filesystem with rename (local disk, HDFS): a version is staged in a
 hidden directory of its writer's own and renamed into place.
 
 - **stage**: a scratch directory under ``.tidemark_staging`` marked with the writer's lease
@@ -8,10 +8,9 @@ hidden directory of its writer's own and renamed into place.
 - **complete**: a marker (``_tidemark_compacted.json``) naming the files and rows, written
   last; a marker whose rows differ from the commit log's is stale and the hour is compacted
   again and exchanged in whole;
-- **publish**: rename (or ``renameat2`` exchange) into ``<table>/<hour>``, register the
-  partitions (``ADD IF NOT EXISTS``), then ``_SUCCESS``; an amend moves its new files into the
-  live directory one rename each;
-- **drop inputs**: the hour's ``_open`` directory once its journal entry is written;
+- **reveal**: rename (or ``renameat2`` exchange) into ``<table>/<hour>``, where the hour's
+  partitions stay (``ADD IF NOT EXISTS``), then ``_SUCCESS``; an amend moves its new files into
+  the live directory one rename each;
 - **collect**: nothing: a replaced version is swapped into the writer's scratch, removed with it.
 """
 
@@ -21,22 +20,20 @@ import errno
 import logging
 import shutil
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidemark.errors import VersionConflictError
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import (
     Compacted,
-    HourCommit,
-    HourNote,
+    HourVersions,
     HourWriting,
     PublishedHour,
     Writer,
     Written,
 )
-from tidemark.state.layout import batch_of_file, compaction_marker, sealed_file_prefix, write_success
+from tidemark.state.layout import compaction_marker, sealed_file_prefix, write_success
 from tidemark.state.storage import read_json, replace_atomically
 from tidemark.tablefs import data_files, exchange_directories
 from tidemark.time.hours import Hour, parse_path
@@ -53,19 +50,10 @@ log = logging.getLogger(__name__)
 SCRATCH_OWNER = "_owner.json"  # the lease token of a seal's scratch directory
 
 
-class RenamingHourCommit(HourCommit):
+class RenamingVersions(HourVersions):
     """Versions staged aside and renamed into place (one filesystem: staging renames in)."""
 
     # -- stage and complete ---------------------------------------------------------------
-    def batch_files(
-        self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
-    ) -> list[Path]:
-        return [
-            p
-            for p in data_files(directory)
-            if (batch := batch_of_file(p.name)) is not None and after < batch <= through
-        ]
-
     def compaction_done(self, hour: Hour, through: int) -> bool:
         target, hidden = self.layout.table_dir / hour.path, self.layout.sealing_dir / hour.path
         return (
@@ -234,19 +222,6 @@ class RenamingHourCommit(HourCommit):
     def partition_leaves(self, target: Path, depth: int) -> list[Path]:
         return sorted(p for p in target.glob("/".join("*" for _ in range(depth))) if p.is_dir())
 
-    def register(
-        self,
-        metastore: Any,
-        table: str,
-        location: Path,
-        hour: Hour,
-        specs: list[tuple[dict[str, str], Path]],
-        *,
-        note: HourNote | None = None,
-    ) -> None:
-        metastore.ensure_table(table, location)
-        metastore.add_partitions(table, specs)
-
     def mark_complete(self, target: Path, hour_key: str, rows: int, version: int) -> None:
         write_success(target, hour_key, rows, version)
 
@@ -268,14 +243,6 @@ class RenamingHourCommit(HourCommit):
         return self.layout.sealing_dir / hour.path, self.layout.table_dir / hour.path
 
     # -- late rows --------------------------------------------------------------------------
-    def late_inputs(self, hour: Hour) -> Path:
-        return self.layout.late_dir / hour.path
-
-    def late_partition(
-        self, hour: Hour, state: LogState, files: HourWriting, writer: Writer
-    ) -> tuple[Path, str | None]:
-        return self.layout.late_dir / hour.path, None  # its batch files moved there on commit
-
     def amend(
         self,
         hour: Hour,
@@ -293,7 +260,7 @@ class RenamingHourCommit(HourCommit):
         target = self.layout.table_dir / hour.path
         staging = self.layout.step_staging("amend", hour.key, f"v{version}")
         shutil.rmtree(staging, ignore_errors=True)
-        frame = files.read_hour(self.late_inputs(hour), new_files)
+        frame = files.read_hour(self.inputs.late_inputs(hour), new_files)
         files.write_staged(frame.coalesce(1), staging)
         added = files.staged_rows(staging)
         writer.check()
@@ -367,24 +334,14 @@ class RenamingHourCommit(HourCommit):
         reader = files.spark.read.option("basePath", str(table_dir))
         return files.format.spark_read(reader, *(str(table_dir / h.path) for h in hours))
 
-    # -- drop inputs and collect ------------------------------------------------------------
-    def drop_batch_files(self, hour: Hour) -> None:
-        shutil.rmtree(self.layout.open_dir / hour.path, ignore_errors=True)
-
-    def sweep_sealed(self, partitions: JournalState, frontier: datetime, zone: str) -> None:
+    # -- collect ----------------------------------------------------------------------------
+    def sweep_sealed(self, partitions: JournalState, zone: str) -> None:
         table, sealing = self.layout.table, self.layout.sealing_dir
         for hidden in sealing.glob("dt=*/hr=*"):  # a published hour's is a zombie's
             entry = partitions.hours.get(parse_path(str(hidden.relative_to(sealing)), zone).key)
             if entry is not None and entry.published:
                 log.warning("%s: removing %s beside the published hour %s", table, hidden, entry.hour)
                 shutil.rmtree(hidden, ignore_errors=True)
-        if not self.layout.open_dir.exists():
-            return
-        for hour_dir in self.layout.open_dir.glob("dt=*/hr=*"):
-            hour = parse_path(str(hour_dir.relative_to(self.layout.open_dir)), zone)
-            if hour.end <= frontier and hour.key in partitions.hours:
-                log.warning("%s: removing batch files left by a sealed hour %s", self.layout.table, hour.key)
-                shutil.rmtree(hour_dir)
 
     def collect(
         self,

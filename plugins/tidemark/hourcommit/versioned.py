@@ -1,5 +1,7 @@
-"""``HourCommit`` on an object store (S3): no rename, so a version is a directory written once
-where it stays, and a partition changes only by pointing it at another one.
+"""``HourVersions`` in directories of their own: on an object store (S3: no rename), with
+``output.layout: versioned``, and for every Iceberg table. A version is a directory written
+once where it stays, and readers change versions only by being pointed at another one (a
+metastore partition's location, an Iceberg snapshot).
 
 - **stage**: ``<table>/<hour>/_versions/v<version>-b<last batch>``, named by its content (a
   retry finds its own), claimed by the writer's lease before anything is written
@@ -7,9 +9,9 @@ where it stays, and a partition changes only by pointing it at another one.
   sibling);
 - **complete**: its marker, written last, names every file; a directory without one is a
   crashed attempt's and is never pointed at;
-- **publish**: one metastore switch of the hour's partitions to the directory (add, then
-  ``SET LOCATION``), then ``_SUCCESS`` in it: readers see one version or another;
-- **drop inputs**: the hour's committed batch files in the hidden ``_open``;
+- **reveal**: nothing moves: the publication points readers at the directory (a metastore
+  switch of the hour's partitions: add, then ``SET LOCATION``; or one Iceberg snapshot), then
+  ``_SUCCESS`` in it: readers see one version or another;
 - **collect**: version directories no partition points at, after ``output.version_retention``
   of processing time and of wall-clock time (``versions.VersionCollector``).
 """
@@ -18,16 +20,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidemark.errors import RebuildError, ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import (
     Compacted,
-    HourCommit,
-    HourNote,
+    HourVersions,
     HourWriting,
     PublishedHour,
     Writer,
@@ -41,8 +41,8 @@ from tidemark.hourcommit.versions import (
     version_written,
     write_version_once,
 )
-from tidemark.state.layout import COMPACTED_MARKER, SUCCESS, batch_of_file, sealed_file_prefix
-from tidemark.time.hours import Hour, parse_path
+from tidemark.state.layout import COMPACTED_MARKER, SUCCESS, sealed_file_prefix
+from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -54,27 +54,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class VersionedHourCommit(HourCommit):
-    """Versions written once as directories named by their content; partitions switched."""
+class OwnDirectoryVersions(HourVersions):
+    """Versions written once as directories named by their content; readers pointed at one."""
+
+    own_directories = True
+
+    def location(self, path: Path) -> Path | str:
+        return self.layout.location(path)
 
     def _named(self, hour_path: str, version: int, through: int) -> str:
         return self.layout.relative(self.layout.hour_version(hour_path, version, through))
 
     # -- stage and complete ---------------------------------------------------------------
-    def batch_files(
-        self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
-    ) -> list[Path]:
-        """Only the files its commit record lists are a batch's: an attempt that lost its
-        batch (paused past its lease) may have left files beside the committed attempt's."""
-        found = [self.layout.warehouse / f for f in self.store.files(self.layout.relative(directory))]
-        return [
-            p
-            for p in found
-            if (batch := batch_of_file(p.name)) is not None
-            and after < batch <= through
-            and self.layout.relative(p) in committed(batch)
-        ]
-
     def compaction_done(self, hour: Hour, through: int) -> bool:
         return version_written(self.store, self._named(hour.path, 1, through))
 
@@ -141,21 +132,6 @@ class VersionedHourCommit(HourCommit):
         below = {f[len(base) + 1 :].rsplit("/", 1)[0] for f in self.store.files(base)}
         return sorted(target / b for b in below if b.count("/") == depth - 1)
 
-    def register(
-        self,
-        metastore: Any,
-        table: str,
-        location: Path,
-        hour: Hour,
-        specs: list[tuple[dict[str, str], Path]],
-        *,
-        note: HourNote | None = None,
-    ) -> None:
-        metastore.ensure_table(table, self.layout.location(location))
-        metastore.switch_partitions(
-            table, hour.spec, [(spec, self.layout.location(leaf)) for spec, leaf in specs]
-        )
-
     def mark_complete(self, target: Path, hour_key: str, rows: int, version: int) -> None:
         record = {"hour": hour_key, "rows": rows, "version": version}
         self.store.write_json(f"{self.layout.relative(target)}/{SUCCESS}", record)
@@ -172,35 +148,6 @@ class VersionedHourCommit(HourCommit):
         return directory, directory
 
     # -- late rows --------------------------------------------------------------------------
-    def late_inputs(self, hour: Hour) -> Path:
-        return self.layout.late_open_dir / hour.path
-
-    def late_partition(
-        self, hour: Hour, state: LogState, files: HourWriting, writer: Writer
-    ) -> tuple[Path, str | None]:
-        """The committed late rows of an hour (hidden batch files in ``<table>__late/_open``)
-        written once as a new directory of the late partition, named by its rows and last
-        batch; the partition is then pointed at it, so readers never see a late file before
-        its batch commits, nor half a version."""
-        count = state.late_per_hour[hour.path]
-        named = self.layout.versioned_hour(self.layout.late_dir, hour.path, count, state.last_committed)
-
-        def gather(directory: str) -> Written:
-            home = self.layout.warehouse / directory
-            inputs = files.batch_files(self.late_inputs(hour), through=state.last_committed)
-            written = files.write_version(files.read_hour(home, inputs), home, "part", 1)
-            rows = sum(n for _, n in written)
-            if rows != count:
-                raise ReconciliationError(
-                    f"{files.config.late_table} hour {hour.key}: {rows} late rows in the batch files != {count} "
-                    f"committed by batches <= {state.last_committed}; not registered"
-                )
-            return written
-
-        written = write_version_once(self.store, self.layout.relative(named), gather, writer.lease)
-        target = self.layout.warehouse / written.directory
-        return target, self.layout.relative(target)
-
     def amend(
         self,
         hour: Hour,
@@ -341,18 +288,9 @@ class VersionedHourCommit(HourCommit):
         ]
         return files.read_hour(self.layout.table_dir, found)
 
-    # -- drop inputs and collect ------------------------------------------------------------
-    def drop_batch_files(self, hour: Hour) -> None:
-        for relative in self.store.files(self.layout.relative(self.layout.open_dir / hour.path)):
-            self.store.delete(relative)
-
-    def sweep_sealed(self, partitions: JournalState, frontier: datetime, zone: str) -> None:
-        open_dir = self.layout.relative(self.layout.open_dir)
-        for relative in self.store.files(open_dir):
-            dt, hr = relative[len(open_dir) + 1 :].split("/")[:2]  # then any value dirs
-            hour = parse_path(f"{dt}/{hr}", zone)
-            if hour.end <= frontier and hour.key in partitions.hours:
-                self.store.delete(relative)
+    # -- collect ----------------------------------------------------------------------------
+    def sweep_sealed(self, partitions: JournalState, zone: str) -> None:
+        """Nothing: a version is never staged beside the hour (its directory is its own)."""
 
     def collect(
         self,

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tidemark.config import TableConfig
+from tidemark.hourcommit import publication_kind
 from tidemark.ingest.columns import data_fields
 from tidemark.seal.metastore import DATABASE
 from tidemark.seal.rebuild_plan import plan_rebuild
@@ -70,7 +71,7 @@ def hours_dataset(
     columns: list[tuple[str, str]] | None = None,
 ) -> LineageDataset:
     """The table's hours: its Hive table, or an Iceberg table by its location."""
-    if config.output.table_format != "iceberg":
+    if publication_kind(config.output.table_format).in_metastore:
         return table_dataset(settings, config.table, partitions, columns)
     return _location_dataset(settings, config.table, partitions, columns)
 

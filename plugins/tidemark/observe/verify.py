@@ -93,7 +93,7 @@ def run_verify(
     Thrift API; an Iceberg table needs no session); ``LakeCheckError`` on any violation."""
     table = Table.open(config, settings)
     registered = None
-    if config.output.table_format != "iceberg":
+    if table.commit.publication.in_metastore:  # else the format's own snapshot lists the files
         if spark is None:
             raise ValueError("a Spark session is required to read a Hive table's partitions")
         metastore = open_metastore(spark, config, settings)
@@ -171,7 +171,7 @@ def _published_files(
     seen: Counter[str] = Counter()
     by_hour: dict[str, list[str]] = {}
     if registered is None:
-        for relative in _snapshot_files(table):
+        for relative in table.commit.publication.snapshot_files():
             seen[relative] += 1
             if (found := _HOUR.search(relative)) is not None:
                 by_hour.setdefault(parse_path(found.group(1), zone).key, []).append(relative)
@@ -188,15 +188,6 @@ def _published_files(
         f"{f} is read {n} times (through more than one partition)" for f, n in sorted(seen.items()) if n > 1
     ]
     return by_hour, duplicates, set(seen)
-
-
-def _snapshot_files(table: Table) -> list[str]:
-    """The data files of the Iceberg table's current snapshot, warehouse-relative, as listed."""
-    commit: Any = table.commit
-    iceberg = commit.load()
-    if iceberg is None or iceberg.current_snapshot() is None:
-        return []
-    return [commit.relative_of(str(path)) for path in iceberg.inspect.files().column("file_path").to_pylist()]
 
 
 def _hour_rows(table: Table, files_by_hour: dict[str, list[str]]) -> Check:

@@ -38,7 +38,7 @@ class Compactor:
         self.files = files
         self.config = files.config
         self.layout = files.layout
-        self.commit = files.commit
+        self.versions = files.versions
         self.writer = writer  # the seal's run and lease: it owns the directories it writes
         self._prepared: dict[str, Compacted] = {}
         self._defaults: dict[str, list[CheckResult]] = {}
@@ -91,21 +91,21 @@ class Compactor:
         """The hour as a task of ``prepare``, or None: compacted already (or stale: compacted
         alone), no batch files, or more than one file's worth."""
         store, layout, through = self.layout.store, self.layout, state.last_committed
-        if self.commit.compaction_done(hour, through):
+        if self.versions.compaction_done(hour, through):
             return None
-        inputs = self.commit.hour_inputs(hour, through, self.files)
+        inputs = self.versions.hour_inputs(hour, through, self.files)
         relative = [layout.relative(p) for p in inputs]
         size = sum(store.size(r) for r in relative)
         if not inputs or self.config.output.files_for(size) > 1:
             return None
-        directory = self.commit.claim_compaction(hour, through, self.writer)
+        directory = self.versions.claim_compaction(hour, through, self.writer)
         return HourTask(hour.key, tuple(relative), directory, hour.start, hour.end, size)
 
     def _keep(self, hour: Hour, task: HourTask, written: HourWritten, expected: int) -> None:
         """Mark what an hour's task wrote as compacted (when it holds the committed rows: one
         that does not is left unmarked and fails its hour's reconciliation), with its checks."""
         complete = written.rows == expected
-        files, home = self.commit.keep_compacted(
+        files, home = self.versions.keep_compacted(
             hour, task.directory, written.files, complete=complete, writer=self.writer
         )
         if complete and written.checks is not None:
@@ -127,7 +127,7 @@ class Compactor:
         written now by Spark."""
         if hour.key in self._prepared:
             return self._prepared[hour.key]
-        return self.commit.compact_hour(
+        return self.versions.compact_hour(
             hour,
             state.last_committed,
             expected,

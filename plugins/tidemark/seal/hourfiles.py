@@ -44,10 +44,13 @@ class HourFiles:
         self.run_id = run_id  # the step's, announced where the table format records it
         self.config = config = table.config
         self.layout = table.layout
-        self.commit = table.commit  # how a version of an hour becomes visible
+        # how a version of an hour becomes visible: its inputs, versions and publication
+        self.inputs, self.versions = table.commit.inputs, table.commit.versions
+        self.publication, self.late_publication = table.commit.publication, table.commit.late_publication
         self.metastore = open_metastore(spark, config, table.settings)
         self.extra_columns = list(config.partitioning.columns)
-        self.format = table_format(config)  # of the sealed hours; batch files are Parquet
+        # of the sealed hours (batch files are Parquet), as the table's readers read them
+        self.format = table_format(config, int96=self.publication.int96_timestamps)
         self.state = table.state
         self.history = self.state.schema_history
         self.commit_log = self.state.commit_log
@@ -67,7 +70,7 @@ class HourFiles:
         raise, with its own message (imports and the Hive client are safe to start from two
         threads: the second waits for the first)."""
 
-        work = self.commit.warm_ups(self.metastore)
+        work = self.publication.warm_ups(self.metastore)
         if needs_gx(self.config):
             work.append(warm_gx)
         for task in work:
@@ -130,7 +133,7 @@ class HourFiles:
     def batch_files(self, directory: Path, *, through: int, after: int = -1) -> list[Path]:
         """Committed batch files under a warehouse directory of batches ``after`` < b <= ``through``
         (not yet folded in), sorted."""
-        return self.commit.batch_files(
+        return self.inputs.batch_files(
             directory, through=through, after=after, committed=self._committed_files
         )
 
@@ -156,7 +159,7 @@ class HourFiles:
         """(spec, location) of the metastore partitions of an hour: one per extra-column value."""
         if not self.extra_columns:
             return [(hour.spec, target)]
-        leaves = self.commit.partition_leaves(target, len(self.extra_columns))
+        leaves = self.versions.partition_leaves(target, len(self.extra_columns))
         specs = []
         for leaf in leaves:
             values = dict(part.split("=", 1) for part in leaf.relative_to(target).parts)
@@ -182,17 +185,16 @@ class HourFiles:
             return gate(config, hour, None, self.docs_dir, defaults=defaults)
         return gate(config, hour, self.read_hour(target, config=config), self.docs_dir, defaults=defaults)
 
-    def register(self, table: str, location: Path, hour: Hour, target: Path) -> None:
-        """Create ``table`` at ``location`` if missing and add the hour's partitions at ``target``
-        (on an object store: point them at ``target``, a new version of the hour)."""
-        note = self.note(hour, target) if self.commit.records_notes else None
-        self.commit.register(
-            self.metastore, table, location, hour, self.partition_specs(hour, target), note=note
-        )
+    def register(self, hour: Hour, target: Path, *, late: bool = False) -> None:
+        """Make the hour's version at ``target`` the one readers see (the table created if
+        missing): the table's publication, or with ``late`` its late side table's."""
+        publication = self.late_publication if late else self.publication
+        note = self.note(hour, target) if publication.records_notes else None
+        publication.publish(self.metastore, hour, self.partition_specs(hour, target), note)
 
-    def refresh(self, table: str) -> None:
-        """Drop the job's cached listing of a table whose registered files changed."""
-        self.commit.refresh(self.metastore, table)
+    def refresh(self) -> None:
+        """Drop the job's cached listing of the table, whose published files changed."""
+        self.publication.refresh(self.metastore)
 
     def note(self, hour: Hour, target: Path) -> HourNote:
         """What the version in ``target`` holds: the hour's batches through the one it is
@@ -211,16 +213,16 @@ class HourFiles:
 
     def publish(self, hour: Hour, target: Path, rows: int, *, version: int, refresh: bool = False) -> None:
         """Register the hour's partitions, then mark the directory complete for path readers."""
-        self.register(self.config.table, self.layout.table_dir, hour, target)
+        self.register(hour, target)
         if refresh:  # a registered hour's files changed: drop the session's cached listing
-            self.refresh(self.config.table)
+            self.refresh()
         crash_point("after_registration")
         self.mark_complete(target, hour, rows, version)
         crash_point("after_success")
 
     def mark_complete(self, target: Path, hour: Hour, rows: int, version: int) -> None:
         """``_SUCCESS`` in an hour's directory (or its version's, on an object store)."""
-        self.commit.mark_complete(target, hour.key, rows, version)
+        self.versions.mark_complete(target, hour.key, rows, version)
 
 
 def _quietly(task: Any) -> None:

@@ -36,7 +36,7 @@ class LateRows:
         self.layout = files.layout
         self.run_id = writer.run_id
         self.zone = self.config.event_time.time_zone
-        self.commit = files.commit
+        self.inputs, self.versions = files.inputs, files.versions
 
     def hours(self, state: LogState) -> list[Hour]:
         return sorted(parse_path(p, self.zone) for p, n in state.late_per_hour.items() if n)
@@ -59,13 +59,12 @@ class LateRows:
         ]
         if not todo:
             return []
-        late_table = self.config.late_table
         for hour in todo:
-            target, location = self.commit.late_partition(hour, state, self.files, self.writer)
+            target, location = self.inputs.late_partition(hour, state, self.files, self.writer)
             if location is not None:
                 locations[hour.key] = location
             self.writer.check()
-            self.files.register(late_table, self.layout.late_dir, hour, target)
+            self.files.register(hour, target, late=True)
             registered[hour.key] = state.late_per_hour[hour.path]
         crash_point("after_late_registration")
         self.writer.check()
@@ -81,19 +80,25 @@ class LateRows:
         may still list one); the metastore's locations count as pointed at. Returns those
         deleted. The seal runs it, and the maintenance DAG's compact step for a table whose
         seals have stopped."""
-        metastore = self.files.metastore
-        return self.commit.collect(
+        return self.versions.collect(
             self.config,
             journal,
             state=state,
             partitions=partitions,
             late_locations=self.locations(journal),
             writer=self.writer,
-            registered=lambda: [
-                *metastore.partition_locations(self.config.table),
-                *metastore.partition_locations(self.config.late_table),
-            ],
+            registered=self._referenced,
         )
+
+    def _referenced(self) -> list[str]:
+        """What readers are pointed at now: the table's publication's, and the late side
+        table's partitions, asked (its metastore client started) only when it has files."""
+        metastore = self.files.metastore
+        late = bool(self.layout.store.all_files(self.layout.relative(self.layout.late_dir)))
+        return [
+            *self.files.publication.referenced(metastore),
+            *(self.files.late_publication.referenced(metastore) if late else []),
+        ]
 
     @staticmethod
     def registry_file(journal: HourJournal) -> Location:
@@ -124,14 +129,14 @@ class LateRows:
             if current is not None and current.quarantined:
                 continue  # its late rows wait for the release
             folded = current.folded_through_batch if current else -1
-            late_dir = self.commit.late_inputs(hour)
+            late_dir = self.inputs.late_inputs(hour)
             self._drop_folded(late_dir, folded)  # a kill after the last amend's journal entry
             new_files = self.files.batch_files(late_dir, through=state.last_committed, after=folded)
             if not new_files:
                 continue
             version = (current.version if current else 0) + 1
             through = max(batch_of_file(p.name) or 0 for p in new_files)
-            target, files, added = self.commit.amend(
+            target, files, added = self.versions.amend(
                 hour,
                 current,
                 new_files,
@@ -142,8 +147,8 @@ class LateRows:
             )
             crash_point("after_amend_files")
             self.writer.check()
-            self.files.register(self.config.table, self.layout.table_dir, hour, target)
-            self.files.refresh(self.config.table)
+            self.files.register(hour, target)
+            self.files.refresh()
             rows = (current.rows if current else 0) + added
             self.files.mark_complete(target, hour, rows, version)
             crash_point("after_amend_moves")

@@ -83,7 +83,7 @@ class Rebuilder:
         self.run_id = run_id
         self.files = HourFiles(spark, table, run_id)
         self.layout = table.layout
-        self.commit = table.commit
+        self.versions = table.commit.versions
         self.state = table.state
         self.journal = self.state.journal
         self.commit_log = self.state.commit_log
@@ -120,7 +120,7 @@ class Rebuilder:
             written_with = current.schema_version if current is not None else 0
             hour_config = self.files.history.config_at(self.config, written_with)
             with registry_failures(table):  # a registry down fails the rebuild, named
-                new_dir, files, rows = self.commit.stage_rebuild(
+                new_dir, files, rows = self.versions.stage_rebuild(
                     hour,
                     version=(current.version if current is not None else 0) + 1,
                     through=plan.through_batch,
@@ -209,7 +209,7 @@ class Rebuilder:
 
     def _current_files(self, hour: Hour) -> list[Path]:
         """The files readers see for the hour now."""
-        return self.commit.current_files(hour, self.journal.state().hours.get(hour.key))
+        return self.versions.current_files(hour, self.journal.state().hours.get(hour.key))
 
     def _rows(
         self,
@@ -316,7 +316,7 @@ class Rebuilder:
         partitions = self.journal.state()
         current = partitions.hours[hour.key]
         version = current.version + 1
-        atomic = self.commit.publish_rebuilt(
+        atomic = self.versions.publish_rebuilt(
             hour,
             current_version=current.version,
             through=plan.through_batch,
@@ -324,11 +324,9 @@ class Rebuilder:
             written=files,
             rows=rows,
             writer=Writer(self.run_id, lease),
-            register=lambda target: self.files.register(
-                self.config.table, self.layout.table_dir, hour, target
-            ),
+            register=lambda target: self.files.register(hour, target),
         )
-        self.files.refresh(self.config.table)
+        self.files.refresh()
         entry = step_entry(
             self.config,
             self.run_id,

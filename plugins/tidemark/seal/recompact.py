@@ -85,7 +85,7 @@ class Recompactor:
         self.run_id = run_id
         self.writer = Writer(run_id, lease)
         self.files = HourFiles(spark, table, run_id)
-        self.commit = table.commit
+        self.versions = table.commit.versions
         self.journal = table.state.journal
 
     def run(self, *, dry_run: bool = False) -> CompactResult:
@@ -129,7 +129,7 @@ class Recompactor:
     def compact_hour(self, hour: Hour, *, bytes_before: int) -> dict[str, Any]:
         current = self.journal.state().hours[hour.key]
         scratch = self.table.layout.step_staging("compact", hour.key, self.run_id)
-        new_dir, files, rows = self.commit.stage_rebuild(
+        new_dir, files, rows = self.versions.stage_rebuild(
             hour,
             version=current.version + 1,
             through=current.folded_through_batch,
@@ -141,7 +141,7 @@ class Recompactor:
             n_files=self.config.output.files_for(bytes_before),
         )
         self.writer.check()
-        self.commit.publish_rebuilt(
+        self.versions.publish_rebuilt(
             hour,
             current_version=current.version,
             through=current.folded_through_batch,
@@ -149,11 +149,9 @@ class Recompactor:
             written=files,
             rows=rows,
             writer=self.writer,
-            register=lambda target: self.files.register(
-                self.config.table, self.table.layout.table_dir, hour, target
-            ),
+            register=lambda target: self.files.register(hour, target),
         )
-        self.files.refresh(self.config.table)
+        self.files.refresh()
         entry = step_entry(
             self.config,
             self.run_id,
@@ -195,7 +193,7 @@ class Recompactor:
         from pyspark.sql import functions as F
 
         published = PublishedHour(hour.path, current.version, current.folded_through_batch)
-        frame = self.commit.read_published(self.files, [published])
+        frame = self.versions.read_published(self.files, [published])
         columns = [c for c in table_columns(self.config) if c not in HOUR_COLUMNS]
         return frame.select(*(F.col(quote_identifier(c)) for c in columns))
 

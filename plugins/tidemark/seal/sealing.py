@@ -93,7 +93,7 @@ class Sealer:
         self.writer = Writer(run_id, lease)  # checked before every step that makes an hour visible
         self.late = LateRows(self.files, self.writer)
         self.compactor = Compactor(spark, self.files, self.writer)
-        self.commit = table.commit
+        self.inputs, self.versions = table.commit.inputs, table.commit.versions
         self.watch = Stopwatch()
 
     def entry(self, hour: Hour, state: LogState, journal: JournalState, **step: Any) -> JournalEntry:
@@ -198,7 +198,7 @@ class Sealer:
         )
         with watch.phase("compact"):
             files, rows, home = self.compactor.compact(hour, state, expected)
-            target = self.commit.published_dir(hour, home)
+            target = self.versions.published_dir(hour, home)
         if rows != expected:
             raise ReconciliationError(
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
@@ -218,7 +218,7 @@ class Sealer:
         else:
             self.writer.check()
             with watch.phase("register"):
-                self.commit.reveal(home, target, self.writer)
+                self.versions.reveal(home, target, self.writer)
                 self.files.publish(hour, target, rows, version=1)
         kind, version = (EntryKind.QUARANTINE, 0) if quality.blocks else (EntryKind.SEAL, 1)
         entry = self.entry(
@@ -240,7 +240,7 @@ class Sealer:
 
     def _drop_batch_files(self, hour: Hour) -> None:
         """The hour's batch files, once its journal entry is written."""
-        self.commit.drop_batch_files(hour)
+        self.inputs.drop_batch_files(hour)
 
     def _collect(self, state: LogState, partitions: JournalState) -> list[str]:
         return self.late.collect_versions(state, partitions, self.journal)
@@ -257,9 +257,9 @@ class Sealer:
                 f"{self.config.table} hour {hour_key} is not quarantined: {now}; nothing released"
             )
         hour = parse_key(hour_key, self.zone)
-        home, target = self.commit.release_dirs(hour, current)
+        home, target = self.versions.release_dirs(hour, current)
         self.writer.check()
-        self.commit.reveal(home, target, self.writer)
+        self.versions.reveal(home, target, self.writer)
         self.writer.check()
         self.files.publish(hour, target, current.rows, version=1)
         quality = {**current.quality, "released_by_run": self.run_id}
@@ -286,7 +286,8 @@ class Sealer:
         hidden directory beside a published hour (a seal paused past its lease entered it)."""
         if not partitions.sealed_through:
             return
-        self.commit.sweep_sealed(partitions, datetime.fromisoformat(partitions.sealed_through), self.zone)
+        self.versions.sweep_sealed(partitions, self.zone)
+        self.inputs.sweep_sealed(partitions, datetime.fromisoformat(partitions.sealed_through), self.zone)
 
 
 def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:
