@@ -186,14 +186,15 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
     try:
         settings = Settings.from_env()
         config = load_table(args.table, settings)
-        ensure_schema(config, settings, args.run_id, dry_run=args.dry_run)
-        return in_session(
-            f"tidemark-{parser.prog}-{config.table}",
-            settings,
-            hive,
-            lambda spark: body(spark, config, settings, args),
-            extra_conf=job_session_conf([config], settings, job=parser.prog),
-        )
+        table = Table.open(config, settings).checked(args.run_id, dry_run=args.dry_run)
+        with table.held():  # the library's Table.open in this job: this handle, opened once
+            return in_session(
+                f"tidemark-{parser.prog}-{config.table}",
+                settings,
+                hive,
+                lambda spark: body(spark, config, settings, args),
+                extra_conf=job_session_conf([config], settings, job=parser.prog),
+            )
     except TidemarkError as exc:
         if exc.retryable:
             raise
@@ -319,17 +320,6 @@ def in_session(
     payload = result if isinstance(result, dict) else result.to_json()
     print(json.dumps({**payload, "session_start_s": round(session_start, 3)}))
     return 0
-
-
-def ensure_schema(config: TableConfig, settings: Settings, run_id: str, *, dry_run: bool = False) -> None:
-    """Refuse an incompatible schema change before Spark starts (SchemaEvolutionError), and
-    record a compatible one as the table's next schema version (only checked on a dry run)."""
-
-    history = Table.read(config, settings).state.schema_history
-    if dry_run:
-        history.check(config)
-    else:
-        history.ensure(config, run_id)
 
 
 def submit_job(table: str, job: str, job_args: list[str]) -> int:

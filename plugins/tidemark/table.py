@@ -9,6 +9,11 @@ history), where its files live (``Layout``) and how a version of its hours becom
 of the config, and its layout against the sealed hours', are checked once per handle, on first
 use: a dry run never records one.
 
+A job opens its table once: the job's runner (``jobs.run_job``, a group's ``run_table``)
+opens the handle, ensures its schema version before Spark starts, and holds it (``held``)
+while the job runs, so the library's entry points it calls (``Table.open`` of the same
+config and settings) get that handle back instead of opening the state again.
+
 ``TableState`` is built here only (an import-linter contract in pyproject.toml): a job opens
 ``Table.open``, a reader ``Table.read`` (no layout chosen, so a reader never refuses a table
 for its ``output.layout``), and a task that knows only a table's name ``Table.state_of``.
@@ -16,6 +21,9 @@ for its ``output.layout``), and a task that knows only a table's name ``Table.st
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -41,10 +49,31 @@ class Table:
     @classmethod
     def open(cls, config: TableConfig, settings: Settings) -> Table:
         """A job's handle: its layout and ``HourCommit`` chosen now (a bad ``output.layout``
-        refused before anything runs)."""
+        refused before anything runs); the running job's own, if it holds one of this table."""
+        for held in _HELD.get():
+            if held.config == config and held.settings == settings:
+                return held
         table = cls.read(config, settings)
         assert table.commit is not None  # chosen now
         return table
+
+    def checked(self, run_id: str, *, dry_run: bool = False) -> Table:
+        """The handle, its config's schema version ensured (only checked on a dry run, which
+        records nothing): an incompatible change refused before a job starts Spark."""
+        if dry_run:
+            self.state.schema_history.check(self.config)
+        else:
+            self.schema_version(run_id)
+        return self
+
+    @contextmanager
+    def held(self) -> Iterator[Table]:
+        """While a job runs: ``Table.open`` of this table returns this handle."""
+        token = _HELD.set((*_HELD.get(), self))
+        try:
+            yield self
+        finally:
+            _HELD.reset(token)
 
     @classmethod
     def read(cls, config: TableConfig, settings: Settings) -> Table:
@@ -90,3 +119,7 @@ class Table:
         problem = layout_problem(self.commit.versions, self.config.output, sealed)
         if problem is not None:
             raise ConfigError(self.name, [problem])
+
+
+# the handles the running job holds (``Table.held``): one per table it serves
+_HELD: ContextVar[tuple[Table, ...]] = ContextVar("tidemark_held_tables", default=())

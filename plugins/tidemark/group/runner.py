@@ -22,7 +22,6 @@ from tidemark.group.outcomes import FAILED, OK, SKIPPED, TableOutcome, record_ou
 from tidemark.ingest.dump import run_dump
 from tidemark.ingest.kafka import client_properties
 from tidemark.ingest.planner import preview_batch
-from tidemark.jobs import ensure_schema
 from tidemark.masking import mask_text
 from tidemark.seal.sealing import preview_seal, run_seal
 from tidemark.table import Table
@@ -98,8 +97,9 @@ def run_table(spark: SparkSession, config: TableConfig, settings: Settings, run:
     spark.sparkContext.setJobDescription(f"{config.table}: {run.job} of run {run.run_id}")
     spark.sparkContext.setLocalProperty(TABLE_POOL, config.table)  # its own fair-scheduler pool
     try:
-        ensure_schema(config, settings, run.run_id, dry_run=run.dry_run)
-        result = BODIES[run.job](spark, config, settings, run)
+        table = Table.open(config, settings).checked(run.run_id, dry_run=run.dry_run)
+        with table.held():  # the table's part opens its state once
+            result = BODIES[run.job](spark, config, settings, run)
         status, detail, error_type = OK, str(result.get("message", "")), ""
     except TableSkipped as skipped:
         result, status, detail, error_type = {}, SKIPPED, str(skipped), ""
