@@ -58,7 +58,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
             print(f"# {config.table}: the effective configuration, defaults included")
             print(yaml.safe_dump(effective, sort_keys=False, default_flow_style=False).rstrip())
         return 0
-    from tidemark.family.tables import family_tables, origin
+    from tidemark.catalog.families import family_tables, origin
 
     failures = 0
     configs: list[tuple[str, Any]] = []

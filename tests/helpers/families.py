@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tidemark.family.members import Member, Members, record_members
+from tidemark.catalog.family_members import Member, Members, record_members
 from tidemark.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import yaml
 from sqlalchemy import event  # noqa: TID253
 from sqlalchemy.engine import Engine  # noqa: TID253
 
-from tidemark.airflow.common import table_of_dag
+from tidemark.airflow.dag_ids import table_of_dag
 from tidemark.airflow.dags import SHARDS, shard_of
 from tidemark.catalog import load_tables
 

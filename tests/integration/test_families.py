@@ -18,11 +18,11 @@ from tests.helpers.avro import EVENT_V1, EVENT_V2, avro_events
 from tests.helpers.tables import at, landed, registered
 from tidemark.airflow.dags import all_dags
 from tidemark.catalog import load_table, load_tables
+from tidemark.catalog.families import family_tables
+from tidemark.catalog.family_members import read_members
 from tidemark.errors import ConfigError, MembershipError
 from tidemark.family.discovery import discover_family
-from tidemark.family.members import read_members
 from tidemark.family.retirement import forget_member
-from tidemark.family.tables import family_tables
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal

@@ -12,9 +12,9 @@ import yaml
 
 from tests.helpers.families import T0, family_file, two_families_claiming_one_table
 from tidemark.catalog import table_configs
+from tidemark.catalog.families import load_family, member_config
+from tidemark.catalog.family_members import Member, Members, reconcile, table_name
 from tidemark.errors import ConfigError
-from tidemark.family.members import Member, Members, reconcile, table_name
-from tidemark.family.tables import load_family, member_config
 
 pytestmark = pytest.mark.unit
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tidemark.airflow.dag_ids import dag_id_of
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 
@@ -18,23 +19,6 @@ START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 PROCESSING_TIME = "{{ (dag_run.data_interval_end or dag_run.run_after).isoformat() }}"
 # One Derby metastore client at a time (embedded default); a metastore service needs no pool.
 HIVE_METASTORE_POOL = "hive_metastore"
-
-
-DAG_KINDS = ("ingest", "seal", "rebuild", "stream", "bootstrap", "merge", "maintain", "decide")
-
-
-def dag_id_of(kind: str, table: str) -> str:
-    """``tidemark_<kind>_<table>``: the id of one of a table's DAGs (see DAG_KINDS)."""
-    return f"tidemark_{kind}_{table}"
-
-
-def table_of_dag(dag_id: str) -> str | None:
-    """The table a tidemark DAG id belongs to, else None."""
-    for kind in DAG_KINDS:
-        prefix = dag_id_of(kind, "")
-        if dag_id.startswith(prefix):
-            return dag_id.removeprefix(prefix)
-    return None
 
 
 HOUR_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}b?$"

@@ -2,7 +2,7 @@
 files register.
 
 Each kind has one builder module; a table gets the kinds that fit it (bootstrap and merge
-only for CDC tables). A new DAG kind is a builder here and a name in ``common.DAG_KINDS``.
+only for CDC tables). A new DAG kind is a builder here and a name in ``dag_ids.DAG_KINDS``.
 
 The tables are spread over ``SHARDS`` DAG files by a stable hash of their names, because
 Airflow gives each file its own parse (``dagbag_import_timeout``, 30 s by default, and its
@@ -30,8 +30,8 @@ from tidemark.airflow.seal import rebuild_dag, seal_dag
 from tidemark.airflow.snapshot import bootstrap_dag, merge_dag
 from tidemark.airflow.stream import stream_dag
 from tidemark.catalog import collisions, table_configs
+from tidemark.catalog.families import family_files, load_family, origin
 from tidemark.config import TableConfig
-from tidemark.family.tables import family_files, load_family, origin
 from tidemark.group.members import disagreements, groups_of
 from tidemark.settings import Settings
 

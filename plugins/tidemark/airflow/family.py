@@ -6,7 +6,7 @@ from functools import partial
 from typing import Any
 
 from tidemark.airflow.common import START_DATE, dry_run_param
-from tidemark.family.tables import Family
+from tidemark.catalog.families import Family
 from tidemark.settings import Settings
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from airflow.listeners import hookimpl  # noqa: TID253
 
-from tidemark.airflow.common import dag_id_of, table_context, table_of_dag
+from tidemark.airflow.common import table_context
+from tidemark.airflow.dag_ids import dag_id_of, table_of_dag
 from tidemark.errors import TidemarkError
 from tidemark.seal.rebuild_plan import hour_range, hours_between
 

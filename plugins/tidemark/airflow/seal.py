@@ -7,13 +7,13 @@ from typing import Any
 from tidemark.airflow.common import (
     HIVE_METASTORE_POOL,
     HOUR_PATTERN,
-    dag_id_of,
     dry_run_param,
     hour_param,
     spark_job,
     table_context,
     table_dag,
 )
+from tidemark.airflow.dag_ids import dag_id_of
 from tidemark.airflow.task_groups import publish_tasks, seal_task
 from tidemark.config import TableConfig
 from tidemark.settings import Settings

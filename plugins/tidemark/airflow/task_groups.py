@@ -11,10 +11,10 @@ from tidemark.airflow.common import (
     DRY_RUN,
     HIVE_METASTORE_POOL,
     PROCESSING_TIME,
-    dag_id_of,
     spark_job,
     table_context,
 )
+from tidemark.airflow.dag_ids import dag_id_of
 from tidemark.config import TableConfig
 from tidemark.settings import Settings
 

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request  # noqa: TID253
 
-from tidemark.airflow.common import dag_id_of, table_of_dag
+from tidemark.airflow.dag_ids import dag_id_of, table_of_dag
 from tidemark.catalog import table_configs
 from tidemark.observe.report import render_report, report_data
 from tidemark.seal.data_docs import render_pending

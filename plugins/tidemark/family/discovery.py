@@ -14,10 +14,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from tidemark.catalog.families import Family, load_family
+from tidemark.catalog.family_members import Discovered, Members, read_members, reconcile, record_members
 from tidemark.errors import SchemaRegistryUnavailableError
-from tidemark.family.members import Discovered, Members, read_members, reconcile, record_members
 from tidemark.family.retirement import mark_done, members_lock
-from tidemark.family.tables import Family, load_family
 from tidemark.ingest.kafka import client_properties, list_topics
 from tidemark.ingest.registry import SchemaRegistry, UnknownSchemaIdError
 from tidemark.ingest.registry_tables import subject_columns

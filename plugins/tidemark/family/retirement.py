@@ -18,9 +18,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from tidemark.catalog.families import load_family, member_config
+from tidemark.catalog.family_members import FAMILIES_DIR, Member, Members, read_members, record_members
 from tidemark.errors import ConfigError, MembershipError
-from tidemark.family.members import FAMILIES_DIR, Member, Members, read_members, record_members
-from tidemark.family.tables import load_family, member_config
 from tidemark.group.roster import drop_member
 from tidemark.seal.due import unfinished_hours
 from tidemark.state.locks import TableLock
@@ -28,7 +28,7 @@ from tidemark.state.storage import Location
 from tidemark.table import Table
 
 if TYPE_CHECKING:
-    from tidemark.family.tables import Family
+    from tidemark.catalog.families import Family
     from tidemark.settings import Settings
     from tidemark.state.audit import AuditRecord
 

@@ -1,12 +1,12 @@
 """The tables of a deployment by name: the table YAMLs of the conf dir and the members the
-topic families recorded. Above both ``config`` (one file's parse) and ``family.tables`` (one
+topic families recorded. Above both ``config`` (one file's parse) and ``families`` (one
 family's members), so neither needs the other's loader."""
 
 from __future__ import annotations
 
+from tidemark.catalog.families import family_tables, find_member, origin
 from tidemark.config import TableConfig, load_table_file, table_files
 from tidemark.errors import ConfigError
-from tidemark.family.tables import family_tables, find_member, origin
 from tidemark.settings import Settings
 
 

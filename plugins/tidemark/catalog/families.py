@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tidemark.catalog.family_members import Member, read_members, table_name
 from tidemark.config import parse_table
 from tidemark.config.source import read_schema_files
 from tidemark.durations import parse_duration
 from tidemark.errors import ConfigError
-from tidemark.family.members import Member, read_members, table_name
 from tidemark.state.commitlog import bound_topic_of
 
 if TYPE_CHECKING:
