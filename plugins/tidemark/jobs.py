@@ -97,9 +97,9 @@ class SparkJob:
         connection)."""
 
         command = [spark_submit(settings), "--master", settings.spark_master, "--name", self.name]
-        command += ["--driver-java-options", driver_java_options(settings)]
         launch = self.launch_conf(settings)
         drivers = joined_class_path(driver_class_path(settings), launch.pop(DRIVER_CLASS_PATH, ""))
+        command += ["--driver-java-options", driver_java_options(settings, drivers)]
         if drivers:
             command += ["--driver-class-path", drivers]
         for key, value in {**launch, **settings.spark_conf}.items():

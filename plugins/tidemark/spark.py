@@ -9,6 +9,7 @@ shipped as a zip so remote executors import the same code.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import zipfile
@@ -107,17 +108,41 @@ def executor_java_options(settings: Settings) -> str:
     return f"{JIT_HUGE_METHODS} {settings.jvm_options}".strip()
 
 
-def driver_java_options(settings: Settings) -> str:
-    """The JVM options of a job's driver: set on the spark-submit command line too, because a
-    driver JVM spark-submit started cannot take them from the session's builder (in local
-    mode it is also the executor, whose JIT the dump needs). With the class archive
-    (``tidemark.jvm_classes``) the driver starts in about half the time; a JVM whose class
-    path or build differs from the archive's ignores it, silently."""
-    options = executor_java_options(settings)
-    archive = settings.class_archive
-    if archive is None or not archive.is_file() or "ArchiveClassesAtExit" in settings.jvm_options:
-        return options  # no archive, or this JVM is the one writing it
-    return f"{options} -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+def class_archive(settings: Settings, class_path: str | None = None) -> Path | None:
+    """The drivers' class archive of a driver class path (by default the settings' own): a
+    JVM maps only an archive written with its own class path (``tidemark.jvm_classes``), so
+    each has one: the settings' (``-s3a`` for an S3 warehouse's), or one named by the jars a
+    table's jobs add to it (Iceberg's runtime: ``iceberg_catalog.spark_catalog_conf``)."""
+    base = settings.class_archive
+    own = driver_class_path(settings)
+    if base is None or class_path is None or class_path == own:
+        return base
+    extra = [e for e in class_path.split(":") if e and e not in own.split(":")]
+    tag = hashlib.sha256(":".join(extra).encode()).hexdigest()[:8]
+    return base.with_name(f"{base.stem}-{tag}{base.suffix}")
+
+
+ARCHIVE_OPTIONS = ("-XX:SharedArchiveFile=", "-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+
+
+def with_class_archive(options: str, settings: Settings, class_path: str | None = None) -> str:
+    """JVM ``options`` mapping the archive of ``class_path`` (any other archive's options
+    dropped); none while there is no such archive, or when this JVM is the one writing it.
+    With the archive the driver starts in about half the time; a JVM whose class path or
+    build differs from the archive's ignores it, silently."""
+    kept = " ".join(o for o in options.split() if not o.startswith(ARCHIVE_OPTIONS))
+    archive = class_archive(settings, class_path)
+    if archive is None or not archive.is_file() or "ArchiveClassesAtExit" in options:
+        return kept
+    return f"{kept} -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off".strip()
+
+
+def driver_java_options(settings: Settings, class_path: str | None = None) -> str:
+    """The JVM options of a job's driver (``class_path``: its class path, when a table's
+    jobs add jars to it): set on the spark-submit command line too, because a driver JVM
+    spark-submit started cannot take them from the session's builder (in local mode it is
+    also the executor, whose JIT the dump needs), with the class archive of its class path."""
+    return with_class_archive(executor_java_options(settings), settings, class_path)
 
 
 def session_conf(settings: Settings, *, hive: bool = True) -> dict[str, str]:
@@ -213,6 +238,10 @@ def build_session(
     conf = session_conf(settings, hive=hive)
     conf.update(settings.spark_conf)
     conf.update(extra_conf or {})
+    class_path = conf.get("spark.driver.extraClassPath")
+    if class_path is not None and class_path != driver_class_path(settings):  # a table's jars added
+        options = conf.get("spark.driver.extraJavaOptions", "")
+        conf["spark.driver.extraJavaOptions"] = with_class_archive(options, settings, class_path)
     builder = SparkSession.builder.appName(app_name).master(settings.spark_master)
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -14,7 +14,13 @@ from tidemark.config import effective_config, load_table_file, parse_table
 from tidemark.errors import ConfigError
 from tidemark.masking import mask_text, masked
 from tidemark.settings import DEFAULT_BOOTSTRAP, Settings
-from tidemark.spark import driver_java_options, session_conf
+from tidemark.spark import (
+    class_archive,
+    driver_class_path,
+    driver_java_options,
+    session_conf,
+    with_class_archive,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -299,6 +305,29 @@ def test_only_the_driver_maps_the_class_archive_and_only_when_it_is_there(tmp_pa
         {"PYSPARK_PYTHON": "/opt/venv/bin/python", "TIDEMARK_WAREHOUSE": "s3://lake/wh"}
     )
     assert on_s3.class_archive == Path("/opt/venv/share/tidemark/spark-classes-s3a.jsa")
+
+
+def test_a_driver_with_a_tables_jars_maps_the_archive_of_its_own_class_path(tmp_path: Path) -> None:
+    """An Iceberg table's jobs put Iceberg's runtime on the driver's class path, which the
+    default archive does not match (the JVM would ignore it): they map the archive written
+    with that class path, in spark-submit's options, an in-process session's and an
+    Airflow task's, with the default archive's options dropped."""
+    archive = tmp_path / "spark-classes.jsa"
+    settings = Settings.from_env({"TIDEMARK_JVM_CLASS_ARCHIVE": str(archive), "TIDEMARK_HOME": str(tmp_path)})
+    own = driver_class_path(settings)
+    iceberg = ":".join(p for p in (own, "/jars/iceberg-spark-runtime.jar") if p)
+    theirs = class_archive(settings, iceberg)
+    assert theirs is not None and theirs != archive and theirs.parent == archive.parent
+    assert class_archive(settings, own) == archive == class_archive(settings)
+    assert class_archive(settings, iceberg) == theirs  # named by the jars: stable
+    archive.write_bytes(b"")
+    default = driver_java_options(settings)
+    assert "SharedArchiveFile" not in with_class_archive(default, settings, iceberg)  # not written yet
+    theirs.write_bytes(b"")
+    options = with_class_archive(default, settings, iceberg)
+    assert f"-XX:SharedArchiveFile={theirs}" in options and str(archive) + " " not in options + " "
+    assert options.count("SharedArchiveFile") == 1 and options.count("-Xlog:cds=off") == 1
+    assert with_class_archive(options, settings, own) == default  # and back
 
 
 def test_a_retention_shorter_than_two_hours_is_refused(tmp_path: Path) -> None:

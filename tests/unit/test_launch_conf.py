@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from tests.helpers.tables import fresh_table
 from tidemark.airflow.operators import TidemarkSparkSubmitOperator
 from tidemark.jobs import SparkJob, merged_conf
 from tidemark.settings import Settings
+from tidemark.spark import class_archive
 
 pytestmark = pytest.mark.unit
 
@@ -34,6 +36,15 @@ def test_an_iceberg_table_is_submitted_with_the_runtime_and_its_catalog(
     assert confs[f"spark.sql.catalog.{own.iceberg_catalog}"] == "org.apache.iceberg.spark.SparkCatalog"
     assert "iceberg-spark-runtime" in confs["spark.jars"]
     assert SparkJob("dump", config.table).launch_conf(own) == {}  # stages batches, commits no hour
+    # the driver maps the class archive of its own class path (Iceberg's runtime on it), once
+    own = replace(own, jvm_class_archive=str(tmp_path / "archives" / "spark-classes.jsa"))
+    archive = class_archive(own, class_path)
+    assert archive is not None and archive != own.class_archive
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"")
+    command = SparkJob("seal", config.table, ["--run-id", "r1"]).command(own)
+    (options,) = _option(command, "--driver-java-options")
+    assert f"-XX:SharedArchiveFile={archive}" in options and options.count("SharedArchiveFile") == 1
 
 
 def test_a_hive_table_is_submitted_without_extra_jars(settings: Settings, tmp_path: Path) -> None:

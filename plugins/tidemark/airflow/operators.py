@@ -96,6 +96,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         """The table's (or group's) jars and conf, read when the task runs (not when the DAG
         file is parsed): ``SparkJob.launch_conf``."""
         from tidemark.jobs import DRIVER_CLASS_PATH, joined_class_path, merged_conf
+        from tidemark.spark import with_class_archive
 
         job = self._spark_job()
         if job is None:
@@ -106,6 +107,10 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                 self.driver_class_path, launch.pop(DRIVER_CLASS_PATH, "")
             )
             self.conf = merged_conf(self.conf or {}, launch)
+            options = self.conf.get("spark.driver.extraJavaOptions", "")  # its class path's archive
+            self.conf["spark.driver.extraJavaOptions"] = with_class_archive(
+                options, settings, self.driver_class_path
+            )
             log.info("spark-submit with the jars of %s: %s", job.table, launch.get("spark.jars", "none"))
 
     def _spark_job(self) -> SparkJob | None:
