@@ -28,6 +28,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from tidemark.iceberg_catalog import spark_catalog_conf
 from tidemark.jvm_jars import profile_jars
 from tidemark.settings import Settings
 from tidemark.spark import build_session, class_archive, driver_class_path, s3a_jars
@@ -123,7 +124,8 @@ def ensure(settings: Settings, class_path: str | None = None) -> Path | None:
 
 
 # the variants, each a warehouse (its class path: s3a's jars on S3) and the jar profile a
-# table's jobs add to the driver's class path
+# table's jobs add to the driver's class path, by the conf they are launched with
+PROFILE_CONFS = {"iceberg": spark_catalog_conf}
 VARIANTS = {
     "local": ("", ""),
     "s3a": ("s3://tidemark-class-archive/warehouse", ""),
@@ -137,7 +139,7 @@ def variant(settings: Settings, name: str) -> tuple[Settings, str | None]:
     own = replace(settings, warehouse=warehouse or str(settings.home / "warehouse"))
     if not profile:
         return own, None
-    return own, ":".join(p for p in (driver_class_path(own), *profile_jars(profile)) if p)
+    return own, PROFILE_CONFS[profile](own)["spark.driver.extraClassPath"]  # exactly the jobs' own
 
 
 def fetched(settings: Settings) -> list[str]:

@@ -83,10 +83,6 @@ class HourCommit:
     publication: HourPublication
     late_publication: HourPublication  # the late side table's: Hive partitions
 
-    @property
-    def layout(self) -> Layout:
-        return self.versions.layout
-
 
 def publication_kind(table_format: str) -> type[HourPublication]:
     """The publication class of ``output.table_format`` (its facets, before a table opens)."""

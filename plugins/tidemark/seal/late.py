@@ -92,9 +92,12 @@ class LateRows:
 
     def _referenced(self) -> list[str]:
         """What readers are pointed at now: the table's publication's, and the late side
-        table's partitions, asked (its metastore client started) only when it has files."""
+        table's partitions (a publication outside the metastore asks it, starting its client,
+        only when the late side table has files)."""
         metastore = self.files.metastore
-        late = bool(self.layout.store.all_files(self.layout.relative(self.layout.late_dir)))
+        late = self.files.publication.in_metastore or bool(
+            self.layout.store.all_files(self.layout.relative(self.layout.late_dir))
+        )
         return [
             *self.files.publication.referenced(metastore),
             *(self.files.late_publication.referenced(metastore) if late else []),
