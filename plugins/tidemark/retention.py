@@ -280,7 +280,7 @@ class Retention:
                 result.waiting.extend(entry.dropped)
                 break  # later drops are younger still
             hours = [parse_key(key, self.zone) for key in entry.dropped]
-            directories = self.table.commit.versions.retired_dirs(hours)
+            directories = self._retired_dirs(hours)
             if self.table.commit.publication.still_reads(directories):  # a live snapshot's
                 result.waiting.extend(entry.dropped)
                 break
@@ -289,6 +289,13 @@ class Retention:
             self._delete_dirs(directories, result)
             crash_point("before_retention_pointer")
             replace_atomically(pointer, {"seq": entry.seq})
+
+    def _retired_dirs(self, hours: list[Hour]) -> list[Path]:
+        """The directories of dropped hours' versions (their own ones lie under the hour's; a
+        quarantined one's hidden beside), deleted once the grace has passed and nothing the
+        publication keeps reads them."""
+        layout = self.table.layout
+        return [d for hour in hours for d in (layout.table_dir / hour.path, layout.sealing_dir / hour.path)]
 
     def _delete_dirs(self, directories: list[Path], result: RetentionResult) -> None:
         files, size = delete_directories(self.table.layout, self.writer, directories)

@@ -204,7 +204,10 @@ def test_the_table_format_never_changes_and_iceberg_is_parquet(settings: Setting
     )
     with pytest.raises(SchemaEvolutionError, match=r"output\.table_format: hive -> iceberg"):
         SchemaHistory(settings.state_location, config.table).check(iceberg)
-    with pytest.raises(ConfigError, match=r"output\.format: orc: an Iceberg table is Parquet"):
+    with pytest.raises(
+        ConfigError,
+        match=r"output\.format: orc: an Iceberg table \(output\.table_format: iceberg\) is written as Parquet",
+    ):
         fresh_table(settings, tmp_path, output__table_format="iceberg", output__format="orc")
 
 

@@ -235,15 +235,16 @@ def test_a_seal_paused_past_its_lease_never_writes_into_its_successors_hidden_ho
     monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "1")
     monkeypatch.setattr(Lease, "renewing", lambda self: nullcontext())  # frozen: no renewals
     frozen, resume = threading.Event(), threading.Event()
-    real_move = HourFiles.move_staged
+    real_write = HourFiles.write_version
 
-    def pausing_move(self: HourFiles, *args: Any, **kwargs: Any) -> Any:
+    def pausing_write(self: HourFiles, *args: Any, **kwargs: Any) -> Any:
+        written = real_write(self, *args, **kwargs)
         if threading.current_thread().name == "zombie" and not frozen.is_set():
-            frozen.set()
+            frozen.set()  # written into its scratch, not yet complete nor entered
             resume.wait(120)
-        return real_move(self, *args, **kwargs)
+        return written
 
-    monkeypatch.setattr(HourFiles, "move_staged", pausing_move)
+    monkeypatch.setattr(HourFiles, "write_version", pausing_write)
     outcome: list[BaseException] = []
 
     def zombie() -> None:
@@ -254,7 +255,7 @@ def test_a_seal_paused_past_its_lease_never_writes_into_its_successors_hidden_ho
 
     thread = threading.Thread(target=zombie, name="zombie")
     thread.start()
-    assert frozen.wait(120), "the first seal never reached its move"
+    assert frozen.wait(120), "the first seal never finished its write"
     with pytest.raises(QualityGateError, match="2026-11-22T10"):
         run_seal(spark, config, settings, "run-2")  # waits out the lease, quarantines hour 10
     resume.set()

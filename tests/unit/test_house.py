@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from tidemark.hourcommit.base import HourVersions
 from tidemark.hourcommit.inputs import HourInputs
 from tidemark.hourcommit.publication import HourPublication
+from tidemark.hourcommit.renaming import RenamingVersions
+from tidemark.hourcommit.versioned import OwnDirectoryVersions
 
 pytestmark = pytest.mark.unit
 
@@ -219,13 +223,21 @@ def test_no_module_asks_which_table_format_or_commit_it_holds() -> None:
     assert not found, f"a module asks which table format or commit it holds: {found}"
 
 
-def test_the_publication_and_inputs_seams_are_small() -> None:
-    """The publication seam (Paimon's ``SnapshotCommit``) and the inputs seam each have at
-    most 8 methods a caller may call (their facets are class attributes)."""
-    for seam in (HourPublication, HourInputs):
-        methods = [
-            name
+def test_the_storage_publication_and_inputs_seams_are_small() -> None:
+    """The storage seam (where a version is drafted, completed, revealed and found), the
+    publication seam (Paimon's ``SnapshotCommit``) and the inputs seam each have at most 8
+    methods a caller may call (their facets are class attributes), and none takes a callback:
+    what is written into a version, and in which order, is the seal's (``seal/``)."""
+    for seam in (HourVersions, HourPublication, HourInputs):
+        methods = {
+            name: value
             for name, value in vars(seam).items()
             if callable(value) and not name.startswith("_") and not isinstance(value, classmethod)
-        ]
-        assert len(methods) <= 8, f"{seam.__name__} has {len(methods)} methods: {methods}"
+        }
+        assert len(methods) <= 8, f"{seam.__name__} has {len(methods)} methods: {sorted(methods)}"
+        for name, method in methods.items():
+            hints = inspect.signature(method).parameters.values()
+            callbacks = [p.name for p in hints if "Callable" in str(p.annotation)]
+            assert not callbacks, f"{seam.__name__}.{name} takes callbacks: {callbacks}"
+    assert HourVersions in (RenamingVersions.__base__, OwnDirectoryVersions.__base__)
+    assert RenamingVersions.__base__ is OwnDirectoryVersions.__base__  # neither forwards to the other

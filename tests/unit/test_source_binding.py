@@ -34,11 +34,9 @@ from tidemark.errors import (
     RebuildError,
     StartingOffsetsError,
     TopicChangedError,
-    VersionConflictError,
 )
 from tidemark.group.barrier import complete_hours, finished_retired
 from tidemark.hourcommit.base import Writer
-from tidemark.hourcommit.inputs import RenamedInputs
 from tidemark.hourcommit.renaming import RenamingVersions
 from tidemark.ingest.planner import next_ranges
 from tidemark.ingest.replay import ReplayRequest, plan_replay
@@ -233,7 +231,7 @@ def test_a_seal_paused_past_its_lease_deletes_no_published_hour(
         Settings.from_env({"TIDEMARK_HOME": str(tmp_path / "home")}), state_uri=str(tmp_path / "s")
     )
     layout = Layout(settings, "t")
-    commit = RenamingVersions(layout, RenamedInputs(layout))
+    commit = RenamingVersions(layout)
     hour = parse_key("2026-11-22T10", "UTC")
     lock = TableLock(settings.state_location, "t")
     monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "0.001")
@@ -246,10 +244,10 @@ def test_a_seal_paused_past_its_lease_deletes_no_published_hour(
     (published / "part-0.parquet").write_bytes(b"rows")
     replace_atomically(compaction_marker(published), {"files": ["part-0.parquet"], "rows": 1})
 
-    with pytest.raises(LeaseLostError):
-        commit.claim_compaction(hour, 3, paused)
-    with pytest.raises(VersionConflictError, match="compacted meanwhile"):  # even its lease's holder
-        commit.claim_compaction(hour, 3, successor)
+    with pytest.raises(LeaseLostError):  # it found no complete version when it looked
+        commit.draft(hour, "compact", version=1, through=3, writer=paused, rows=2)
+    draft = commit.draft(hour, "compact", version=1, through=3, writer=successor, rows=1)
+    assert draft.done is not None and draft.directory == published  # the published one, reused
     assert (published / "part-0.parquet").read_bytes() == b"rows"
 
 

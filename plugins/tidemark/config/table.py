@@ -136,7 +136,11 @@ class TableConfig(Section):
                 f"({', '.join(COMPRESSIONS[self.output.format])})"
             )
         if self.output.table_format == "iceberg" and self.output.format != "parquet":
-            problems.append(f"output.format: {self.output.format}: an Iceberg table is Parquet")
+            problems.append(
+                f"output.format: {self.output.format}: an Iceberg table (output.table_format: iceberg) is "
+                "written as Parquet here (its file statistics come from Parquet footers); set "
+                "output.format: parquet"
+            )
         wm = self.watermark
         if wm.idle_timeout <= timedelta(0):
             problems.append("watermark.idle_timeout: must be longer than 0")

@@ -4,8 +4,8 @@ table (``hour_commit``), none of which a caller asks about:
 - **inputs** (``inputs.HourInputs``): where a dump leaves an hour's batch and late files, by
   the layout: ``RenamedInputs`` on a filesystem with rename, ``WrittenOnceInputs`` on an
   object store;
-- **versions** (``base.HourVersions``, the storage seam): where a version is staged,
-  completed and collected: ``renaming.RenamingVersions`` renames it into the hour's
+- **versions** (``base.HourVersions``, the storage seam): where a version is drafted,
+  completed, revealed and found: ``renaming.RenamingVersions`` renames it into the hour's
   directory, ``versioned.OwnDirectoryVersions`` writes it once in a directory of its own (an
   object store, ``output.layout: versioned``, and every format that points at files);
 - **publication** (``publication.HourPublication``, Paimon's ``SnapshotCommit``): how it
@@ -95,7 +95,7 @@ def hour_commit(layout: Layout, table_format: str, settings: Settings, late_tabl
     publication = publication_kind(table_format)
     inputs = _INPUTS[layout.kind](layout)
     kind = "object_store" if publication.own_version_dirs else layout.kind
-    versions = _VERSIONS[kind](layout, inputs)
+    versions = _VERSIONS[kind](layout)
     return HourCommit(
         inputs,
         versions,

@@ -1,42 +1,43 @@
-"""``HourVersions``: the storage seam of an hour's versions, where a version is staged,
-completed, made readable and collected, whatever makes it the one readers see (that is the
-publication seam, ``publication.HourPublication``, one per table format; the inputs a dump
-leaves are ``inputs.HourInputs``). The three are composed once per table
-(``hourcommit.hour_commit``), and no caller asks which one it holds.
+"""``HourVersions``: the storage seam of an hour's versions: where a version is written,
+completed and made readable, whatever makes it the one readers see (that is the publication
+seam, ``publication.HourPublication``, one per table format; the inputs a dump leaves are
+``inputs.HourInputs``). The three are composed once per table (``hourcommit.hour_commit``),
+and no caller asks which one it holds.
 
 A version of an hour goes through the same stages on every store; only how each is done
 differs, and only the implementations know:
 
-- **stage**: where writers put its files (a hidden scratch directory renamed into place, or a
-  version directory written once under a name of its content);
-- **complete**: whether a staged version is whole (a marker written last, naming its files);
+- **draft**: where its writer puts its files, of its own (a scratch directory renamed into
+  place later, or a version directory written once under a name of its content), or a
+  complete version a retry finds and reuses;
+- **complete**: the version is whole (a marker written last, naming its files);
 - **reveal**: where it is read once published (renamed into the hour's directory, or its own
   version directory, which a partition or a snapshot then points at);
-- **collect**: versions nothing points at any more.
+- **where**: the directory a version of an hour lies in now.
 
 Two implementations: ``renaming.RenamingVersions`` (a filesystem with rename: local disk,
 HDFS) and ``versioned.OwnDirectoryVersions`` (an object store, ``output.layout: versioned``,
-and every Iceberg table). The crash points of each stage are inside them.
+and every Iceberg table). What is written into a draft, and the order of the steps, are the
+seal's (``seal.compaction``, ``seal.late``, ``seal.rebuild``, ``seal.recompact``); the
+crash points and fences of each stage are the store's.
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from tidemark.state.layout import Layout
+from tidemark.state.layout import Layout, version_dir_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from tidemark.config import TableConfig
-    from tidemark.hourcommit.inputs import HourInputs
-    from tidemark.state.commitlog import LogState
-    from tidemark.state.journal import HourJournal, JournalEntry, JournalState
+    from tidemark.hourcommit.versions import WrittenVersion
+    from tidemark.state.journal import JournalEntry, JournalState
     from tidemark.state.locks import Lease
     from tidemark.tableformat import TableFormat
     from tidemark.time.hours import Hour
@@ -61,12 +62,6 @@ class HourWriting(Protocol):
     def write_version(
         self, frame: DataFrame, home: Path, prefix: str, n_files: int, *, sort_by: tuple[str, ...] = ()
     ) -> Written: ...
-
-    def write_staged(self, frame: DataFrame, staging: Path) -> None: ...
-
-    def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]: ...
-
-    def staged_rows(self, staging: Path) -> int: ...
 
     def batch_files(self, directory: Path, *, through: int, after: int = -1) -> list[Path]: ...
 
@@ -102,170 +97,85 @@ class HourNote:
 
 @dataclass(frozen=True)
 class PublishedHour:
-    """An hour as a reader of the table sees it now: its journal's version, the last batch it
-    folded in, and the version directory its files lie in (object stores; "" if unknown)."""
+    """A version of an hour as the journal knows it: its hour's path, its version, the last
+    batch it folded in, the version directory its files lie in (own directories; "" if
+    unknown), and whether readers see it (a quarantined one waits for its release)."""
 
     path: str
     version: int
     folded_through: int
     directory: str = ""
+    published: bool = True
+
+    @classmethod
+    def of(cls, hour: Hour, entry: JournalEntry) -> PublishedHour:
+        """The version a journal entry of ``hour`` names."""
+        found = {d for f in entry.files if (d := version_dir_of(f)) is not None}
+        directory = found.pop() if len(found) == 1 else ""
+        return cls(hour.path, entry.version, entry.folded_through_batch, directory, entry.published)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A version of an hour being written: its writer writes into ``directory`` (its own),
+    files named ``<prefix>-NNNNN``; readers will see them under ``named_under``. ``done``: a
+    complete version a retry found, reused as it is (nothing to write). ``appends``: the
+    version adds files beside the hour's current ones (else it holds the whole hour)."""
+
+    hour: Hour
+    step: str  # compact, amend or rebuild
+    version: int
+    directory: Path
+    named_under: Path
+    prefix: str
+    done: WrittenVersion | None = None
+    appends: bool = False
+    replaces: Path | None = None  # a stale complete version this one is exchanged for
 
 
 class HourVersions(ABC):
-    """Stages, completes, reveals and collects the versions of one table's hours."""
+    """Drafts, completes, reveals and finds the versions of one table's hours."""
 
     # each version in a directory of its own, which readers are pointed at (else the hour's
-    # directory stays where it is and its files change)
+    # directory stays where it is and its files change); replaced versions are then collected
+    # (``versions.VersionCollector``), where a renamed one leaves with its writer's scratch
     own_directories = False
 
-    def __init__(self, layout: Layout, inputs: HourInputs) -> None:
+    def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.store = layout.store
-        self.inputs = inputs  # where the dump left the hour's batch and late files
-
-    def location(self, path: Path) -> Path | str:
-        """A warehouse path as a catalog registers it."""
-        return path
-
-    # -- stage and complete: compaction at seal -------------------------------------------
-    @abstractmethod
-    def compaction_done(self, hour: Hour, through: int) -> bool:
-        """Whether the hour's compaction through batch ``through`` is already complete."""
 
     @abstractmethod
-    def hour_inputs(self, hour: Hour, through: int, files: HourWriting) -> list[Path]:
-        """The hour's batch files a compaction reads."""
-
-    @abstractmethod
-    def claim_compaction(self, hour: Hour, through: int, writer: Writer) -> str:
-        """The directory (warehouse-relative) this writer compacts the hour into, its own."""
-
-    @abstractmethod
-    def keep_compacted(
-        self, hour: Hour, directory: str, written: Written, *, complete: bool, writer: Writer
-    ) -> tuple[list[str], Path]:
-        """Mark what a shared compaction wrote for the hour (when ``complete``: it holds the
-        committed rows); returns its files as readers will see them, and where they are now."""
-
-    @abstractmethod
-    def compact_hour(
+    def draft(
         self,
         hour: Hour,
-        through: int,
-        expected: int,
-        *,
-        files: HourWriting,
-        writer: Writer,
-        logged: Callable[..., None],
-    ) -> Compacted:
-        """The hour compacted alone by Spark (a retry reuses a complete version)."""
-
-    # -- publish ----------------------------------------------------------------------------
-    @abstractmethod
-    def partition_leaves(self, target: Path, depth: int) -> list[Path]:
-        """The directories ``depth`` levels of ``col=value`` below a version (data-derived
-        partition columns)."""
-
-    @abstractmethod
-    def mark_complete(self, target: Path, hour_key: str, rows: int, version: int) -> None:
-        """``_SUCCESS`` for path-based readers, after registration."""
-
-    @abstractmethod
-    def published_dir(self, hour: Hour, home: Path) -> Path:
-        """Where the hour compacted in ``home`` is read from once published."""
-
-    @abstractmethod
-    def reveal(self, home: Path, target: Path, writer: Writer) -> None:
-        """Move a checked version from where it was staged to where it is read (if it moves)."""
-
-    @abstractmethod
-    def release_dirs(self, hour: Hour, entry: JournalEntry) -> tuple[Path, Path]:
-        """(where a quarantined hour's version is kept, where it is read once released)."""
-
-    # -- retention --------------------------------------------------------------------------
-    def retired_dirs(self, hours: list[Hour]) -> list[Path]:
-        """The directories of dropped hours' versions (a quarantined one's too), to delete
-        once the grace has passed (and nothing the publication keeps reads them)."""
-        return [
-            d
-            for hour in hours
-            for d in (self.layout.table_dir / hour.path, self.layout.sealing_dir / hour.path)
-        ]
-
-    # -- late rows --------------------------------------------------------------------------
-    @abstractmethod
-    def amend(
-        self,
-        hour: Hour,
-        current: JournalEntry | None,
-        new_files: list[Path],
+        step: str,
         *,
         version: int,
         through: int,
-        files: HourWriting,
         writer: Writer,
-    ) -> tuple[Path, list[str], int]:
-        """Fold late batch files into the hour as its next version, ready to register;
-        returns (where the hour is read, its files, late rows added)."""
-
-    # -- rebuild ----------------------------------------------------------------------------
-    @abstractmethod
-    def current_files(self, hour: Hour, entry: JournalEntry | None) -> list[Path]:
-        """The files readers see for the hour now."""
+        rows: int | None = None,
+        scratch: Path | None = None,
+    ) -> Draft:
+        """Claim where ``writer`` writes version ``version`` of the hour, holding its batches
+        through ``through`` (``rows``: the rows a complete version must hold to be reused;
+        ``scratch``: the step's own scratch directory, where it has one)."""
 
     @abstractmethod
-    def stage_rebuild(
-        self,
-        hour: Hour,
-        *,
-        version: int,
-        through: int,
-        scratch: Path,
-        files: HourWriting,
-        writer: Writer,
-        rows_of: Callable[[Path], DataFrame | None],
-        reconcile: Callable[[Path, int], None],
-        n_files: int,
-    ) -> tuple[Path, list[str], int]:
-        """Write a rebuilt hour where readers do not see it: ``rows_of(receipts)`` gives its
-        rows (None: no batch fed it), ``reconcile(receipts, rows)`` refuses a wrong count.
-        Returns (the staged version, its files as readers will see them, rows)."""
+    def complete(self, draft: Draft, written: Written, writer: Writer) -> tuple[list[str], Path]:
+        """Mark what was written into a draft as a whole version (its marker last); returns its
+        files as readers will see them, and where the version lies now."""
 
     @abstractmethod
-    def publish_rebuilt(
-        self,
-        hour: Hour,
-        *,
-        current_version: int,
-        through: int,
-        staged: Path,
-        written: list[str],
-        rows: int,
-        writer: Writer,
-        register: Callable[[Path], None],
-    ) -> bool:
-        """Make a staged rebuild the hour readers see; returns whether that was atomic."""
-
-    # -- the merge reads published hours ----------------------------------------------------
-    @abstractmethod
-    def read_published(self, files: HourWriting, hours: list[PublishedHour]) -> DataFrame:
-        """The rows of the hours as published now (their current versions)."""
-
-    # -- collect ----------------------------------------------------------------------------
-    @abstractmethod
-    def sweep_sealed(self, partitions: JournalState, zone: str) -> None:
-        """Leftovers of hours already sealed: a zombie's staging beside a published hour."""
+    def reveal(self, hour: Hour, home: Path, *, version: int, writer: Writer) -> tuple[Path, bool]:
+        """Make the complete version ``version`` at ``home`` the hour's directory readers are
+        pointed at (the publication then points them); returns that directory and whether
+        a version it replaced was exchanged atomically."""
 
     @abstractmethod
-    def collect(
-        self,
-        config: TableConfig,
-        journal: HourJournal,
-        *,
-        state: LogState,
-        partitions: JournalState,
-        late_locations: dict[str, str],
-        writer: Writer,
-        registered: Callable[[], list[str]],
-    ) -> list[str]:
-        """Versions no partition points at, deleted past the retention; returns those deleted."""
+    def where(self, version: PublishedHour) -> Path:
+        """The directory a version of an hour lies in now."""
+
+    @abstractmethod
+    def sweep(self, partitions: JournalState, zone: str) -> None:
+        """Leftovers beside hours already published: a zombie's version of one."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import shutil
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,10 +47,10 @@ class HourInputs(ABC):
 
     @abstractmethod
     def batch_files(
-        self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
+        self, directory: Path, *, through: int, after: int, committed: Mapping[int, frozenset[str]]
     ) -> list[Path]:
         """Committed batch files under a warehouse directory of batches ``after`` < b <= ``through``
-        (``committed(batch)``: the files its commit record lists)."""
+        (``committed[batch]``: the files its commit record lists, looked up as needed)."""
 
     @abstractmethod
     def late_inputs(self, hour: Hour) -> Path:
@@ -77,7 +77,7 @@ class RenamedInputs(HourInputs):
     """Batch files renamed into ``_open`` (and late files into the late table) on commit."""
 
     def batch_files(
-        self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
+        self, directory: Path, *, through: int, after: int, committed: Mapping[int, frozenset[str]]
     ) -> list[Path]:
         return [
             p
@@ -111,7 +111,7 @@ class WrittenOnceInputs(HourInputs):
     a batch's being those its commit record lists."""
 
     def batch_files(
-        self, directory: Path, *, through: int, after: int, committed: Callable[[int], frozenset[str]]
+        self, directory: Path, *, through: int, after: int, committed: Mapping[int, frozenset[str]]
     ) -> list[Path]:
         """Only the files its commit record lists are a batch's: an attempt that lost its
         batch (paused past its lease) may have left files beside the committed attempt's."""
@@ -121,7 +121,7 @@ class WrittenOnceInputs(HourInputs):
             for p in found
             if (batch := batch_of_file(p.name)) is not None
             and after < batch <= through
-            and self.layout.relative(p) in committed(batch)
+            and self.layout.relative(p) in committed[batch]
         ]
 
     def late_inputs(self, hour: Hour) -> Path:

@@ -88,7 +88,7 @@ class HourPublication(ABC):
 
     def withdraw_before(self, metastore: Any, first_kept: Hour) -> list[str]:
         """Take every hour before ``first_kept`` away from readers (retention; the files stay
-        for ``HourVersions.retired_dirs``). Returns what went, by name; a retry finishes what
+        for retention to delete after its grace). Returns what went, by name; a retry finishes what
         a killed try began."""
         names = [
             n
@@ -125,9 +125,15 @@ class HivePublication(HourPublication):
     version's own directory (add, then ``SET LOCATION``, in one metastore operation)."""
 
     def publish(self, metastore: Any, hour: Hour, specs: Specs, note: HourNote | None = None) -> None:
-        metastore.ensure_table(self.table, self.versions.location(self.location))
-        located = [(spec, self.versions.location(leaf)) for spec, leaf in specs]
+        metastore.ensure_table(self.table, self._table_location(self.location))
+        located = [(spec, self.layout.location(leaf)) for spec, leaf in specs]
         if self.versions.own_directories:
             metastore.switch_partitions(self.table, hour.spec, located)
         else:
             metastore.add_partitions(self.table, located)
+
+    def _table_location(self, path: Path) -> Path | str:
+        """The table's location as the metastore registers it (a local one stays a path: the
+        directory is made before the table is created)."""
+        location = self.layout.location(path)
+        return path if location == str(path) else location

@@ -119,6 +119,16 @@ def _completed(store: Store, directory: str) -> tuple[str, dict[str, Any]] | Non
     return None
 
 
+def completed_version(store: Store, directory: str) -> WrittenVersion | None:
+    """A complete version of ``directory`` (or of a sibling a writer taking over from a dead
+    one wrote), reused as it is; None if there is none yet."""
+    complete = _completed(store, directory)
+    if complete is None:
+        return None
+    found, done = complete
+    return WrittenVersion(list(done["files"]), int(done["rows"]), reused=True, directory=found)
+
+
 def write_version_once(
     store: Store,
     directory: str,
@@ -130,10 +140,9 @@ def write_version_once(
     a crashed one's, never pointed at. ``lease`` claims it (:func:`claim_version`, which may
     name a sibling of its own), and ``write(directory)`` writes it (returning (file, rows) of
     what it wrote; raising when its rows do not reconcile). The marker goes last."""
-    complete = _completed(store, directory)
-    if complete is not None:
-        found, done = complete
-        return WrittenVersion(list(done["files"]), int(done["rows"]), reused=True, directory=found)
+    done = completed_version(store, directory)
+    if done is not None:
+        return done
     directory = claim_version(store, directory, lease)
     return mark_version(store, directory, write(directory))
 
@@ -146,11 +155,6 @@ def mark_version(store: Store, directory: str, written: list[tuple[str, int]]) -
     )
     store.write_json(f"{directory}/{COMPACTED_MARKER}", {"files": version.files, "rows": version.rows})
     return version
-
-
-def version_written(store: Store, directory: str) -> bool:
-    """Whether a complete version of ``directory`` (or a claimed sibling of it) exists."""
-    return _completed(store, directory) is not None
 
 
 def entry_directory(layout: Layout, hour_path: str, entry: JournalEntry) -> str:

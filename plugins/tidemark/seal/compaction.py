@@ -15,8 +15,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
-from tidemark.hourcommit.base import Compacted, Writer
+from tidemark.hourcommit.base import Compacted, Draft, Writer, Written
 from tidemark.seal.checks import ArrowChecks, CheckResult
 from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, arrow_schema, compact_hours
 from tidemark.seal.hourfiles import HourFiles
@@ -41,6 +42,7 @@ class Compactor:
         self.versions = files.versions
         self.writer = writer  # the seal's run and lease: it owns the directories it writes
         self._prepared: dict[str, Compacted] = {}
+        self._drafts: dict[str, Draft] = {}  # prepare's claimed drafts, by hour
         self._defaults: dict[str, list[CheckResult]] = {}
 
     # -- every due hour that fits one file, together -------------------------------------
@@ -91,25 +93,43 @@ class Compactor:
         """The hour as a task of ``prepare``, or None: compacted already (or stale: compacted
         alone), no batch files, or more than one file's worth."""
         store, layout, through = self.layout.store, self.layout, state.last_committed
-        if self.versions.compaction_done(hour, through):
+        draft = self._draft(hour, state)
+        if draft.done is not None or draft.replaces is not None:
             return None
-        inputs = self.versions.hour_inputs(hour, through, self.files)
+        inputs = self._inputs(hour, through)
         relative = [layout.relative(p) for p in inputs]
         size = sum(store.size(r) for r in relative)
         if not inputs or self.config.output.files_for(size) > 1:
             return None
-        directory = self.versions.claim_compaction(hour, through, self.writer)
-        return HourTask(hour.key, tuple(relative), directory, hour.start, hour.end, size)
+        self._drafts[hour.key] = draft
+        return HourTask(
+            hour.key, tuple(relative), layout.relative(draft.directory), hour.start, hour.end, size
+        )
+
+    def _draft(self, hour: Hour, state: LogState) -> Draft:
+        return self.versions.draft(
+            hour,
+            "compact",
+            version=1,
+            through=state.last_committed,
+            writer=self.writer,
+            rows=state.rows_per_hour.get(hour.path, 0),
+        )
+
+    def _inputs(self, hour: Hour, through: int) -> list[Path]:
+        """The hour's committed batch files, which its compaction reads."""
+        return self.files.batch_files(self.layout.open_dir / hour.path, through=through)
 
     def _keep(self, hour: Hour, task: HourTask, written: HourWritten, expected: int) -> None:
-        """Mark what an hour's task wrote as compacted (when it holds the committed rows: one
-        that does not is left unmarked and fails its hour's reconciliation), with its checks."""
-        complete = written.rows == expected
-        files, home = self.versions.keep_compacted(
-            hour, task.directory, written.files, complete=complete, writer=self.writer
-        )
-        if complete and written.checks is not None:
-            self._defaults[hour.key] = written.checks.results(self.config, hour)
+        """Complete what an hour's task wrote (when it holds the committed rows: one that does
+        not is left incomplete and fails its hour's reconciliation), with its checks."""
+        draft = self._drafts.pop(hour.key)
+        if written.rows == expected:
+            files, home = self.versions.complete(draft, written.files, self.writer)
+            if written.checks is not None:
+                self._defaults[hour.key] = written.checks.results(self.config, hour)
+        else:
+            files, home = [path for path, _ in written.files], draft.directory
         for problem in written.problems:
             log.info("%s hour %s: default checks left to Spark: %s", self.config.table, hour.key, problem)
         self._prepared[hour.key] = (files, written.rows, home)
@@ -123,18 +143,40 @@ class Compactor:
 
     # -- one hour -------------------------------------------------------------------------
     def compact(self, hour: Hour, state: LogState, expected: int) -> Compacted:
-        """The hour's compacted files: those ``prepare`` wrote, a retry's marked ones, or
-        written now by Spark."""
+        """The hour's compacted files: those ``prepare`` wrote, a retry's complete ones, or
+        written now by Spark as few files of about ``output.target_file_size``. A complete
+        version with other rows than the commit log's means batch files were lost where a
+        version is written once (not sealed); where one is exchanged in place, the stale
+        version is compacted again (``HourVersions.draft``)."""
         if hour.key in self._prepared:
             return self._prepared[hour.key]
-        return self.versions.compact_hour(
-            hour,
-            state.last_committed,
-            expected,
-            files=self.files,
-            writer=self.writer,
-            logged=self._log_compacted,
-        )
+        draft = self._draft(hour, state)
+        if draft.done is not None:
+            if draft.done.rows != expected:
+                raise ReconciliationError(
+                    f"{self.config.table} hour {hour.key}: {self.layout.uri(draft.directory)} holds "
+                    f"{draft.done.rows} rows but batches <= {state.last_committed} committed {expected}; "
+                    "not sealed (docs/operations.md)"
+                )
+            log.info(
+                "%s: hour %s already compacted (%s files)", self.config.table, hour.key, len(draft.done.files)
+            )
+            return draft.done.files, draft.done.rows, draft.directory
+        inputs = self._inputs(hour, state.last_committed)
+        written: Written = []
+        if inputs:
+            size = sum(self.layout.store.size(self.layout.relative(p)) for p in inputs)
+            frame = self.files.read_hour(self.layout.open_dir / hour.path, inputs)
+            written = self.files.write_version(
+                frame, draft.directory, draft.prefix, self.config.output.files_for(size)
+            )
+            crash_point("mid_compaction")
+            rows = sum(n for _, n in written)
+            self._log_compacted(
+                hour, inputs=len(inputs), size=size, files=len(written), rows=rows, home=draft.named_under
+            )
+        files, home = self.versions.complete(draft, written, self.writer)
+        return files, sum(n for _, n in written), home
 
     def _log_compacted(
         self, hour: Hour, *, inputs: int, size: int, files: int, rows: int, home: Path

@@ -7,7 +7,6 @@ and the journal entry of a step.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,18 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
-from tidemark.hourcommit.base import HourNote
+from tidemark.hourcommit.base import Draft, HourNote, PublishedHour, Writer, Written
 from tidemark.ingest.columns import data_fields
 from tidemark.seal.checks import CheckResult
 from tidemark.seal.metastore import quote_identifier
 from tidemark.seal.quality import QualityOutcome, gate, needs_gx, warm_gx
 from tidemark.seal.thrift_metastore import open_metastore
-from tidemark.state.commitlog import LogState
+from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
-from tidemark.state.layout import batch_through, data_docs_dir
+from tidemark.state.layout import SUCCESS, batch_through, data_docs_dir
 from tidemark.table import Table
-from tidemark.tableformat import file_rows, table_format
-from tidemark.tablefs import data_files
+from tidemark.tableformat import table_format
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -54,7 +52,7 @@ class HourFiles:
         self.state = table.state
         self.history = self.state.schema_history
         self.commit_log = self.state.commit_log
-        self._commits: dict[int, frozenset[str]] = {}  # batch -> its commit record's files
+        self._commits = CommittedFiles(self.commit_log)  # batch -> its commit record's files
         # GX Data Docs need a local directory: kept beside the state when it is local
         state = table.settings.state_location
         self.docs_dir = (
@@ -102,19 +100,10 @@ class HourFiles:
 
         return read_table_files(self.spark, self.layout.store, hour_dir, files, self.ddl(config))
 
-    def write_staged(self, frame: DataFrame, staging: Path) -> None:
-        """Local disk: an hour's rows written by Spark into ``staging`` in the table's format
-        (extra partition columns as subdirectories)."""
-        self.format.spark_write(frame.write.partitionBy(*self.extra_columns), str(staging))
-
-    def staged_rows(self, staging: Path) -> int:
-        """The rows ``write_staged`` wrote, from the files' footers (no Spark job)."""
-        return sum(file_rows(str(f), f.suffix) for f in data_files(staging))
-
     def write_version(
         self, frame: DataFrame, home: Path, prefix: str, n_files: int, *, sort_by: tuple[str, ...] = ()
     ) -> list[tuple[str, int]]:
-        """Object stores: an hour's rows written once into a version directory by the tasks
+        """An hour's rows written once into a version's directory (a draft's) by the tasks
         (``sparkfiles.write_files``), the extra partition columns as ``col=value/``
         subdirectories; (warehouse-relative file, rows) per file."""
         from tidemark.sparkfiles import write_files
@@ -130,36 +119,44 @@ class HourFiles:
             fmt=self.format,
         )
 
+    def write_rebuilt(self, draft: Draft, frame: DataFrame | None, n_files: int) -> Written:
+        """A rebuilt hour's rows (None: no batch fed it) written into its draft, sorted by
+        (MQ partition, offset) within each file, as a rebuild from the topic orders them."""
+        if frame is None:
+            return []
+        written = self.write_version(
+            frame, draft.directory, draft.prefix, n_files, sort_by=("_mq_partition", "_mq_offset")
+        )
+        crash_point("mid_rebuild")
+        return written
+
     def batch_files(self, directory: Path, *, through: int, after: int = -1) -> list[Path]:
         """Committed batch files under a warehouse directory of batches ``after`` < b <= ``through``
         (not yet folded in), sorted."""
-        return self.inputs.batch_files(
-            directory, through=through, after=after, committed=self._committed_files
-        )
+        return self.inputs.batch_files(directory, through=through, after=after, committed=self._commits)
 
-    def _committed_files(self, batch_id: int) -> frozenset[str]:
-        if batch_id not in self._commits:
-            commit = self.commit_log.commit(batch_id)
-            self._commits[batch_id] = frozenset(commit.files if commit else ())
-        return self._commits[batch_id]
+    def current_files(self, hour: Hour, entry: JournalEntry | None) -> list[Path]:
+        """The files readers see for the hour now (its journal entry's version)."""
+        if entry is None:
+            return []
+        where = self.versions.where(PublishedHour.of(hour, entry))
+        return [self.layout.warehouse / f for f in self.layout.store.files(self.layout.relative(where))]
 
-    def move_staged(self, staging: Path, target: Path, prefix: str) -> list[str]:
-        """Rename staged data files into ``target`` as ``<prefix>-NNNNN.<format>`` (keeping
-        extra partition subdirectories); returns their warehouse-relative paths."""
-        moved = []
-        for i, staged in enumerate(data_files(staging)):
-            final = target / staged.parent.relative_to(staging) / f"{prefix}-{i:05d}{staged.suffix}"
-            final.parent.mkdir(parents=True, exist_ok=True)
-            staged.replace(final)
-            moved.append(self.layout.relative(final))
-        shutil.rmtree(staging, ignore_errors=True)
-        return moved
+    def read_published(self, hours: list[PublishedHour]) -> DataFrame:
+        """The rows of the hours as published now (their current versions)."""
+        store, warehouse = self.layout.store, self.layout.warehouse
+        found = [
+            warehouse / f for h in hours for f in store.files(self.layout.relative(self.versions.where(h)))
+        ]
+        return self.read_hour(self.layout.table_dir, found)
 
     def partition_specs(self, hour: Hour, target: Path) -> list[tuple[dict[str, str], Path]]:
         """(spec, location) of the metastore partitions of an hour: one per extra-column value."""
         if not self.extra_columns:
             return [(hour.spec, target)]
-        leaves = self.versions.partition_leaves(target, len(self.extra_columns))
+        depth, base = len(self.extra_columns), self.layout.relative(target)
+        below = {f[len(base) + 1 :].rsplit("/", 1)[0] for f in self.layout.store.files(base)}
+        leaves = sorted(target / b for b in below if b.count("/") == depth - 1)
         specs = []
         for leaf in leaves:
             values = dict(part.split("=", 1) for part in leaf.relative_to(target).parts)
@@ -211,6 +208,18 @@ class HourFiles:
             self.run_id, batches, ready.time if ready else None, ready.processing_time if ready else ""
         )
 
+    def swap_in(self, hour: Hour, home: Path, rows: int, *, version: int, writer: Writer) -> bool:
+        """A rebuilt version at ``home`` made the hour's (``HourVersions.reveal``: checked,
+        moved in where it moves), then published; returns whether the version it replaced was
+        exchanged atomically."""
+        target, atomic = self.versions.reveal(hour, home, version=version, writer=writer)
+        writer.check()
+        self.register(hour, target)
+        crash_point("after_swap")
+        self.refresh()  # a registered hour's files changed: drop the session's cached listing
+        self.mark_complete(target, hour, rows, version)
+        return atomic
+
     def publish(self, hour: Hour, target: Path, rows: int, *, version: int, refresh: bool = False) -> None:
         """Register the hour's partitions, then mark the directory complete for path readers."""
         self.register(hour, target)
@@ -222,7 +231,21 @@ class HourFiles:
 
     def mark_complete(self, target: Path, hour: Hour, rows: int, version: int) -> None:
         """``_SUCCESS`` in an hour's directory (or its version's, on an object store)."""
-        self.versions.mark_complete(target, hour.key, rows, version)
+        record = {"hour": hour.key, "rows": rows, "version": version}
+        self.layout.store.write_json(f"{self.layout.relative(target)}/{SUCCESS}", record)
+
+
+class CommittedFiles(dict[int, frozenset[str]]):
+    """The files each batch's commit record lists, read from the commit log when first asked."""
+
+    def __init__(self, commit_log: CommitLog) -> None:
+        super().__init__()
+        self.commit_log = commit_log
+
+    def __missing__(self, batch_id: int) -> frozenset[str]:
+        commit = self.commit_log.commit(batch_id)
+        self[batch_id] = found = frozenset(commit.files if commit else ())
+        return found
 
 
 def _quietly(task: Any) -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Writer
+from tidemark.hourcommit.versions import VersionCollector
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.state.commitlog import LogState
 from tidemark.state.journal import EntryKind, HourJournal, JournalEntry, JournalState
@@ -80,14 +82,11 @@ class LateRows:
         may still list one); the metastore's locations count as pointed at. Returns those
         deleted. The seal runs it, and the maintenance DAG's compact step for a table whose
         seals have stopped."""
-        return self.versions.collect(
-            self.config,
-            journal,
-            state=state,
-            partitions=partitions,
-            late_locations=self.locations(journal),
-            writer=self.writer,
-            registered=self._referenced,
+        if not self.versions.own_directories:
+            return []  # a version exchanged in place leaves with its writer's scratch
+        self.writer.check()  # a zombie's collection would judge by a journal another holder moved on
+        return VersionCollector(self.config, self.layout, journal).collect(
+            state, partitions, self.locations(journal), self._referenced()
         )
 
     def _referenced(self) -> list[str]:
@@ -122,6 +121,35 @@ class LateRows:
             store.delete(self.layout.relative(path))
         log.info("%s: deleted %s late files folded into %s", self.config.table, len(folded), late_dir)
 
+    def _amended(
+        self, hour: Hour, current: JournalEntry | None, new_files: list[Path], *, version: int, through: int
+    ) -> tuple[Path, list[str], int]:
+        """Late batch files folded into the hour as its next version, ready to register:
+        beside its files (``Draft.appends``: their rows only, moved in one rename each) or as
+        the whole hour written once in a directory of its own; returns (where the hour is
+        read, its files, late rows added). A retry reuses a complete version."""
+        draft = self.versions.draft(hour, "amend", version=version, through=through, writer=self.writer)
+        before, kept = (current.rows, list(current.files)) if current else (0, [])
+        if draft.done is not None:
+            return draft.directory, draft.done.files, draft.done.rows - before
+        store, warehouse = self.layout.store, self.layout.warehouse
+        base = [] if draft.appends else [warehouse / f for f in kept]
+        late = sum(store.rows(self.layout.relative(p)) for p in new_files)
+        size = sum(store.size(self.layout.relative(p)) for p in [*base, *new_files])
+        n_files = 1 if draft.appends else self.config.output.files_for(size)
+        read_from = self.inputs.late_inputs(hour) if draft.appends else draft.directory
+        frame = self.files.read_hour(read_from, [*base, *new_files])
+        written = self.files.write_version(frame, draft.directory, draft.prefix, n_files)
+        rows = sum(n for _, n in written)
+        if rows != late + (0 if draft.appends else before):
+            raise ReconciliationError(
+                f"{self.config.table} hour {hour.key}: amend to v{version} wrote {rows} rows != "
+                f"{0 if draft.appends else before} sealed + {late} late rows of batches <= {through}; "
+                "not registered"
+            )
+        files, target = self.versions.complete(draft, written, self.writer)
+        return target, [*kept, *files] if draft.appends else files, rows - (0 if draft.appends else before)
+
     def amend(self, state: LogState, partitions: JournalState, journal: HourJournal) -> list[JournalEntry]:
         """amend: fold late rows not yet in a sealed partition into it as a new file version."""
         entries: list[JournalEntry] = []
@@ -139,15 +167,7 @@ class LateRows:
                 continue
             version = (current.version if current else 0) + 1
             through = max(batch_of_file(p.name) or 0 for p in new_files)
-            target, files, added = self.versions.amend(
-                hour,
-                current,
-                new_files,
-                version=version,
-                through=through,
-                files=self.files,
-                writer=self.writer,
-            )
+            target, files, added = self._amended(hour, current, new_files, version=version, through=through)
             crash_point("after_amend_files")
             self.writer.check()
             self.files.register(hour, target)

@@ -48,7 +48,7 @@ from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.metastore import quote_identifier
 from tidemark.seal.rebuild_plan import RebuildPlan, check_offsets, check_sources, plan_rebuild
 from tidemark.settings import Settings
-from tidemark.state.journal import EntryKind, JournalState
+from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.layout import (
     batch_dir_name,
 )
@@ -120,18 +120,8 @@ class Rebuilder:
             written_with = current.schema_version if current is not None else 0
             hour_config = self.files.history.config_at(self.config, written_with)
             with registry_failures(table):  # a registry down fails the rebuild, named
-                new_dir, files, rows = self.versions.stage_rebuild(
-                    hour,
-                    version=(current.version if current is not None else 0) + 1,
-                    through=plan.through_batch,
-                    scratch=self._staging(hour),
-                    files=self.files,
-                    writer=Writer(self.run_id, hour_lease),
-                    rows_of=lambda receipts: (
-                        self._rows(hour, plan, receipts, kafka_conf, hour_config) if plan.sources else None
-                    ),
-                    reconcile=lambda receipts, rows: self._reconcile(hour, plan, receipts, rows),
-                    n_files=self._file_count(hour) if plan.sources else 1,  # listed only to write
+                new_dir, files, rows = self._write(
+                    hour, plan, current, kafka_conf=kafka_conf, hour_config=hour_config, hour_lease=hour_lease
                 )
             quality = self.files.quality_of(hour, new_dir, rows, hour_config)
             if quality.blocks:
@@ -194,6 +184,40 @@ class Rebuilder:
             )
         return plan, kafka_conf
 
+    def _write(
+        self,
+        hour: Hour,
+        plan: RebuildPlan,
+        current: JournalEntry | None,
+        *,
+        kafka_conf: dict[str, Any],
+        hour_config: TableConfig,
+        hour_lease: Lease,
+    ) -> tuple[Path, list[str], int]:
+        """The hour's rows re-read and written as its next version where readers do not see
+        it yet (a retry reuses a complete one); returns (where, its files, rows)."""
+        writer = Writer(self.run_id, hour_lease)
+        scratch = self._staging(hour)
+        draft = self.versions.draft(
+            hour,
+            "rebuild",
+            version=(current.version if current is not None else 0) + 1,
+            through=plan.through_batch,
+            writer=writer,
+            scratch=scratch,
+        )
+        if draft.done is not None:
+            return draft.directory, draft.done.files, draft.done.rows
+        receipts = scratch / "receipts"
+        frame = self._rows(hour, plan, receipts, kafka_conf, hour_config) if plan.sources else None
+        n_files = self._file_count(hour) if plan.sources else 1  # listed only to write
+        written = self.files.write_rebuilt(draft, frame, n_files)
+        rows = sum(n for _, n in written)
+        if frame is not None:
+            self._reconcile(hour, plan, receipts, rows)
+        files, home = self.versions.complete(draft, written, writer)
+        return home, files, rows
+
     def _staging(self, hour: Hour) -> Path:
         return self.layout.step_staging("rebuild", hour.key, self.run_id)
 
@@ -209,7 +233,7 @@ class Rebuilder:
 
     def _current_files(self, hour: Hour) -> list[Path]:
         """The files readers see for the hour now."""
-        return self.versions.current_files(hour, self.journal.state().hours.get(hour.key))
+        return self.files.current_files(hour, self.journal.state().hours.get(hour.key))
 
     def _rows(
         self,
@@ -316,17 +340,7 @@ class Rebuilder:
         partitions = self.journal.state()
         current = partitions.hours[hour.key]
         version = current.version + 1
-        atomic = self.versions.publish_rebuilt(
-            hour,
-            current_version=current.version,
-            through=plan.through_batch,
-            staged=new_dir,
-            written=files,
-            rows=rows,
-            writer=Writer(self.run_id, lease),
-            register=lambda target: self.files.register(hour, target),
-        )
-        self.files.refresh()
+        atomic = self.files.swap_in(hour, new_dir, rows, version=version, writer=Writer(self.run_id, lease))
         entry = step_entry(
             self.config,
             self.run_id,

@@ -1,6 +1,6 @@
 """Re-compaction: an hour that late amendments left in many small files is written again as
-one new version, through the protocol a rebuild uses (``HourCommit.stage_rebuild`` and
-``publish_rebuilt``): staged where readers do not look, its rows counted against the
+one new version, through the steps a rebuild takes (the store's ``draft``, ``complete`` and
+``reveal``, then ``HourFiles.swap_in``): written where readers do not look, its rows counted against the
 journal's, swapped in with one exchange or one metastore switch, then journaled as a
 ``compact`` entry (version + 1, the same rows, late count and fold). Readers see the old
 version or the new one, never a mix.
@@ -129,29 +129,24 @@ class Recompactor:
     def compact_hour(self, hour: Hour, *, bytes_before: int) -> dict[str, Any]:
         current = self.journal.state().hours[hour.key]
         scratch = self.table.layout.step_staging("compact", hour.key, self.run_id)
-        new_dir, files, rows = self.versions.stage_rebuild(
+        draft = self.versions.draft(
             hour,
+            "rebuild",
             version=current.version + 1,
             through=current.folded_through_batch,
+            writer=self.writer,
             scratch=scratch,
-            files=self.files,
-            writer=self.writer,
-            rows_of=lambda _: self._rows(hour, current),
-            reconcile=lambda _, written: self._reconcile(hour, current, written),
-            n_files=self.config.output.files_for(bytes_before),
         )
+        if draft.done is not None:
+            new_dir, files, rows = draft.directory, draft.done.files, draft.done.rows
+        else:
+            n_files = self.config.output.files_for(bytes_before)
+            written = self.files.write_rebuilt(draft, self._rows(hour, current), n_files)
+            rows = sum(n for _, n in written)
+            self._reconcile(hour, current, rows)
+            files, new_dir = self.versions.complete(draft, written, self.writer)
         self.writer.check()
-        self.versions.publish_rebuilt(
-            hour,
-            current_version=current.version,
-            through=current.folded_through_batch,
-            staged=new_dir,
-            written=files,
-            rows=rows,
-            writer=self.writer,
-            register=lambda target: self.files.register(hour, target),
-        )
-        self.files.refresh()
+        self.files.swap_in(hour, new_dir, rows, version=current.version + 1, writer=self.writer)
         entry = step_entry(
             self.config,
             self.run_id,
@@ -192,8 +187,7 @@ class Recompactor:
         directory: no dt/hr columns; the data-derived partition columns stay)."""
         from pyspark.sql import functions as F
 
-        published = PublishedHour(hour.path, current.version, current.folded_through_batch)
-        frame = self.versions.read_published(self.files, [published])
+        frame = self.files.read_published([PublishedHour.of(hour, current)])
         columns = [c for c in table_columns(self.config) if c not in HOUR_COLUMNS]
         return frame.select(*(F.col(quote_identifier(c)) for c in columns))
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import QualityGateError, ReconciliationError, ReleaseError
 from tidemark.faults import crash_point
-from tidemark.hourcommit.base import Writer
+from tidemark.hourcommit.base import PublishedHour, Writer
 from tidemark.ingest.publishers import publisher
 from tidemark.seal.compaction import Compactor
 from tidemark.seal.due import hours_to_seal, seal_limit
@@ -198,7 +198,6 @@ class Sealer:
         )
         with watch.phase("compact"):
             files, rows, home = self.compactor.compact(hour, state, expected)
-            target = self.versions.published_dir(hour, home)
         if rows != expected:
             raise ReconciliationError(
                 f"{self.config.table} hour {hour.key}: {rows} rows in the compacted files != {expected} rows "
@@ -218,7 +217,7 @@ class Sealer:
         else:
             self.writer.check()
             with watch.phase("register"):
-                self.versions.reveal(home, target, self.writer)
+                target, _ = self.versions.reveal(hour, home, version=1, writer=self.writer)
                 self.files.publish(hour, target, rows, version=1)
         kind, version = (EntryKind.QUARANTINE, 0) if quality.blocks else (EntryKind.SEAL, 1)
         entry = self.entry(
@@ -257,9 +256,8 @@ class Sealer:
                 f"{self.config.table} hour {hour_key} is not quarantined: {now}; nothing released"
             )
         hour = parse_key(hour_key, self.zone)
-        home, target = self.versions.release_dirs(hour, current)
-        self.writer.check()
-        self.versions.reveal(home, target, self.writer)
+        home = self.versions.where(PublishedHour.of(hour, current))  # kept hidden, unregistered
+        target, _ = self.versions.reveal(hour, home, version=1, writer=self.writer)
         self.writer.check()
         self.files.publish(hour, target, current.rows, version=1)
         quality = {**current.quality, "released_by_run": self.run_id}
@@ -286,7 +284,7 @@ class Sealer:
         hidden directory beside a published hour (a seal paused past its lease entered it)."""
         if not partitions.sealed_through:
             return
-        self.versions.sweep_sealed(partitions, self.zone)
+        self.versions.sweep(partitions, self.zone)
         self.inputs.sweep_sealed(partitions, datetime.fromisoformat(partitions.sealed_through), self.zone)
 
 

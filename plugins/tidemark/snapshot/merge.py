@@ -284,7 +284,7 @@ class Merger:
             PublishedHour(parse_key(k, zone).path, plan.hours[k], plan.folded[k], plan.directories.get(k, ""))
             for k in hour_keys
         ]
-        return self.hours.versions.read_published(self.hours, published).select(*wanted)
+        return self.hours.read_published(published).select(*wanted)
 
     def _result(
         self,
