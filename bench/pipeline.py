@@ -9,7 +9,8 @@ seals. Then runs the real jobs as spark-submit runs them (``spark_jobs/dump.py``
 ``spark_jobs/seal.py``, local warehouse and state) and prints:
 
 - the dump's processing seconds (its phases), the seal's (wall less the Spark session start;
-  its phases from the seal's result), per hour where H > 1;
+  its phases from the seal's result), per hour where H > 1; the seal's CPU seconds, its whole
+  process tree's and per phase (``TIDEMARK_PHASE_CPU=1``);
 - the end-to-end seconds with the JVM starts;
 - before the cycle, a seal with nothing due creates the embedded metastore's schema, as the
   first seal of a deployment does once (``--cold-metastore``: the measured seal pays it);
@@ -53,8 +54,10 @@ from dump_throughput import (
     bench_table,
     dump_command,
     event_schema,
+    last_json,
     produce_sealable,
     run_measured,
+    run_tree,
 )
 
 import tidemark
@@ -99,8 +102,11 @@ def run_cycle(env: dict[str, str], total: int, processing: Any) -> dict[str, Any
         "--run-id",
         "seal-1",
     ]
-    sealed, seal_wall, _ = run_measured(seal_cmd, env)
+    out, seal_wall, seal_cpu, _ = run_tree(seal_cmd, env)
+    sealed = last_json(out)
     return {
+        "seal_cpu_s": seal_cpu,
+        "seal_phases_cpu": sealed.get("cpu_timings", {}),
         "dump_s": sum(dumped["timings"][k] for k in DUMP_PHASES),
         "dump_wall_s": dump_wall,
         "dump_phases": {k: round(v, 2) for k, v in dumped["timings"].items()},
@@ -124,6 +130,10 @@ def report(cycle: dict[str, Any], total: int, n_hours: int) -> None:
         f"wall with the JVM start {cycle['seal_wall_s']:.1f} s), {len(hours)} hours sealed"
     )
     print(f"       seal phases (s): {cycle['seal_phases']}")
+    print(
+        f"       seal CPU {cycle['seal_cpu_s']:.1f} s (its process tree, the JVM start included); "
+        f"phases CPU (s): {cycle['seal_phases_cpu']}"
+    )
     big = [h for h in hours if sum(cycle["hour_timings"].get(h, {}).values()) > 0]
     for hour in big[:3]:
         print(f"       hour {hour}: {cycle['hour_timings'][hour]}")
@@ -218,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated output.table_format values, each a cycle of its own table on the "
         "same topic, alternating (hive,iceberg prints iceberg/hive for the seal)",
     )
+    parser.add_argument(
+        "--target-file-size",
+        default="",
+        help="output.target_file_size of the table (e.g. 8MiB: hours of several files, which "
+        "the seal compacts with Spark rather than in one pass of pyarrow)",
+    )
     args = parser.parse_args(argv)
     formats = [f.strip() for f in args.table_formats.split(",") if f.strip()]
 
@@ -243,12 +259,21 @@ def main(argv: list[str] | None = None) -> int:
         cycles: dict[str, dict[str, Any]] = {}
         for table_format in formats:
             own = home / table_format
-            bench_table(own / "conf", topic, max(ends.values()), output={"table_format": table_format})
+            bench_table(
+                own / "conf",
+                topic,
+                max(ends.values()),
+                output={
+                    "table_format": table_format,
+                    **({"target_file_size": args.target_file_size} if args.target_file_size else {}),
+                },
+            )
             env = {
                 **os.environ,
                 "TIDEMARK_HOME": str(own / "run"),
                 "TIDEMARK_CONF_DIR": str(own / "conf"),
                 "TIDEMARK_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+                "TIDEMARK_PHASE_CPU": "1",  # the seal's CPU seconds per phase
             }
             if args.metastore == "service":
                 env["TIDEMARK_HIVE_METASTORE_URIS"] = start_metastore_service(env, services)

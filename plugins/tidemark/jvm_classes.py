@@ -9,8 +9,9 @@ differs (another JDK, an added jar, the s3a jars of an S3 warehouse) ignores it 
 starts as before, so a stale archive costs time, never correctness. ``ensure`` writes it again
 when its recorded fingerprint (class path, Java, pyspark) no longer matches. There is one per
 driver class path (``spark.class_archive``): the local warehouse's, an S3 warehouse's (the
-s3a jars added: ``spark-classes-s3a.jsa``) and an Iceberg table's jobs' (Iceberg's runtime
-added: ``spark-classes-<tag>.jsa``), each written when ``make jvm`` fetched its jars.
+s3a jars added: ``spark-classes-s3a.jsa``) and an Iceberg table's jobs', local or on S3
+(Iceberg's runtime added: ``spark-classes-<tag>.jsa``), each written when ``make jvm``
+fetched its jars.
 Delta's jars come through ``spark.jars``, a class loader of Spark's: its jobs map the first.
 
     python -m tidemark.jvm_classes        # make spark-classes
@@ -130,6 +131,7 @@ VARIANTS = {
     "local": ("", ""),
     "s3a": ("s3://tidemark-class-archive/warehouse", ""),
     "iceberg": ("", "iceberg"),
+    "iceberg-s3a": ("s3://tidemark-class-archive/warehouse", "iceberg"),
 }
 
 

@@ -1,28 +1,69 @@
 """Seconds spent per named phase of a job: logged with its result (dump, seal) and printed by
-the benchmarks, so where the time goes is visible in every task log."""
+the benchmarks, so where the time goes is visible in every task log. With
+``TIDEMARK_PHASE_CPU=1`` (the benchmarks set it) each phase also records the CPU seconds the
+job's process tree spent in it (the driver JVM, this Python process and Spark's Python
+workers): wall time on a busy machine says little about cost, CPU does. Off by default: a
+look at every process costs a few milliseconds a phase."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psutil
+
+
+def _root() -> psutil.Process:
+    """The job's driver process: the JVM that started this Python process (spark-submit),
+    else this process (a local session's JVM is its child)."""
+    me = psutil.Process()
+    parent = me.parent()
+    with contextlib.suppress(psutil.Error):
+        if parent is not None and parent.name() == "java":
+            return parent
+    return me
+
+
+def tree_cpu_seconds() -> float:
+    """CPU seconds spent so far by the job's process tree: its driver and every live process
+    below it (a worker that exited took its seconds along)."""
+    root = _root()
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):  # gone between the listing and the read
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
+
 
 class Stopwatch:
-    def __init__(self) -> None:
+    def __init__(self, *, cpu: bool | None = None) -> None:
         self.seconds: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self.counts_cpu = os.environ.get("TIDEMARK_PHASE_CPU") == "1" if cpu is None else cpu
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         started = time.perf_counter()
+        cpu = tree_cpu_seconds() if self.counts_cpu else 0.0
         try:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+            if self.counts_cpu:
+                self.cpu[name] = self.cpu.get(name, 0.0) + max(tree_cpu_seconds() - cpu, 0.0)
 
     def add(self, other: Stopwatch) -> None:
         for name, seconds in other.seconds.items():
             self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        for name, seconds in other.cpu.items():
+            self.cpu[name] = self.cpu.get(name, 0.0) + seconds
 
     def rounded(self) -> dict[str, float]:
         return {k: round(v, 3) for k, v in self.seconds.items()}
+
+    def rounded_cpu(self) -> dict[str, float]:
+        return {k: round(v, 2) for k, v in self.cpu.items()}

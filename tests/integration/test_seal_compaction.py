@@ -235,7 +235,7 @@ def test_a_seal_paused_past_its_lease_never_writes_into_its_successors_hidden_ho
     monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "1")
     monkeypatch.setattr(Lease, "renewing", lambda self: nullcontext())  # frozen: no renewals
     frozen, resume = threading.Event(), threading.Event()
-    real_write = HourFiles.write_version
+    real_write = HourFiles.write_staged
 
     def pausing_write(self: HourFiles, *args: Any, **kwargs: Any) -> Any:
         written = real_write(self, *args, **kwargs)
@@ -244,7 +244,7 @@ def test_a_seal_paused_past_its_lease_never_writes_into_its_successors_hidden_ho
             resume.wait(120)
         return written
 
-    monkeypatch.setattr(HourFiles, "write_version", pausing_write)
+    monkeypatch.setattr(HourFiles, "write_staged", pausing_write)
     outcome: list[BaseException] = []
 
     def zombie() -> None:

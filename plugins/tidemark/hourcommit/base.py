@@ -7,7 +7,8 @@ and no caller asks which one it holds.
 A version of an hour goes through the same stages on every store; only how each is done
 differs, and only the implementations know:
 
-- **draft**: where its writer puts its files, of its own (a scratch directory renamed into
+- **draft**: where its writer puts its files (``write``: Spark's own writer and a rename
+  each, or Spark's tasks writing each file once under its final name), of its own (a scratch directory renamed into
   place later, or a version directory written once under a name of its content), or a
   complete version a retry finds and reuses;
 - **complete**: the version is whole (a marker written last, naming its files);
@@ -62,6 +63,8 @@ class HourWriting(Protocol):
     def write_version(
         self, frame: DataFrame, home: Path, prefix: str, n_files: int, *, sort_by: tuple[str, ...] = ()
     ) -> Written: ...
+
+    def write_staged(self, frame: DataFrame, staging: Path) -> None: ...
 
     def batch_files(self, directory: Path, *, through: int, after: int = -1) -> list[Path]: ...
 
@@ -160,6 +163,20 @@ class HourVersions(ABC):
         """Claim where ``writer`` writes version ``version`` of the hour, holding its batches
         through ``through`` (``rows``: the rows a complete version must hold to be reused;
         ``scratch``: the step's own scratch directory, where it has one)."""
+
+    @abstractmethod
+    def write(
+        self,
+        draft: Draft,
+        frame: DataFrame,
+        n_files: int,
+        *,
+        files: HourWriting,
+        sort_by: tuple[str, ...] = (),
+    ) -> Written:
+        """Write ``frame`` into a draft as about ``n_files`` files ``<prefix>-NNNNN`` (the extra
+        partition columns as ``col=value/`` directories), each sorted by ``sort_by``; returns
+        (warehouse-relative file, rows) per file, as they lie in the draft."""
 
     @abstractmethod
     def complete(self, draft: Draft, written: Written, writer: Writer) -> tuple[list[str], Path]:

@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemark.errors import RebuildError
-from tidemark.hourcommit.base import Draft, HourVersions, PublishedHour, Writer, Written
+from tidemark.hourcommit.base import Draft, HourVersions, HourWriting, PublishedHour, Writer, Written
 from tidemark.hourcommit.versions import claim_version, completed_version, mark_version
 from tidemark.state.layout import COMPACTED_MARKER, sealed_file_prefix
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from tidemark.state.journal import JournalState
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,19 @@ class OwnDirectoryVersions(HourVersions):
             return Draft(hour, step, version, home, home, sealed_file_prefix(1), done=done)
         home = self.layout.warehouse / claim_version(self.store, named, writer.lease)
         return Draft(hour, step, version, home, home, sealed_file_prefix(1))
+
+    def write(
+        self,
+        draft: Draft,
+        frame: DataFrame,
+        n_files: int,
+        *,
+        files: HourWriting,
+        sort_by: tuple[str, ...] = (),
+    ) -> Written:
+        """Each Spark task writes its file once under its final name (no rename: an object
+        store has none)."""
+        return files.write_version(frame, draft.directory, draft.prefix, n_files, sort_by=sort_by)
 
     def complete(self, draft: Draft, written: Written, writer: Writer) -> tuple[list[str], Path]:
         """Its marker, written last (the files stay where they were written)."""

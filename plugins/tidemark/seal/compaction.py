@@ -167,9 +167,8 @@ class Compactor:
         if inputs:
             size = sum(self.layout.store.size(self.layout.relative(p)) for p in inputs)
             frame = self.files.read_hour(self.layout.open_dir / hour.path, inputs)
-            written = self.files.write_version(
-                frame, draft.directory, draft.prefix, self.config.output.files_for(size)
-            )
+            n_files = self.config.output.files_for(size)
+            written = self.versions.write(draft, frame, n_files, files=self.files)
             crash_point("mid_compaction")
             rows = sum(n for _, n in written)
             self._log_compacted(

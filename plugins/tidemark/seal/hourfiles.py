@@ -100,10 +100,16 @@ class HourFiles:
 
         return read_table_files(self.spark, self.layout.store, hour_dir, files, self.ddl(config))
 
+    def write_staged(self, frame: DataFrame, staging: Path) -> None:
+        """An hour's rows written by Spark's own writer into ``staging`` (a new directory) in
+        the table's format, the extra partition columns as subdirectories (a store with rename
+        then moves the files in: ``RenamingVersions.write``)."""
+        self.format.spark_write(frame.write.partitionBy(*self.extra_columns), str(staging))
+
     def write_version(
         self, frame: DataFrame, home: Path, prefix: str, n_files: int, *, sort_by: tuple[str, ...] = ()
     ) -> list[tuple[str, int]]:
-        """An hour's rows written once into a version's directory (a draft's) by the tasks
+        """An hour's rows written once into a version's directory by Spark's tasks
         (``sparkfiles.write_files``), the extra partition columns as ``col=value/``
         subdirectories; (warehouse-relative file, rows) per file."""
         from tidemark.sparkfiles import write_files
@@ -124,8 +130,8 @@ class HourFiles:
         (MQ partition, offset) within each file, as a rebuild from the topic orders them."""
         if frame is None:
             return []
-        written = self.write_version(
-            frame, draft.directory, draft.prefix, n_files, sort_by=("_mq_partition", "_mq_offset")
+        written = self.versions.write(
+            draft, frame, n_files, files=self, sort_by=("_mq_partition", "_mq_offset")
         )
         crash_point("mid_rebuild")
         return written

@@ -139,7 +139,7 @@ class LateRows:
         n_files = 1 if draft.appends else self.config.output.files_for(size)
         read_from = self.inputs.late_inputs(hour) if draft.appends else draft.directory
         frame = self.files.read_hour(read_from, [*base, *new_files])
-        written = self.files.write_version(frame, draft.directory, draft.prefix, n_files)
+        written = self.versions.write(draft, frame, n_files, files=self.files)
         rows = sum(n for _, n in written)
         if rows != late + (0 if draft.appends else before):
             raise ReconciliationError(

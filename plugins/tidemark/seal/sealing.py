@@ -73,6 +73,7 @@ class SealResult:
     # table), collect (object stores' version garbage)
     timings: dict[str, float] = field(default_factory=dict)
     hour_timings: dict[str, dict[str, float]] = field(default_factory=dict)
+    cpu_timings: dict[str, float] = field(default_factory=dict)  # TIDEMARK_PHASE_CPU=1: CPU s per phase
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -161,7 +162,7 @@ class Sealer:
         result.sealed_through = partitions.sealed_through
         with self.watch.phase("collect"):
             result.versions_deleted = self._collect(state, partitions)
-        result.timings = self.watch.rounded()
+        result.timings, result.cpu_timings = self.watch.rounded(), self.watch.rounded_cpu()
         self._fail_on_quarantine(partitions)
         log.info(
             "%s: seal run %s: ready time %s, sealed %s, amended %s, late partitions registered %s; "
