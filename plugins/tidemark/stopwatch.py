@@ -12,13 +12,17 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 
 def _root() -> psutil.Process:
     """The job's driver process: the JVM that started this Python process (spark-submit),
     else this process (a local session's JVM is its child)."""
+    import psutil  # noqa: PLC0415 (the driver's only: a cluster's executors lack psutil)
+
     me = psutil.Process()
     parent = me.parent()
     with contextlib.suppress(psutil.Error):
@@ -30,6 +34,8 @@ def _root() -> psutil.Process:
 def tree_cpu_seconds() -> float:
     """CPU seconds spent so far by the job's process tree: its driver and every live process
     below it (a worker that exited took its seconds along)."""
+    import psutil  # noqa: PLC0415
+
     root = _root()
     total = 0.0
     for process in [root, *root.children(recursive=True)]:
