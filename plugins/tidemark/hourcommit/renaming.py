@@ -142,7 +142,10 @@ class RenamingVersions(HourVersions):
             compaction_marker(draft.directory), {"files": files, "rows": sum(n for _, n in written)}
         )
         if draft.step == "rebuild":  # its _SUCCESS swaps in with its files
-            write_success(draft.directory, draft.hour.key, sum(n for _, n in written), draft.version)
+            rows = sum(n for _, n in written)
+            write_success(
+                self.store, self.layout.relative(draft.directory), draft.hour.key, rows, draft.version
+            )
             return files, draft.directory
         if draft.replaces is None:
             return files, self._enter(draft.directory, draft.hour, writer)

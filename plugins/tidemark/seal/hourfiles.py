@@ -22,7 +22,7 @@ from tidemark.seal.quality import QualityOutcome, gate, needs_gx, warm_gx
 from tidemark.seal.thrift_metastore import open_metastore
 from tidemark.state.commitlog import CommitLog, LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
-from tidemark.state.layout import SUCCESS, batch_through, data_docs_dir
+from tidemark.state.layout import batch_through, data_docs_dir, write_success
 from tidemark.table import Table
 from tidemark.tableformat import table_format
 from tidemark.time.hours import Hour
@@ -237,8 +237,7 @@ class HourFiles:
 
     def mark_complete(self, target: Path, hour: Hour, rows: int, version: int) -> None:
         """``_SUCCESS`` in an hour's directory (or its version's, on an object store)."""
-        record = {"hour": hour.key, "rows": rows, "version": version}
-        self.layout.store.write_json(f"{self.layout.relative(target)}/{SUCCESS}", record)
+        write_success(self.layout.store, self.layout.relative(target), hour.key, rows, version)
 
 
 class CommittedFiles(dict[int, frozenset[str]]):

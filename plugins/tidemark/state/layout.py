@@ -41,11 +41,10 @@ by Hive's once a rebuild or an amend writes a new version.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidemark.tablefs import Store, hadoop_uri, local_path, storage_kind
 
@@ -152,14 +151,10 @@ def sealed_file_prefix(version: int) -> str:
     return "part" if version <= 1 else f"part-v{version:04d}"
 
 
-def write_success(hour_dir: Path, hour_key: str, rows: int, version: int) -> None:
-    """Mark an hour directory complete for path-based readers (after registration)."""
-    (hour_dir / SUCCESS).write_text(json.dumps({"hour": hour_key, "rows": rows, "version": version}))
-
-
-def read_success(hour_dir: Path) -> dict[str, Any] | None:
-    path = hour_dir / SUCCESS
-    return dict(json.loads(path.read_text())) if path.exists() else None
+def write_success(store: Store, hour_dir: str, hour_key: str, rows: int, version: int) -> None:
+    """Mark an hour directory (warehouse-relative) complete for path-based readers: after
+    registration, or with a version that is swapped in whole."""
+    store.write_json(f"{hour_dir}/{SUCCESS}", {"hour": hour_key, "rows": rows, "version": version})
 
 
 def compaction_marker(hour_dir: Path) -> Path:
