@@ -143,18 +143,16 @@ class HourFiles:
 
     def current_files(self, hour: Hour, entry: JournalEntry | None) -> list[Path]:
         """The files readers see for the hour now (its journal entry's version)."""
-        if entry is None:
-            return []
-        where = self.versions.where(PublishedHour.of(hour, entry))
-        return [self.layout.warehouse / f for f in self.layout.store.files(self.layout.relative(where))]
+        return self._files_of(PublishedHour.of(hour, entry)) if entry is not None else []
 
     def read_published(self, hours: list[PublishedHour]) -> DataFrame:
         """The rows of the hours as published now (their current versions)."""
-        store, warehouse = self.layout.store, self.layout.warehouse
-        found = [
-            warehouse / f for h in hours for f in store.files(self.layout.relative(self.versions.where(h)))
-        ]
-        return self.read_hour(self.layout.table_dir, found)
+        return self.read_hour(self.layout.table_dir, [f for h in hours for f in self._files_of(h)])
+
+    def _files_of(self, version: PublishedHour) -> list[Path]:
+        """The data files of a version of an hour, where the store keeps it."""
+        where = self.layout.relative(self.versions.where(version))
+        return [self.layout.warehouse / f for f in self.layout.store.files(where)]
 
     def partition_specs(self, hour: Hour, target: Path) -> list[tuple[dict[str, str], Path]]:
         """(spec, location) of the metastore partitions of an hour: one per extra-column value."""
