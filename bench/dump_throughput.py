@@ -77,9 +77,12 @@ class Measured:
         )
 
 
-def run_tree(command: list[str], env: dict[str, str]) -> tuple[str, float, float, float]:
+def run_tree(
+    command: list[str], env: dict[str, str], *, errors: list[str] | None = None
+) -> tuple[str, float, float, float]:
     """Run ``command``; return its stdout, wall seconds, the CPU seconds of its process tree
-    (each process's last sample, every 0.2 s) and the tree's peak RSS in MB."""
+    (each process's last sample, every 0.2 s) and the tree's peak RSS in MB (``errors``: gets
+    its stderr)."""
     started = time.perf_counter()
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cpu: dict[tuple[int, float], float] = {}
@@ -108,6 +111,8 @@ def run_tree(command: list[str], env: dict[str, str]) -> tuple[str, float, float
     sampler.start()
     out, err = proc.communicate()
     wall = time.perf_counter() - started
+    if errors is not None:
+        errors.append(err)
     done.set()
     sampler.join()
     if proc.returncode != 0:

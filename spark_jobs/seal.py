@@ -1,4 +1,6 @@
-"""spark-submit entry point of sealing: parse args, build the session, call the library.
+"""spark-submit entry point of sealing: parse args, call the library with a session that
+starts on first use (``tidemark.lazy_session``: a seal of small hours over a metastore service
+needs no Spark).
 
 spark-submit spark_jobs/seal.py --table events --run-id RUN_ID
 """
@@ -29,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="",
         help="comma-separated quarantined hours to register first (after a person checked them)",
     )
-    return run_job(parser, argv, _seal, hive=True)
+    return run_job(parser, argv, _seal, hive=True, lazy=True)  # Spark only where the seal needs it
 
 
 if __name__ == "__main__":

@@ -11,12 +11,12 @@ import importlib.util
 import json
 import logging
 import os
+import shlex
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tidemark.catalog import load_table
 from tidemark.delta_spark import delta_spark_conf
@@ -24,6 +24,7 @@ from tidemark.errors import TidemarkError
 from tidemark.group.members import group_members
 from tidemark.hourcommit import publication_kind
 from tidemark.iceberg_catalog import iceberg_writer_conf, open_catalog, secret_conf_keys
+from tidemark.lazy_session import LazySession
 from tidemark.settings import Settings
 from tidemark.spark import (
     build_session,
@@ -31,6 +32,7 @@ from tidemark.spark import (
     driver_java_options,
     jdbc_driver_class_path,
     metastore_conf,
+    planned_session_conf,
     s3a_conf,
     s3a_jars,
 )
@@ -121,6 +123,26 @@ class SparkJob:
         return {k: v for k, v in conf.items() if k not in secrets}
 
 
+# Jobs whose session starts on first use (``run_job(lazy=True)``): launched as a Python
+# process, PySpark starting the same driver from PYSPARK_SUBMIT_ARGS if the job needs Spark.
+LAZY_JOBS = frozenset({"seal"})
+SUBMIT_ARGS_ENV = "PYSPARK_SUBMIT_ARGS"
+
+
+def python_launch(command: Sequence[str], application: str, python: str) -> tuple[list[str], str] | None:
+    """The spark-submit ``command`` of ``application`` as ``python application arguments`` and
+    the PYSPARK_SUBMIT_ARGS with which PySpark's own spark-submit starts the very driver the
+    command would have (its master, class path, JVM options and conf), only when the job asks
+    for a session; None for a driver on the cluster (``--deploy-mode cluster``), which only
+    spark-submit can place. A seal with nothing to ask Spark then starts no JVM at all (spark-
+    submit itself costs ~2.5 CPU-s: a launcher JVM, then the driver's)."""
+    at = list(command).index(application)
+    options = list(command[1:at])
+    if "--deploy-mode" in options and options[options.index("--deploy-mode") + 1 :][:1] == ["cluster"]:
+        return None
+    return [python, application, *command[at + 1 :]], shlex.join([*options, "pyspark-shell"])
+
+
 def spark_submit(settings: Settings) -> str:
     """The venv's own spark-submit (beside its interpreter), whatever PATH holds."""
 
@@ -178,8 +200,11 @@ def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
 NO_RETRY_EXIT_CODE = 78
 
 
-def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: Body, *, hive: bool) -> int:
-    """Parse ``argv``, build the session, run ``body`` and print its result as JSON."""
+def run_job(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: Body, *, hive: bool, lazy: bool = False
+) -> int:
+    """Parse ``argv``, build the session (``lazy``: on first use), run ``body`` and print its
+    result as JSON."""
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -194,6 +219,7 @@ def run_job(parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: B
                 hive,
                 lambda spark: body(spark, config, settings, args),
                 extra_conf=job_session_conf([config], settings, job=parser.prog),
+                lazy=lazy,
             )
     except TidemarkError as exc:
         if exc.retryable:
@@ -305,20 +331,24 @@ def in_session(
     body: Callable[[SparkSession], Any],
     *,
     extra_conf: dict[str, str] | None = None,
+    lazy: bool = False,
 ) -> int:
-    """Build the session (``extra_conf``: what the table's jobs need beyond the defaults), run
-    ``body`` (the session always stopped) and print its result as one JSON line with the
-    session's start seconds."""
+    """Build the session (``extra_conf``: what the table's jobs need beyond the defaults; ``lazy``:
+    on first use, :class:`LazySession`), run ``body`` (the session always stopped) and print its
+    result as one JSON line with the session's start seconds (0 where it never started)."""
 
-    started = time.perf_counter()
-    spark = build_session(name, settings, hive=hive, extra_conf=extra_conf)
-    session_start = time.perf_counter() - started
+    def build() -> SparkSession:
+        return build_session(name, settings, hive=hive, extra_conf=extra_conf)
+
+    spark = LazySession(name, build, planned_session_conf(settings, hive=hive, extra_conf=extra_conf))
     try:
-        result = body(spark)
+        # a LazySession stands for the SparkSession it builds: whatever it is asked, it asks that
+        result = body(cast("SparkSession", spark) if lazy else spark.session(eager=True))
     finally:
         spark.stop()
     payload = result if isinstance(result, dict) else result.to_json()
-    print(json.dumps({**payload, "session_start_s": round(session_start, 3)}))
+    started = {"session_start_s": round(spark.start_seconds, 3), "spark_started": spark.started}
+    print(json.dumps({**payload, **started}))
     return 0
 
 
@@ -327,6 +357,12 @@ def submit_job(table: str, job: str, job_args: list[str]) -> int:
     DAGs run), from the CLI; its exit status."""
     settings = Settings.from_env()
     load_table(table, settings)  # fail fast on a bad config, before a JVM starts
-    command = SparkJob(job, table, job_args).command(settings)
+    spark_job = SparkJob(job, table, job_args)
+    command, env = spark_job.command(settings), spark_environment(settings)
+    launch = (
+        python_launch(command, spark_job.application(settings), settings.python) if job in LAZY_JOBS else None
+    )
+    if launch is not None:
+        command, env[SUBMIT_ARGS_ENV] = launch
     logging.getLogger(__name__).info("running %s", " ".join(command))
-    return subprocess.call(command, env=spark_environment(settings))
+    return subprocess.call(command, env=env)

@@ -268,3 +268,11 @@ def to_struct(columns: list[Column]) -> StructType:
     from pyspark.sql.types import StructField, StructType
 
     return StructType([StructField(c.name, c.type.to_spark(), c.nullable) for c in columns])
+
+
+def arrow_schema_of(fields: list[tuple[str, str]]) -> pa.Schema:
+    """The Arrow schema Spark hands a task for rows of ``(name, Spark type)`` fields, every
+    field nullable (as Spark's DDL parser reads them), parsed without a JVM."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(name, _Parser(spec).parse_type().to_arrow()) for name, spec in fields])

@@ -214,6 +214,20 @@ def library_zip(settings: Settings) -> Path:
     return target
 
 
+def planned_session_conf(
+    settings: Settings, *, hive: bool = True, extra_conf: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The conf :func:`build_session` builds a session with (readable before it starts)."""
+    conf = session_conf(settings, hive=hive)
+    conf.update(settings.spark_conf)
+    conf.update(extra_conf or {})
+    class_path = conf.get("spark.driver.extraClassPath")
+    if class_path is not None and class_path != driver_class_path(settings):  # a table's jars added
+        options = conf.get("spark.driver.extraJavaOptions", "")
+        conf["spark.driver.extraJavaOptions"] = with_class_archive(options, settings, class_path)
+    return conf
+
+
 def build_session(
     app_name: str,
     settings: Settings | None = None,
@@ -235,13 +249,7 @@ def build_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if settings.executor_python != settings.python:  # the same path on the driver: its own venv
         driver_launcher(settings)
-    conf = session_conf(settings, hive=hive)
-    conf.update(settings.spark_conf)
-    conf.update(extra_conf or {})
-    class_path = conf.get("spark.driver.extraClassPath")
-    if class_path is not None and class_path != driver_class_path(settings):  # a table's jars added
-        options = conf.get("spark.driver.extraJavaOptions", "")
-        conf["spark.driver.extraJavaOptions"] = with_class_archive(options, settings, class_path)
+    conf = planned_session_conf(settings, hive=hive, extra_conf=extra_conf)
     builder = SparkSession.builder.appName(app_name).master(settings.spark_master)
     for key, value in conf.items():
         builder = builder.config(key, value)

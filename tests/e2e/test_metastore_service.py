@@ -6,6 +6,7 @@ once, all register their partitions, exactly."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -145,3 +146,44 @@ def test_a_seal_a_rebuild_and_a_merge_at_once_on_the_metastore_service(
         entry = HourJournal(settings.state_dir, table).state().hours[HOUR]
         assert entry.rows == 8 and entry.published
     assert HourJournal(settings.state_dir, rebuilt).state().hours[HOUR].version == 2
+
+
+def last_result(out: str) -> dict[str, Any]:
+    """A job's JSON result line in its output."""
+    return json.loads([line for line in out.splitlines() if line.startswith('{"table"')][-1])
+
+
+def test_a_seal_over_the_metastore_service_starts_no_jvm_once_its_table_exists(
+    spark: Any, broker: str, metastore: Settings, tmp_path: Path
+) -> None:
+    """`tidemark seal` (as the DAG's seal task) runs as a Python process: its hours are small,
+    so pyarrow compacts and checks them, and it registers them over Thrift. Spark starts only
+    for what needs it, here the table's creation by the first seal."""
+    config, settings = fresh_table(metastore, tmp_path)
+    create_topic(broker, config.source.topic, 2)
+    hour_10 = [(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 15)]
+    produce(broker, config.source.topic, records([*hour_10, (0, at(11, 50)), (1, at(11, 45))]))
+    run_dump(spark, config, settings, "run-1", at(12))
+    first = finished(cli(settings, "seal", "--table", config.table, "--run-id", "seal-1"))
+    assert last_result(first)["sealed"] == ["2026-11-22T10"]
+    assert last_result(first)["spark_started"] is True
+    assert "starting Spark, first needed by seal/metastore.py" in first  # to create the table
+
+    produce(
+        broker,
+        config.source.topic,
+        records([(0, at(11, 5)), (1, at(11, 20)), (0, at(12, 50)), (1, at(12, 45))], prefix="s"),
+    )
+    run_dump(spark, config, settings, "run-2", at(13))
+    second = finished(cli(settings, "seal", "--table", config.table, "--run-id", "seal-2"))
+    result = last_result(second)
+    assert result["sealed"] == ["2026-11-22T11"] and result["spark_started"] is False, second[-3000:]
+    assert "starting Spark" not in second and "SparkContext" not in second
+    assert {(config.table, f"dt=2026-11-22/hr={h}") for h in ("10", "11")} <= registered(settings)
+    entry = HourJournal(settings.state_dir, config.table).state().hours["2026-11-22T11"]
+    assert entry.rows == 4 and entry.published
+    # the hour Spark never saw written reads back in Spark, through the service
+    rows = spark.read.parquet(
+        str(Path(settings.warehouse) / config.table / "dt=2026-11-22" / "hr=11")
+    ).count()
+    assert rows == 4

@@ -10,7 +10,8 @@ import pytest
 
 import tidemark
 from tidemark.catalog import load_tables
-from tidemark.schema import to_struct
+from tidemark.ingest.columns import data_fields
+from tidemark.schema import arrow_schema_of, to_struct
 from tidemark.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -67,3 +68,15 @@ def test_schema_parser_agrees_with_spark(spark: Any) -> None:
             else spark.createDataFrame([], ddl).schema
         )
         assert ours == theirs, table.table
+
+
+def test_the_hours_arrow_schema_without_a_jvm_is_the_one_spark_hands_a_task(spark: Any) -> None:
+    """The seal compacts small hours in pyarrow without starting Spark: the schema it writes
+    (``schema.arrow_schema_of``) must be the one Spark's DDL parser and Arrow conversion give."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    zoo = [("at", "timestamp"), ("local_at", "timestamp_ntz"), ("m", "map<string,array<decimal(9,3)>>")]
+    for fields in [*(data_fields(t) for t in load_tables()), zoo]:
+        ddl = ", ".join(f"`{n}` {t}" for n, t in fields)
+        theirs = to_arrow_schema(spark.createDataFrame([], ddl).schema)
+        assert arrow_schema_of(fields) == theirs, ddl

@@ -55,7 +55,33 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
 
         hook = super()._get_hook()
         hook._log = LeveledLines(hook.log)  # type: ignore[assignment]  # a Logger in all but name
+        self._launch_in_python(hook)
         return hook
+
+    def _launch_in_python(self, hook: Any) -> None:
+        """A job whose session starts on first use (``jobs.LAZY_JOBS``: the seal) runs as a
+        Python process, the spark-submit options the hook built handed to PySpark
+        (``jobs.python_launch``): a seal that needs no Spark then starts no JVM. The hook
+        still runs, logs and stops the process, and reads its exit status."""
+        from tidemark.jobs import LAZY_JOBS, SUBMIT_ARGS_ENV, python_launch
+        from tidemark.settings import Settings
+
+        job = self._spark_job()
+        if job is None or job.job not in LAZY_JOBS:
+            return
+        build = hook._build_spark_submit_command
+        python = Settings.from_env().python
+
+        def launched(application: str) -> list[str]:
+            command: list[str] = build(application)
+            launch = python_launch(command, application, python)
+            if launch is None:
+                return command
+            hook._env = {**(hook._env or {}), SUBMIT_ARGS_ENV: launch[1]}
+            log.info("%s runs as a Python process; Spark starts only if it needs it", job.name)
+            return launch[0]
+
+        hook._build_spark_submit_command = launched
 
     def _log_jvm_to_file(self, settings: Any, context: Any) -> None:
         """The driver JVM's INFO lines (Spark, Hive and Derby starting) go to a file of this

@@ -19,7 +19,7 @@ from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Compacted, Draft, Writer, Written
 from tidemark.seal.checks import ArrowChecks, CheckResult
-from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, arrow_schema, compact_hours
+from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, compact_hours
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.state.commitlog import LogState
 from tidemark.state.layout import sealed_file_prefix
@@ -62,7 +62,7 @@ class Compactor:
         prefix = sealed_file_prefix(1)
         writer = HourWriter(
             store=self.layout.store,
-            schema=arrow_schema(self.files.ddl()),
+            schema=self.files.arrow_schema(),
             fmt=self.files.format,
             file_name=f"{prefix}-00000{self.files.format.suffix}",
             partition_by=tuple(self.files.extra_columns),

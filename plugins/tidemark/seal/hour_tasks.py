@@ -133,18 +133,6 @@ class HourWriter:
             return None, [f"{type(exc).__name__}: {exc}"]
 
 
-def arrow_schema(ddl: str) -> pa.Schema:
-    """The Arrow schema Spark hands a task for rows of ``ddl`` (timestamps in UTC). Parsed
-    by the JVM's parser alone: a DataFrame would start the session's catalog (the
-    metastore client, ~3 s), which ``HourFiles.warm_up`` starts beside the compaction."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType, _parse_datatype_string
-
-    schema = _parse_datatype_string(ddl)
-    assert isinstance(schema, StructType), ddl
-    return to_arrow_schema(schema)
-
-
 # Below this many bytes of batch files in all, the hours are compacted in the driver itself:
 # a Spark job would first start Python workers (~1.5 s here, an executor's round trip on a
 # cluster), while pyarrow reads and writes 64 MiB in about a second.
@@ -159,9 +147,9 @@ def compact_hours(spark: SparkSession, writer: HourWriter, tasks: list[HourTask]
     if not tasks:
         return {}
     size = sum(t.size for t in tasks)
-    context = spark.sparkContext
-    if size <= IN_DRIVER_BYTES or executors_share_the_driver(context):
-        threads = 1 if size <= IN_DRIVER_BYTES else min(len(tasks), context.defaultParallelism)
+    # small hours never ask the session for anything: a lazy one (the seal's) stays unstarted
+    if size <= IN_DRIVER_BYTES or executors_share_the_driver(spark.sparkContext):
+        threads = 1 if size <= IN_DRIVER_BYTES else min(len(tasks), spark.sparkContext.defaultParallelism)
         log.info(
             "%s hours (%s bytes of batch files) compacted in the driver (%s thread(s))",
             len(tasks),
@@ -172,6 +160,7 @@ def compact_hours(spark: SparkSession, writer: HourWriter, tasks: list[HourTask]
             return {t.key: writer.compact_alone(t) for t in tasks}
         with ThreadPoolExecutor(threads, thread_name_prefix="compact") as pool:
             return {w.key: w for w in pool.map(writer.compact_alone, tasks)}
+    context = spark.sparkContext
     slices = min(len(tasks), context.defaultParallelism)
     log.info(
         "%s hours (%s bytes of batch files) compacted by one Spark job of %s tasks", len(tasks), size, slices

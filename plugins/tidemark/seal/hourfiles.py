@@ -16,6 +16,7 @@ from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Draft, HourNote, PublishedHour, Writer, Written
 from tidemark.ingest.columns import data_fields
+from tidemark.schema import arrow_schema_of
 from tidemark.seal.checks import CheckResult
 from tidemark.seal.metastore import quote_identifier
 from tidemark.seal.quality import QualityOutcome, gate, needs_gx, warm_gx
@@ -28,6 +29,7 @@ from tidemark.tableformat import table_format
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,10 @@ class HourFiles:
         partition columns last, as strings."""
         fields = [*data_fields(config or self.config), *((c, "string") for c in self.extra_columns)]
         return ", ".join(f"{quote_identifier(n)} {t}" for n, t in fields)
+
+    def arrow_schema(self) -> pa.Schema:
+        """:meth:`ddl` as the Arrow schema of the hours' files, without a JVM."""
+        return arrow_schema_of([*data_fields(self.config), *((c, "string") for c in self.extra_columns)])
 
     def read_hour(
         self, hour_dir: Path, files: list[Path] | None = None, config: TableConfig | None = None

@@ -17,6 +17,7 @@ from tidemark.config import TableConfig
 from tidemark.evolution import is_widening
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields, partition_columns
+from tidemark.lazy_session import spark_started
 from tidemark.schema import parse_column
 from tidemark.tableformat import table_format
 
@@ -256,7 +257,8 @@ class HiveClientMetastore:
             self.spark.sql(drop_partition_sql(table, partition_spec_of(name)))
 
     def refresh(self, table: str) -> None:
-        self.spark.catalog.refreshTable(qualified(table))
+        if spark_started(self.spark):  # a session that never started has no listing cached
+            self.spark.catalog.refreshTable(qualified(table))
 
 
 def partition_spec_of(name: str) -> dict[str, str]:

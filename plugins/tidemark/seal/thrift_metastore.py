@@ -28,6 +28,7 @@ from tidemark.config import TableConfig
 from tidemark.errors import MetastoreServiceError
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields
+from tidemark.lazy_session import session_conf_value
 from tidemark.seal.metastore import DATABASE, PENDING, HiveClientMetastore, Metastore, emptied
 from tidemark.settings import Settings
 
@@ -48,7 +49,7 @@ def open_metastore(spark: SparkSession, config: TableConfig, settings: Settings)
     hive_client = HiveClientMetastore(spark, config)
     # the service the session's own catalog uses: a table it creates must be where its
     # partitions go (a session built from other settings keeps its own Hive client)
-    uris = spark.sparkContext.getConf().get("spark.hadoop.hive.metastore.uris", "") or ""
+    uris = session_conf_value(spark, "spark.hadoop.hive.metastore.uris")
     if not uris or uris != settings.hive_metastore_uris or settings.metastore_client == "hive":
         return hive_client
     secured = [k for k in _SECURED if settings.spark_conf.get(k, "").strip().lower() == "true"]
