@@ -61,8 +61,8 @@ test: lint jvm docs-assets browser postgres executor-env spark-classes  ## lint,
 demo: venv jvm-local docs-assets spark-classes  ## through Airflow (dag.test): events ingest + report, then the orders bootstrap, increments and merged snapshot
 	$(BIN)/tidemark-dev demo
 
-up: venv jvm-local docs-assets  ## start the broker (Apache Kafka, topics kept across restarts) and Airflow standalone (UI on 127.0.0.1:8080)
-	$(BIN)/tidemark-dev services start broker airflow
+up: venv jvm-local docs-assets  ## start the broker (Apache Kafka, topics kept across restarts), the Hive metastore service on the home's Derby database (seals register over Thrift, no JVM) and Airflow standalone (UI on 127.0.0.1:8080)
+	$(BIN)/tidemark-dev services start broker derby-metastore airflow
 
 down: venv  ## stop everything `make up` started
 	$(BIN)/tidemark-dev services stop all

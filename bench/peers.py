@@ -35,9 +35,10 @@ confluent-kafka's serializer and read by both systems' real registry clients): t
   hour is visible once the table's current snapshot holds every record. JSON only: Kafka
   Connect's Avro converter for Confluent's wire format is Confluent's, not on Maven Central.
 
-``--metastore service``: tidemark's Hive tables registered in a Hive metastore service
-(PostgreSQL + the Thrift metastore, started for the bench, as in production; the seal then
-registers over Thrift) instead of embedded Derby, each run its own table.
+tidemark's Hive tables are registered in the metastore service over a Derby database that
+``make up`` runs (``--metastore local``, the default); ``--metastore service``: the Thrift
+metastore on PostgreSQL, as in production; ``--metastore embedded``: Derby opened by each job.
+Each run has its own table, registered before it (as every seal but a table's first finds it).
 
 The ratios last: ``tidemark/flink``, ``tidemark/kc-iceberg`` and the same-format
 ``tidemark-iceberg/kc-iceberg``, each the median of the runs' records per CPU-second. Not a
@@ -62,7 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _formats import encoder, table_changes
 from dump_throughput import ROOT, START, bench_table, dump_command, last_json, produce_sealable, run_tree
-from pipeline import start_metastore_service
+from pipeline import prepare_metastore, start_local_metastore, start_metastore_service
 
 from tidemark.settings import Settings
 from tidemark_dev.kafka import KafkaService
@@ -119,15 +120,14 @@ def tidemark_run(
         "TIDEMARK_CONF_DIR": str(home / "conf"),
         "TIDEMARK_KAFKA_BOOTSTRAP": bootstrap,
     }
-    if metastore_uris:
-        env["TIDEMARK_HIVE_METASTORE_URIS"] = metastore_uris
-    seal = [sys.executable, str(ROOT / "spark_jobs" / "seal.py"), "--table", table, "--run-id", "seal-0"]
-    run_tree(seal, env)  # the embedded metastore's schema, made once per deployment (not measured)
+    env["TIDEMARK_HIVE_METASTORE_URIS"] = metastore_uris  # "": embedded Derby in the run's home
+    seal = [sys.executable, str(ROOT / "spark_jobs" / "seal.py"), "--table", table, "--run-id", "seal-1"]
+    prepare_metastore(env, table)  # the table registered, as every seal but its first finds it (not measured)
     out, dump_wall, dump_cpu, dump_rss = run_tree(dump_command(START + timedelta(hours=3), table), env)
     dumped = last_json(out)
     if dumped["read"] != total:
         raise SystemExit(f"tidemark's dump read {dumped['read']} records, expected {total}")
-    out, seal_wall, seal_cpu, seal_rss = run_tree([*seal[:-1], "seal-1"], env)
+    out, seal_wall, seal_cpu, seal_rss = run_tree(seal, env)
     sealed = last_json(out)
     processing = sum(dumped["timings"].values()) - dumped["timings"].get("plan", 0.0)
     processing += seal_wall - sealed["session_start_s"]
@@ -276,9 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=("json", "avro"), default="json")
     parser.add_argument(
         "--metastore",
-        choices=("embedded", "service"),
-        default="embedded",
-        help="tidemark's Hive tables: embedded Derby (a fresh install's default) or a metastore service started here",
+        choices=("local", "embedded", "service"),
+        default="local",
+        help="tidemark's Hive tables: local, the metastore service over a Derby database (what make up "
+        "runs); embedded, Derby in each job; service, the metastore on PostgreSQL",
     )
     args = parser.parse_args(argv)
     systems = [s for s in args.systems.split(",") if s]
@@ -305,9 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     services: list[Any] = []
     try:
         metastore_uris = ""
+        metastore_home = {**os.environ, "TIDEMARK_HOME": str(scratch / "metastore")}
         if args.metastore == "service":
-            metastore_home = {**os.environ, "TIDEMARK_HOME": str(scratch / "metastore")}
             metastore_uris = start_metastore_service(metastore_home, services)
+        elif args.metastore == "local":  # one database for every run's table, as make up's
+            metastore_uris = start_local_metastore(metastore_home, services)
         bootstrap = kafka.listeners.plaintext
         topic = f"bench_{uuid.uuid4().hex[:8]}"
         encode, source, encoding = None, {}, ["json"]

@@ -14,9 +14,10 @@ seals. Then runs the real jobs as spark-submit runs them (``spark_jobs/dump.py``
 - the end-to-end seconds with the JVM starts;
 - before the cycle, the table is registered (and the embedded metastore's schema made), as
   every seal but a table's first finds it (``--cold-metastore``: the measured seal pays it);
-- ``--metastore service``: the jobs use a Hive metastore service (PostgreSQL + the Thrift
-  metastore, started for the bench), as a production deployment does; the seal then
-  registers over Thrift without Spark's Hive client;
+- the metastore is, as ``make up`` runs it, the service over the home's Derby database (the
+  jobs find it; ``--metastore local``, the default); ``--metastore service``: the Thrift
+  metastore on PostgreSQL, as a production deployment runs one; ``--metastore embedded``: Derby
+  opened by each job (no service: the seal then starts Spark for Hive's client);
 - the floor: one pyarrow process consumes the same records, parses them, writes one file per
   hour and batch, compacts each hour into one file and computes the default checks (key not
   null, key unique, event time inside the hour).
@@ -62,6 +63,7 @@ from dump_throughput import (
 
 import tidemark
 from tidemark.settings import Settings
+from tidemark_dev.derby_metastore import DerbyMetastoreService
 from tidemark_dev.net import free_port
 from tidemark_dev.postgres import MetastoreService, PostgresService
 from tidemark_dev.services import TansuService
@@ -73,6 +75,8 @@ DUMP_PHASES = ("rollback", "read_stage", "reconcile", "publish", "commit")
 # every seal but its first (an Iceberg table's seal creates it through its catalog, and starts
 # Spark anyway); with embedded Derby, the metastore's schema too.
 PREPARE = """
+import sys
+
 from tidemark.catalog import load_table
 from tidemark.jobs import in_session, job_session_conf
 from tidemark.seal.hourfiles import HourFiles
@@ -80,7 +84,7 @@ from tidemark.settings import Settings
 from tidemark.table import Table
 
 settings = Settings.from_env()
-config = load_table("bench", settings)
+config = load_table(sys.argv[1], settings)
 
 
 def create(spark):
@@ -95,13 +99,22 @@ in_session("bench-prepare", settings, True, create, extra_conf=job_session_conf(
 """
 
 
-def prepare_metastore(env: dict[str, str]) -> float:
+def prepare_metastore(env: dict[str, str], table: str = "bench") -> float:
     """The table registered before the measured cycle, as a table's steady-state seal finds it
     (with embedded Derby, the metastore's schema is made then too: ~5 s, once per deployment);
     returns its wall seconds."""
     started = time.perf_counter()
-    run_measured([sys.executable, "-c", PREPARE], env)
+    run_measured([sys.executable, "-c", PREPARE, table], env)
     return time.perf_counter() - started
+
+
+def start_local_metastore(env: dict[str, str], started: list[Any]) -> str:
+    """What ``make up`` runs: the metastore service over the home's Derby database (``env``'s
+    home), on a free port; the jobs find it by themselves. Returns its URI."""
+    service = DerbyMetastoreService(replace(Settings.from_env(env), metastore_port=free_port()))
+    service.start()
+    started.append(service)
+    return service.address()
 
 
 def start_metastore_service(env: dict[str, str], started: list[Any]) -> str:
@@ -250,9 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--metastore",
-        choices=("embedded", "service"),
-        default="embedded",
-        help="embedded Derby (the default of a fresh install) or a metastore service started here",
+        choices=("local", "embedded", "service"),
+        default="local",
+        help="local: the metastore service over the home's Derby database (what make up and make demo "
+        "run); embedded: Derby in each job (no service); service: the metastore on PostgreSQL",
     )
     parser.add_argument(
         "--table-formats",
@@ -310,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.metastore == "service":
                 env["TIDEMARK_HIVE_METASTORE_URIS"] = start_metastore_service(env, services)
                 print(f"metastore service at {env['TIDEMARK_HIVE_METASTORE_URIS']}")
+            elif args.metastore == "local":  # found by the jobs through its pid file
+                env.pop("TIDEMARK_HIVE_METASTORE_URIS", None)
+                print(f"metastore service on the home's Derby at {start_local_metastore(env, services)}")
+            else:
+                env["TIDEMARK_HIVE_METASTORE_URIS"] = ""  # embedded, whatever runs
             if not args.cold_metastore:
                 print(f"table registered before the cycle in {prepare_metastore(env):.1f} s")
             cycles[table_format] = run_cycle(env, total, START + span + timedelta(hours=2))

@@ -342,8 +342,9 @@ def in_session(
 
     spark = LazySession(name, build, planned_session_conf(settings, hive=hive, extra_conf=extra_conf))
     try:
-        # a LazySession stands for the SparkSession it builds: whatever it is asked, it asks that
-        result = body(cast("SparkSession", spark) if lazy else spark.session(eager=True))
+        with spark.for_this_process():
+            # a LazySession stands for the SparkSession it builds: whatever it is asked, it asks that
+            result = body(cast("SparkSession", spark) if lazy else spark.session(eager=True))
     finally:
         spark.stop()
     payload = result if isinstance(result, dict) else result.to_json()

@@ -10,14 +10,16 @@ Iceberg commit), and never where nothing does.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,16 @@ class LazySession:
             if self._session is not None:
                 self._session.stop()
 
+    @contextlib.contextmanager
+    def for_this_process(self) -> Iterator[LazySession]:
+        """This session as the process's job session while the job runs: what
+        :func:`spark_context` starts for code that reaches the JVM without a handle."""
+        _JOB_SESSIONS.append(self)
+        try:
+            yield self
+        finally:
+            _JOB_SESSIONS.remove(self)
+
     def __getattr__(self, name: str) -> Any:
         # only for what this class lacks: everything a SparkSession has
         if name.startswith("__"):
@@ -79,6 +91,20 @@ def _first_caller() -> str:
         return "the job"
     frame = frames[-1]
     return f"{frame.filename.rsplit('/tidemark/', 1)[-1]}:{frame.lineno} ({frame.name})"
+
+
+_JOB_SESSIONS: list[LazySession] = []  # the running job's (LazySession.for_this_process)
+
+
+def spark_context() -> SparkContext | None:
+    """The process's active SparkContext, the job's lazy session started for it where it has
+    not started yet (Iceberg's Java commits reach the JVM through the active context, not
+    through a session handed to them); None with neither."""
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is None and _JOB_SESSIONS:
+        _JOB_SESSIONS[-1].session()
+    return SparkContext._active_spark_context
 
 
 def session_conf_value(spark: Any, key: str) -> str:

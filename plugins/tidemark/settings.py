@@ -14,12 +14,12 @@ Everything deployment-specific comes from the environment, so one checkout runs 
 | ``TIDEMARK_EXECUTOR_ENV`` | unset: a ``.tar.gz`` of a venv shipped to executors of a non-local master (``make executor-env``) |
 | ``TIDEMARK_EXECUTOR_ENV_CACHE`` | unset: where worker nodes keep it unpacked (``tidemark.executor_env``) |
 | ``TIDEMARK_SPARK_PORT`` | ``7077``: the local standalone cluster (``services start spark-master``; 5 more ports) |
-| ``TIDEMARK_HIVE_METASTORE_URIS`` | unset: embedded Derby under ``$TIDEMARK_HOME/metastore_db`` |
+| ``TIDEMARK_HIVE_METASTORE_URIS`` | unset: the home's ``derby-metastore`` service while it runs (``make up`` starts it), else its embedded Derby database under ``$TIDEMARK_HOME/metastore_db``; set and empty: embedded Derby |
 | ``TIDEMARK_METASTORE_CLIENT`` | ``thrift``: a seal registers over the service's plain Thrift API; ``hive``: through Spark's Hive client (a Kerberos or TLS metastore) |
 | ``TIDEMARK_AIRFLOW_PORT`` | ``8080`` |
 | ``TIDEMARK_POSTGRES_PORT`` | ``15432``: the local PostgreSQL of the demo and the JDBC tests |
 | ``TIDEMARK_S3_PORT`` | ``8333``: the local S3 server (``services start s3``; it uses the next 9 ports too) |
-| ``TIDEMARK_METASTORE_PORT`` | ``9083``: the local Hive metastore service (``services start metastore``) |
+| ``TIDEMARK_METASTORE_PORT`` | ``9083``: the local Hive metastore service (``services start derby-metastore``, or ``metastore`` on PostgreSQL) |
 | ``TIDEMARK_ICEBERG_CATALOG_URI`` | unset: a SQLite Iceberg catalog in the home; ``postgresql+pg8000://...``; ``http(s)://...``: an Iceberg REST catalog |
 | ``TIDEMARK_ICEBERG_CATALOG_CREDENTIAL`` / ``_TOKEN`` | unset: a REST catalog's OAuth2 client credentials (``id:secret``) or bearer token |
 | ``TIDEMARK_ICEBERG_CATALOG_PROPERTIES`` | ``{}``: a JSON object of more catalog properties (``warehouse``, ``prefix``, ``scope``, ``oauth2-server-uri``, ``header.<name>``) |
@@ -89,6 +89,23 @@ def _seconds(env: Mapping[str, str], name: str, default: float, problems: list[s
         problems.append(f"{name}: expected a number of seconds > 0, got {raw!r}")
         return default
     return value
+
+
+# The local deployment's metastore service over the home's own Derby database (tidemark-dev's
+# ``derby-metastore``, which ``make up`` starts): its pid file in the home's run directory.
+DERBY_METASTORE_SERVICE = "derby-metastore"
+
+
+def local_metastore_service(home: Path) -> str:
+    """The URI of the home's ``derby-metastore`` service while it runs, else "" (the jobs then
+    open its Derby database themselves): every process of the home, Airflow's, a shell's CLI
+    and the jobs, finds the one metastore without a variable to keep in step."""
+    try:
+        record = json.loads((home / "run" / f"{DERBY_METASTORE_SERVICE}.pid").read_text())
+        os.kill(int(record["pid"]), 0)
+        return str(record["uri"])
+    except (OSError, ValueError, KeyError, TypeError):  # PermissionError: another user's process
+        return ""
 
 
 @dataclass(frozen=True)
@@ -175,7 +192,11 @@ class Settings:
             spark_master=env.get("TIDEMARK_SPARK_MASTER", "local[2]"),
             spark_conf=spark_conf,
             warehouse=env.get("TIDEMARK_WAREHOUSE", str(home / "warehouse")),
-            hive_metastore_uris=env.get("TIDEMARK_HIVE_METASTORE_URIS", ""),
+            hive_metastore_uris=(
+                env["TIDEMARK_HIVE_METASTORE_URIS"]
+                if "TIDEMARK_HIVE_METASTORE_URIS" in env
+                else local_metastore_service(home)
+            ),
             metastore_client=metastore_client,
             metastore_timeout_s=metastore_timeout_s,
             airflow_port=airflow_port,

@@ -22,7 +22,9 @@ examples:
   tidemark-dev services start            start the local broker: Apache Kafka (KRaft; PLAINTEXT,
                                          SSL, SASL_SSL listeners; topics kept across restarts)
   tidemark-dev services start broker airflow
-                                         broker + Airflow standalone (what `make up` runs)
+                                         broker + Airflow standalone
+  tidemark-dev services start broker derby-metastore airflow
+                                         what `make up` runs: the seals register over Thrift
   tidemark-dev services start tansu      the lightest broker instead (memory: a restart loses topics)
   tidemark-dev services start postgres metastore
                                          tidemark's own PostgreSQL and the Hive metastore service on it
@@ -33,7 +35,7 @@ examples:
 
 def _cmd_services(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
-    names = resolve(args.names)
+    names = resolve(args.names, every=args.action == "stop")
     if args.action == "start":
         for name in names:
             service = SERVICES[name](settings)
@@ -44,7 +46,8 @@ def _cmd_services(args: argparse.Namespace) -> int:
     elif args.action == "stop":
         for name in reversed(names):
             stopped = SERVICES[name](settings).stop()
-            print(f"{name:8} {'stopped' if stopped else 'was not running'}")
+            if stopped or "all" not in args.names:
+                print(f"{name:8} {'stopped' if stopped else 'was not running'}")
     else:
         statuses = [SERVICES[n](settings).status() for n in names]
         if args.json:

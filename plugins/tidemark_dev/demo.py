@@ -65,6 +65,7 @@ from tidemark_dev.airflow_env import HIVE_METASTORE_POOL, airflow_environment, m
 from tidemark_dev.console import Console
 from tidemark_dev.demo_avro import AVRO_TABLE, run_avro, write_avro_config
 from tidemark_dev.demo_iceberg import ICEBERG_TABLE, run_iceberg, write_iceberg_config
+from tidemark_dev.derby_metastore import DerbyMetastoreService
 from tidemark_dev.generator import (
     Message,
     change_messages,
@@ -76,6 +77,7 @@ from tidemark_dev.generator import (
     state_after,
 )
 from tidemark_dev.kafka import KafkaService
+from tidemark_dev.net import free_port
 from tidemark_dev.pgsource import ORDERS_COLUMNS, ORDERS_DDL, replace_table
 from tidemark_dev.postgres import POSTGRES_PASSWORD, POSTGRES_USER, PostgresService, postgres_url
 from tidemark_dev.schema_registry import SchemaRegistryStandIn
@@ -153,6 +155,17 @@ def _prepare_airflow(settings: Settings) -> Any:
     return _dag(f"tidemark_ingest_{TABLE}")
 
 
+def _start_metastore(demo: Settings) -> tuple[Settings, DerbyMetastoreService | None]:
+    """The demo home's metastore service, over its Derby database, as ``make up`` runs one: the
+    seals register over Thrift and start no JVM. A metastore named by TIDEMARK_HIVE_METASTORE_URIS
+    is used instead."""
+    if "TIDEMARK_HIVE_METASTORE_URIS" in os.environ:
+        return demo, None
+    service = DerbyMetastoreService(replace(demo, metastore_port=free_port()))
+    service.start()
+    return replace(demo, hive_metastore_uris=service.address()), service
+
+
 def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
     """The demo's story on the terminal (one line per step, at most ~80), every Airflow and
     Spark log in ``<demo home>/logs``; 0 when both reconciliations hold."""
@@ -177,9 +190,11 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
     say(f"  home {demo.home}; Airflow, Spark and JVM output goes to {console.log_dir}/")
     broker = KafkaService(base)
     started_here = not broker.status().running
+    metastore = None
     try:
         with console.step("setup", f"starting the broker ({base.kafka_bootstrap}) and Airflow's database"):
             broker.start()
+            demo, metastore = _start_metastore(demo)
             dag = _prepare_airflow(demo)
         produced = _run_events(console, demo, dag, scale)
         produced += _run_stream(console, demo, dag, scale)
@@ -208,6 +223,8 @@ def run_demo(settings: Settings | None = None, *, scale: int = 6_000) -> int:
     finally:
         try:
             registry.stop()
+            if metastore is not None:
+                metastore.stop()
             if started_here:
                 broker.stop()
         finally:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from tidemark.errors import ServiceError
 from tidemark.settings import Settings
 from tidemark_dev.cluster import SparkMasterService, SparkWorkerService
+from tidemark_dev.derby_metastore import DerbyMetastoreService
 from tidemark_dev.iceberg_rest import IcebergRestService
 from tidemark_dev.kafka import KafkaService
 from tidemark_dev.postgres import MetastoreService, PostgresService
@@ -18,9 +19,12 @@ SERVICES: dict[str, Callable[[Settings], Service]] = {
     # Apache Kafka (KRaft, data kept across restarts): PLAINTEXT on TIDEMARK_KAFKA_BOOTSTRAP's port,
     # SSL, SASL_SSL and its controller on the next three
     "broker": KafkaService,
+    # the Hive metastore over the home's Derby database (what `make up` runs): every process of
+    # the home finds it while it runs; before Airflow, whose metastore pool it widens
+    "derby-metastore": DerbyMetastoreService,
     "airflow": AirflowService,
     "postgres": PostgresService,
-    "metastore": MetastoreService,  # after postgres: its database
+    "metastore": MetastoreService,  # on PostgreSQL, after postgres: its database
     "s3": S3Service,
     # Iceberg's REST catalog (TIDEMARK_ICEBERG_CATALOG_URI=http://127.0.0.1:<TIDEMARK_ICEBERG_REST_PORT>)
     "iceberg-rest": IcebergRestService,
@@ -35,6 +39,7 @@ SERVICES: dict[str, Callable[[Settings], Service]] = {
 }
 ALIASES = {"kafka": "broker"}  # the name the broker had while tansu was the default
 ON_DEMAND = (
+    "metastore",  # on derby-metastore's port: instead of it
     "tansu",
     "noida",
     "iceberg-rest",
@@ -44,10 +49,13 @@ ON_DEMAND = (
 )  # not part of "all"
 
 
-def resolve(names: list[str]) -> list[str]:
-    """Expand ``all`` and aliases, check names; start order is broker first."""
+def resolve(names: list[str], *, every: bool = False) -> list[str]:
+    """Expand ``all`` (``every``: on-demand services too, as a stop wants) and aliases, check
+    names; start order is broker first."""
     if not names:
         return ["broker"]
+    if "all" in names and every:
+        return list(SERVICES)
     if "all" in names:  # noida is the alternative broker, on the broker's port; the cluster is heavy
         return [n for n in SERVICES if n not in ON_DEMAND]
     names = [ALIASES.get(n, n) for n in names]

@@ -150,6 +150,10 @@ class Service:
     def prepare(self) -> None:
         """One-off setup before the process starts (e.g. database migration)."""
 
+    def pid_record(self) -> dict[str, str]:
+        """What the pid file tells other processes beyond the pid (e.g. where to reach it)."""
+        return {}
+
     # -- shared mechanics -------------------------------------------------------------
     def _process(self) -> psutil.Process | None:
         """Our process if it is still the one we started (pid and start time match)."""
@@ -204,7 +208,7 @@ class Service:
                 preexec_fn=_default_sigint if self.stop_signal == signal.SIGINT else None,  # noqa: PLW1509 (only signal())
             )
         started = psutil.Process(proc.pid).create_time()
-        self.pid_file.write_text(json.dumps({"pid": proc.pid, "started": started}))
+        self.pid_file.write_text(json.dumps({"pid": proc.pid, "started": started, **self.pid_record()}))
         log.info("%s started (pid %s), log %s", self.name, proc.pid, self.log_file)
         return self._wait_answering(psutil.Process(proc.pid))
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tidemark.jobs import python_launch
-from tidemark.lazy_session import LazySession, session_conf_value, spark_started
+from tidemark.lazy_session import LazySession, session_conf_value, spark_context, spark_started
 from tidemark.schema import arrow_schema_of
 
 pytestmark = pytest.mark.unit
@@ -175,3 +175,16 @@ def test_the_hours_arrow_schema_is_read_without_a_jvm() -> None:
             ("who", pa.struct([("name", pa.string()), ("age", pa.int32())])),
         ]
     )
+
+
+def test_code_without_a_handle_starts_the_running_jobs_session_and_only_while_it_runs() -> None:
+    """Iceberg's Java commits reach the JVM through the process's active context: asking for
+    it starts the job's lazy session (here a stand-in, which activates no real context)."""
+    builds: list[FakeSession] = []
+    spark = lazy(builds)
+    assert spark_context() is None and builds == []  # no job running: nothing to start
+    with spark.for_this_process():
+        spark_context()
+        assert len(builds) == 1
+    spark_context()
+    assert len(builds) == 1

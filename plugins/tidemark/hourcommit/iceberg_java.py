@@ -31,6 +31,7 @@ from tidemark.errors import IcebergRuntimeMissingError
 from tidemark.iceberg_catalog import catalog_kind
 from tidemark.iceberg_rest import JAVA_UNANSWERED
 from tidemark.java_errors import java_class, java_message
+from tidemark.lazy_session import spark_context
 from tidemark.settings import Settings
 
 if TYPE_CHECKING:
@@ -72,9 +73,7 @@ class JavaIceberg:
 
     def _context(self) -> Any:
         """The active SparkContext: its gateway and its Hadoop conf."""
-        from pyspark import SparkContext
-
-        context = SparkContext._active_spark_context
+        context = spark_context()  # the seal's session starts here if nothing started it before
         if context is None:
             raise IcebergRuntimeMissingError(
                 f"{self.table}: an Iceberg table's commits run in Iceberg's runtime for Spark: "

@@ -33,6 +33,7 @@ from urllib.parse import urlparse
 
 from tidemark.errors import ConditionalWriteUnsupportedError, StorageError
 from tidemark.java_errors import java_class
+from tidemark.lazy_session import spark_context
 
 log = logging.getLogger(__name__)
 
@@ -155,14 +156,13 @@ class HadoopStorage(Storage):
 
     @classmethod
     def from_spark_or_gateway(cls) -> HadoopStorage:
-        """Use the active Spark session's JVM; outside Spark jobs, start a bare gateway (~2 s)."""
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()
-        if spark is not None:
-            jsc = spark.sparkContext._jsc
+        """Use the active Spark session's JVM (a job's lazy session started for it); outside
+        Spark jobs, start a bare gateway (~2 s)."""
+        context = spark_context()
+        if context is not None:
+            jsc = context._jsc
             assert jsc is not None
-            return cls(spark.sparkContext._jvm, jsc.hadoopConfiguration())
+            return cls(context._jvm, jsc.hadoopConfiguration())
         from pyspark.java_gateway import launch_gateway
 
         gateway = launch_gateway()
