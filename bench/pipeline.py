@@ -127,13 +127,15 @@ def start_metastore_service(env: dict[str, str], started: list[Any]) -> str:
     return MetastoreService(own).address()
 
 
-def run_cycle(env: dict[str, str], total: int, processing: Any) -> dict[str, Any]:
-    """The dump, then the seal, as the DAG's tasks run them."""
+def run_cycle(env: dict[str, str], total: int, processing: Any, *, profile: str = "") -> dict[str, Any]:
+    """The dump, then the seal, as the DAG's tasks run them (``profile``: the seal's cProfile
+    statistics written there)."""
     dumped, dump_wall, _ = run_measured(dump_command(processing), env)
     if dumped["read"] != total:
         raise SystemExit(f"dump read {dumped['read']} records, expected {total}")
     seal_cmd = [
         sys.executable,
+        *(["-m", "cProfile", "-o", profile] if profile else []),
         str(ROOT / "spark_jobs" / "seal.py"),
         "--table",
         "bench",
@@ -280,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         help="output.target_file_size of the table (e.g. 8MiB: hours of several files, which "
         "the seal compacts with Spark rather than in one pass of pyarrow)",
     )
+    parser.add_argument(
+        "--profile-seal",
+        default="",
+        help="write the seal's cProfile statistics to PATH.<format> (python -m pstats PATH.hive); "
+        "the figures then include the profiler's overhead",
+    )
     args = parser.parse_args(argv)
     formats = [f.strip() for f in args.table_formats.split(",") if f.strip()]
 
@@ -331,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
                 env["TIDEMARK_HIVE_METASTORE_URIS"] = ""  # embedded, whatever runs
             if not args.cold_metastore:
                 print(f"table registered before the cycle in {prepare_metastore(env):.1f} s")
-            cycles[table_format] = run_cycle(env, total, START + span + timedelta(hours=2))
+            profile = f"{args.profile_seal}.{table_format}" if args.profile_seal else ""
+            cycles[table_format] = run_cycle(env, total, START + span + timedelta(hours=2), profile=profile)
         base = floor(settings.kafka_bootstrap, topic, ends, home / "floor")
         for table_format, cycle in cycles.items():
             print(f"== output.table_format: {table_format}")

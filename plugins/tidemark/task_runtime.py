@@ -5,7 +5,8 @@ when it is installed, to recognise its types and missing values: about 1 s of CP
 Python worker of every job (measured: a third of the suite's worker CPU), for a library no
 task of tidemark's uses. ``arrow_without_pandas`` hides pandas from imports while a task
 body runs in a worker that has not loaded it; pyarrow then converts as it does where pandas
-is not installed. Only task functions use it, never a driver, so code that hands pandas
+is not installed. Only task functions use it (and the seal's driver where it compacts small
+hours itself, unless the table's Great Expectations need pandas), so code that hands pandas
 objects to pyarrow keeps pyarrow's detection."""
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from tidemark.hourcommit.base import Compacted, Draft, Writer, Written
 from tidemark.seal.checks import ArrowChecks, CheckResult
 from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, compact_hours
 from tidemark.seal.hourfiles import HourFiles
+from tidemark.seal.quality import needs_gx
 from tidemark.state.commitlog import LogState
 from tidemark.state.layout import sealed_file_prefix
 from tidemark.time.hours import Hour
@@ -74,7 +75,7 @@ class Compactor:
             len(tasks),
             ", ".join(t.key for t in tasks),
         )
-        written = compact_hours(self.spark, writer, tasks)
+        written = compact_hours(self.spark, writer, tasks, pandas_needed=needs_gx(self.config))
         crash_point("mid_compaction")
         for task in tasks:
             hour, expected = targets[task.key]
