@@ -2,13 +2,16 @@
 
 The process exits at once (no cleanup, no finally blocks), like a lost executor or a killed
 driver, so a retry with the same run id must recover from exactly that state. With
-``TIDEMARK_FAIL_MODE=raise`` it raises InjectedFault instead (for tasks that run in-process).
+``TIDEMARK_FAIL_MODE=raise`` it raises InjectedFault instead (for tasks that run in-process);
+with ``pause`` the process stops there (SIGSTOP) and goes on when sent SIGCONT: a zombie whose
+lease expires while it is frozen.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 
 from tidemark.errors import InjectedFault
 
@@ -80,8 +83,13 @@ def crash_point(point: str) -> None:
     """Exit the process if ``TIDEMARK_FAIL_AT`` names ``point``."""
     assert point in POINTS, point
     if os.environ.get("TIDEMARK_FAIL_AT") == point:
-        if os.environ.get("TIDEMARK_FAIL_MODE") == "raise":  # for in-process tasks (dag.test)
+        mode = os.environ.get("TIDEMARK_FAIL_MODE")
+        if mode == "raise":  # for in-process tasks (dag.test)
             raise InjectedFault(f"TIDEMARK_FAIL_AT={point}: injected failure")
+        if mode == "pause":  # a zombie: frozen here (a GC pause, a suspended VM) until SIGCONT
+            log.error("TIDEMARK_FAIL_AT=%s: pausing here until SIGCONT", point)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
         log.error("TIDEMARK_FAIL_AT=%s: simulating a crash here", point)
         logging.shutdown()
         os._exit(EXIT_CODE)

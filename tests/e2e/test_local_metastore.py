@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
+from tests.helpers.jobs import JOBS
 from tests.helpers.tables import at, fresh_table
+from tidemark.faults import EXIT_CODE, SEAL_POINTS
 from tidemark.ingest.dump import run_dump
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
@@ -94,3 +99,99 @@ def test_one_database_with_or_without_its_service_and_no_jvm_for_a_seal_while_it
     print(verified[-3000:])
     journal = HourJournal(own.state_dir, config.table).state().hours
     assert journal["2026-11-22T10"].rows == 8 and journal["2026-11-22T11"].rows == 4
+
+
+def stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP): its state in /proc is ``T``."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zombie(
+    spark: Any, broker: str, home: dict[str, str], tmp_path: Path
+) -> None:
+    """The seal's path that starts no JVM: killed at each of its points in turn, then
+    retried; and a seal frozen mid-compaction past its lease while another run seals the
+    hour, then thawed: it publishes nothing. Every hour is sealed once, with exact rows."""
+    service = DerbyMetastoreService(Settings.from_env(home))
+    service.start()
+    config, own = fresh_table(Settings.from_env(home), tmp_path)
+    create_topic(broker, config.source.topic, 1)
+    minutes = range(0, 60, 2)
+    produce(broker, config.source.topic, records([(0, at(9, m)) for m in minutes] + [(0, at(10, 58))]))
+    run_dump(spark, config, own, "run-1", at(11))
+    assert result(tidemark(home, "seal", "--table", config.table, "--run-id", "seal-1"))["sealed"] == [
+        "2026-11-22T09"
+    ]  # the table created (Spark, once)
+
+    produce(
+        broker,
+        config.source.topic,
+        records([(0, at(10, m)) for m in minutes[:-1]] + [(0, at(11, 58))], prefix="b"),
+    )
+    run_dump(spark, config, own, "run-2", at(12))
+    env = {k: v for k, v in home.items() if k != "TIDEMARK_FAIL_AT"}
+    seal = [sys.executable, str(JOBS / "seal.py"), "--table", config.table]
+    for point in SEAL_POINTS:
+        crashed = subprocess.run(
+            [*seal, "--run-id", "seal-2"],
+            env={**env, "TIDEMARK_FAIL_AT": point},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert crashed.returncode == EXIT_CODE, f"{point}: {crashed.stderr[-2000:]}"
+        assert "starting Spark" not in crashed.stderr, point
+    retried = subprocess.run(
+        [*seal, "--run-id", "seal-2"], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert retried.returncode == 0, retried.stderr[-3000:]
+    assert result(retried.stdout)["sealed"] == ["2026-11-22T10"]
+    why = [line for line in retried.stderr.splitlines() if "starting Spark" in line]
+    assert not result(retried.stdout)["spark_started"], why
+
+    produce(
+        broker,
+        config.source.topic,
+        records([(0, at(11, m)) for m in minutes[:-1]] + [(0, at(12, 30))], prefix="c"),
+    )
+    run_dump(spark, config, own, "run-3", at(13))
+    fenced = {**env, "TIDEMARK_LOCK_LEASE_S": "2"}
+    zombie = subprocess.Popen(
+        [*seal, "--run-id", "seal-3"],
+        env={**fenced, "TIDEMARK_FAIL_AT": "mid_compaction", "TIDEMARK_FAIL_MODE": "pause"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not stopped(zombie.pid):
+            assert zombie.poll() is None and time.monotonic() < deadline, "the zombie never froze"
+            time.sleep(0.1)
+        successor = subprocess.run(
+            [*seal, "--run-id", "seal-4"],
+            env=fenced,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert successor.returncode == 0, successor.stderr[-3000:]
+        assert result(successor.stdout)["sealed"] == ["2026-11-22T11"]
+    finally:
+        os.kill(zombie.pid, signal.SIGCONT)
+    _, err = zombie.communicate(timeout=300)
+    assert zombie.returncode != 0 and "LeaseLostError" in err, err[-3000:]
+
+    entries = list(HourJournal(own.state_dir, config.table).entries())
+    assert [(e.hour, e.rows) for e in entries] == [
+        ("2026-11-22T09", 30),
+        ("2026-11-22T10", 30),
+        ("2026-11-22T11", 30),
+    ]
+    for hour in ("09", "10", "11"):
+        hour_dir = Path(own.warehouse) / config.table / "dt=2026-11-22" / f"hr={hour}"
+        files = sorted(hour_dir.rglob("*.parquet"))
+        offsets = [o for f in files for o in pq.read_table(f, columns=["_mq_offset"]).column(0).to_pylist()]
+        assert len(offsets) == 30 and len(set(offsets)) == 30, hour  # each record once

@@ -19,7 +19,7 @@ from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Compacted, Draft, Writer, Written
 from tidemark.seal.checks import ArrowChecks, CheckResult
-from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, compact_hours
+from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, compact_hours, judge_written
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.seal.quality import needs_gx
 from tidemark.state.commitlog import LogState
@@ -138,6 +138,17 @@ class Compactor:
             hour, inputs=len(task.inputs), size=task.size, files=len(files), rows=written.rows, home=home
         )
 
+    def _judge_reused(self, hour: Hour, files: list[str]) -> None:
+        """The default checks of a version an earlier attempt completed, by pyarrow over its
+        files, where nothing else reads the hour (no expectations of the table's own): a retry
+        then needs no Spark either."""
+        checks = ArrowChecks.of(self.config, hour)
+        if checks is None or self.config.quality.expectations or hour.key in self._defaults:
+            return
+        summary = judge_written(self.layout.store, files, checks, hour.start, hour.end)
+        if summary is not None:
+            self._defaults[hour.key] = summary.results(self.config, hour)
+
     def defaults(self, hour: Hour) -> list[CheckResult] | None:
         """The hour's default checks if its compaction computed them (else Spark's gate does)."""
         return self._defaults.get(hour.key)
@@ -162,6 +173,7 @@ class Compactor:
             log.info(
                 "%s: hour %s already compacted (%s files)", self.config.table, hour.key, len(draft.done.files)
             )
+            self._judge_reused(hour, draft.done.files)
             return draft.done.files, draft.done.rows, draft.directory
         inputs = self._inputs(hour, state.last_committed)
         written: Written = []

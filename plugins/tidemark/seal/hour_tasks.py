@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from tidemark.seal.checks import ArrowChecks, ArrowSummary
 from tidemark.tableformat import TableFormat, arrow_batches, format_of
 from tidemark.tablefs import Store
-from tidemark.task_runtime import task_body
+from tidemark.task_runtime import arrow_without_pandas, task_body
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -183,3 +183,25 @@ def executors_share_the_driver(context: SparkContext) -> bool:
 @task_body
 def _compact_task(writer: HourWriter, task: HourTask) -> HourWritten:
     return writer.compact_alone(task)
+
+
+def judge_written(
+    store: Store, files: list[str], checks: ArrowChecks, start: datetime, end: datetime
+) -> ArrowSummary | None:
+    """An hour's default checks over its complete files (a retry reusing the version an earlier
+    attempt completed): their check columns alone, read by pyarrow without its pandas import;
+    None where a check column is not in the files (an extra partition column) or pyarrow
+    cannot judge the key (Spark's gate judges those)."""
+    import pyarrow as pa
+
+    with arrow_without_pandas():
+        batches: list[pa.RecordBatch] = []
+        for relative in files:
+            with store.fs.open_input_file(store.path(relative)) as handle:
+                batches.extend(arrow_batches(handle, format_of(relative).suffix, checks.columns))
+        if not batches or any(c not in batches[0].schema.names for c in checks.columns):
+            return None
+        try:
+            return checks.summarize(pa.Table.from_batches(batches), start, end)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
