@@ -20,7 +20,6 @@ from typing import Any
 
 from tidemark.errors import ReconciliationError
 from tidemark.ingest.columns import TOMBSTONE
-from tidemark.ingest.reader import DEFAULT_SUBRANGE, split_ranges  # noqa: TID253
 from tidemark.state.batches import MqPartitionStats, Plan
 from tidemark.time.hours import hour_path
 from tidemark.time.instants import iso
@@ -95,6 +94,10 @@ def reconcile(
     plan: Plan, receipts: list[dict[str, Any]], per_mq_partition: dict[int, MqPartitionTally]
 ) -> list[MqPartitionStats]:
     """read == rows + dirty + late per MQ partition, and every planned sub-range has a receipt."""
+    # the dump's own: the reader subclasses pyspark's data source classes (~0.13 s to import),
+    # which a seal that imports this module for its publishers never needs
+    from tidemark.ingest.reader import DEFAULT_SUBRANGE, split_ranges
+
     expected = {
         (s.mq_partition, s.start, s.end)
         for s in split_ranges([r.__dict__ for r in plan.ranges], DEFAULT_SUBRANGE)
