@@ -149,6 +149,9 @@ def run_cycle(env: dict[str, str], total: int, processing: Any, *, profile: str 
         line.split(": ", 1)[-1] for line in errors[0].splitlines() if "starting Spark, first needed" in line
     ]
     sealed["spark_why"] = why[0].split("first needed by ", 1)[-1] if why else ""
+    for line in errors[0].splitlines():
+        if "failed in the shared compaction" in line:
+            print(f"       the seal: {line.split(': ', 1)[-1]}")
     return {
         "seal_cpu_s": seal_cpu,
         "seal_phases_cpu": sealed.get("cpu_timings", {}),
