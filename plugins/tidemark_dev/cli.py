@@ -38,7 +38,9 @@ def _cmd_services(args: argparse.Namespace) -> int:
     names = resolve(args.names, every=args.action == "stop")
     if args.action == "start":
         for name in names:
-            service = SERVICES[name](settings)
+            # read again for each: a service started before it may change the settings (Airflow's
+            # metastore pool has 16 slots once derby-metastore runs)
+            service = SERVICES[name](Settings.from_env())
             print(f"starting {name} ...", flush=True)
             print(service.start().line())
             if isinstance(service, AirflowService):
