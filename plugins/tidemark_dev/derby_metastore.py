@@ -13,7 +13,6 @@ start it; ``tidemark-dev services start derby-metastore`` starts it alone.
 from __future__ import annotations
 
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 from tidemark.settings import DERBY_METASTORE_SERVICE
 from tidemark.tablefs import hadoop_uri
@@ -49,29 +48,12 @@ class DerbyMetastoreService(MetastoreService):
     def conf_dir(self) -> Path:
         return self.settings.home / "derby-metastore" / "conf"
 
-    def command(self) -> list[str]:
-        java, class_path = self._java()
-        return [
-            java,
-            "-Xmx512m",
-            f"-Dderby.system.home={self.settings.home}",  # derby.log beside the database, as a job's
-            f"-Dhive.log.dir={self.settings.log_dir}",
-            "-Dhive.log.file=metastore-hive.log",
-            "-cp",
-            class_path,
-            "org.apache.hadoop.hive.metastore.HiveMetaStore",
-            "-p",
-            str(self.settings.metastore_port),
-        ]
+    def jvm_properties(self) -> list[str]:
+        return [f"-Dderby.system.home={self.settings.home}"]  # derby.log beside the database, as a job's
 
     def pid_record(self) -> dict[str, str]:
         return {"uri": self.address()}  # how the home's processes find it (Settings.from_env)
 
     def prepare(self) -> None:
         """hive-site.xml; the database is Derby's to create at the first start."""
-        self.conf_dir.mkdir(parents=True, exist_ok=True)
-        properties = "\n".join(
-            f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>"
-            for k, v in self.hive_site().items()
-        )
-        (self.conf_dir / "hive-site.xml").write_text(HIVE_SITE.format(properties=properties))
+        self.write_hive_site(HIVE_SITE)

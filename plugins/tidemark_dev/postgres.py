@@ -195,11 +195,25 @@ class MetastoreService(Service):
         extra = s3a_jars(self.settings) if is_object_store(self.settings.warehouse) else []
         return java, ":".join([str(self.conf_dir), f"{spark_home()}/jars/*", POSTGRES_JDBC_JAR, *extra])
 
+    def jvm_properties(self) -> list[str]:
+        """The service JVM's system properties beyond its log's."""
+        return []
+
+    def write_hive_site(self, template: str) -> None:
+        """``hive_site`` as the conf directory's hive-site.xml (``template``: its header)."""
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        properties = "\n".join(
+            f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>"
+            for k, v in self.hive_site().items()
+        )
+        (self.conf_dir / "hive-site.xml").write_text(template.format(properties=properties))
+
     def command(self) -> list[str]:
         java, class_path = self._java()
         return [
             java,
             "-Xmx512m",
+            *self.jvm_properties(),
             f"-Dhive.log.dir={self.settings.log_dir}",
             "-Dhive.log.file=metastore-hive.log",
             "-cp",
@@ -233,12 +247,7 @@ class MetastoreService(Service):
             raise ServiceError(
                 f"metastore: createdb {metastore_database(self.settings)} failed: {created.stderr.strip()}"
             )
-        self.conf_dir.mkdir(parents=True, exist_ok=True)
-        properties = "\n".join(
-            f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>"
-            for k, v in self.hive_site().items()
-        )
-        (self.conf_dir / "hive-site.xml").write_text(HIVE_SITE.format(properties=properties))
+        self.write_hive_site(HIVE_SITE)
         if created.returncode == 0:  # a new database: its schema, whole, before the first start
             try:
                 self._create_schema()
