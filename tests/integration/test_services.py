@@ -82,7 +82,8 @@ def test_resolve_names() -> None:
     assert resolve([]) == ["broker"]
     assert resolve(["kafka"]) == ["broker"]  # the broker's old name
     assert SERVICES["broker"] is KafkaService and SERVICES["tansu"] is TansuService
-    assert resolve(["all"]) == ["broker", "airflow", "postgres", "metastore", "s3"]
+    # make up's metastore over Derby; the one on PostgreSQL shares its port and is on demand
+    assert resolve(["all"]) == ["broker", "derby-metastore", "airflow", "postgres", "s3"]
     assert resolve(["metastore", "postgres"]) == ["postgres", "metastore"]  # its database first
     assert resolve(["postgres", "broker"]) == ["broker", "postgres"]
     assert resolve(["airflow", "broker"]) == ["broker", "airflow"]

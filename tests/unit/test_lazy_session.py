@@ -177,9 +177,15 @@ def test_the_hours_arrow_schema_is_read_without_a_jvm() -> None:
     )
 
 
-def test_code_without_a_handle_starts_the_running_jobs_session_and_only_while_it_runs() -> None:
+def test_code_without_a_handle_starts_the_running_jobs_session_and_only_while_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Iceberg's Java commits reach the JVM through the process's active context: asking for
     it starts the job's lazy session (here a stand-in, which activates no real context)."""
+    from pyspark import SparkContext
+
+    # no context active, whatever another test of this worker started
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     builds: list[FakeSession] = []
     spark = lazy(builds)
     assert spark_context() is None and builds == []  # no job running: nothing to start
