@@ -5,7 +5,6 @@ it stops, the jobs open the same database embedded and see the same table and pa
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
-from tests.helpers.jobs import JOBS
+from tests.helpers.jobs import job_process, job_result, run_job_process
 from tests.helpers.tables import at, fresh_table
 from tidemark.faults import EXIT_CODE, SEAL_POINTS
 from tidemark.ingest.dump import run_dump
@@ -60,10 +59,6 @@ def tidemark(env: dict[str, str], *args: str) -> str:
     return out
 
 
-def result(out: str) -> dict[str, Any]:
-    return json.loads([line for line in out.splitlines() if line.startswith('{"table"')][-1])
-
-
 def test_one_database_with_or_without_its_service_and_no_jvm_for_a_seal_while_it_runs(
     spark: Any, broker: str, home: dict[str, str], tmp_path: Path
 ) -> None:
@@ -80,22 +75,22 @@ def test_one_database_with_or_without_its_service_and_no_jvm_for_a_seal_while_it
     produce(broker, config.source.topic, records([*hour_10, (0, at(11, 50)), (1, at(11, 45))]))
     run_dump(spark, config, own, "run-1", at(12))  # the dump does not use the metastore
     first = tidemark(home, "seal", "--table", config.table, "--run-id", "seal-1")
-    assert result(first)["sealed"] == ["2026-11-22T10"]
-    assert result(first)["spark_started"] is True  # the table's creation, once
+    assert job_result(first)["sealed"] == ["2026-11-22T10"]
+    assert job_result(first)["spark_started"] is True  # the table's creation, once
 
     more = [(0, at(11, 5)), (1, at(11, 20)), (0, at(12, 50)), (1, at(12, 45))]
     produce(broker, config.source.topic, records(more, prefix="s"))
     run_dump(spark, config, own, "run-2", at(13))
     second = tidemark(home, "seal", "--table", config.table, "--run-id", "seal-2")
-    assert result(second)["sealed"] == ["2026-11-22T11"]
-    assert result(second)["spark_started"] is False, second[-3000:]
+    assert job_result(second)["sealed"] == ["2026-11-22T11"]
+    assert job_result(second)["spark_started"] is False, second[-3000:]
     assert f"{config.table}: registering partitions over the metastore service's Thrift API" in second
 
     # the service stopped, its database is the jobs' own again: the same table, both hours
     assert service.stop()
     assert Settings.from_env(home).hive_metastore_uris == ""
     verified = tidemark(home, "verify", "--table", config.table)  # through the Hive client: Derby
-    assert result(verified)["ok"] is True, verified[-3000:]
+    assert job_result(verified)["ok"] is True, verified[-3000:]
     print(verified[-3000:])
     journal = HourJournal(own.state_dir, config.table).state().hours
     assert journal["2026-11-22T10"].rows == 8 and journal["2026-11-22T11"].rows == 4
@@ -107,7 +102,7 @@ def stopped(pid: int) -> bool:
 
 
 def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zombie(
-    spark: Any, broker: str, home: dict[str, str], tmp_path: Path
+    spark: Any, broker: str, home: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The seal's path that starts no JVM: killed at each of its points in turn, then
     retried; and a seal frozen mid-compaction past its lease while another run seals the
@@ -119,7 +114,7 @@ def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zo
     minutes = range(0, 60, 2)
     produce(broker, config.source.topic, records([(0, at(9, m)) for m in minutes] + [(0, at(10, 58))]))
     run_dump(spark, config, own, "run-1", at(11))
-    assert result(tidemark(home, "seal", "--table", config.table, "--run-id", "seal-1"))["sealed"] == [
+    assert job_result(tidemark(home, "seal", "--table", config.table, "--run-id", "seal-1"))["sealed"] == [
         "2026-11-22T09"
     ]  # the table created (Spark, once)
 
@@ -129,26 +124,16 @@ def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zo
         records([(0, at(10, m)) for m in minutes[:-1]] + [(0, at(11, 58))], prefix="b"),
     )
     run_dump(spark, config, own, "run-2", at(12))
-    env = {k: v for k, v in home.items() if k != "TIDEMARK_FAIL_AT"}
-    seal = [sys.executable, str(JOBS / "seal.py"), "--table", config.table]
     for point in SEAL_POINTS:
-        crashed = subprocess.run(
-            [*seal, "--run-id", "seal-2"],
-            env={**env, "TIDEMARK_FAIL_AT": point},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert crashed.returncode == EXIT_CODE, f"{point}: {crashed.stderr[-2000:]}"
-        assert "starting Spark" not in crashed.stderr, point
-    retried = subprocess.run(
-        [*seal, "--run-id", "seal-2"], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert retried.returncode == 0, retried.stderr[-3000:]
-    assert result(retried.stdout)["sealed"] == ["2026-11-22T10"]
-    why = [line for line in retried.stderr.splitlines() if "starting Spark" in line]
-    assert not result(retried.stdout)["spark_started"], why
+        code, _, err = run_job_process(own, "seal", config.table, "seal-2", fail_at=point)
+        assert code == EXIT_CODE, f"{point}: {err[-2000:]}"
+        assert "starting Spark" not in err, point
+    code, out, err = run_job_process(own, "seal", config.table, "seal-2")
+    assert code == 0, err[-3000:]
+    assert job_result(out)["sealed"] == ["2026-11-22T10"]
+    assert not job_result(out)["spark_started"], [
+        line for line in err.splitlines() if "starting Spark" in line
+    ]
 
     produce(
         broker,
@@ -156,29 +141,18 @@ def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zo
         records([(0, at(11, m)) for m in minutes[:-1]] + [(0, at(12, 30))], prefix="c"),
     )
     run_dump(spark, config, own, "run-3", at(13))
-    fenced = {**env, "TIDEMARK_LOCK_LEASE_S": "2"}
-    zombie = subprocess.Popen(
-        [*seal, "--run-id", "seal-3"],
-        env={**fenced, "TIDEMARK_FAIL_AT": "mid_compaction", "TIDEMARK_FAIL_MODE": "pause"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    monkeypatch.setenv("TIDEMARK_LOCK_LEASE_S", "2")  # the jobs' from here on
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "pause")
+    zombie = job_process(own, "seal", config.table, "seal-3", fail_at="mid_compaction")
+    monkeypatch.delenv("TIDEMARK_FAIL_MODE")
     try:
         deadline = time.monotonic() + 120
         while not stopped(zombie.pid):
             assert zombie.poll() is None and time.monotonic() < deadline, "the zombie never froze"
             time.sleep(0.1)
-        successor = subprocess.run(
-            [*seal, "--run-id", "seal-4"],
-            env=fenced,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert successor.returncode == 0, successor.stderr[-3000:]
-        assert result(successor.stdout)["sealed"] == ["2026-11-22T11"]
+        code, out, err = run_job_process(own, "seal", config.table, "seal-4")
+        assert code == 0, err[-3000:]
+        assert job_result(out)["sealed"] == ["2026-11-22T11"]
     finally:
         os.kill(zombie.pid, signal.SIGCONT)
     _, err = zombie.communicate(timeout=300)

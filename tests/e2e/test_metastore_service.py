@@ -6,7 +6,6 @@ once, all register their partitions, exactly."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
+from tests.helpers.jobs import job_result
 from tests.helpers.metastore import metastore_service
 from tests.helpers.orders import Row, normal, send, truth, write_parquet_source
 from tests.helpers.tables import at, fresh_table
@@ -148,11 +148,6 @@ def test_a_seal_a_rebuild_and_a_merge_at_once_on_the_metastore_service(
     assert HourJournal(settings.state_dir, rebuilt).state().hours[HOUR].version == 2
 
 
-def last_result(out: str) -> dict[str, Any]:
-    """A job's JSON result line in its output."""
-    return json.loads([line for line in out.splitlines() if line.startswith('{"table"')][-1])
-
-
 def test_a_seal_over_the_metastore_service_starts_no_jvm_once_its_table_exists(
     spark: Any, broker: str, metastore: Settings, tmp_path: Path
 ) -> None:
@@ -165,8 +160,8 @@ def test_a_seal_over_the_metastore_service_starts_no_jvm_once_its_table_exists(
     produce(broker, config.source.topic, records([*hour_10, (0, at(11, 50)), (1, at(11, 45))]))
     run_dump(spark, config, settings, "run-1", at(12))
     first = finished(cli(settings, "seal", "--table", config.table, "--run-id", "seal-1"))
-    assert last_result(first)["sealed"] == ["2026-11-22T10"]
-    assert last_result(first)["spark_started"] is True
+    assert job_result(first)["sealed"] == ["2026-11-22T10"]
+    assert job_result(first)["spark_started"] is True
     assert "starting Spark, first needed by seal/metastore.py" in first  # to create the table
 
     produce(
@@ -176,7 +171,7 @@ def test_a_seal_over_the_metastore_service_starts_no_jvm_once_its_table_exists(
     )
     run_dump(spark, config, settings, "run-2", at(13))
     second = finished(cli(settings, "seal", "--table", config.table, "--run-id", "seal-2"))
-    result = last_result(second)
+    result = job_result(second)
     assert result["sealed"] == ["2026-11-22T11"] and result["spark_started"] is False, second[-3000:]
     assert "starting Spark" not in second and "SparkContext" not in second
     assert {(config.table, f"dt=2026-11-22/hr={h}") for h in ("10", "11")} <= registered(settings)

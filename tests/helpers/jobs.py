@@ -3,14 +3,24 @@ in the environment, optionally a crash point (``TIDEMARK_FAIL_AT``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tidemark.settings import Settings
 
 JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
+
+
+def job_result(out: str) -> dict[str, Any]:
+    """A job's JSON result: the last line of its output that is one (``jobs.in_session``)."""
+    result: dict[str, Any] = json.loads(
+        [line for line in out.splitlines() if line.startswith('{"table"')][-1]
+    )
+    return result
 
 
 def job_env(settings: Settings, fail_at: str | None = None) -> dict[str, str]:
