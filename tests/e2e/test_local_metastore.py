@@ -20,6 +20,7 @@ import pytest
 from tests.helpers.jobs import job_process, job_result, run_job_process
 from tests.helpers.tables import at, fresh_table
 from tidemark.faults import EXIT_CODE, SEAL_POINTS
+from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.ingest.dump import run_dump
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
@@ -101,15 +102,34 @@ def stopped(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
+def hour_offsets(settings: Settings, table: str, table_format: str, hour: str) -> list[int]:
+    """The MQ offsets of an hour's rows as readers see them: every Parquet file of a Hive
+    hour's directory (the renaming layout keeps no other version there), the Iceberg table's
+    current snapshot."""
+    if table_format == "iceberg":
+        scan = open_catalog(settings).load_table(identifier(table)).scan(row_filter=f"hr = '{hour}'")
+        return list(scan.to_arrow().column("_mq_offset").to_pylist())
+    hour_dir = Path(settings.warehouse) / table / "dt=2026-11-22" / f"hr={hour}"
+    files = sorted(hour_dir.rglob("*.parquet"))
+    return [o for f in files for o in pq.read_table(f, columns=["_mq_offset"]).column(0).to_pylist()]
+
+
+@pytest.mark.parametrize("table_format", ["hive", "iceberg"])
 def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zombie(
-    spark: Any, broker: str, home: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any,
+    broker: str,
+    home: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    table_format: str,
 ) -> None:
-    """The seal's path that starts no JVM: killed at each of its points in turn, then
+    """The seal's path that starts no JVM (a Hive table's registration over Thrift, an
+    Iceberg table's commit through its catalog): killed at each of its points in turn, then
     retried; and a seal frozen mid-compaction past its lease while another run seals the
     hour, then thawed: it publishes nothing. Every hour is sealed once, with exact rows."""
     service = DerbyMetastoreService(Settings.from_env(home))
     service.start()
-    config, own = fresh_table(Settings.from_env(home), tmp_path)
+    config, own = fresh_table(Settings.from_env(home), tmp_path, output__table_format=table_format)
     create_topic(broker, config.source.topic, 1)
     minutes = range(0, 60, 2)
     produce(broker, config.source.topic, records([(0, at(9, m)) for m in minutes] + [(0, at(10, 58))]))
@@ -165,7 +185,5 @@ def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zo
         ("2026-11-22T11", 30),
     ]
     for hour in ("09", "10", "11"):
-        hour_dir = Path(own.warehouse) / config.table / "dt=2026-11-22" / f"hr={hour}"
-        files = sorted(hour_dir.rglob("*.parquet"))
-        offsets = [o for f in files for o in pq.read_table(f, columns=["_mq_offset"]).column(0).to_pylist()]
+        offsets = hour_offsets(own, config.table, table_format, hour)
         assert len(offsets) == 30 and len(set(offsets)) == 30, hour  # each record once

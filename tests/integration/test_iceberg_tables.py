@@ -29,7 +29,7 @@ from tidemark.errors import (
 )
 from tidemark.evolution import SchemaHistory
 from tidemark.hourcommit.base import HourNote
-from tidemark.hourcommit.iceberg import IcebergPublication
+from tidemark.hourcommit.iceberg_commit import CatalogCommit
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.lineage import job_lineage
@@ -68,9 +68,8 @@ def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
     assert sealed["tidemark.version"] == "1" and sealed["tidemark.run-id"] == "run-2"
     assert json.loads(sealed["tidemark.batches"]) == {"0": {"0": [0, 6], "1": [0, 6]}}
     assert sealed["tidemark.ready-time"] and "_versions/v0001-b" in sealed["tidemark.directory"]
-    # committed by Iceberg's Java library (the runtime for Spark), its statistics from the footer
-    assert sealed["iceberg-version"].startswith("Apache Iceberg 1.12")
-    assert sealed["operation"] == "overwrite" and sealed["added-records"] == "12"
+    # the hour's first version only adds files (an amend below replaces them: an overwrite)
+    assert sealed["operation"] == "append" and sealed["added-records"] == "12"
     (lineage,) = job_lineage("seal", config, settings, "run-2").outputs  # the table by its location
     assert (lineage.namespace, lineage.name) == ("file", str(Path(settings.warehouse) / table))
 
@@ -86,6 +85,8 @@ def test_an_iceberg_table_seals_amends_and_rebuilds_each_in_one_snapshot(
     run_dump(spark, config, settings, "run-3", at(12, 10))
     assert run_seal(spark, config, settings, "run-3").amended == [HOUR]
     after = pyiceberg_rows(settings, table, hour="10")
+    (amended,) = [s for s in snapshots_of(settings, table) if s.get("tidemark.version") == "2"]
+    assert amended["operation"] == "overwrite" and amended["deleted-records"] == "12"
     assert len(after) == 14 and {after[(p, o)] for p, o, _ in late} == {"late-0", "late-1"}
     assert duckdb_rows(settings, table, hour="10") == after
     amended = snapshots_of(settings, table)[-1]
@@ -170,14 +171,14 @@ def test_two_seals_racing_on_one_table_both_land(
             shutil.copy(f, target / f.name)
         copies.append(target)
     barrier = threading.Barrier(2)
-    commit = IcebergPublication._commit
+    commit = CatalogCommit.commit
 
-    def planned_together(self: IcebergPublication, *args: Any) -> None:
+    def planned_together(self: CatalogCommit, *args: Any, **kwargs: Any) -> None:
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(timeout=10)  # both planned on the same snapshot before either commits
-        commit(self, *args)
+        commit(self, *args, **kwargs)
 
-    monkeypatch.setattr(IcebergPublication, "_commit", planned_together)
+    monkeypatch.setattr(CatalogCommit, "commit", planned_together)
     writers = [Table.open(config, settings).commit.publication for _ in hours]
     threads = [
         threading.Thread(target=w.publish, args=(None, h, [(h.spec, c)]))

@@ -19,8 +19,9 @@ offsets, the ready time and the run:
 Collect keeps every version directory a live snapshot references (time travel and running
 readers), besides what the journal names; so does retention. The late side table stays a
 Hive table (``publication.HivePublication``). The snapshots' expiry is ``iceberg_maintenance``.
-Iceberg's Java library in the job's Spark runtime writes the table (``iceberg_java``: create,
-evolve, commit); pyiceberg reads it (plans, summaries, live files) in the same catalog.
+Iceberg's Java library in the job's Spark runtime creates the table (``iceberg_java``, once);
+each hour's commit is a call to the catalog (``iceberg_commit``: evolve and commit, pyiceberg,
+no JVM), and pyiceberg reads it (plans, summaries, live files).
 """
 
 from __future__ import annotations
@@ -36,15 +37,20 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.errors import HourCommitConflictError
 from tidemark.hourcommit.base import HourNote, HourVersions
+from tidemark.hourcommit.iceberg_commit import (
+    AddedFile,
+    CatalogCommit,
+    LostRaceError,
+    read_footer,
+)
 from tidemark.hourcommit.iceberg_files import (
     PREFIX,
     last_hour_commit,
     needs_evolution,
-    read_schema,
     table_schema,
     version_of,
 )
-from tidemark.hourcommit.iceberg_java import JavaIceberg, LostRaceError
+from tidemark.hourcommit.iceberg_java import JavaIceberg
 from tidemark.hourcommit.iceberg_maintenance import expire
 from tidemark.hourcommit.publication import HourPublication, MaintenanceResult, Specs
 from tidemark.iceberg_catalog import identifier, open_catalog, spark_catalog_conf
@@ -79,11 +85,12 @@ class IcebergPublication(HourPublication):
         super().__init__(table, location, versions, settings)
         self._catalog: Catalog | None = None
         self._opening = threading.Lock()
-        self.java = JavaIceberg(settings, self.layout.table)  # the writes
+        self.java = JavaIceberg(settings, self.layout.table)  # the table's creation
+        self.commits = CatalogCommit(self.java.kind, self.layout.table)  # the hours' commits
 
     @classmethod
     def spark_conf(cls, settings: Settings) -> dict[str, str]:
-        """Iceberg's catalog and runtime: the hour commits are Iceberg's Java library's."""
+        """Iceberg's catalog and runtime: the table's creation is Iceberg's Java library's."""
         return spark_catalog_conf(settings)
 
     @property
@@ -113,28 +120,47 @@ class IcebergPublication(HourPublication):
         self.commit_hour(hour, specs, note or HourNote(run_id="", batches={}))
 
     def warm_ups(self, metastore: Any) -> list[Callable[[], object]]:
-        """pyiceberg's import and the catalog's table, Iceberg's Java catalog, not the Hive
-        client (a late side table's registration starts it when it comes)."""
-        return [self.load, lambda: self.java.catalog]
+        """pyiceberg's import and the catalog's table; Iceberg's Java catalog (Spark) only
+        where the table is still to be created. Not the Hive client (a late side table's
+        registration starts it when it comes)."""
+        return [self._warm_up]
+
+    def _warm_up(self) -> object:
+        return self.load() or self.java.catalog
 
     def refresh(self, metastore: Any) -> None:
         """An Iceberg table has no cached listing: each read plans from its current snapshot."""
 
     def withdraw_before(self, metastore: Any, first_kept: Hour) -> list[str]:
-        """One delete snapshot drops every file of the hours before ``first_kept`` (a retry
-        finds none left and commits nothing)."""
-        iceberg = self.load()
-        if iceberg is None:
-            return []
-        dt, hr = first_kept.dt, first_kept.hr  # dates and hour labels: no quote to escape
-        before = iceberg.scan(row_filter=f"dt < '{dt}' or (dt = '{dt}' and hr < '{hr}')")
-        found = (_HOUR_PATH.search(task.file.file_path) for task in before.plan_files())
-        names = sorted({match.group(1) for match in found if match})
-        if names:
-            self.java.delete_before(
-                self.identifier, dt, hr, {"tidemark.retention": f"hours before {first_kept.key}"}
-            )
-        return names
+        """One delete snapshot drops every file of the hours before ``first_kept``, planned
+        again when another writer committed first (a retry finds none left and commits
+        nothing)."""
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            iceberg = self.load()
+            if iceberg is None:
+                return []
+            before = [task.file for task in iceberg.scan(row_filter=_hours_before(first_kept)).plan_files()]
+            found = (_HOUR_PATH.search(data_file.file_path) for data_file in before)
+            names = sorted({match.group(1) for match in found if match})
+            if not before:
+                return names
+            try:
+                self.commits.delete(iceberg, before, {"tidemark.retention": f"hours before {first_kept.key}"})
+            except LostRaceError as exc:
+                log.warning(
+                    "%s: dropping the hours before %s: the Iceberg commit did not land (attempt %s of %s): %s",
+                    self.layout.table,
+                    first_kept.key,
+                    attempt,
+                    COMMIT_ATTEMPTS,
+                    exc,
+                )
+                continue
+            return names
+        raise HourCommitConflictError(
+            f"{self.layout.table}: dropping the hours before {first_kept.key}: {COMMIT_ATTEMPTS} Iceberg commits "
+            "lost races with other writers of the table or got no answer from its catalog: retry the task"
+        )
 
     def still_reads(self, directories: list[Path]) -> bool:
         """While a live snapshot still references a version of the dropped hours, time travel
@@ -171,7 +197,13 @@ class IcebergPublication(HourPublication):
         directory = self._version_dir(specs[0][1])
         version, through = version_of(directory)
         summary = self._summary(hour, directory, version, through, note)
-        schema = read_schema(self.store, files[0][1]) if files else None
+        added = [
+            AddedFile(
+                spec, self._location(self.layout.warehouse / relative), read_footer(self.store, relative)
+            )
+            for spec, relative in files
+        ]
+        schema = added[0].footer.schema if added else None
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             table = self.load()
             if table is None:
@@ -180,7 +212,7 @@ class IcebergPublication(HourPublication):
                         "%s: hour %s has no rows, the table no snapshot yet", self.layout.table, hour.key
                     )
                     return
-                table = self._create(files, schema)
+                table = self._create(added[0], schema)
             if table is None:  # a creation refused as made concurrently, yet no table: again
                 log.warning(
                     "%s: no Iceberg table after its creation (attempt %s)", self.layout.table, attempt
@@ -190,7 +222,13 @@ class IcebergPublication(HourPublication):
             if self._already(table, hour, current, directory=directory, version=version, through=through):
                 return
             try:
-                self._commit(table, hour, files, schema, summary)
+                self.commits.commit(
+                    table,
+                    remove=current,
+                    add=added,
+                    evolve_to=schema if schema is not None and needs_evolution(table, schema) else None,
+                    summary=summary,
+                )
             except LostRaceError as exc:
                 log.warning(
                     "%s: hour %s v%s: the Iceberg commit %s (attempt %s of %s): %s; planning it again on "
@@ -293,36 +331,14 @@ class IcebergPublication(HourPublication):
         where = " AND ".join(f"{k} = '{v}'" for k, v in hour.spec.items())  # dt, hr: digits
         return [task.file for task in table.scan(row_filter=where).plan_files()]
 
-    def _commit(
-        self,
-        table: IcebergTable,
-        hour: Hour,
-        files: list[tuple[dict[str, str], str]],
-        schema: pa.Schema | None,
-        summary: dict[str, str],
-    ) -> None:
-        """One Iceberg snapshot (Java): the hour's files replaced by ``files``, validated from
-        the snapshot ``table`` was planned on (LostRaceError if another commit came first)."""
-        current = table.current_snapshot()
-        self.java.commit(
-            self.identifier,
-            planned_on=current.snapshot_id if current is not None else None,
-            hour=hour.spec,
-            files=[(spec, self._location(self.layout.warehouse / relative)) for spec, relative in files],
-            evolve_to=schema if schema is not None and needs_evolution(table, schema) else None,
-            summary=summary,
-        )
-
-    def _create(
-        self, files: list[tuple[dict[str, str], str]], schema: pa.Schema | None
-    ) -> IcebergTable | None:
+    def _create(self, first: AddedFile, schema: pa.Schema) -> IcebergTable | None:
         """The table, created from its first hour's files: their columns, then identity
         partitions by ``dt``, ``hr`` and the data-derived columns. None when it is not there
         after all (Iceberg reports a refused creation as one made concurrently)."""
         self.java.create(
             self.identifier,
-            table_schema(schema, files[0][0]),
-            list(files[0][0]),
+            table_schema(schema, first.values),
+            list(first.values),
             self._location(self.layout.table_dir),
             # a commit that lost a race is planned again here (the hour's files read anew
             # from the winner's snapshot), not replayed by the library's own retry
@@ -359,3 +375,9 @@ class IcebergPublication(HourPublication):
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                     found.add(entry.data_file.file_path.rsplit("/", 1)[0])
         return sorted(local_path(p) for p in found)  # as the collector reads locations
+
+
+def _hours_before(hour: Hour) -> str:
+    """The row filter of every hour before ``hour`` (dates and hour labels, compared as text
+    in time order: no quote to escape)."""
+    return f"dt < '{hour.dt}' or (dt = '{hour.dt}' and hr < '{hour.hr}')"
