@@ -78,6 +78,7 @@ PREPARE = """
 import sys
 
 from tidemark.catalog import load_table
+from tidemark.hourcommit.iceberg_files import table_schema
 from tidemark.jobs import in_session, job_session_conf
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.settings import Settings
@@ -92,6 +93,8 @@ def create(spark):
     files.metastore.connect()
     if config.output.table_format == "hive":
         files.metastore.ensure_table(config.table, files.layout.table_dir)
+    else:  # the Iceberg table, from the hours' columns (Spark's runtime creates it)
+        files.publication.create(table_schema(files.arrow_schema(), {"dt": "", "hr": ""}), ["dt", "hr"])
     return {}
 
 

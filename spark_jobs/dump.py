@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--resolve-reason", default="", help="why (a decision or a replay): kept in the audit log"
     )
     parser.add_argument("--resolved-by", default="airflow", help="who decided")
-    return run_job(parser, argv, _dump, hive=False)
+    return run_job(parser, argv, _dump, hive=False, lazy=True)  # no Spark for a local master's read
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ class SparkJob:
 
 # Jobs whose session starts on first use (``run_job(lazy=True)``): launched as a Python
 # process, PySpark starting the same driver from PYSPARK_SUBMIT_ARGS if the job needs Spark.
-LAZY_JOBS = frozenset({"seal"})
+LAZY_JOBS = frozenset({"seal", "dump"})
 SUBMIT_ARGS_ENV = "PYSPARK_SUBMIT_ARGS"
 
 
@@ -340,7 +340,11 @@ def in_session(
     def build() -> SparkSession:
         return build_session(name, settings, hive=hive, extra_conf=extra_conf)
 
-    spark = LazySession(name, build, planned_session_conf(settings, hive=hive, extra_conf=extra_conf))
+    planned = {
+        "spark.master": settings.spark_master,
+        **planned_session_conf(settings, hive=hive, extra_conf=extra_conf),
+    }
+    spark = LazySession(name, build, planned)
     try:
         with spark.for_this_process():
             # a LazySession stands for the SparkSession it builds: whatever it is asked, it asks that

@@ -170,7 +170,9 @@ def test_the_dump_task_log_keeps_sparks_levels_and_shows_progress_per_mq_partiti
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     """A WARN of the Spark JVM reaches the task log as a warning, not INFO; the JVM's start-up
-    INFO lines go to the task try's file instead; the dump logs a line per MQ partition."""
+    INFO lines go to the task try's file instead (the seal's: it creates the table, through
+    Spark; the dump's read tasks run without a JVM on the local master); the dump logs a line
+    per MQ partition."""
     config, settings, _ = table_with_two_hours(dag_env, broker, tmp_path, monkeypatch, retries=0)
     # a deprecated key: Spark's SparkConf warns about it at start, a WARN line of the JVM's own
     monkeypatch.setenv("TIDEMARK_SPARK_CONF", '{"spark.yarn.executor.memoryOverhead": "384"}')
@@ -200,5 +202,7 @@ def test_the_dump_task_log_keeps_sparks_levels_and_shows_progress_per_mq_partiti
             f"batch 0 MQ partition {partition} (offsets 0..3): read 4, rows staged 4" in line
             for line in lines
         )
-    (jvm_log,) = (settings.log_dir / "jobs" / dag_id).glob("*/dump.1.jvm.log")
+    assert any("tasks run in processes forked from the driver" in line for line in lines)
+    assert not list((settings.log_dir / "jobs" / dag_id).glob("*/dump.1.jvm.log"))  # no JVM: no file
+    (jvm_log,) = (settings.log_dir / "jobs" / dag_id).glob("*/seal.1.jvm.log")
     assert "INFO SparkContext: Running Spark version" in jvm_log.read_text()  # kept, in its file

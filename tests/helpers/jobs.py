@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tidemark.lazy_session import LazySession
 from tidemark.settings import Settings
 
 JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
@@ -21,6 +22,17 @@ def job_result(out: str) -> dict[str, Any]:
         [line for line in out.splitlines() if line.startswith('{"table"')][-1]
     )
     return result
+
+
+def _refused() -> Any:
+    raise AssertionError("this job was to run without Spark, and asked for it")
+
+
+def jvm_free_session(master: str = "local[2]") -> Any:
+    """What a lazy job (the dump, the seal) gets on ``master`` before anything asks for Spark,
+    here one that must never start: a library call with it runs the JVM-free path in this
+    process (the dump's read tasks in processes forked from it) or fails the test."""
+    return LazySession("jvm-free", _refused, {"spark.master": master})
 
 
 def job_env(settings: Settings, fail_at: str | None = None) -> dict[str, str]:

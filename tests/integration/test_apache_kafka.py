@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.jobs import jvm_free_session
 from tests.helpers.tables import at, fresh_table, landed
 from tidemark.errors import BrokerRefusedError, OffsetsLostToRetentionError, TopicRecreatedError
 from tidemark.family.discovery import discover_family
@@ -224,13 +225,14 @@ def test_a_dump_and_a_seal_through_sasl_ssl_and_mutual_tls_never_show_the_secret
         topic,
         records([(p, at(10, m)) for p in (0, 1) for m in (0, 20, 40)] + [(0, at(11, 40)), (1, at(11, 40))]),
     )
-    done = run_dump(spark, config, sasl_settings, "run-1", at(12))
+    # the read tasks in processes forked from this one, as a job on a local master runs them
+    done = run_dump(jvm_free_session(), config, sasl_settings, "run-1", at(12))
     assert (done.read, done.rows) == (8, 8)
     assert "2026-11-22T10" in run_seal(spark, config, sasl_settings, "run-1").sealed
     rows, _, _ = landed(sasl_settings, config.table)
     assert rows == Counter((p, o) for p, o, _ in sent)
 
-    # the same topic through the mutual-TLS listener, as another table
+    # the same topic through the mutual-TLS listener, as another table, read by Spark's tasks
     mtls_config, mtls_settings = fresh_table(
         settings, tmp_path, source__kafka_properties=kafka.mtls_properties()
     )

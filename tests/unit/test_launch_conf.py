@@ -64,8 +64,8 @@ def test_list_confs_are_joined_once_and_others_overridden() -> None:
     }
 
 
-def test_an_iceberg_commit_without_a_spark_session_is_a_named_error(settings: Settings) -> None:
-    """Outside a job (no Spark session in the process) nothing is committed: a named error."""
+def test_an_iceberg_creation_without_a_spark_session_is_a_named_error(settings: Settings) -> None:
+    """Outside a job (no Spark session in the process) no table is created: a named error."""
     probe = (
         "from tidemark.hourcommit.iceberg_java import JavaIceberg\n"
         "from tidemark.errors import IcebergRuntimeMissingError\n"
@@ -78,7 +78,7 @@ def test_an_iceberg_commit_without_a_spark_session_is_a_named_error(settings: Se
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
-    assert "events: an Iceberg table's commits run in Iceberg's runtime for Spark" in done.stdout
+    assert "events: an Iceberg table is created by Iceberg's runtime for Spark" in done.stdout
 
 
 def test_the_operator_reads_the_table_or_group_and_the_job_from_its_arguments(

@@ -335,10 +335,17 @@ class IcebergPublication(HourPublication):
         """The table, created from its first hour's files: their columns, then identity
         partitions by ``dt``, ``hr`` and the data-derived columns. None when it is not there
         after all (Iceberg reports a refused creation as one made concurrently)."""
+        return self.create(table_schema(schema, first.values), list(first.values))
+
+    def create(self, schema: pa.Schema, partitions: list[str]) -> IcebergTable | None:
+        """Create the table with ``schema``, identity partitions by ``partitions`` (by the
+        first hour's commit; or ahead of it, as ``bench/pipeline.py`` prepares a table: an
+        hour whose files bring more or wider columns evolves it). Spark's Iceberg runtime
+        creates it: the job's session starts here, once per table."""
         self.java.create(
             self.identifier,
-            table_schema(schema, first.values),
-            list(first.values),
+            schema,
+            partitions,
             self._location(self.layout.table_dir),
             # a commit that lost a race is planned again here (the hour's files read anew
             # from the winner's snapshot), not replayed by the library's own retry

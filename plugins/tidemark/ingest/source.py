@@ -32,6 +32,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: TID253
 from pyspark.sql.types import StructType  # noqa: TID253
 
+from tidemark.driver_tasks import local_cores, map_slices
 from tidemark.faults import crash_point
 from tidemark.ingest.classify import Classifier
 from tidemark.ingest.counts import StagedCount
@@ -147,8 +148,10 @@ def stage_ranges(
     spec: ClassifySpec,
     targets: StagingTargets,
 ) -> list[StagedCount]:
-    """Stage exactly ``ranges`` of ``topic`` at ``targets``, each sub-range by one Spark
-    task; return the tasks' counts per MQ partition, hour, lateness and reason."""
+    """Stage exactly ``ranges`` of ``topic`` at ``targets``, the sub-ranges shared by as many
+    Spark tasks as cores (on a local master whose session has not started, the same tasks in
+    processes forked from the driver: ``driver_tasks``); return the tasks' counts per MQ
+    partition, hour, lateness and reason."""
     subs = split_ranges(ranges, DEFAULT_SUBRANGE)
     if not subs:
         return []
@@ -161,6 +164,9 @@ def stage_ranges(
     )
     # as many tasks as cores, each reading its share of the sub-ranges in turn: a Python
     # task's start costs ~0.1 s here, and more tasks than cores only queue
+    cores = local_cores(spark)
+    if cores is not None:  # a local master, no session yet: the same tasks, no JVM
+        return map_slices(task, subs, min(len(subs), cores))
     slices = min(len(subs), spark.sparkContext.defaultParallelism)
     result: list[StagedCount] = spark.sparkContext.parallelize(subs, slices).mapPartitions(task).collect()
     return result

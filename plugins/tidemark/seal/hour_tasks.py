@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from tidemark.driver_tasks import local_cores
 from tidemark.seal.checks import ArrowChecks, ArrowSummary
 from tidemark.tableformat import TableFormat, arrow_batches, format_of
 from tidemark.tablefs import Store
@@ -143,17 +144,22 @@ def compact_hours(
     spark: SparkSession, writer: HourWriter, tasks: list[HourTask], *, pandas_needed: bool = True
 ) -> dict[str, HourWritten]:
     """Every hour of ``tasks`` compacted: in this process when they are small together
-    (``IN_DRIVER_BYTES``) or the executors run on this machine anyway (a ``local`` master:
-    one thread per core, pyarrow releases the GIL, and no Python worker is started), else in
+    (``IN_DRIVER_BYTES``: one thread, or one per core of a local master) or the executors run
+    on this machine anyway (a ``local`` master: one thread per core, pyarrow releases the GIL,
+    and no Python worker is started), else in
     one Spark job, the hours spread over as many Spark tasks as the application has cores.
     In this process, as in a task, pyarrow runs without its pandas import (~0.25 s) unless
     something else in the job needs pandas (``pandas_needed``: Great Expectations)."""
     if not tasks:
         return {}
     size = sum(t.size for t in tasks)
-    # small hours never ask the session for anything: a lazy one (the seal's) stays unstarted
-    if size <= IN_DRIVER_BYTES or executors_share_the_driver(spark.sparkContext):
-        threads = 1 if size <= IN_DRIVER_BYTES else min(len(tasks), spark.sparkContext.defaultParallelism)
+    # a lazy session (the seal's) on a local master says its cores without starting; small
+    # hours never ask a session anything
+    cores = local_cores(spark)
+    if size <= IN_DRIVER_BYTES or cores is not None or executors_share_the_driver(spark.sparkContext):
+        if cores is None:
+            cores = 1 if size <= IN_DRIVER_BYTES else spark.sparkContext.defaultParallelism
+        threads = min(len(tasks), cores)
         log.info(
             "%s hours (%s bytes of batch files) compacted in the driver (%s thread(s))",
             len(tasks),

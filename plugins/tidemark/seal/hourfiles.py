@@ -6,6 +6,7 @@ and the journal entry of a step.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from datetime import UTC, datetime
@@ -70,6 +71,12 @@ class HourFiles:
         raise, with its own message (imports and the Hive client are safe to start from two
         threads: the second waits for the first)."""
 
+        # pyspark imported here, before the threads: the compaction imports it (its file
+        # writer) while a warm-up may (Iceberg's Java catalog through the SparkContext), and two
+        # threads importing pyspark's modules for the first time at once can find one half
+        # initialised ("cannot import name 'SQLContext' from partially initialized module
+        # 'pyspark.sql'": an hour's shared compaction failed, then ran again through Spark)
+        importlib.import_module("tidemark.sparkfiles")
         work = self.publication.warm_ups(self.metastore)
         if needs_gx(self.config):
             work.append(warm_gx)
