@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
+import pickle
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -23,6 +27,34 @@ ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "plugins" / "tidemark"
 
 
+_PARSE_ALL = """
+import ast, pickle, sys
+from pathlib import Path
+trees = {str(p): ast.parse(p.read_text()) for root in sys.argv[1:] for p in Path(root).rglob("*.py")}
+sys.stdout.buffer.write(pickle.dumps(trees))
+"""
+
+
+@functools.cache
+def _parsed() -> dict[str, ast.Module]:
+    """Every module of the library and the tests, parsed once in a fresh interpreter. In this
+    pytest worker another test's thread may be parsing at the same moment, and CPython 3.11's
+    AST construction keeps one counter per interpreter (gh-106905): ``ast.parse`` here failed a
+    CI run with "AST constructor recursion depth mismatch"."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PARSE_ALL, str(LIBRARY), str(ROOT / "tests")],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    trees: dict[str, ast.Module] = pickle.loads(done.stdout)
+    return trees
+
+
+def parse(path: Path) -> ast.Module:
+    return _parsed()[str(path)]
+
+
 def layered_names() -> list[str]:
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
@@ -36,7 +68,7 @@ def library_modules() -> list[str]:
     for path in sorted(LIBRARY.rglob("*.py")):
         parts = path.relative_to(LIBRARY.parent).with_suffix("").parts
         if parts[-1] == "__init__":
-            body = ast.parse(path.read_text()).body
+            body = parse(path).body
             if all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body):
                 continue
             parts = parts[:-1]
@@ -46,7 +78,7 @@ def library_modules() -> list[str]:
 
 def test_the_root_package_holds_no_code_of_a_layer() -> None:
     """``tidemark`` itself, above every layer by its name, holds the version only."""
-    body = ast.parse((LIBRARY / "__init__.py").read_text()).body
+    body = parse(LIBRARY / "__init__.py").body
     imports: list[ast.stmt] = [n for n in body if isinstance(n, ast.Import)]
     imports += [n for n in body if isinstance(n, ast.ImportFrom) and n.module != "__future__"]
     assert not imports
@@ -108,7 +140,7 @@ def test_no_test_module_imports_another() -> None:
     importing = [
         f"{path.relative_to(ROOT)}: {node.module}"
         for path in sorted((ROOT / "tests").rglob("test_*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(parse(path))
         if isinstance(node, ast.ImportFrom)
         and node.module
         and re.match(r"tests\.(unit|integration|e2e)\.", node.module)
@@ -142,7 +174,7 @@ def test_modules_and_functions_stay_short() -> None:
         if len(text.splitlines()) > 400:
             long_modules.append(str(path.relative_to(LIBRARY)))
         limit = 60 if path.parent.name == "airflow" else 80
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(parse(path)):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.end_lineno is None:
                 continue
             if node.end_lineno - node.lineno + 1 > limit and node.name != "build_parser":
