@@ -15,7 +15,7 @@ from typing import Any
 
 from tidemark.group.members import group_members, select_members
 from tidemark.group.runner import DEFAULT_PARALLELISM, GROUP_JOBS, GroupRun, run_group
-from tidemark.jobs import in_session, job_session_conf
+from tidemark.jobs import in_session, tables_session_conf
 from tidemark.settings import Settings
 from tidemark.stream.group import run_group_streams
 from tidemark.time.clocks import stream_clock
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings,
         args.job == "seal",
         lambda spark: run_group(spark, configs, settings, run, parallelism=args.parallelism),
-        extra_conf=job_session_conf(configs, settings, job=args.job),
+        extra_conf=tables_session_conf(configs, settings, job=args.job),
     )
 
 
@@ -79,7 +79,7 @@ def _streams(args: argparse.Namespace, settings: Any) -> int:
             clock=stream_clock(args.clock_from),
             until_caught_up=args.until_caught_up,
         ),
-        extra_conf=job_session_conf(group_members(args.group, settings), settings, job="stream"),
+        extra_conf=tables_session_conf(group_members(args.group, settings), settings, job="stream"),
     )
 
 

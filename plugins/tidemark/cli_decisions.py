@@ -84,7 +84,7 @@ def cmd_switch(args: argparse.Namespace) -> int:
 def cmd_release(args: argparse.Namespace) -> int:
     """Register a quarantined hour in-process (a Hive-enabled Spark session, ~10 s to start)."""
     from tidemark.catalog import load_table
-    from tidemark.jobs import job_session_conf
+    from tidemark.jobs import tables_session_conf
     from tidemark.seal.sealing import run_release
     from tidemark.settings import Settings
     from tidemark.spark import build_session
@@ -95,7 +95,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         f"tidemark-release-{config.table}",
         settings,
         hive=True,
-        extra_conf=job_session_conf([config], settings, job="release"),
+        extra_conf=tables_session_conf([config], settings, job="release"),
     )
     try:
         entry = run_release(spark, config, settings, args.hour, args.run_id or f"release__{args.hour}")

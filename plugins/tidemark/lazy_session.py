@@ -16,13 +16,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., object])
 
 
 class LazySession:
@@ -117,3 +119,18 @@ def session_conf_value(spark: Any, key: str) -> str:
 def spark_started(spark: Any) -> bool:
     """Whether ``spark`` is a running session (a lazy one that never started is not)."""
     return not isinstance(spark, LazySession) or spark.started
+
+
+_WITHOUT_PYSPARK = "__tidemark_without_pyspark__"
+
+
+def without_pyspark(function: F) -> F:
+    """Marks a warm-up that never imports pyspark (a Thrift connection): a seal whose every
+    warm-up is marked starts its threads without importing pyspark first (~0.2 s)."""
+    setattr(function, _WITHOUT_PYSPARK, True)
+    return function
+
+
+def imports_pyspark(task: Callable[..., object]) -> bool:
+    """Whether ``task`` (a function or bound method) may import pyspark: unless marked."""
+    return not getattr(task, _WITHOUT_PYSPARK, False)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: TID253
 from pyspark.sql.types import StructType  # noqa: TID253
 
+from tidemark.arrowfiles import PartitionedFiles, conform, path_values
 from tidemark.tableformat import PARQUET, TableFormat, arrow_batches, format_of
 from tidemark.tablefs import Store, data_files, filesystem, s3_from_environment, spark_reads
 from tidemark.task_runtime import task_body
@@ -82,40 +83,6 @@ class ArrowFilesReader(DataSourceReader):
                 values = path_values(uri)
                 for batch in arrow_batches(handle, format_of(path).suffix, self.names):
                     yield conform(batch, target, values)
-
-
-def path_values(uri: str) -> dict[str, str]:
-    """The Hive partition values a file's directories name (``dt=2026-11-22/app=web/``)."""
-    directories = uri.split("/")[:-1]
-    return dict(part.split("=", 1) for part in directories if "=" in part and not part.startswith("_"))
-
-
-def conform(
-    batch: pa.RecordBatch, target: pa.Schema, values: dict[str, str] | None = None, *, exact: bool = False
-) -> pa.RecordBatch:
-    """``batch`` with ``target``'s columns in order: missing ones from the path's partition
-    ``values`` or null, other number types cast. Timestamps are passed as stored for Spark (its
-    zone handling), or with ``exact`` cast too, for a file pyarrow writes itself: a timestamp
-    Spark stored as INT96 reads as naive nanoseconds in UTC, and becomes ``target``'s type."""
-    import pyarrow as pa
-
-    arrays = []
-    for field in target:
-        if field.name not in batch.schema.names:
-            if values and field.name in values:
-                column = pa.array([values[field.name]] * batch.num_rows, pa.string())
-                arrays.append(column.cast(field.type))
-            else:
-                arrays.append(pa.nulls(batch.num_rows, field.type))
-            continue
-        column = batch.column(field.name)
-        same = column.type == field.type or (
-            not exact and pa.types.is_timestamp(column.type) and pa.types.is_timestamp(field.type)
-        )
-        arrays.append(column if same else column.cast(field.type))
-    if exact:
-        return pa.RecordBatch.from_arrays(arrays, schema=target)
-    return pa.RecordBatch.from_arrays(arrays, names=[f.name for f in target])
 
 
 def read_files(spark: SparkSession, files: Sequence[str], ddl: str, per_task: int = 1) -> DataFrame:
@@ -199,62 +166,6 @@ def into_files(frame: DataFrame, n_files: int) -> DataFrame:
 
 def _numbered(prefix: str, suffix: str, task: int) -> str:
     return f"{prefix}-{task:05d}{suffix}"
-
-
-class PartitionedFiles:
-    """Record batches written into files under ``directory``, one file per value of
-    ``partition_by`` in Hive's ``col=value/`` subdirectories (the columns are in the path, not
-    the file, as Spark's ``partitionBy`` writes them), each named ``name``. Used inside a task:
-    the files are open until ``close``, which returns (warehouse-relative path, rows) per file."""
-
-    def __init__(
-        self,
-        store: Store,
-        directory: str,
-        name: str,
-        partition_by: Sequence[str],
-        fmt: TableFormat,
-    ) -> None:
-        self.store = store
-        self.directory = directory
-        self.name = name
-        self.parts = list(partition_by)
-        self.fmt = fmt
-        self._open: dict[tuple[str, ...], tuple[Any, Any, str]] = {}  # values -> (out, writer, path)
-        self.rows: dict[str, int] = {}
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        if batch.num_rows == 0:
-            return
-        parts = self.parts
-        groups = pa.Table.from_batches([batch]).group_by(parts).aggregate([]).to_pylist() if parts else [{}]
-        for group in groups:
-            values = tuple(str(group[c]) for c in parts)
-            piece = batch
-            for column, value in group.items():
-                piece = piece.filter(pc.equal(piece.column(column), value))
-            data = piece.drop_columns(parts) if parts else piece
-            if values not in self._open:
-                below = "/".join(f"{c}={v}" for c, v in zip(parts, values, strict=True))
-                relative = "/".join(x for x in (self.directory, below, self.name) if x)
-                target = self.store.path(relative)
-                self.store.make_parent(target)
-                out = self.store.fs.open_output_stream(target)
-                writer = self.fmt.arrow_writer(out, data.schema)
-                self._open[values] = (out, writer, relative)
-            _, writer, relative = self._open[values]
-            writer.write_batch(data)
-            self.rows[relative] = self.rows.get(relative, 0) + data.num_rows
-
-    def close(self) -> list[tuple[str, int]]:
-        for out, writer, _ in self._open.values():
-            writer.close()
-            out.close()
-        self._open.clear()
-        return sorted(self.rows.items())
 
 
 def write_partitioned(

@@ -51,7 +51,7 @@ class TableFormat:
         return reader.format(self.name).load(list(paths) if len(paths) > 1 else paths[0])
 
     def arrow_writer(self, out: Any, schema: pa.Schema) -> Any:
-        """A writer of record batches (``write_batch``, ``close``) onto an output stream.
+        """A writer of Arrow tables (``write_table``, ``close``) onto an output stream.
         Parquet timestamps are INT96, as Spark's writer stores them: Hive's Parquet SerDe (2.x,
         3.x; Impala, older Presto) reads no INT64 timestamp (``PlainLongDictionary``), and a
         file written beside Spark's keeps their encoding. pyarrow reads them back through
@@ -123,7 +123,7 @@ def _micros(table: pa.Table) -> pa.Table:
 
 
 class _OrcBatches:
-    """pyarrow's ORC writer behind the Parquet writer's ``write_batch``."""
+    """pyarrow's ORC writer behind the Parquet writer's ``write_table``."""
 
     def __init__(self, out: Any, compression: str) -> None:
         from pyarrow import orc
@@ -132,10 +132,8 @@ class _OrcBatches:
             out, compression="uncompressed" if compression == "none" else compression
         )
 
-    def write_batch(self, batch: pa.RecordBatch) -> None:
-        import pyarrow as pa
-
-        self._writer.write(_wall_clock(pa.Table.from_batches([batch])))
+    def write_table(self, table: pa.Table) -> None:
+        self._writer.write(_wall_clock(table))
 
     def close(self) -> None:
         self._writer.close()

@@ -54,6 +54,7 @@ from tidemark.hourcommit.iceberg_java import JavaIceberg
 from tidemark.hourcommit.iceberg_maintenance import expire
 from tidemark.hourcommit.publication import HourPublication, MaintenanceResult, Specs
 from tidemark.iceberg_catalog import identifier, open_catalog, spark_catalog_conf
+from tidemark.lazy_session import without_pyspark
 from tidemark.settings import Settings
 from tidemark.state.layout import version_dir_of
 from tidemark.tablefs import local_path
@@ -120,13 +121,15 @@ class IcebergPublication(HourPublication):
         self.commit_hour(hour, specs, note or HourNote(run_id="", batches={}))
 
     def warm_ups(self, metastore: Any) -> list[Callable[[], object]]:
-        """pyiceberg's import and the catalog's table; Iceberg's Java catalog (Spark) only
-        where the table is still to be created. Not the Hive client (a late side table's
-        registration starts it when it comes)."""
+        """pyiceberg's import and the catalog's table. Not Iceberg's Java catalog, even where
+        the table is still to be created (its first seal, once: the main thread starts Spark
+        for it), nor the Hive client (a late side table's registration starts it when it
+        comes): no warm-up imports pyspark, so the seal need not import it before them."""
         return [self._warm_up]
 
+    @without_pyspark
     def _warm_up(self) -> object:
-        return self.load() or self.java.catalog
+        return self.load()
 
     def refresh(self, metastore: Any) -> None:
         """An Iceberg table has no cached listing: each read plans from its current snapshot."""

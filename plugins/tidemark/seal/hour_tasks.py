@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from tidemark.arrowfiles import PartitionedFiles, conform, path_values
 from tidemark.driver_tasks import local_cores
 from tidemark.seal.checks import ArrowChecks, ArrowSummary
 from tidemark.tableformat import TableFormat, arrow_batches, format_of
@@ -86,7 +87,6 @@ class HourWriter:
     def compact(self, task: HourTask) -> HourWritten:
         """Read the hour's batch files under the table's schema, write them as one file (per
         extra partition value), and judge the rows written."""
-        from tidemark.sparkfiles import PartitionedFiles, conform, path_values
 
         names = self.schema.names
         files = PartitionedFiles(

@@ -17,6 +17,7 @@ from tidemark.config import TableConfig
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Draft, HourNote, PublishedHour, Writer, Written
 from tidemark.ingest.columns import data_fields
+from tidemark.lazy_session import imports_pyspark
 from tidemark.schema import arrow_schema_of
 from tidemark.seal.checks import CheckResult
 from tidemark.seal.metastore import quote_identifier
@@ -70,16 +71,18 @@ class HourFiles:
         work is the JVM's, so they overlap; a failure there is left for the real call to
         raise, with its own message (imports and the Hive client are safe to start from two
         threads: the second waits for the first)."""
-
-        # pyspark imported here, before the threads: the compaction imports it (its file
-        # writer) while a warm-up may (Iceberg's Java catalog through the SparkContext), and two
-        # threads importing pyspark's modules for the first time at once can find one half
-        # initialised ("cannot import name 'SQLContext' from partially initialized module
-        # 'pyspark.sql'": an hour's shared compaction failed, then ran again through Spark)
-        importlib.import_module("tidemark.sparkfiles")
         work = self.publication.warm_ups(self.metastore)
         if needs_gx(self.config):
             work.append(warm_gx)
+        # pyspark imported here, before the threads, unless no warm-up can import it (a
+        # metastore service's Thrift connection): a warm-up may import it (Iceberg's Java
+        # catalog, the Hive client, GX) while the main thread does (a table to create, a big
+        # hour), and two threads importing pyspark's modules for the first time at once can
+        # find one half initialised ("cannot import name 'SQLContext' from partially
+        # initialized module 'pyspark.sql'": an hour's shared compaction failed, then ran
+        # again through Spark). The compaction in the driver imports no pyspark (arrowfiles).
+        if any(imports_pyspark(task) for task in work):
+            importlib.import_module("pyspark.sql")
         for task in work:
             threading.Thread(
                 target=_quietly, args=(task,), name=f"warm-up-{getattr(task, '__name__', task)}", daemon=True

@@ -28,7 +28,7 @@ from tidemark.config import TableConfig
 from tidemark.errors import MetastoreServiceError
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields
-from tidemark.lazy_session import session_conf_value
+from tidemark.lazy_session import session_conf_value, without_pyspark
 from tidemark.seal.metastore import DATABASE, PENDING, HiveClientMetastore, Metastore, emptied
 from tidemark.settings import Settings
 
@@ -79,6 +79,7 @@ class ThriftMetastore:
         self._ensured: set[tuple[str, str]] = set()
 
     # -- the connection ---------------------------------------------------------------------
+    @without_pyspark
     def connect(self) -> None:
         with self._lock:
             if self._client is None:
