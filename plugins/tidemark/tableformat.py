@@ -64,6 +64,12 @@ class TableFormat:
             out, schema, compression=self.compression, use_deprecated_int96_timestamps=self.int96
         )
 
+    def write_whole(self, out: Any, table: pa.Table) -> None:
+        """``table`` as one file onto an output stream."""
+        writer = self.arrow_writer(out, table.schema)
+        writer.write_table(table)
+        writer.close()
+
 
 PARQUET = TableFormat("parquet")
 
@@ -72,6 +78,16 @@ def table_format(config: TableConfig, *, int96: bool = False) -> TableFormat:
     """The format of the table's sealed hours (``int96``: timestamps as INT96, for the Hive
     readers its publication serves: ``HourPublication.int96_timestamps``)."""
     return TableFormat(config.output.format, config.output.compression, int96=int96)
+
+
+def batch_format(config: TableConfig, *, int96: bool) -> TableFormat | None:
+    """The format a batch's rows are written in: a Parquet table's sealed format (its
+    compression, and INT96 timestamps where its publication needs them), so that the seal
+    can adopt a batch file near the target size as it is (``seal.adoption``); None for an
+    ORC table (its batch files stay pyarrow's default Parquet, and are always rewritten)."""
+    if config.output.format != "parquet":
+        return None
+    return table_format(config, int96=int96)
 
 
 def format_of(path: str) -> TableFormat:

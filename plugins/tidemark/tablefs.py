@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from tidemark.tableformat import DATA_SUFFIXES, file_rows, is_data_file
+from tidemark.tableformat import DATA_SUFFIXES, TableFormat, file_rows, is_data_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -235,10 +235,35 @@ class Store:
             found.append(info.path[len(base) :].lstrip("/"))
         return sorted(found)
 
-    def write_table(self, relative: str, table: pa.Table) -> None:
+    def write_table(self, relative: str, table: pa.Table, fmt: TableFormat | None = None) -> None:
+        """``table`` as one file: in ``fmt``, else pyarrow's default Parquet."""
+        if fmt is not None:
+            self._write(relative, lambda out: fmt.write_whole(out, table))
+            return
         import pyarrow.parquet as pq
 
         self._write(relative, lambda out: pq.write_table(table, out))
+
+    def link(self, source: str, target: str) -> None:
+        """``target`` made the very file ``source`` is, without rewriting it: a hard link on a
+        local filesystem (a copy across devices), a server-side copy on an object store (and
+        a copy on any other). Both warehouse-relative; whatever a crashed attempt left at
+        ``target`` is replaced."""
+        import pyarrow.fs as pafs
+
+        source_path, target_path = self.path(source), self.path(target)
+        self.make_parent(target_path)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            aside = f"{target_path}.{uuid.uuid4().hex}.tmp"
+            try:
+                os.link(source_path, aside)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                    raise
+                self.fs.copy_file(source_path, aside)
+            os.replace(aside, target_path)
+            return
+        self.fs.copy_file(source_path, target_path)
 
     def write_json(self, relative: str, payload: Any) -> None:
         data = json.dumps(payload).encode()

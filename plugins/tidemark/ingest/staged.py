@@ -6,11 +6,12 @@ dirty records in one pass of tasks); and what the staged files hold once reconci
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
+from tidemark.hourcommit import publication_kind
 from tidemark.ingest import cardinality
 from tidemark.ingest.counts import (
     FoldedCounts,
@@ -21,11 +22,12 @@ from tidemark.ingest.counts import (
     reconcile,
 )
 from tidemark.ingest.spec import ClassifySpec
-from tidemark.ingest.staging import stage_frame, staged_rows
+from tidemark.ingest.staging import StagingTargets, stage_frame, staged_rows
 from tidemark.state.batches import MqPartitionStats
 from tidemark.state.commitlog import LogState
 from tidemark.state.partition_values import PartitionValues, merge
 from tidemark.stopwatch import Stopwatch
+from tidemark.tableformat import batch_format
 from tidemark.tablefs import Store
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,13 @@ class Staged:
     counts: FoldedCounts
     partition_values: dict[str, dict[str, list[str]]]
     extra: dict[str, Any] = field(default_factory=dict)  # recorded in the commit (a replay's)
+
+
+def staging_targets(publisher: BatchPublisher, config: TableConfig) -> StagingTargets:
+    """Where the publisher has the tasks write, the rows in the table's sealed format: a
+    batch file near the target size is then adopted by the seal as it is, not rewritten."""
+    int96 = publication_kind(config.output.table_format).int96_timestamps
+    return replace(publisher.staging_targets(), rows_format=batch_format(config, int96=int96))
 
 
 def stage_classified(
@@ -69,7 +78,7 @@ def stage_classified(
             candidates = cardinality.candidate_values(parsed, config, known)
             admitted = cardinality.admit(known, candidates, config.partitioning.max_values_per_column)
             bounded = cardinality.apply_bound(parsed, config, merge(known, admitted))
-            counts = stage_frame(bounded, publisher.staging_targets(), spec)
+            counts = stage_frame(bounded, staging_targets(publisher, config), spec)
             crash_point("after_staging")
         return counts, admitted
     finally:
@@ -94,7 +103,7 @@ def read_and_stage(
     from tidemark.ingest.reader import read_receipts
     from tidemark.ingest.source import read_ranges, stage_ranges
 
-    targets = publisher.staging_targets()
+    targets = staging_targets(publisher, config)
     spec = ClassifySpec.of_plan(config, plan)
     ranges = [r.__dict__ for r in plan.ranges]
     admitted: PartitionValues = {}

@@ -32,6 +32,7 @@ from tidemark.ingest.counts import StagedCount
 from tidemark.ingest.frames import split_classified
 from tidemark.ingest.spec import Classified, ClassifySpec
 from tidemark.state.layout import attempt_file_name, batch_task_file_name
+from tidemark.tableformat import TableFormat
 from tidemark.tablefs import Store
 from tidemark.task_runtime import task_body
 from tidemark.time.hours import hour_path
@@ -59,6 +60,7 @@ class StagingTargets:
     batch_id: int
     final: dict[str, str] | None = None
     token: int | None = None  # object stores: the attempt's lease token, in every file name
+    rows_format: TableFormat | None = None  # of rows and late rows (``tableformat.batch_format``)
 
     @classmethod
     def local(cls, attempt_dir: Path) -> StagingTargets:
@@ -134,7 +136,8 @@ class TaskStager:
 
         for (kind, hour_dir), tables in sorted(self.groups.items()):
             target = self.targets.file(kind, hour_dir, self.file_name)
-            self.targets.store.write_table(target, pa.concat_tables(tables))
+            fmt = None if kind == "dirty" else self.targets.rows_format
+            self.targets.store.write_table(target, pa.concat_tables(tables), fmt)
         self.groups.clear()
 
     def stats(self) -> Iterator[StagedCount]:

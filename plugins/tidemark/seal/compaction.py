@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from tidemark.errors import ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Compacted, Draft, Writer, Written
+from tidemark.seal.adoption import adopt, adoptable_rows
 from tidemark.seal.checks import ArrowChecks, CheckResult
 from tidemark.seal.hour_tasks import HourTask, HourWriter, HourWritten, compact_hours, judge_written
 from tidemark.seal.hourfiles import HourFiles
@@ -48,36 +49,39 @@ class Compactor:
 
     # -- every due hour that fits one file, together -------------------------------------
     def prepare(self, hours: list[Hour], state: LogState) -> int:
-        """Compact the due hours that fit one file and have not been compacted yet, together
-        (by pyarrow, in the driver or one Spark job: ``hour_tasks.compact_hours``), with their
-        default checks; returns how many."""
-        tasks, targets = [], {}
+        """Take the due hours not compacted yet: as they are where their batch files are
+        already what the seal would write (``adoption``), else those that fit one file
+        together (by pyarrow, in the driver or one Spark job: ``hour_tasks.compact_hours``),
+        with their default checks; returns how many."""
+        tasks, adopted, targets = [], [], {}
         for hour in hours:
             expected = state.rows_per_hour.get(hour.path, 0)
             task = self._task(hour, state) if expected else None
-            if task is not None:
+            if task is None:
+                continue
+            targets[task.key] = (hour, expected)
+            rows = self._adoptable(task)
+            if rows is not None:
+                adopted.append((task, rows))
+            elif self.config.output.files_for(task.size) <= 1:
                 tasks.append(task)
-                targets[hour.key] = (hour, expected)
-        if not tasks:
+            else:  # several files' worth: compacted alone, by Spark, in its turn
+                del self._drafts[task.key]
+        if not tasks and not adopted:
             return 0
-        prefix = sealed_file_prefix(1)
-        writer = HourWriter(
-            store=self.layout.store,
-            schema=self.files.arrow_schema(),
-            fmt=self.files.format,
-            file_name=f"{prefix}-00000{self.files.format.suffix}",
-            partition_by=tuple(self.files.extra_columns),
-            checks=ArrowChecks.of(self.config, hours[0]),
-        )
-        log.info(
-            "%s: compacting %s hours together (%s)",
-            self.config.table,
-            len(tasks),
-            ", ".join(t.key for t in tasks),
-        )
-        written = compact_hours(self.spark, writer, tasks, pandas_needed=needs_gx(self.config))
+        written = {task.key: self._adopt(task, rows) for task, rows in adopted}
+        if tasks:
+            log.info(
+                "%s: compacting %s hours together (%s)",
+                self.config.table,
+                len(tasks),
+                ", ".join(t.key for t in tasks),
+            )
+            written.update(
+                compact_hours(self.spark, self._writer(hours[0]), tasks, pandas_needed=needs_gx(self.config))
+            )
         crash_point("mid_compaction")
-        for task in tasks:
+        for task in [*(t for t, _ in adopted), *tasks]:
             hour, expected = targets[task.key]
             if written[task.key].failed is not None:  # that hour's problem: compacted alone in its turn
                 log.warning(
@@ -88,23 +92,77 @@ class Compactor:
                 )
                 continue
             self._keep(hour, task, written[task.key], expected)
-        return len(tasks)
+        return len(tasks) + len(adopted)
+
+    def _writer(self, hour: Hour) -> HourWriter:
+        return HourWriter(
+            store=self.layout.store,
+            schema=self.files.arrow_schema(),
+            fmt=self.files.format,
+            file_name=f"{sealed_file_prefix(1)}-00000{self.files.format.suffix}",
+            partition_by=tuple(self.files.extra_columns),
+            checks=ArrowChecks.of(self.config, hour),
+        )
+
+    def _adoptable(self, task: HourTask) -> list[int] | None:
+        """The rows of each batch file of an hour that can be adopted as it is, else None."""
+        if self.files.extra_columns:
+            return None
+        return adoptable_rows(
+            self.layout.store,
+            list(task.inputs),
+            list(task.sizes),
+            schema=self.files.arrow_schema(),
+            fmt=self.files.format,
+            target_size=self.config.output.target_file_size,
+        )
+
+    def _adopt(self, task: HourTask, rows: list[int]) -> HourWritten:
+        """The hour's batch files taken into its version as they are, its default checks
+        judged over their check columns."""
+        draft = self._drafts[task.key]
+        files = adopt(
+            self.layout.store,
+            list(zip(task.inputs, rows, strict=True)),
+            self.layout.relative(draft.directory),
+            prefix=draft.prefix,
+            suffix=self.files.format.suffix,
+        )
+        log.info(
+            "%s: hour %s adopts its %s batch files (%s bytes) as they are: already the table's format, near %s bytes each",
+            self.config.table,
+            task.key,
+            len(files),
+            task.size,
+            self.config.output.target_file_size,
+        )
+        checks = ArrowChecks.of(self.config, draft.hour)
+        summary = None
+        if checks is not None:
+            summary = judge_written(self.layout.store, [f for f, _ in files], checks, task.start, task.end)
+        return HourWritten(task.key, files, summary, adopted=True)
 
     def _task(self, hour: Hour, state: LogState) -> HourTask | None:
         """The hour as a task of ``prepare``, or None: compacted already (or stale: compacted
-        alone), no batch files, or more than one file's worth."""
+        alone), or no batch files."""
         store, layout, through = self.layout.store, self.layout, state.last_committed
         draft = self._draft(hour, state)
         if draft.done is not None or draft.replaces is not None:
             return None
         inputs = self._inputs(hour, through)
-        relative = [layout.relative(p) for p in inputs]
-        size = sum(store.size(r) for r in relative)
-        if not inputs or self.config.output.files_for(size) > 1:
+        if not inputs:
             return None
+        relative = [layout.relative(p) for p in inputs]
+        sizes = tuple(store.size(r) for r in relative)
         self._drafts[hour.key] = draft
         return HourTask(
-            hour.key, tuple(relative), layout.relative(draft.directory), hour.start, hour.end, size
+            hour.key,
+            tuple(relative),
+            layout.relative(draft.directory),
+            hour.start,
+            hour.end,
+            sum(sizes),
+            sizes,
         )
 
     def _draft(self, hour: Hour, state: LogState) -> Draft:
@@ -135,7 +193,13 @@ class Compactor:
             log.info("%s hour %s: default checks left to Spark: %s", self.config.table, hour.key, problem)
         self._prepared[hour.key] = (files, written.rows, home)
         self._log_compacted(
-            hour, inputs=len(task.inputs), size=task.size, files=len(files), rows=written.rows, home=home
+            hour,
+            inputs=len(task.inputs),
+            size=task.size,
+            files=len(files),
+            rows=written.rows,
+            home=home,
+            verb="adopted" if written.adopted else "compacted",
         )
 
     def _judge_reused(self, hour: Hour, files: list[str]) -> None:
@@ -191,12 +255,13 @@ class Compactor:
         return files, sum(n for _, n in written), home
 
     def _log_compacted(
-        self, hour: Hour, *, inputs: int, size: int, files: int, rows: int, home: Path
+        self, hour: Hour, *, inputs: int, size: int, files: int, rows: int, home: Path, verb: str = "compacted"
     ) -> None:
         log.info(
-            "%s: hour %s compacted %s batch files (%s bytes) into %s files, %s rows, for %s",
+            "%s: hour %s %s %s batch files (%s bytes) into %s files, %s rows, for %s",
             self.config.table,
             hour.key,
+            verb,
             inputs,
             size,
             files,

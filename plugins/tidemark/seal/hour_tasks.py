@@ -54,6 +54,7 @@ class HourTask:
     start: datetime
     end: datetime
     size: int = 0  # bytes of the batch files
+    sizes: tuple[int, ...] = ()  # of each batch file
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class HourWritten:
     checks: ArrowSummary | None = None
     problems: list[str] = field(default_factory=list)
     failed: str | None = None  # the hour's error: its task failed, the other hours' did not
+    adopted: bool = False  # its batch files taken as they are (``seal.adoption``), not rewritten
 
     @property
     def rows(self) -> int:
