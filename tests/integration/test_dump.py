@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from contextlib import nullcontext
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -315,8 +315,12 @@ def test_json_with_epoch_millis_event_times_lands_by_event_time(
     rows = {}
     for path in layout.open_dir.rglob("*.parquet"):
         hour = str(path.parent.relative_to(layout.open_dir))
-        for row in pq.read_table(path, columns=["_mq_offset", "event_id", "event_time"]).to_pylist():
-            rows[row["_mq_offset"]] = (row["event_id"], row["event_time"], hour)
+        # a Hive table's batch files are in its sealed format: INT96 instants, UTC without a zone
+        read = pq.read_table(
+            path, columns=["_mq_offset", "event_id", "event_time"], coerce_int96_timestamp_unit="us"
+        )
+        for row in read.to_pylist():
+            rows[row["_mq_offset"]] = (row["event_id"], row["event_time"].replace(tzinfo=UTC), hour)
     offsets = [o for _, o, _ in delivered]
     assert rows == {
         offsets[i]: (f"e{i}", instants[i], f"dt=2026-11-22/hr={10 if i < 2 else 11}") for i in range(3)

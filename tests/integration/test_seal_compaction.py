@@ -119,7 +119,7 @@ def test_a_big_hour_is_compacted_by_spark_beside_the_shared_job(
     """Hour 10's batch files are bigger than the target file size: Spark spreads it over
     several files; hour 11 is the shared job's (its one record's file, ~3 KB, is under half
     the target: compacted, not adopted)."""
-    config, settings = fresh_table(settings, tmp_path, output__target_file_size="7KiB")
+    config, settings = fresh_table(settings, tmp_path, output__target_file_size="6KiB")
     create_topic(broker, config.source.topic, 1)
     produce(
         broker,

@@ -351,3 +351,17 @@ def test_a_record_beside_another_writers_checksum_file_reads_whole(backend: tupl
     folder = Path(root.uri.removeprefix("file://")) / "runs"
     shutil.copyfile(folder / ".b.json.crc", folder / ".a.json.crc")
     assert storage.read(first) == b'{"w": 1}'
+
+
+def test_a_file_taken_into_a_version_on_s3_is_a_server_side_copy(s3: str) -> None:
+    """``Store.link`` on an object store (the seal adopting a batch file): the same bytes under
+    the new key, over what a crashed attempt left there, the source untouched."""
+    store = Store.of(f"{s3}/link-{uuid.uuid4().hex[:8]}")
+    with store.fs.open_output_stream(store.path("t/_open/h/b1.parquet")) as out:
+        out.write(b"PAR1 the batch file's bytes PAR1")
+    with store.fs.open_output_stream(store.path("t/h/_versions/v1/part-00000.parquet")) as out:
+        out.write(b"a crashed attempt's")
+    store.link("t/_open/h/b1.parquet", "t/h/_versions/v1/part-00000.parquet")
+    for key in ("t/_open/h/b1.parquet", "t/h/_versions/v1/part-00000.parquet"):
+        with store.fs.open_input_file(store.path(key)) as handle:
+            assert handle.read() == b"PAR1 the batch file's bytes PAR1"
