@@ -154,6 +154,9 @@ def run_cycle(env: dict[str, str], total: int, processing: Any, *, profile: str 
     dumped = last_json(out)
     if dumped["read"] != total:
         raise SystemExit(f"dump read {dumped['read']} records, expected {total}")
+    sizes = sorted(
+        p.stat().st_size for p in (Path(env["TIDEMARK_HOME"]) / "warehouse").rglob("_open/**/*.parquet")
+    )
     seal_cmd = [
         sys.executable,
         *(["-m", "cProfile", "-o", profile] if profile else []),
@@ -171,7 +174,7 @@ def run_cycle(env: dict[str, str], total: int, processing: Any, *, profile: str 
     ]
     sealed["spark_why"] = why[0].split("first needed by ", 1)[-1] if why else ""
     for line in errors[0].splitlines():
-        if "failed in the shared compaction" in line:
+        if "failed in the shared compaction" in line or " adopts its " in line:
             print(f"       the seal: {line.split(': ', 1)[-1]}")
     return {
         "seal_cpu_s": seal_cpu,
@@ -188,6 +191,7 @@ def run_cycle(env: dict[str, str], total: int, processing: Any, *, profile: str 
         "seal_phases": sealed.get("timings", {}),
         "sealed": sealed["sealed"],
         "spark_why": sealed["spark_why"],
+        "batch_files": sizes,
         "hour_timings": sealed.get("hour_timings", {}),
     }
 
@@ -201,6 +205,12 @@ def report(cycle: dict[str, Any], total: int, n_hours: int) -> None:
         f"phases {cycle['dump_phases']}"
     )
     print(f"       dump CPU {cycle['dump_cpu_s']:.1f} s (its process tree: the forked readers included)")
+    sizes = cycle["batch_files"]
+    if sizes:
+        print(
+            f"       batch files: {len(sizes)}, {sizes[0] / 2**20:.1f}-{sizes[-1] / 2**20:.1f} MiB "
+            f"(median {sizes[len(sizes) // 2] / 2**20:.1f})"
+        )
     print(
         f"seal   processing {cycle['seal_s']:6.2f} s ({total / cycle['seal_s']:>9,.0f} rec/s; "
         f"wall with the JVM start {cycle['seal_wall_s']:.1f} s), {len(hours)} hours sealed"

@@ -255,7 +255,15 @@ class Compactor:
         return files, sum(n for _, n in written), home
 
     def _log_compacted(
-        self, hour: Hour, *, inputs: int, size: int, files: int, rows: int, home: Path, verb: str = "compacted"
+        self,
+        hour: Hour,
+        *,
+        inputs: int,
+        size: int,
+        files: int,
+        rows: int,
+        home: Path,
+        verb: str = "compacted",
     ) -> None:
         log.info(
             "%s: hour %s %s %s batch files (%s bytes) into %s files, %s rows, for %s",
