@@ -85,6 +85,7 @@ import sys
 
 from tidemark.catalog import load_table
 from tidemark.hourcommit.iceberg_files import table_schema
+from tidemark.iceberg_catalog import open_catalog
 from tidemark.jobs import in_session, tables_session_conf
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.settings import Settings
@@ -104,6 +105,8 @@ def create(spark):
     return {}
 
 
+if config.output.table_format == "iceberg":  # its namespace, whichever library version runs this
+    open_catalog(settings)
 in_session("bench-prepare", settings, True, create, extra_conf=tables_session_conf([config], settings, job="seal"))
 """
 

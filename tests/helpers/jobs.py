@@ -10,8 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tidemark.errors import InjectedFault
 from tidemark.lazy_session import LazySession
+from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
+from tidemark.state.journal import HourJournal
 
 JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
 
@@ -105,3 +110,13 @@ def create_metastore(settings: Settings) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def seal_killed_at(spark: Any, config: Any, settings: Settings, monkeypatch: Any, point: str) -> None:
+    """A seal failing at crash ``point``, which sealed nothing."""
+    monkeypatch.setenv("TIDEMARK_FAIL_AT", point)
+    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
+    with pytest.raises(InjectedFault):
+        run_seal(spark, config, settings, "run-1")
+    monkeypatch.delenv("TIDEMARK_FAIL_AT")
+    assert HourJournal(settings.state_location, config.table).state().sealed_through is None

@@ -20,8 +20,9 @@ from typing import Any
 import pyarrow.parquet as pq  # noqa: TID253
 import pytest
 
+from tests.helpers.jobs import seal_killed_at
 from tests.helpers.tables import at, fresh_table, landed, registered
-from tidemark.errors import InjectedFault, QualityGateError, TidemarkError
+from tidemark.errors import QualityGateError, TidemarkError
 from tidemark.ingest.dump import run_dump
 from tidemark.seal import hour_tasks
 from tidemark.seal.hourfiles import HourFiles
@@ -147,12 +148,7 @@ def test_a_kill_after_the_shared_job_is_recovered_by_the_next_run(
         broker, config.source.topic, records([(0, at(h, 20)) for h in (9, 10, 11)] + [(0, at(12, 30))])
     )
     run_dump(spark, config, settings, "run-1", at(13))
-    monkeypatch.setenv("TIDEMARK_FAIL_AT", "mid_compaction")
-    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
-    with pytest.raises(InjectedFault):
-        run_seal(spark, config, settings, "run-1")
-    monkeypatch.delenv("TIDEMARK_FAIL_AT")
-    assert HourJournal(settings.state_location, config.table).state().sealed_through is None
+    seal_killed_at(spark, config, settings, monkeypatch, "mid_compaction")
     result = run_seal(spark, config, settings, "run-1")
     assert result.sealed == ["2026-11-22T09", "2026-11-22T10", "2026-11-22T11"]
     rows, _, _ = landed(settings, config.table)

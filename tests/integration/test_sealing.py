@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.jobs import seal_killed_at
 from tests.helpers.tables import at, fresh_table, landed, late_landed, registered
 from tidemark.config import TableConfig
 from tidemark.errors import InjectedFault
@@ -288,12 +289,7 @@ def test_a_seal_that_failed_before_its_journal_entry_converges_after_a_straggler
         ),
     )
     run_dump(spark, config, settings, "run-1", at(12))
-    monkeypatch.setenv("TIDEMARK_FAIL_AT", fail_at)
-    monkeypatch.setenv("TIDEMARK_FAIL_MODE", "raise")
-    with pytest.raises(InjectedFault):
-        run_seal(spark, config, settings, "run-1")
-    monkeypatch.delenv("TIDEMARK_FAIL_AT")
-    assert HourJournal(settings.state_dir, config.table).state().sealed_through is None
+    seal_killed_at(spark, config, settings, monkeypatch, fail_at)
     # a straggler of hour 10 (inside the tolerance of the watermark, which has not sealed it)
     produce(
         broker, config.source.topic, records([(1, at(10, 59)), (0, at(12, 40)), (1, at(12, 35))], prefix="s")
