@@ -114,7 +114,9 @@ def hour_offsets(settings: Settings, table: str, table_format: str, hour: str) -
     return [o for f in files for o in pq.read_table(f, columns=["_mq_offset"]).column(0).to_pylist()]
 
 
-@pytest.mark.parametrize("table_format", ["hive", "iceberg"])
+@pytest.mark.parametrize(
+    ("table_format", "target_size"), [("hive", None), ("iceberg", None), ("hive", "4KiB")], ids=str
+)
 def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zombie(
     spark: Any,
     broker: str,
@@ -122,14 +124,17 @@ def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zo
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     table_format: str,
+    target_size: str | None,
 ) -> None:
     """The seal's path that starts no JVM (a Hive table's registration over Thrift, an
-    Iceberg table's commit through its catalog): killed at each of its points in turn, then
-    retried; and a seal frozen mid-compaction past its lease while another run seals the
+    Iceberg table's commit through its catalog; with a target size near the hours' one batch
+    file, the hours adopted as they are, not rewritten): killed at each of its points in turn,
+    then retried; and a seal frozen mid-compaction past its lease while another run seals the
     hour, then thawed: it publishes nothing. Every hour is sealed once, with exact rows."""
     service = DerbyMetastoreService(Settings.from_env(home))
     service.start()
-    config, own = fresh_table(Settings.from_env(home), tmp_path, output__table_format=table_format)
+    sizes = {"output__target_file_size": target_size} if target_size else {}
+    config, own = fresh_table(Settings.from_env(home), tmp_path, output__table_format=table_format, **sizes)
     create_topic(broker, config.source.topic, 1)
     minutes = range(0, 60, 2)
     produce(broker, config.source.topic, records([(0, at(9, m)) for m in minutes] + [(0, at(10, 58))]))
@@ -173,6 +178,7 @@ def test_the_seal_without_spark_survives_its_crash_points_and_fences_a_frozen_zo
         code, out, err = run_job_process(own, "seal", config.table, "seal-4")
         assert code == 0, err[-3000:]
         assert job_result(out)["sealed"] == ["2026-11-22T11"]
+        assert ("hour 2026-11-22T11 adopts its" in err) == bool(target_size), err[-3000:]
     finally:
         os.kill(zombie.pid, signal.SIGCONT)
     _, err = zombie.communicate(timeout=300)
