@@ -138,31 +138,44 @@ class IcebergPublication(HourPublication):
         """One delete snapshot drops every file of the hours before ``first_kept``, planned
         again when another writer committed first (a retry finds none left and commits
         nothing)."""
-        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        dropped: list[str] = []
+
+        def drop(attempt: int) -> bool:
             iceberg = self.load()
             if iceberg is None:
-                return []
+                return True
             before = [task.file for task in iceberg.scan(row_filter=_hours_before(first_kept)).plan_files()]
             found = (_HOUR_PATH.search(data_file.file_path) for data_file in before)
-            names = sorted({match.group(1) for match in found if match})
-            if not before:
-                return names
-            try:
+            dropped[:] = sorted({match.group(1) for match in found if match})
+            if before:
                 self.commits.delete(iceberg, before, {"tidemark.retention": f"hours before {first_kept.key}"})
+            return True
+
+        self._until_landed(f"dropping the hours before {first_kept.key}", drop)
+        return dropped
+
+    def _until_landed(self, what: str, step: Callable[[int], bool]) -> None:
+        """``step(attempt)`` plans on the table's current snapshot and commits (True once there
+        is nothing left to do); a commit that lost a race, or got no answer, is planned again,
+        up to ``COMMIT_ATTEMPTS`` times, then ``HourCommitConflictError`` names ``what``."""
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                if step(attempt):
+                    return
             except LostRaceError as exc:
                 log.warning(
-                    "%s: dropping the hours before %s: the Iceberg commit did not land (attempt %s of %s): %s",
+                    "%s: %s: the Iceberg commit %s (attempt %s of %s): %s; planning it again on the "
+                    "table's current snapshot",
                     self.layout.table,
-                    first_kept.key,
+                    what,
+                    "got no answer and may have landed" if exc.unknown else "lost a race with another writer",
                     attempt,
                     COMMIT_ATTEMPTS,
                     exc,
                 )
-                continue
-            return names
         raise HourCommitConflictError(
-            f"{self.layout.table}: dropping the hours before {first_kept.key}: {COMMIT_ATTEMPTS} Iceberg commits "
-            "lost races with other writers of the table or got no answer from its catalog: retry the task"
+            f"{self.layout.table}: {what}: {COMMIT_ATTEMPTS} Iceberg commits lost races with other writers "
+            "of the table or got no answer from its catalog; none is in the table: retry the task"
         )
 
     def still_reads(self, directories: list[Path]) -> bool:
@@ -207,44 +220,31 @@ class IcebergPublication(HourPublication):
             for spec, relative in files
         ]
         schema = added[0].footer.schema if added else None
-        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+
+        def commit(attempt: int) -> bool:
             table = self.load()
             if table is None:
                 if schema is None:
                     log.info(
                         "%s: hour %s has no rows, the table no snapshot yet", self.layout.table, hour.key
                     )
-                    return
+                    return True
                 table = self._create(added[0], schema)
             if table is None:  # a creation refused as made concurrently, yet no table: again
                 log.warning(
                     "%s: no Iceberg table after its creation (attempt %s)", self.layout.table, attempt
                 )
-                continue
+                return False
             current = self._hour_files(table, hour)  # planned once per attempt
             if self._already(table, hour, current, directory=directory, version=version, through=through):
-                return
-            try:
-                self.commits.commit(
-                    table,
-                    remove=current,
-                    add=added,
-                    evolve_to=schema if schema is not None and needs_evolution(table, schema) else None,
-                    summary=summary,
-                )
-            except LostRaceError as exc:
-                log.warning(
-                    "%s: hour %s v%s: the Iceberg commit %s (attempt %s of %s): %s; planning it again on "
-                    "the table's current snapshot",
-                    self.layout.table,
-                    hour.key,
-                    version,
-                    "got no answer and may have landed" if exc.unknown else "lost a race with another writer",
-                    attempt,
-                    COMMIT_ATTEMPTS,
-                    exc,
-                )
-                continue
+                return True
+            self.commits.commit(
+                table,
+                remove=current,
+                add=added,
+                evolve_to=schema if schema is not None and needs_evolution(table, schema) else None,
+                summary=summary,
+            )
             log.info(
                 "%s: hour %s v%s committed to Iceberg table %s.%s (%s files, batches %s)",
                 self.layout.table,
@@ -255,11 +255,9 @@ class IcebergPublication(HourPublication):
                 len(files),
                 sorted(note.batches) or "none",
             )
-            return
-        raise HourCommitConflictError(
-            f"{self.layout.table} hour {hour.key} v{version}: {COMMIT_ATTEMPTS} Iceberg commits lost races with "
-            "other writers of the table or got no answer from its catalog; none is in the table: retry the task"
-        )
+            return True
+
+        self._until_landed(f"hour {hour.key} v{version}", commit)
 
     def _version_dir(self, leaf: Path) -> str:
         relative = self.layout.relative(leaf)
