@@ -11,9 +11,19 @@ from typing import Any
 
 import pytest
 
+from tidemark.hourcommit.iceberg import IcebergPublication
 from tidemark.jobs import python_launch
-from tidemark.lazy_session import LazySession, session_conf_value, spark_context, spark_started
+from tidemark.lazy_session import (
+    LazySession,
+    imports_pyspark,
+    session_conf_value,
+    spark_context,
+    spark_started,
+)
 from tidemark.schema import arrow_schema_of
+from tidemark.seal.metastore import HiveClientMetastore
+from tidemark.seal.quality import warm_gx
+from tidemark.seal.thrift_metastore import ThriftMetastore
 
 pytestmark = pytest.mark.unit
 
@@ -194,3 +204,14 @@ def test_code_without_a_handle_starts_the_running_jobs_session_and_only_while_it
         assert len(builds) == 1
     spark_context()
     assert len(builds) == 1
+
+
+def test_only_warm_ups_marked_as_such_are_taken_to_never_import_pyspark() -> None:
+    """The seal imports pyspark before its warm-up threads unless every one is marked: a
+    metastore service's Thrift connection and an Iceberg table's pyiceberg load are; the
+    Hive client's start, GX's import and any other callable are not."""
+    assert not imports_pyspark(ThriftMetastore.connect)
+    assert not imports_pyspark(IcebergPublication._warm_up)
+    assert imports_pyspark(HiveClientMetastore.connect)
+    assert imports_pyspark(warm_gx)
+    assert imports_pyspark(lambda: None)
