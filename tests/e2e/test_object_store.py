@@ -73,6 +73,7 @@ def late_round(broker: str, topic: str, minute: int) -> list[Any]:
     return produce(broker, topic, records(late + later, prefix="late"))
 
 
+@HEAVY  # 8-10 min with the cluster's start on a slow sitting of 2 cores: the default 600 s failed it
 def test_dump_seal_and_replay_on_s3_on_a_cluster_are_exact_where_the_metastore_points(
     broker: str, cluster: Settings, lake: str, tmp_path: Path
 ) -> None:
