@@ -85,9 +85,19 @@ def landed(
 
 
 def read_columns(store: Store, relative: str, columns: list[str]) -> Any:
-    """Some columns of one Parquet file of a store."""
+    """Some columns of one Parquet file of a store; INT96 instants (a Hive table's files, its
+    batch files too) read back as the UTC instants they are."""
+    import pyarrow as pa
+
     with store.fs.open_input_file(store.path(relative)) as handle:
-        return pq.read_table(handle, columns=columns)
+        file = pq.ParquetFile(handle, coerce_int96_timestamp_unit="us")
+        schema = file.schema
+        int96 = {
+            schema.column(i).name for i in range(len(schema)) if schema.column(i).physical_type == "INT96"
+        }
+        table = file.read(columns=columns)
+    fields = [pa.field(f.name, pa.timestamp("us", tz="UTC")) if f.name in int96 else f for f in table.schema]
+    return table.cast(pa.schema(fields))
 
 
 def read_pairs(store: Store, relative: str, first: str, second: str) -> Counter[tuple[int, int]]:
