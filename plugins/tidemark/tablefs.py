@@ -246,24 +246,24 @@ class Store:
 
     def link(self, source: str, target: str) -> None:
         """``target`` made the very file ``source`` is, without rewriting it: a hard link on a
-        local filesystem (a copy across devices), a server-side copy on an object store (and
-        a copy on any other). Both warehouse-relative; whatever a crashed attempt left at
-        ``target`` is replaced."""
+        local filesystem, else :meth:`copy` (a server-side copy on an object store; a copy across
+        devices). Both warehouse-relative; whatever a crashed attempt left at ``target`` is
+        replaced."""
         import pyarrow.fs as pafs
 
-        source_path, target_path = self.path(source), self.path(target)
-        self.make_parent(target_path)
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            aside = f"{target_path}.{uuid.uuid4().hex}.tmp"
-            try:
-                os.link(source_path, aside)
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                    raise
-                self.fs.copy_file(source_path, aside)
-            os.replace(aside, target_path)
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            self.copy(source, target)
             return
-        self.fs.copy_file(source_path, target_path)
+        target_path = self.path(target)
+        self.make_parent(target_path)
+        aside = f"{target_path}.{uuid.uuid4().hex}.tmp"
+        try:
+            os.link(self.path(source), aside)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                raise
+            self.fs.copy_file(self.path(source), aside)
+        os.replace(aside, target_path)
 
     def write_json(self, relative: str, payload: Any) -> None:
         data = json.dumps(payload).encode()

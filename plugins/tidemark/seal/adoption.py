@@ -15,7 +15,7 @@ the hour's default checks are judged by pyarrow over the check columns alone."""
 
 from __future__ import annotations
 
-import logging
+import functools
 from typing import TYPE_CHECKING
 
 from tidemark.tableformat import TableFormat
@@ -24,8 +24,6 @@ from tidemark.tablefs import Store
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-log = logging.getLogger(__name__)
 
 # A batch file between these shares of the target size is "near" it: an hour of small files
 # is always compacted (at most twice as many files as a rewrite would make), and a file well
@@ -64,9 +62,11 @@ def adoptable_rows(
     return rows
 
 
+@functools.cache
 def _reference_schema(schema: pa.Schema, fmt: TableFormat) -> pq.ParquetSchema:
     """The Parquet schema the seal's writer gives a file of ``schema`` (an empty one, in
-    memory): physical types (INT96 or INT64), logical types and repetition."""
+    memory, once per schema and format: a seal asks for every due hour): physical types (INT96
+    or INT64), logical types and repetition."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
