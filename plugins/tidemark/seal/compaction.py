@@ -161,7 +161,6 @@ class Compactor:
             layout.relative(draft.directory),
             hour.start,
             hour.end,
-            sum(sizes),
             sizes,
         )
 

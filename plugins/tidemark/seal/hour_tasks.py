@@ -53,8 +53,12 @@ class HourTask:
     directory: str
     start: datetime
     end: datetime
-    size: int = 0  # bytes of the batch files
-    sizes: tuple[int, ...] = ()  # of each batch file
+    sizes: tuple[int, ...] = ()  # bytes of each batch file
+
+    @property
+    def size(self) -> int:
+        """Bytes of the batch files."""
+        return sum(self.sizes)
 
 
 @dataclass(frozen=True)
