@@ -21,6 +21,7 @@ changes.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import multiprocessing
 import os
@@ -64,16 +65,38 @@ def map_slices(
     """``task`` over ``items`` cut into ``slices`` contiguous slices (as Spark's
     ``parallelize`` cuts them), each in a forked process; every slice's results in order."""
     cuts = [items[len(items) * i // slices : len(items) * (i + 1) // slices] for i in range(slices)]
-    cuts = [cut for cut in cuts if cut]
+    cuts = [list(cut) for cut in cuts if cut]
     if not cuts:
         return []
     log.info("%s tasks run in processes forked from the driver (no Spark: a local master)", len(cuts))
+    results = map_forked(functools.partial(_slice_results, task), cuts, len(cuts))
+    return [result for slice_results in results for result in slice_results]
+
+
+def map_forked(
+    func: Callable[[Any], Any],
+    items: Sequence[Any],
+    processes: int,
+    *,
+    meanwhile: Callable[[], object] | None = None,
+) -> list[Any]:
+    """``func`` of each item, in ``processes`` processes forked from the driver (an idle one
+    takes the next item); the results in order. ``meanwhile`` runs in the driver once every
+    process is forked and working: the driver's own work then overlaps the tasks' on another
+    core, with no GIL between them, and no thread it starts was alive at the fork (a fork
+    while another thread imports a module can leave that module's lock held in the child)."""
+    if not items:
+        if meanwhile is not None:
+            meanwhile()
+        return []
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(
-        len(cuts), mp_context=context, initializer=_die_with_driver, initargs=(os.getpid(),)
+        min(processes, len(items)), mp_context=context, initializer=_die_with_driver, initargs=(os.getpid(),)
     ) as pool:
-        futures = [pool.submit(_run_slice, task, list(cut)) for cut in cuts]
-        return [result for future in futures for result in future.result()]
+        futures = [pool.submit(_run_task, func, item) for item in items]  # forks them all first
+        if meanwhile is not None:
+            meanwhile()
+        return [future.result() for future in futures]
 
 
 def _die_with_driver(driver: int) -> None:
@@ -86,9 +109,13 @@ def _die_with_driver(driver: int) -> None:
         os._exit(1)
 
 
-def _run_slice(task: Callable[[Iterator[Any]], Iterable[Any]], items: list[Any]) -> list[Any]:
+def _slice_results(task: Callable[[Iterator[Any]], Iterable[Any]], items: list[Any]) -> list[Any]:
+    return list(task(iter(items)))
+
+
+def _run_task(func: Callable[[Any], Any], item: Any) -> Any:
     try:
-        return list(task(iter(items)))
+        return func(item)
     except Exception as exc:
         try:
             pickle.loads(pickle.dumps(exc))

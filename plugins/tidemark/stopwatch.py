@@ -64,14 +64,15 @@ def _tree(root: psutil.Process) -> list[psutil.Process]:
 
 def tree_cpu_seconds() -> float:
     """CPU seconds spent so far by the job's process tree: its driver and every live process
-    below it (a worker that exited took its seconds along)."""
+    below it, with what each has reaped of its own children (a forked compaction that ended
+    is its parent's now, not gone)."""
     import psutil  # noqa: PLC0415
 
     total = 0.0
     for process in _tree(_root()):
         with contextlib.suppress(psutil.Error):  # gone between the listing and the read
             times = process.cpu_times()
-            total += times.user + times.system
+            total += times.user + times.system + times.children_user + times.children_system
     return total
 
 

@@ -24,6 +24,7 @@ from tests.helpers.jobs import seal_killed_at
 from tests.helpers.tables import at, fresh_table, landed, registered
 from tidemark.errors import QualityGateError, TidemarkError
 from tidemark.ingest.dump import run_dump
+from tidemark.lazy_session import LazySession
 from tidemark.seal import hour_tasks
 from tidemark.seal.hourfiles import HourFiles
 from tidemark.seal.sealing import run_release, run_seal
@@ -47,14 +48,16 @@ def hours_of(spark: Any, table: str) -> dict[str, list[tuple[Any, ...]]]:
     return found
 
 
-@pytest.mark.parametrize("where", ["driver", "driver threads", "spark job"])
+@pytest.mark.parametrize("where", ["forked processes", "driver", "driver threads", "spark job"])
 def test_due_hours_are_compacted_together_and_read_back_exactly(
     where: str, spark: Any, broker: str, settings: Settings, tmp_path: Path, caplog: Any, monkeypatch: Any
 ) -> None:
-    """Small hours are compacted in the driver; past ``IN_DRIVER_BYTES``, by threads of the
+    """On a local master whose session has not started (the seal's lazy one), the due hours
+    are compacted in processes forked from the driver, the seal's warm-ups beside them; with
+    a started session, small hours in the driver, past ``IN_DRIVER_BYTES`` by threads of the
     driver on a local master, by one Spark job on a cluster (both forced here): the same files
     every way."""
-    if where != "driver":
+    if where in ("driver threads", "spark job"):
         monkeypatch.setattr(hour_tasks, "IN_DRIVER_BYTES", 0)
     if where == "spark job":
         monkeypatch.setattr(hour_tasks, "executors_share_the_driver", lambda context: False)
@@ -68,8 +71,10 @@ def test_due_hours_are_compacted_together_and_read_back_exactly(
         + records([(0, at(13)), (1, at(13))], prefix="edge"),
     )
     run_dump(spark, config, settings, "run-1", at(13, 30))
+    # the seal's own session: lazy on local[2], started (as this one) when registering asks
+    lazy: Any = LazySession("seal", lambda: spark, {"spark.master": "local[2]"})
     with caplog.at_level(logging.INFO, logger="tidemark.seal"):
-        result = run_seal(spark, config, settings, "run-1")
+        result = run_seal(lazy if where == "forked processes" else spark, config, settings, "run-1")
     assert result.sealed == [f"2026-11-22T{h}" for h in ("09", "10", "11")]  # ready 12:50
     shared = [
         r.getMessage() for r in caplog.records if "compact" in r.getMessage() and "hours" in r.getMessage()
@@ -79,6 +84,7 @@ def test_due_hours_are_compacted_together_and_read_back_exactly(
         == f"{config.table}: compacting 3 hours together (2026-11-22T09, 2026-11-22T10, 2026-11-22T11)"
     )
     ending = {
+        "forked processes": "compacted in 2 process(es) forked from the driver",
         "driver": "compacted in the driver (1 thread(s))",
         "driver threads": "compacted in the driver (2 thread(s))",
         "spark job": "compacted by one Spark job of 2 tasks",

@@ -5,10 +5,12 @@ The dump's real runs through it are the e2e tests' (test_dump_faults, chaos)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.driver_tasks import DriverTaskError, local_cores, map_slices
+from tidemark.driver_tasks import DriverTaskError, local_cores, map_forked, map_slices
 from tidemark.lazy_session import LazySession
 
 pytestmark = pytest.mark.unit
@@ -99,6 +101,41 @@ def test_a_failed_task_fails_the_job_with_its_error_or_its_text() -> None:
     assert "fails_unpicklably" in str(error.value)  # the task's traceback comes along
     with pytest.raises(BrokenProcessPool):
         map_slices(dies, [1, 2], 2)
+
+
+def waits_for_the_driver(marker: str) -> int:
+    """A task that finishes only once the driver's ``meanwhile`` has run: it ran beside it."""
+    deadline = time.monotonic() + 30
+    while not Path(marker).exists():
+        assert time.monotonic() < deadline, "meanwhile never ran while the tasks did"
+        time.sleep(0.01)
+    return os.getpid()
+
+
+def test_the_driver_works_beside_forked_tasks_once_every_process_is_forked(tmp_path: Path) -> None:
+    """``meanwhile`` runs once in the driver while the tasks run (here they cannot end before
+    it), the processes forked before it starts its threads (a warm-up's import)."""
+    markers = [str(tmp_path / f"go-{i}") for i in range(3)]
+    calls: list[int] = []
+
+    def meanwhile() -> None:
+        calls.append(len(multiprocessing.active_children()))  # forked already
+        threading.Thread(target=time.sleep, args=(0.2,), name="warm-up").start()
+        for marker in markers:
+            Path(marker).write_text("")
+
+    pids = map_forked(waits_for_the_driver, markers, 2, meanwhile=meanwhile)
+    assert calls == [2] and os.getpid() not in pids and 1 <= len(set(pids)) <= 2
+    assert map_forked(waits_for_the_driver, [], 2, meanwhile=meanwhile) == [] and calls == [2, 0]
+
+
+def test_a_forked_task_s_error_reaches_the_driver() -> None:
+    with pytest.raises(DriverTaskError, match=r"Unpicklable: events: offsets \[0, 10\) are gone"):
+        map_forked(lambda_free_failure, [1], 1)
+
+
+def lambda_free_failure(item: int) -> None:
+    raise Unpicklable("events", offsets="[0, 10)")
 
 
 DRIVER = """

@@ -12,6 +12,7 @@ wrote, or compacting it alone with Spark (an hour of several files, a stale mark
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,11 +49,14 @@ class Compactor:
         self._defaults: dict[str, list[CheckResult]] = {}
 
     # -- every due hour that fits one file, together -------------------------------------
-    def prepare(self, hours: list[Hour], state: LogState) -> int:
+    def prepare(
+        self, hours: list[Hour], state: LogState, meanwhile: Callable[[], object] = lambda: None
+    ) -> int:
         """Take the due hours not compacted yet: as they are where their batch files are
         already what the seal would write (``adoption``), else those that fit one file
         together (by pyarrow, in the driver or one Spark job: ``hour_tasks.compact_hours``),
-        with their default checks; returns how many."""
+        with their default checks; returns how many. ``meanwhile`` (the seal's warm-ups) runs
+        once, beside the compaction where it runs in forked processes."""
         tasks, adopted, targets = [], [], {}
         for hour in hours:
             expected = state.rows_per_hour.get(hour.path, 0)
@@ -67,10 +71,17 @@ class Compactor:
                 tasks.append(task)
             else:  # several files' worth: compacted alone, by Spark, in its turn
                 del self._drafts[task.key]
-        if not tasks and not adopted:
-            return 0
-        written = {task.key: self._adopt(task, rows) for task, rows in adopted}
-        if tasks:
+        written: dict[str, HourWritten] = {}
+
+        def alongside() -> None:  # while the forked compaction runs, if it does
+            meanwhile()
+            written.update((task.key, self._adopt(task, rows)) for task, rows in adopted)
+
+        if not tasks:
+            alongside()
+            if not adopted:
+                return 0
+        else:
             log.info(
                 "%s: compacting %s hours together (%s)",
                 self.config.table,
@@ -78,7 +89,13 @@ class Compactor:
                 ", ".join(t.key for t in tasks),
             )
             written.update(
-                compact_hours(self.spark, self._writer(hours[0]), tasks, pandas_needed=needs_gx(self.config))
+                compact_hours(
+                    self.spark,
+                    self._writer(hours[0]),
+                    tasks,
+                    pandas_needed=needs_gx(self.config),
+                    meanwhile=alongside,
+                )
             )
         crash_point("mid_compaction")
         for task in [*(t for t, _ in adopted), *tasks]:

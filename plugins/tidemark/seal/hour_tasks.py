@@ -6,10 +6,14 @@ Why: an hour sealed on its own paid two Spark jobs (the compaction, then the che
 aggregation) plus the rows' trip through the JVM both ways; the floor (one pyarrow process
 reading, writing and checking an hour) is several times faster. Here an hour's rows never
 leave the Python process that reads them, and every due hour of a run is compacted together.
-Up to ``IN_DRIVER_BYTES`` of batch files, or on a ``local`` master at any size (the executors
-share the driver's machine), the driver does it (a Spark job would first start its Python
-workers: ~1.5 s here); above, on a cluster, one Spark job of as many tasks as there are cores,
-each taking its share of the hours in turn (a Python task costs ~0.1 s to start here).
+On a ``local`` master whose session has not started (the seal's lazy one: the default), the
+hours are compacted in processes forked from the driver, one per core, while the driver pays
+its own fixed costs beside them (the seal's warm-ups: pyiceberg's import, the metastore's
+connection), with no GIL between the two. With a started session, up to ``IN_DRIVER_BYTES`` of
+batch files, or on a ``local`` master at any size (the executors share the driver's machine),
+the driver does it in threads (a Spark job would first start its Python workers: ~1.5 s
+here); above, on a cluster, one Spark job of as many tasks as there are cores, each taking
+its share of the hours in turn (a Python task costs ~0.1 s to start here).
 
 Only hours written as one file take this path (their batch files total at most
 ``output.target_file_size``: most hours of most tables); a bigger hour is spread over
@@ -23,13 +27,14 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tidemark.arrowfiles import PartitionedFiles, conform, path_values
-from tidemark.driver_tasks import local_cores
+from tidemark.driver_tasks import local_cores, map_forked
 from tidemark.seal.checks import ArrowChecks, ArrowSummary
 from tidemark.tableformat import TableFormat, arrow_batches, format_of
 from tidemark.tablefs import Store
@@ -147,32 +152,48 @@ IN_DRIVER_BYTES = 64 * 1024 * 1024
 
 
 def compact_hours(
-    spark: SparkSession, writer: HourWriter, tasks: list[HourTask], *, pandas_needed: bool = True
+    spark: SparkSession,
+    writer: HourWriter,
+    tasks: list[HourTask],
+    *,
+    pandas_needed: bool = True,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> dict[str, HourWritten]:
-    """Every hour of ``tasks`` compacted: in this process when they are small together
-    (``IN_DRIVER_BYTES``: one thread, or one per core of a local master) or the executors run
-    on this machine anyway (a ``local`` master: one thread per core, pyarrow releases the GIL,
-    and no Python worker is started), else in
-    one Spark job, the hours spread over as many Spark tasks as the application has cores.
-    In this process, as in a task, pyarrow runs without its pandas import (~0.25 s) unless
-    something else in the job needs pandas (``pandas_needed``: Great Expectations)."""
+    """Every hour of ``tasks`` compacted: on a ``local`` master whose session has not started,
+    in processes forked from the driver (one per core: no GIL between them, nor with the
+    driver, which runs ``meanwhile`` beside them: the seal's warm-ups, pyiceberg's import);
+    in this process when they are small together (``IN_DRIVER_BYTES``) or a started session's
+    executors run on this machine anyway (one thread per core: pyarrow releases the GIL, and
+    no Python worker is started); else in one Spark job, the hours spread over as many Spark
+    tasks as the application has cores. Wherever it runs, pyarrow runs without its pandas
+    import (~0.25 s) unless something else in the job needs pandas (``pandas_needed``: Great
+    Expectations). ``meanwhile`` runs once in every case."""
     if not tasks:
+        meanwhile()
         return {}
     size = sum(t.size for t in tasks)
+    compact = writer.compact_alone if pandas_needed else functools.partial(_compact_task, writer)
     # a lazy session (the seal's) on a local master says its cores without starting; small
     # hours never ask a session anything
     cores = local_cores(spark)
-    if size <= IN_DRIVER_BYTES or cores is not None or executors_share_the_driver(spark.sparkContext):
-        if cores is None:
-            cores = 1 if size <= IN_DRIVER_BYTES else spark.sparkContext.defaultParallelism
-        threads = min(len(tasks), cores)
+    if cores is not None:
+        processes = min(len(tasks), cores)
+        log.info(
+            "%s hours (%s bytes of batch files) compacted in %s process(es) forked from the driver",
+            len(tasks),
+            size,
+            processes,
+        )
+        return {w.key: w for w in map_forked(compact, tasks, processes, meanwhile=meanwhile)}
+    meanwhile()
+    if size <= IN_DRIVER_BYTES or executors_share_the_driver(spark.sparkContext):
+        threads = min(len(tasks), 1 if size <= IN_DRIVER_BYTES else spark.sparkContext.defaultParallelism)
         log.info(
             "%s hours (%s bytes of batch files) compacted in the driver (%s thread(s))",
             len(tasks),
             size,
             threads,
         )
-        compact = writer.compact_alone if pandas_needed else functools.partial(_compact_task, writer)
         if threads == 1:
             return {t.key: compact(t) for t in tasks}
         with ThreadPoolExecutor(threads, thread_name_prefix="compact") as pool:

@@ -28,6 +28,7 @@ from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.layout import batch_through, data_docs_dir, write_success
 from tidemark.table import Table
 from tidemark.tableformat import table_format
+from tidemark.task_runtime import task_body
 from tidemark.time.hours import Hour
 
 if TYPE_CHECKING:
@@ -83,6 +84,8 @@ class HourFiles:
         # again through Spark). The compaction in the driver imports no pyspark (arrowfiles).
         if any(imports_pyspark(task) for task in work):
             importlib.import_module("pyspark.sql")
+        if not needs_gx(self.config):  # nothing of the seal's needs pandas: pyarrow's import of it is spared
+            work = [task_body(task) for task in work]
         for task in work:
             threading.Thread(
                 target=_quietly, args=(task,), name=f"warm-up-{getattr(task, '__name__', task)}", daemon=True

@@ -131,9 +131,8 @@ class Sealer:
             result.status = "no_ready_time"
             result.message = "no global ready time yet (see tidemark status --hour)"
         if any(state.rows_per_hour.get(h.path, 0) for h in hours):
-            self.files.warm_up()
             with self.watch.phase("compact"):  # the due hours that fit a file: one job
-                self.compactor.prepare(hours, state)
+                self.compactor.prepare(hours, state, meanwhile=self.files.warm_up)
         for hour in hours:
             hour_watch = Stopwatch()
             try:
