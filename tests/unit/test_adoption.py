@@ -97,3 +97,13 @@ def test_adopted_files_are_the_same_files_under_sealed_names(tmp_path: Path) -> 
         "part-00000.parquet",
         "part-00001.parquet",
     ]
+
+
+@pytest.mark.parametrize("compression", ["snappy", "zstd", "lz4", "gzip", "none"])
+def test_every_parquet_compression_adopts_its_own_files(tmp_path: Path, compression: str) -> None:
+    """The footer's codec label for each ``output.compression`` (``none``: UNCOMPRESSED) is
+    the one the seal's writer gives, so no codec is rewritten for its label alone."""
+    store = Store.of(str(tmp_path))
+    fmt = TableFormat("parquet", compression, int96=True)
+    _write(store, "batch.parquet", 300, fmt)
+    assert _rows(store, ["batch.parquet"], fmt=fmt) == [300]

@@ -65,13 +65,14 @@ class HourFiles:
         )
 
     def warm_up(self) -> None:
-        """Pay the fixed costs of the first hour while Spark compacts it: the Hive client's
-        start (Derby's boot or the metastore connection, ~3 s) and Great Expectations' import
-        (~4 s, only for a table with its own expectations: the Data Docs pages are rendered
-        later). Each runs in a daemon thread, and the compaction's
-        work is the JVM's, so they overlap; a failure there is left for the real call to
-        raise, with its own message (imports and the Hive client are safe to start from two
-        threads: the second waits for the first)."""
+        """Pay the fixed costs of the first hour while the due hours are compacted (in
+        processes forked from the driver, or by Spark): the publication's (pyiceberg's import
+        and the table's load, a metastore service's connection, the Hive client's start) and
+        Great Expectations' import (~4 s, only for a table with its own expectations: the Data
+        Docs pages are rendered later). Each runs in a daemon thread, started after any fork
+        (``Compactor.prepare``), without pandas where nothing needs it; a failure there is
+        left for the real call to raise, with its own message (imports and the Hive client
+        are safe to start from two threads: the second waits for the first)."""
         work = self.publication.warm_ups(self.metastore)
         if needs_gx(self.config):
             work.append(warm_gx)
