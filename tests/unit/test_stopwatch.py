@@ -41,3 +41,19 @@ def test_the_tree_holds_every_descendant_and_counts_their_cpu() -> None:
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+
+
+def test_a_phase_counts_the_cpu_of_a_child_that_ended_within_it() -> None:
+    """A forked compaction that ended before its phase did is counted (what its parent
+    reaped), not lost with the process."""
+    watch = stopwatch.Stopwatch(cpu=True)
+    with watch.phase("compact"):
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass",
+            ],
+            check=True,
+        )
+    assert watch.cpu["compact"] >= 0.35
