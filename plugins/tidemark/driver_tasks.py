@@ -79,24 +79,35 @@ def map_forked(
     processes: int,
     *,
     meanwhile: Callable[[], object] | None = None,
+    setup: Callable[[], object] | None = None,
 ) -> list[Any]:
     """``func`` of each item, in ``processes`` processes forked from the driver (an idle one
     takes the next item); the results in order. ``meanwhile`` runs in the driver once every
     process is forked and working: the driver's own work then overlaps the tasks' on another
     core, with no GIL between them, and no thread it starts was alive at the fork (a fork
-    while another thread imports a module can leave that module's lock held in the child)."""
+    while another thread imports a module can leave that module's lock held in the child).
+    ``setup`` runs first in each process."""
     if not items:
         if meanwhile is not None:
             meanwhile()
         return []
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(
-        min(processes, len(items)), mp_context=context, initializer=_die_with_driver, initargs=(os.getpid(),)
+        min(processes, len(items)),
+        mp_context=context,
+        initializer=_start_task_process,
+        initargs=(os.getpid(), setup),
     ) as pool:
         futures = [pool.submit(_run_task, func, item) for item in items]  # forks them all first
         if meanwhile is not None:
             meanwhile()
         return [future.result() for future in futures]
+
+
+def _start_task_process(driver: int, setup: Callable[[], object] | None) -> None:
+    _die_with_driver(driver)
+    if setup is not None:
+        setup()
 
 
 def _die_with_driver(driver: int) -> None:

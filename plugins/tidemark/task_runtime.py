@@ -69,3 +69,18 @@ def task_body(func: Callable[P, R]) -> Callable[P, R]:
             return func(*args, **kwargs)
 
     return call
+
+
+def jemalloc_in_a_fresh_process() -> None:
+    """pyarrow's jemalloc pool for a process forked to run tasks, where the build has it.
+    Why: its default here (mimalloc) pays more for a fresh process's first hundreds of MB. The
+    first compaction of an hour (984K rows) in a new process took 1.34-1.47 s on mimalloc
+    against 1.01-1.13 s on jemalloc, the second 0.7-0.8 s on either (docs/benchmarks.md,
+    session 45). Set before the process allocates anything; a build without jemalloc keeps its
+    default."""
+    import pyarrow as pa
+
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except NotImplementedError:  # no jemalloc in this build (Windows)
+        return

@@ -20,6 +20,7 @@ import pytest
 
 from tidemark.driver_tasks import DriverTaskError, local_cores, map_forked, map_slices
 from tidemark.lazy_session import LazySession
+from tidemark.task_runtime import jemalloc_in_a_fresh_process
 
 pytestmark = pytest.mark.unit
 
@@ -127,6 +128,23 @@ def test_the_driver_works_beside_forked_tasks_once_every_process_is_forked(tmp_p
     pids = map_forked(waits_for_the_driver, markers, 2, meanwhile=meanwhile)
     assert calls == [2] and os.getpid() not in pids and 1 <= len(set(pids)) <= 2
     assert map_forked(waits_for_the_driver, [], 2, meanwhile=meanwhile) == [] and calls == [2, 0]
+
+
+def memory_pool(_: int) -> str:
+    import pyarrow as pa
+
+    return str(pa.default_memory_pool().backend_name)
+
+
+def test_each_forked_process_is_set_up_first_and_the_driver_keeps_its_own() -> None:
+    """The seal's compaction processes take pyarrow's jemalloc pool (``setup``: this build
+    has it); the driver's pool is not touched."""
+    import pyarrow as pa
+
+    mine = pa.default_memory_pool().backend_name
+    assert map_forked(memory_pool, [1, 2, 3], 2, setup=jemalloc_in_a_fresh_process) == ["jemalloc"] * 3
+    assert map_forked(memory_pool, [1], 1) == [mine]  # no setup: the driver's default
+    assert pa.default_memory_pool().backend_name == mine
 
 
 def test_a_forked_task_s_error_reaches_the_driver() -> None:

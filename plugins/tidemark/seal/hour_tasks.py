@@ -38,7 +38,7 @@ from tidemark.driver_tasks import local_cores, map_forked
 from tidemark.seal.checks import ArrowChecks, ArrowSummary
 from tidemark.tableformat import TableFormat, arrow_batches, format_of
 from tidemark.tablefs import Store
-from tidemark.task_runtime import arrow_without_pandas, task_body
+from tidemark.task_runtime import arrow_without_pandas, jemalloc_in_a_fresh_process, task_body
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -184,7 +184,10 @@ def compact_hours(
             size,
             processes,
         )
-        return {w.key: w for w in map_forked(compact, tasks, processes, meanwhile=meanwhile)}
+        written = map_forked(
+            compact, tasks, processes, meanwhile=meanwhile, setup=jemalloc_in_a_fresh_process
+        )
+        return {w.key: w for w in written}
     meanwhile()
     if size <= IN_DRIVER_BYTES or executors_share_the_driver(spark.sparkContext):
         threads = min(len(tasks), 1 if size <= IN_DRIVER_BYTES else spark.sparkContext.defaultParallelism)
