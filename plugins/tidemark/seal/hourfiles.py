@@ -74,7 +74,8 @@ class HourFiles:
         left for the real call to raise, with its own message (imports and the Hive client
         are safe to start from two threads: the second waits for the first)."""
         work = self.publication.warm_ups(self.metastore)
-        if needs_gx(self.config):
+        gx = needs_gx(self.config)
+        if gx:
             work.append(warm_gx)
         # pyspark imported here, before the threads, unless no warm-up can import it (a
         # metastore service's Thrift connection): a warm-up may import it (Iceberg's Java
@@ -85,7 +86,7 @@ class HourFiles:
         # again through Spark). The compaction in the driver imports no pyspark (arrowfiles).
         if any(imports_pyspark(task) for task in work):
             importlib.import_module("pyspark.sql")
-        if not needs_gx(self.config):  # nothing of the seal's needs pandas: pyarrow's import of it is spared
+        if not gx:  # without GX nothing of the seal's needs pandas: pyarrow's import of it is spared
             work = [task_body(task) for task in work]
         for task in work:
             threading.Thread(
