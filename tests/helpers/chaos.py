@@ -51,12 +51,15 @@ class JobClock:
         return self.lifetime(name), self.lines.get(name)
 
     def finish(self, settings: Settings, name: str, table: str, run_id: str, *extra: str) -> None:
+        """Run the job to its end; its life counts if it is the longest of its name so far (a
+        retry that only finishes a killed run's work, or a job with nothing left to do, is
+        short, and a kill aimed by it would miss the next job with real work)."""
         started = time.monotonic()
         proc = job(settings, name, table, run_id, *extra)
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, f"{name} {run_id} failed after chaos:\n{err[-4000:]}"
-        self.seconds[name] = time.monotonic() - started
-        self.lines[name] = progress_lines(err)
+        self.seconds[name] = max(time.monotonic() - started, self.seconds.get(name, 0.0))
+        self.lines[name] = max(progress_lines(err), self.lines.get(name, 0))
 
 
 class _LineCounter:
@@ -105,7 +108,7 @@ def killed_at_random(
         counter.wait_for(rng.randint(1, max(1, lines - 2)), proc)
         deadline = time.monotonic() + rng.uniform(0.0, 0.3)
     else:
-        deadline = time.monotonic() + rng.uniform(0.5, 0.85 * lifetime)
+        deadline = time.monotonic() + rng.uniform(min(0.5, 0.3 * lifetime), 0.85 * lifetime)
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)
     killed = proc.poll() is None
