@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.faults import crash_point
+from tidemark.fresh import sync_fresh
 from tidemark.hourcommit.base import Writer
 from tidemark.seal.thrift_metastore import open_metastore
 from tidemark.side_retention import SideRetention, delete_directories
@@ -126,6 +127,7 @@ def run_retention(
         result.files_deleted += side.files_deleted
         result.bytes_deleted += side.bytes_deleted
         if not dry_run:
+            sync_fresh(table, f"retention run {run_id}")  # the dropped hours leave the fresh read
             summary = {
                 "first_hour_kept": result.first_kept,
                 "hours_dropped_now": len(result.dropped),

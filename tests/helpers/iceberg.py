@@ -26,23 +26,39 @@ def _table(settings: Settings, table: str) -> Any:
     return open_catalog(settings).load_table(identifier(table))
 
 
-def pyiceberg_rows(settings: Settings, table: str, *, hour: str, column: str = "event_id") -> Rows:
-    """{(MQ partition, offset): column} of an hour (``hr``) of the table's current snapshot."""
-    frame = _table(settings, table).scan(row_filter=f"hr = '{hour}'").to_arrow()
-    keys = zip(frame["_mq_partition"].to_pylist(), frame["_mq_offset"].to_pylist(), strict=True)
+def pyiceberg_rows(
+    settings: Settings, table: str, *, hour: str | None, column: str = "event_id", branch: str | None = None
+) -> Rows:
+    """{(MQ partition, offset): column} of an hour (``hr``; None: every hour) of the table's
+    current snapshot, or of ``branch``'s head (``fresh``: the fresh read)."""
+    iceberg = _table(settings, table)
+    snapshot = iceberg.metadata.refs[branch].snapshot_id if branch else None
+    where = f"hr = '{hour}'" if hour else "true"
+    frame = iceberg.scan(row_filter=where, snapshot_id=snapshot).to_arrow()
+    keys = list(zip(frame["_mq_partition"].to_pylist(), frame["_mq_offset"].to_pylist(), strict=True))
+    assert len(keys) == len(set(keys)), f"a record read twice from {table} {branch or 'main'}"
     return dict(zip(keys, frame[column].to_pylist(), strict=True))
 
 
-def duckdb_rows(settings: Settings, table: str, *, hour: str, column: str = "event_id") -> Rows:
-    """The hour as DuckDB reads it: by name through a REST catalog, else from the table's
-    current metadata file (DuckDB reads no SQL catalog)."""
+def duckdb_rows(
+    settings: Settings, table: str, *, hour: str | None, column: str = "event_id", branch: str | None = None
+) -> Rows:
+    """The hour (None: every hour) as DuckDB reads it: by name through a REST catalog, else
+    from the table's current metadata file (DuckDB reads no SQL catalog); ``branch``: its
+    head's snapshot (DuckDB's ``version`` names a metadata version, not a branch)."""
     connection = duckdb_connection()
-    if isinstance(catalog_kind(settings), RestCatalogKind):
+    where = f"WHERE hr = '{hour}'" if hour else ""
+    if branch:
+        iceberg = _table(settings, table)
+        head = iceberg.metadata.refs[branch].snapshot_id
+        source = f"iceberg_scan('{iceberg.metadata_location}', snapshot_from_id => {head})"
+    elif isinstance(catalog_kind(settings), RestCatalogKind):
         source = f"{attach_rest_catalog(connection, settings)}.{identifier(table)}"
     else:
         source = f"iceberg_scan('{_table(settings, table).metadata_location}')"
-    found = connection.sql(f"SELECT _mq_partition, _mq_offset, {column} FROM {source} WHERE hr = '{hour}'")
-    return {(p, o): v for p, o, v in found.fetchall()}
+    found = connection.sql(f"SELECT _mq_partition, _mq_offset, {column} FROM {source} {where}").fetchall()
+    assert len(found) == len({(p, o) for p, o, _ in found}), f"a record read twice from {table} {branch}"
+    return {(p, o): v for p, o, v in found}
 
 
 SPARK_READER = """
@@ -54,15 +70,20 @@ from tidemark.spark import build_session
 
 settings = Settings.from_env()
 spark = build_session("iceberg-reader", settings, hive=False, extra_conf=spark_catalog_conf(settings))
-name, hour, column = sys.argv[1:4]
-rows = spark.sql(f"SELECT _mq_partition, _mq_offset, {column} FROM {name} WHERE hr = '{hour}'").collect()
+name, hour, column, branch = sys.argv[1:5]
+source = f"{name} VERSION AS OF '{branch}'" if branch else name
+where = f"WHERE hr = '{hour}'" if hour else ""
+rows = spark.sql(f"SELECT _mq_partition, _mq_offset, {column} FROM {source} {where}").collect()
 print(json.dumps([list(r) for r in rows]))
 """
 
 
-def spark_rows(settings: Settings, table: str, *, hour: str, column: str = "event_id") -> Rows:
-    """The hour read by Spark SQL by name (``iceberg.default.<table>``), in a process of its
-    own: Iceberg's runtime must be on the driver's class path from its start."""
+def spark_rows(
+    settings: Settings, table: str, *, hour: str | None, column: str = "event_id", branch: str = ""
+) -> Rows:
+    """The hour (None: every hour) read by Spark SQL by name (``iceberg.default.<table>``,
+    ``VERSION AS OF '<branch>'`` with one), in a process of its own: Iceberg's runtime must
+    be on the driver's class path from its start."""
     env = {
         **os.environ,
         "TIDEMARK_HOME": str(settings.home),
@@ -73,7 +94,7 @@ def spark_rows(settings: Settings, table: str, *, hour: str, column: str = "even
     }
     name = f"{settings.iceberg_catalog}.{identifier(table)}"
     done = subprocess.run(
-        [sys.executable, "-c", SPARK_READER, name, hour, column],
+        [sys.executable, "-c", SPARK_READER, name, hour or "", column, branch],
         env=env,
         capture_output=True,
         text=True,
@@ -85,11 +106,13 @@ def spark_rows(settings: Settings, table: str, *, hour: str, column: str = "even
 
 
 def snapshots_of(settings: Settings, table: str) -> list[dict[str, str]]:
-    """The summaries of the table's snapshots, oldest first (``operation`` included)."""
+    """The summaries of the table's ``main`` snapshots (not the fresh branch's), oldest first
+    (``operation`` included)."""
     snapshots = _table(settings, table).snapshots()
     return [
         {"operation": s.summary.operation.value, **s.summary.additional_properties}
         for s in sorted(snapshots, key=lambda s: s.sequence_number or 0)
+        if "tidemark.fresh-reason" not in s.summary.additional_properties
     ]
 
 

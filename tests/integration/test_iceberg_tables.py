@@ -267,7 +267,15 @@ def test_maintenance_expires_old_snapshots_and_their_metadata_never_the_current(
 
     time.sleep(2.5)
     dry = maintain(handle, far, dry_run=True)
-    assert len(dry.expired) == 2 and len(snapshots_of(settings, table)) == 3
+    iceberg = open_catalog(settings).load_table(identifier(table))
+    fresh = {
+        s.snapshot_id
+        for s in iceberg.snapshots()
+        if "tidemark.fresh-reason" in s.summary.additional_properties
+    }
+    # main's two older snapshots, and the fresh branch's but its head
+    assert len(set(dry.expired) - fresh) == 2 and len(snapshots_of(settings, table)) == 3
+    assert iceberg.metadata.refs["fresh"].snapshot_id not in dry.expired and fresh & set(dry.expired)
     done = maintain(handle, far)
     assert done.expired == dry.expired and done.deleted == dry.deleted  # what the dry run said
     assert done.deleted  # the manifest lists and manifests of the expired ones

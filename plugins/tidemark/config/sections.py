@@ -74,6 +74,9 @@ class OutputConfig(Section):
     # A replaced version stays readable this long for queries that listed it (an object store's
     # hour: processing time; a Delta/Iceberg snapshot's, a dropped hour's files: wall clock).
     version_retention: Duration = timedelta(hours=24)
+    # the fresh read beside the complete one (tidemark/fresh): an Iceberg table's branch
+    # ``fresh`` holds every committed batch as soon as it commits (a Hive table: none yet)
+    fresh: bool = True
 
     def files_for(self, size: int) -> int:
         """Files of about ``target_file_size`` for ``size`` bytes (at least one)."""

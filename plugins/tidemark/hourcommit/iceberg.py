@@ -151,10 +151,10 @@ class IcebergPublication(HourPublication):
                 self.commits.delete(iceberg, before, {"tidemark.retention": f"hours before {first_kept.key}"})
             return True
 
-        self._until_landed(f"dropping the hours before {first_kept.key}", drop)
+        self.until_landed(f"dropping the hours before {first_kept.key}", drop)
         return dropped
 
-    def _until_landed(self, what: str, step: Callable[[int], bool]) -> None:
+    def until_landed(self, what: str, step: Callable[[int], bool]) -> None:
         """``step(attempt)`` plans on the table's current snapshot and commits (True once there
         is nothing left to do); a commit that lost a race, or got no answer, is planned again,
         up to ``COMMIT_ATTEMPTS`` times, then ``HourCommitConflictError`` names ``what``."""
@@ -215,7 +215,7 @@ class IcebergPublication(HourPublication):
         summary = self._summary(hour, directory, version, through, note)
         added = [
             AddedFile(
-                spec, self._location(self.layout.warehouse / relative), read_footer(self.store, relative)
+                spec, self.file_location(self.layout.warehouse / relative), read_footer(self.store, relative)
             )
             for spec, relative in files
         ]
@@ -257,7 +257,7 @@ class IcebergPublication(HourPublication):
             )
             return True
 
-        self._until_landed(f"hour {hour.key} v{version}", commit)
+        self.until_landed(f"hour {hour.key} v{version}", commit)
 
     def _version_dir(self, leaf: Path) -> str:
         relative = self.layout.relative(leaf)
@@ -347,7 +347,7 @@ class IcebergPublication(HourPublication):
             self.identifier,
             schema,
             partitions,
-            self._location(self.layout.table_dir),
+            self.file_location(self.layout.table_dir),
             # a commit that lost a race is planned again here (the hour's files read anew
             # from the winner's snapshot), not replayed by the library's own retry
             {"format-version": "2", "commit.retry.num-retries": "0", f"{PREFIX}table": self.layout.table},
@@ -357,11 +357,11 @@ class IcebergPublication(HourPublication):
             self.layout.table,
             self.settings.iceberg_catalog,
             self.identifier,
-            self._location(self.layout.table_dir),
+            self.file_location(self.layout.table_dir),
         )
         return self.load()
 
-    def _location(self, path: Path) -> str:
+    def file_location(self, path: Path) -> str:
         """A warehouse path as the table's metadata names it: ``file://`` and the path as it is
         on local disk (not percent-encoded: readers take ``dt=...`` literally)."""
         return self.layout.location(path) if self.store.object_store else f"file://{path}"

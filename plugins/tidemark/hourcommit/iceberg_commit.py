@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from tidemark.tablefs import Store
 
 NAME_MAPPING = "schema.name-mapping.default"
+MAIN_BRANCH = "main"
 
 
 class LostRaceError(Exception):
@@ -93,8 +94,10 @@ class CatalogCommit:
         add: list[AddedFile],
         evolve_to: pa.Schema | None,
         summary: dict[str, str],
+        branch: str = MAIN_BRANCH,
     ) -> None:
-        """Replace ``remove`` (the hour's files in ``planned``) by ``add`` in one snapshot;
+        """Replace ``remove`` (the hour's files in ``planned``) by ``add`` in one snapshot on
+        ``branch`` (the fresh read's commits are on a branch of their own: ``fresh``);
         LostRaceError if the table changed since ``planned`` was loaded."""
         try:
             tx = planned.transaction()
@@ -104,7 +107,7 @@ class CatalogCommit:
             if evolve_to is not None or NAME_MAPPING not in tx.table_metadata.properties:
                 _map_names(tx)
             added = [_data_file(tx, file) for file in add]
-            with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
+            with tx.update_snapshot(snapshot_properties=summary, branch=branch).overwrite() as overwrite:
                 for data_file in remove:
                     overwrite.delete_data_file(data_file)
                 for data_file in added:

@@ -4,8 +4,8 @@ it): expire old snapshots, then delete the metadata files no kept snapshot needs
 - **Expire**: snapshots committed more than ``output.version_retention`` ago, by the run's
   data interval end and by the wall clock, whichever is earlier (a late or backfilled run
   expires less, never more; a query that planned on a snapshot in real time keeps it so
-  long). The current snapshot is never expired: the amend and rebuild paths read the hour's
-  current files, and those are the current snapshot's.
+  long). No branch's head is expired: not ``main``'s current snapshot (the amend and rebuild
+  paths read the hour's current files, and those are its), nor the fresh read's (``fresh``).
 - **Orphan metadata**: manifest lists, manifests and metadata files under ``metadata/`` that
   no kept snapshot and no logged metadata version references, older than the retention
   (a commit in flight has written files it does not reference yet: they are minutes old).
@@ -41,10 +41,13 @@ def expire(publication: IcebergPublication, cutoff: datetime, *, dry_run: bool =
     if iceberg is None:
         log.info("%s: no Iceberg table yet (no hour sealed): nothing to maintain", publication.table)
         return result
-    current = iceberg.current_snapshot()
+    # never a branch's head: main's current snapshot, the fresh read's (``fresh``)
+    heads = {ref.snapshot_id for ref in iceberg.metadata.refs.values()}
     cutoff_ms = int(cutoff.timestamp() * 1000)
     result.expired = [
-        s.snapshot_id for s in iceberg.snapshots() if s.timestamp_ms < cutoff_ms and s != current
+        s.snapshot_id
+        for s in iceberg.snapshots()
+        if s.timestamp_ms < cutoff_ms and s.snapshot_id not in heads
     ]
     if result.expired and not dry_run:
         iceberg.maintenance.expire_snapshots().by_ids(result.expired).commit()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import DirtyRatioExceededError, LeaseLostError, OffsetsLostToRetentionError
 from tidemark.faults import crash_point
+from tidemark.fresh import sync_fresh
 from tidemark.ingest.batch_time import batch_watermarks
 from tidemark.ingest.counts import FoldedCounts
 from tidemark.ingest.group_offsets import record_group_commit
@@ -362,6 +363,7 @@ def run_dump(
         if done is not None:
             steps.confirm(done)
             record_group_commit(config, settings, kafka_conf, done)
+            sync_fresh(table, f"dump run {run_id}: batch {done.batch_id}, committed before")
             return _result(done, "already_committed")
         steps.roll_back()
         staged = steps.stage()
@@ -371,6 +373,8 @@ def run_dump(
         steps.finish(commit, staged)
     crash_point("before_group_commit")
     record_group_commit(config, settings, kafka_conf, commit)
+    with watch.phase("fresh"):
+        sync_fresh(table, f"dump run {run_id}: batch {commit.batch_id}")
     return replace(_result(commit, "committed"), timings=watch.rounded())
 
 

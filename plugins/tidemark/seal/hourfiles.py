@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
 from tidemark.faults import crash_point
+from tidemark.fresh import FreshGate
 from tidemark.hourcommit.base import Draft, HourNote, PublishedHour, Writer, Written
 from tidemark.ingest.columns import data_fields
 from tidemark.lazy_session import imports_pyspark
@@ -23,7 +24,7 @@ from tidemark.seal.checks import CheckResult
 from tidemark.seal.metastore import quote_identifier
 from tidemark.seal.quality import QualityOutcome, gate, needs_gx, warm_gx
 from tidemark.seal.thrift_metastore import open_metastore
-from tidemark.state.commitlog import CommitLog, LogState
+from tidemark.state.commitlog import CommittedFiles, LogState
 from tidemark.state.journal import EntryKind, JournalEntry, JournalState
 from tidemark.state.layout import batch_through, data_docs_dir, write_success
 from tidemark.table import Table
@@ -58,6 +59,7 @@ class HourFiles:
         self.history = self.state.schema_history
         self.commit_log = self.state.commit_log
         self._commits = CommittedFiles(self.commit_log)  # batch -> its commit record's files
+        self.gate = FreshGate(table)  # deletions of files the fresh read may still name
         # GX Data Docs need a local directory: kept beside the state when it is local
         state = table.settings.state_location
         self.docs_dir = (
@@ -257,19 +259,6 @@ class HourFiles:
     def mark_complete(self, target: Path, hour: Hour, rows: int, version: int) -> None:
         """``_SUCCESS`` in an hour's directory (or its version's, on an object store)."""
         write_success(self.layout.store, self.layout.relative(target), hour.key, rows, version)
-
-
-class CommittedFiles(dict[int, frozenset[str]]):
-    """The files each batch's commit record lists, read from the commit log when first asked."""
-
-    def __init__(self, commit_log: CommitLog) -> None:
-        super().__init__()
-        self.commit_log = commit_log
-
-    def __missing__(self, batch_id: int) -> frozenset[str]:
-        commit = self.commit_log.commit(batch_id)
-        self[batch_id] = found = frozenset(commit.files if commit else ())
-        return found
 
 
 def _quietly(task: Any) -> None:

@@ -111,7 +111,14 @@ class LateRows:
         return dict((read_json(self.registry_file(journal)) or {}).get("locations", {}))
 
     def _drop_folded(self, late_dir: Path, through: int) -> None:
-        """Delete the late files of batches <= ``through``: the hour's version holds their rows."""
+        """Delete the late files of batches <= ``through``: the hour's version holds their rows
+        (once the fresh read no longer names them: ``FreshGate``)."""
+        self.files.gate.delete(
+            f"the late files of batches <= {through} in {self.layout.relative(late_dir)}",
+            lambda: self._delete_folded(late_dir, through),
+        )
+
+    def _delete_folded(self, late_dir: Path, through: int) -> None:
         folded = self.files.batch_files(late_dir, through=through)
         if not folded:
             return

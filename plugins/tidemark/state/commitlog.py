@@ -252,3 +252,16 @@ def bound_topic_of(state_dir: Location | Path, table: str) -> str | None:
     """The topic ``table`` is bound to (``CommitLog.bound_topic``), for the config loaders
     below the table handle: which of two families' topics holds a table name."""
     return CommitLog(state_dir, table).bound_topic()
+
+
+class CommittedFiles(dict[int, frozenset[str]]):
+    """The files each batch's commit record lists, read from the commit log when first asked."""
+
+    def __init__(self, commit_log: CommitLog) -> None:
+        super().__init__()
+        self.commit_log = commit_log
+
+    def __missing__(self, batch_id: int) -> frozenset[str]:
+        commit = self.commit_log.commit(batch_id)
+        self[batch_id] = found = frozenset(commit.files if commit else ())
+        return found

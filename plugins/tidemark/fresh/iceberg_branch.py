@@ -1,0 +1,186 @@
+"""The fresh read of an Iceberg table: its branch ``fresh``.
+
+The branch holds what ``fresh.files`` says the fresh read holds: the published hours' files,
+which the ``main`` branch shares, plus every committed batch's files of the hours not sealed
+yet, plus (``late_policy: amend``) the late files not yet amended in. ``main`` changes only by
+complete hours, as before; readers pick a side by name: ``VERSION AS OF 'fresh'`` (Spark,
+Trino), ``table.refs()["fresh"]`` (pyiceberg), the branch head's snapshot id (DuckDB).
+
+A sync brings the branch to that set in one overwrite snapshot on the branch, whose summary
+names the batches it adds with their offsets, the commit log's last batch and the journal's
+last step it reflects. The branch head is loaded **first**, then the journal, the commit log
+and the files: the commit asserts the branch head it planned on (pyiceberg's
+``AssertRefSnapshotId``), so a sync planned on stale state loses the race and plans again,
+and a seal's sync (which comes before it deletes any batch file) can never be undone by an
+older view. A sync that finds the branch already there commits nothing: every job may sync,
+any number of times. Before the table's first hour is committed there is no table to branch:
+the fresh read starts with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tidemark.fresh.files import FreshFile, fresh_files
+from tidemark.hourcommit.iceberg_commit import AddedFile, read_footer
+from tidemark.hourcommit.iceberg_files import PREFIX, needs_evolution
+from tidemark.state.layout import batch_of_file
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table as IcebergTable
+
+    from tidemark.hourcommit.iceberg import IcebergPublication
+    from tidemark.table import Table
+
+log = logging.getLogger(__name__)
+
+BRANCH = "fresh"
+
+
+@dataclass
+class BranchSync:
+    """What one sync did: the files it added and removed, the batch and journal step the
+    branch reflects now, the snapshot it committed (None: it was there already)."""
+
+    table: str
+    through_batch: int = -1
+    journal_seq: int = -1
+    added: int = 0
+    removed: int = 0
+    snapshot_id: int | None = None
+    open_hours: list[str] = field(default_factory=list)
+
+
+class IcebergFreshBranch:
+    """The branch ``fresh`` of one Iceberg table (see the module)."""
+
+    name = f"branch {BRANCH}"
+
+    def __init__(self, table: Table, publication: IcebergPublication) -> None:
+        self.table = table
+        self.publication = publication
+
+    def sync(self, reason: str) -> BranchSync:
+        """Bring the branch to the fresh read of the table's state now (``reason``: the job
+        that asks, in the snapshot summary and the log)."""
+        done = BranchSync(self.table.name)
+
+        def step(attempt: int) -> bool:
+            iceberg = self.publication.load()
+            if iceberg is None or iceberg.current_snapshot() is None:
+                log.info("%s: no Iceberg snapshot yet (no hour committed): no fresh branch", self.table.name)
+                return True
+            head = iceberg.metadata.refs.get(BRANCH)
+            if head is None:
+                self._create_branch(iceberg)
+                return False  # planned again on the branch just made
+            return self._step(iceberg, head.snapshot_id, reason, done)
+
+        self.publication.until_landed(f"syncing the {BRANCH} branch ({reason})", step)
+        return done
+
+    def _create_branch(self, iceberg: IcebergTable) -> None:
+        """The branch, at ``main``'s current snapshot: the complete hours."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        current = iceberg.current_snapshot()
+        assert current is not None
+        try:
+            iceberg.manage_snapshots().create_branch(current.snapshot_id, BRANCH).commit()
+        except CommitFailedException as exc:  # another job made it first: plan again
+            log.info("%s: the %s branch was made by another job: %s", self.table.name, BRANCH, exc)
+            return
+        log.info(
+            "%s: created the %s branch of Iceberg table %s at snapshot %s",
+            self.table.name,
+            BRANCH,
+            self.publication.identifier,
+            current.snapshot_id,
+        )
+
+    def _step(self, iceberg: IcebergTable, head: int, reason: str, done: BranchSync) -> bool:
+        state = self.table.state.commit_log.state()
+        journal = self.table.state.journal.state()
+        wanted = fresh_files(self.table, state, journal)
+        have: dict[str, DataFile] = {
+            self.publication.relative_of(task.file.file_path): task.file
+            for task in iceberg.scan(snapshot_id=head).plan_files()
+        }
+        remove = [data_file for relative, data_file in have.items() if relative not in wanted]
+        new = [file for relative, file in sorted(wanted.items()) if relative not in have]
+        done.through_batch, done.journal_seq = state.last_committed, journal.last_seq
+        done.open_hours = sorted({f.hour.key for f in wanted.values() if not f.complete})
+        if not remove and not new:
+            log.info(
+                "%s: the %s branch holds every committed batch through %s already (%s)",
+                self.table.name,
+                BRANCH,
+                state.last_committed,
+                reason,
+            )
+            return True
+        added = self._added(iceberg, new)
+        newest = added[-1].footer.schema if added else None
+        self.publication.commits.commit(
+            iceberg,
+            remove=remove,
+            add=added,
+            evolve_to=newest if newest is not None and needs_evolution(iceberg, newest) else None,
+            summary=self._summary(new, state.last_committed, journal.last_seq, reason),
+            branch=BRANCH,
+        )
+        done.added, done.removed = len(new), len(remove)
+        landed = self.publication.load()
+        ref = landed.metadata.refs.get(BRANCH) if landed is not None else None
+        done.snapshot_id = ref.snapshot_id if ref is not None else None
+        log.info(
+            "%s: the %s branch now holds batches through %s and journal step %s: added %s files "
+            "(%s), removed %s (%s; open hours %s)",
+            self.table.name,
+            BRANCH,
+            state.last_committed,
+            journal.last_seq,
+            len(new),
+            ", ".join(sorted({f.kind for f in new})) or "none",
+            len(remove),
+            reason,
+            done.open_hours or "none",
+        )
+        return True
+
+    def _added(self, iceberg: IcebergTable, files: list[FreshFile]) -> list[AddedFile]:
+        """Each file as the commit adds it: its partition values, location and footer."""
+        schema, spec = iceberg.schema(), iceberg.spec()
+        columns = [schema.find_field(f.source_id).name for f in spec.fields]
+        store, warehouse = self.publication.store, self.table.layout.warehouse
+        return [
+            AddedFile(
+                file.partition_values(columns),
+                self.publication.file_location(warehouse / file.relative),
+                read_footer(store, file.relative),
+            )
+            for file in files
+        ]
+
+    def _summary(self, new: list[FreshFile], through: int, journal_seq: int, reason: str) -> dict[str, str]:
+        """The batches this snapshot adds, with their offsets (from their commit records),
+        and the state it reflects."""
+        log_ = self.table.state.commit_log
+        batches: dict[str, dict[str, list[int]]] = {}
+        for batch in sorted(
+            {b for f in new if (b := batch_of_file(f.relative.rsplit("/", 1)[-1])) is not None}
+        ):
+            commit = log_.commit(batch)
+            if commit is not None:
+                batches[str(batch)] = {str(r.mq_partition): [r.start, r.end] for r in commit.ranges}
+        summary = {
+            "fresh-through-batch": str(through),
+            "fresh-journal-seq": str(journal_seq),
+            "fresh-reason": reason,
+            "batches": json.dumps(batches),
+        }
+        return {f"{PREFIX}{k}": v for k, v in summary.items()}

@@ -1,0 +1,88 @@
+"""The fresh read of an Iceberg table, its branch ``fresh``: every committed batch on it as
+soon as its dump commits, each record once, through seals, late rows amended in and the
+snapshots' expiry; ``main`` changes only by complete hours; pyiceberg, DuckDB and Spark read
+the branch by name."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.iceberg import duckdb_rows, iceberg_table, pyiceberg_rows, spark_rows
+from tests.helpers.tables import at
+from tidemark.iceberg_catalog import identifier, open_catalog
+from tidemark.ingest.dump import run_dump
+from tidemark.seal.sealing import run_seal
+from tidemark.settings import Settings
+from tidemark.table import Table
+from tidemark_dev.generator import produce, records
+
+pytestmark = pytest.mark.integration
+
+
+def _ids(sent: list[tuple[int, int, Any]]) -> dict[tuple[int, int], str]:
+    return {(p, o): json.loads(m.value or b"{}")["event_id"] for p, o, m in sent}
+
+
+def _fresh_summaries(settings: Settings, table: str) -> list[dict[str, str]]:
+    """The summaries of the snapshots on the fresh branch, oldest first."""
+    iceberg = open_catalog(settings).load_table(identifier(table))
+    head = iceberg.metadata.refs["fresh"].snapshot_id
+    found = []
+    snapshot = iceberg.snapshot_by_id(head)
+    while snapshot is not None and "tidemark.fresh-reason" in (snapshot.summary.additional_properties or {}):
+        found.append(dict(snapshot.summary.additional_properties))
+        snapshot = iceberg.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return found[::-1]
+
+
+def test_the_fresh_branch_holds_every_committed_batch_once_through_seals_and_amends(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    config, settings = iceberg_table(settings, tmp_path, broker, 2, late_policy="amend")
+    table, topic = config.table, config.source.topic
+    sent = produce(broker, topic, records([(p, at(10, m)) for p in (0, 1) for m in range(0, 60, 15)]))
+    sent += produce(broker, topic, records([(0, at(11, 30)), (1, at(11, 50))], prefix="b"))
+    run_dump(spark, config, settings, "run-1", at(12))
+    assert run_seal(spark, config, settings, "seal-1").sealed == ["2026-11-22T10"]
+    # the seal made the table and its branch: hour 10 sealed, hour 11's batch files beside it
+    assert set(pyiceberg_rows(settings, table, hour=None)) == {k for k in _ids(sent) if k[1] < 4}
+    assert pyiceberg_rows(settings, table, hour=None, branch="fresh") == _ids(sent)
+
+    # a batch of the open hour and a late row of the sealed one: on the branch at its commit
+    more = produce(broker, topic, records([(0, at(11, 20)), (1, at(10, 30))], prefix="c"))
+    run_dump(spark, config, settings, "run-2", at(12, 10))
+    main_before = pyiceberg_rows(settings, table, hour=None)
+    assert pyiceberg_rows(settings, table, hour=None, branch="fresh") == _ids(sent + more)
+    (last,) = _fresh_summaries(settings, table)[-1:]
+    assert last["tidemark.fresh-reason"].startswith("dump run run-2")
+    assert json.loads(last["tidemark.batches"]) == {"1": {"0": [5, 6], "1": [5, 6]}}
+
+    # the seal amends hour 10: main changes by the whole hour, the branch keeps every row once
+    sealed = run_seal(spark, config, settings, "seal-2")
+    assert sealed.amended == ["2026-11-22T10"]
+    assert len(pyiceberg_rows(settings, table, hour=None)) == len(main_before) + 1
+    assert pyiceberg_rows(settings, table, hour=None, branch="fresh") == _ids(sent + more)
+
+    # the last hour seals: the complete read and the fresh read hold the same rows
+    run_dump(spark, config, settings, "run-3", at(13, 30))
+    produce(broker, topic, records([(p, at(13, 10)) for p in (0, 1)], prefix="d"))
+    run_dump(spark, config, settings, "run-4", at(14, 30))
+    assert "2026-11-22T11" in run_seal(spark, config, settings, "seal-3").sealed
+    fresh = pyiceberg_rows(settings, table, hour=None, branch="fresh")
+    complete = pyiceberg_rows(settings, table, hour=None)
+    assert {k: v for k, v in fresh.items() if v and not v.startswith("d-")} == _ids(sent + more)
+    assert {k: v for k, v in fresh.items() if k in complete} == complete
+
+    # DuckDB and Spark read the branch by name (its head's snapshot for DuckDB)
+    assert duckdb_rows(settings, table, hour=None, branch="fresh") == fresh
+    assert spark_rows(settings, table, hour=None, branch="fresh") == fresh
+
+    # expiring every snapshot it may keeps the branch's head
+    expired = Table.open(config, settings).commit.publication.maintain(datetime.now(UTC) + timedelta(hours=1))
+    assert expired.expired
+    assert pyiceberg_rows(settings, table, hour=None, branch="fresh") == fresh
