@@ -77,6 +77,9 @@ class OutputConfig(Section):
     # the fresh read beside the complete one (tidemark/fresh): an Iceberg table's branch
     # ``fresh`` holds every committed batch as soon as it commits (a Hive table: none yet)
     fresh: bool = True
+    # how long an hour's batch files (and amended late files) stay after the fresh read stops
+    # naming them: a query that planned on it a moment before still reads every file
+    fresh_grace: Duration = timedelta(hours=1)
 
     def files_for(self, size: int) -> int:
         """Files of about ``target_file_size`` for ``size`` bytes (at least one)."""

@@ -8,15 +8,16 @@ One seam, ``FreshRead``, chosen once per table by its format (``fresh_read``):
 - ``output.fresh: false``: none.
 
 What it holds is ``fresh.files``. Jobs keep it in step: the dump (and each stream
-micro-batch) after its commit, the seal before it deletes any file the read may name
-(``FreshGate``). A failed sync never fails the job whose data is committed: the fresh read
+micro-batch) after its commit, the seal after its steps; no file the read names, or named a
+moment ago, is deleted (``FreshGate``). A failed sync never fails the job whose data is committed: the fresh read
 lags (``tidemark status`` shows by how much) and the next job's sync catches it up.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 from tidemark.errors import InjectedFault
@@ -24,6 +25,7 @@ from tidemark.fresh.iceberg_branch import BranchSync, IcebergFreshBranch
 from tidemark.hourcommit.iceberg import IcebergPublication
 
 if TYPE_CHECKING:
+    from tidemark.state.journal import JournalEntry, JournalState
     from tidemark.table import Table
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,10 @@ class FreshRead(Protocol):
 
     def sync(self, reason: str) -> BranchSync: ...
 
+    def synced_through(self) -> int:
+        """The journal step the fresh read reflects (-1: none known)."""
+        ...
+
 
 def fresh_read(table: Table) -> FreshRead | None:
     """The table's fresh read, or None (``output.fresh: false``, or a format without one)."""
@@ -47,14 +53,14 @@ def fresh_read(table: Table) -> FreshRead | None:
     return None
 
 
-def sync_fresh(table: Table, reason: str, fresh: FreshRead | None = None) -> bool:
-    """Bring the table's fresh read in step (``fresh``: the one already chosen); True when it
-    is (or the table has none), False when the sync failed: logged, the job goes on."""
+def sync_fresh(table: Table, reason: str, fresh: FreshRead | None = None) -> BranchSync | None:
+    """Bring the table's fresh read in step (``fresh``: the one already chosen); what the sync
+    did, or None when the table has none or the sync failed (logged: the job goes on)."""
     fresh = fresh if fresh is not None else fresh_read(table)
     if fresh is None:
-        return True
+        return None
     try:
-        fresh.sync(reason)
+        return fresh.sync(reason)
     except InjectedFault:
         raise
     except Exception as exc:  # the batch or hour is committed: the fresh read only lags
@@ -67,40 +73,48 @@ def sync_fresh(table: Table, reason: str, fresh: FreshRead | None = None) -> boo
             type(exc).__name__,
             exc,
         )
-        return False
-    return True
+        return None
 
 
 class FreshGate:
-    """Deletions of files the fresh read may still name (an hour's batch files once sealed,
-    late files once amended in): at once where the table has no fresh read, else held until
-    a sync has taken them out of it (``release``); held ones are dropped if it fails, and the
-    next run's sweep deletes them after its own sync."""
+    """When the files a step replaced may be deleted (an hour's batch files once it is sealed,
+    late files once amended in): at once where the table has no fresh read; else once the
+    fresh read no longer names them (a sync reflects the step's journal entry) and
+    ``output.fresh_grace`` has passed since the step, so a query that planned on the fresh
+    read just before still finds every file it planned (wall clock: the grace is readers')."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
         self.fresh = fresh_read(table)
-        self._held: list[tuple[str, Callable[[], None]]] = []
+        self.grace = table.config.output.fresh_grace
+        self._synced: int | None = None  # the journal step the fresh read reflects, once known
 
-    def delete(self, what: str, action: Callable[[], None]) -> None:
-        if self.fresh is None:
-            action()
-        else:
-            self._held.append((what, action))
-
-    def release(self, reason: str) -> bool:
-        """Sync the fresh read, then run the held deletions; False (none run) if it failed."""
+    def sync(self, reason: str) -> bool:
+        """Bring the fresh read in step (True: it is, or the table has none)."""
         if self.fresh is None:
             return True
-        held, self._held = self._held, []
-        if not sync_fresh(self.table, reason, self.fresh):
-            if held:
-                log.warning(
-                    "%s: kept %s until the fresh read no longer names them",
-                    self.table.name,
-                    ", ".join(what for what, _ in held),
-                )
-            return False
-        for _, action in held:
-            action()
-        return True
+        done = sync_fresh(self.table, reason, self.fresh)
+        if done is not None:
+            self._synced = done.journal_seq
+        return done is not None
+
+    @property
+    def immediate(self) -> bool:
+        """Replaced files may go as soon as the step's journal entry is written."""
+        return self.fresh is None
+
+    def deletable(self, entry: JournalEntry) -> bool:
+        """Whether the files ``entry``'s step replaced may be deleted now."""
+        if self.fresh is None:
+            return True
+        if self._synced is None:
+            self._synced = self.fresh.synced_through()
+        past = datetime.fromisoformat(entry.sealed_at) + self.grace <= datetime.now(UTC)
+        return entry.seq <= self._synced and past
+
+    def past_grace(self, journal: JournalState) -> JournalState:
+        """``journal`` with only the hours whose replaced files may be deleted now."""
+        if self.fresh is None:
+            return journal
+        kept = {key: entry for key, entry in journal.hours.items() if self.deletable(entry)}
+        return replace(journal, hours=kept)

@@ -83,6 +83,16 @@ class IcebergFreshBranch:
         self.publication.until_landed(f"syncing the {BRANCH} branch ({reason})", step)
         return done
 
+    def synced_through(self) -> int:
+        """The journal step the branch head reflects, by its summary (-1: none yet)."""
+        iceberg = self.publication.load()
+        ref = iceberg.metadata.refs.get(BRANCH) if iceberg is not None else None
+        if iceberg is None or ref is None:
+            return -1
+        head = iceberg.snapshot_by_id(ref.snapshot_id)
+        summary = head.summary.additional_properties if head is not None and head.summary else {}
+        return int(summary.get(f"{PREFIX}fresh-journal-seq", -1))
+
     def _create_branch(self, iceberg: IcebergTable) -> None:
         """The branch, at ``main``'s current snapshot: the complete hours."""
         from pyiceberg.exceptions import CommitFailedException

@@ -59,7 +59,7 @@ class HourFiles:
         self.history = self.state.schema_history
         self.commit_log = self.state.commit_log
         self._commits = CommittedFiles(self.commit_log)  # batch -> its commit record's files
-        self.gate = FreshGate(table)  # deletions of files the fresh read may still name
+        self.fresh = FreshGate(table)  # when files the fresh read named may be deleted
         # GX Data Docs need a local directory: kept beside the state when it is local
         state = table.settings.state_location
         self.docs_dir = (

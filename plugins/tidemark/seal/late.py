@@ -111,14 +111,7 @@ class LateRows:
         return dict((read_json(self.registry_file(journal)) or {}).get("locations", {}))
 
     def _drop_folded(self, late_dir: Path, through: int) -> None:
-        """Delete the late files of batches <= ``through``: the hour's version holds their rows
-        (once the fresh read no longer names them: ``FreshGate``)."""
-        self.files.gate.delete(
-            f"the late files of batches <= {through} in {self.layout.relative(late_dir)}",
-            lambda: self._delete_folded(late_dir, through),
-        )
-
-    def _delete_folded(self, late_dir: Path, through: int) -> None:
+        """Delete the late files of batches <= ``through``: the hour's version holds their rows."""
         folded = self.files.batch_files(late_dir, through=through)
         if not folded:
             return
@@ -168,7 +161,8 @@ class LateRows:
                 continue  # its late rows wait for the release
             folded = current.folded_through_batch if current else -1
             late_dir = self.inputs.late_inputs(hour)
-            self._drop_folded(late_dir, folded)  # a kill after the last amend's journal entry
+            if current is None or self.files.fresh.deletable(current):  # the fresh read's grace
+                self._drop_folded(late_dir, folded)  # a kill after the last amend's journal entry
             new_files = self.files.batch_files(late_dir, through=state.last_committed, after=folded)
             if not new_files:
                 continue
@@ -201,7 +195,8 @@ class LateRows:
             self.writer.check()
             journal.append(entry)
             crash_point("after_amend_entry")
-            self._drop_folded(late_dir, through)
+            if self.files.fresh.immediate:  # else by a later run, past the fresh read's grace
+                self._drop_folded(late_dir, through)
             log.info(
                 "%s: hour %s amended to version %s with %s late rows of batches %s..%s",
                 self.config.table,

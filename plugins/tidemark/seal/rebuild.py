@@ -93,7 +93,7 @@ class Rebuilder:
         self.files.schema_version(self.run_id)  # an older YAML than the table's refuses here
         for key in hour_keys:
             result.hours.append(self.rebuild_hour(key))
-        self.files.gate.release(f"rebuild run {self.run_id}")  # the fresh read: the new versions
+        self.files.fresh.sync(f"rebuild run {self.run_id}")  # the fresh read: the new versions
         return result
 
     def rebuild_hour(self, hour_key: str) -> dict[str, Any]:

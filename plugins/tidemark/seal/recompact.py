@@ -112,7 +112,7 @@ class Recompactor:
         for key in due:
             hour = parse_key(key, self.config.event_time.time_zone)
             result.compacted.append(self.compact_hour(hour, bytes_before=sum(sizes[key])))
-        self.files.gate.release(f"compaction run {self.run_id}")  # the fresh read: the merged hours
+        self.files.fresh.sync(f"compaction run {self.run_id}")  # the fresh read: the merged hours
         # the orphan clean-up: versions nothing points at any more, past the grace (what each
         # seal does too, here for a table whose seals have stopped)
         state = self.table.state.commit_log.state()

@@ -160,7 +160,8 @@ class Sealer:
                     result.amended.append(entry.hour)
         result.sealed_through = partitions.sealed_through
         with self.watch.phase("fresh"):  # before any file the fresh read may name is deleted
-            self.files.gate.release(f"seal run {self.run_id}")
+            if self.files.fresh.sync(f"seal run {self.run_id}") and not self.files.fresh.immediate:
+                self._sweep_batch_files(partitions)
         with self.watch.phase("collect"):
             result.versions_deleted = self._collect(state, partitions)
         result.timings, result.cpu_timings = self.watch.rounded(), self.watch.rounded_cpu()
@@ -236,9 +237,8 @@ class Sealer:
         with watch.phase("journal"):
             self.journal.append(entry)
             crash_point("after_journal_entry")
-            self.files.gate.delete(
-                f"the batch files of hour {hour.key}", lambda: self._drop_batch_files(hour)
-            )
+            if self.files.fresh.immediate:  # else by a later run, past the fresh read's grace
+                self._drop_batch_files(hour)
         return entry
 
     def _drop_batch_files(self, hour: Hour) -> None:
@@ -281,7 +281,7 @@ class Sealer:
         self.writer.check()
         self.journal.append(entry)
         log.info("%s: hour %s released and registered (%s rows)", self.config.table, hour_key, current.rows)
-        self.files.gate.release(f"release of hour {hour_key}")
+        self.files.fresh.sync(f"release of hour {hour_key}")
         return entry
 
     def _sweep_sealed_leftovers(self, partitions: JournalState) -> None:
@@ -290,11 +290,15 @@ class Sealer:
         if not partitions.sealed_through:
             return
         self.versions.sweep(partitions, self.zone)
-        frontier = datetime.fromisoformat(partitions.sealed_through)
-        self.files.gate.delete(
-            "the batch files left by sealed hours",
-            lambda: self.inputs.sweep_sealed(partitions, frontier, self.zone),
-        )
+        if self.files.fresh.immediate:
+            self._sweep_batch_files(partitions)
+
+    def _sweep_batch_files(self, partitions: JournalState) -> None:
+        """Batch files of sealed hours, where the table has no fresh read or it no longer
+        needs them (``FreshGate``)."""
+        if partitions.sealed_through:
+            frontier = datetime.fromisoformat(partitions.sealed_through)
+            self.inputs.sweep_sealed(self.files.fresh.past_grace(partitions), frontier, self.zone)
 
 
 def preview_seal(config: TableConfig, settings: Settings) -> dict[str, Any]:
