@@ -78,7 +78,14 @@ def _sampled(sampler: FreshSampler, settings: Settings, table: str, last: list[t
 def _last_hour(broker: str, topic: str, sampler: FreshSampler) -> list[tuple[int, int, Any]]:
     """A record in each MQ partition an hour after the rest: their watermarks pass every
     earlier hour, so the next seal seals them all."""
-    last = produce(broker, topic, records([(0, HOUR + timedelta(hours=4, minutes=40)), (1, HOUR + timedelta(hours=4, minutes=45))], prefix="last"))
+    last = produce(
+        broker,
+        topic,
+        records(
+            [(0, HOUR + timedelta(hours=4, minutes=40)), (1, HOUR + timedelta(hours=4, minutes=45))],
+            prefix="last",
+        ),
+    )
     sampler.expect(last)
     return last
 

@@ -32,11 +32,15 @@ def _fresh_summaries(settings: Settings, table: str) -> list[dict[str, str]]:
     """The summaries of the snapshots on the fresh branch, oldest first."""
     iceberg = open_catalog(settings).load_table(identifier(table))
     head = iceberg.metadata.refs["fresh"].snapshot_id
-    found = []
+    found: list[dict[str, str]] = []
     snapshot = iceberg.snapshot_by_id(head)
-    while snapshot is not None and "tidemark.fresh-reason" in (snapshot.summary.additional_properties or {}):
-        found.append(dict(snapshot.summary.additional_properties))
-        snapshot = iceberg.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    while snapshot is not None and snapshot.summary is not None:
+        summary = dict(snapshot.summary.additional_properties)
+        if "tidemark.fresh-reason" not in summary:
+            break
+        found.append(summary)
+        parent = snapshot.parent_snapshot_id
+        snapshot = iceberg.snapshot_by_id(parent) if parent is not None else None
     return found[::-1]
 
 

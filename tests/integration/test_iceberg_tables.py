@@ -271,7 +271,7 @@ def test_maintenance_expires_old_snapshots_and_their_metadata_never_the_current(
     fresh = {
         s.snapshot_id
         for s in iceberg.snapshots()
-        if "tidemark.fresh-reason" in s.summary.additional_properties
+        if s.summary and "tidemark.fresh-reason" in s.summary.additional_properties
     }
     # main's two older snapshots, and the fresh branch's but its head
     assert len(set(dry.expired) - fresh) == 2 and len(snapshots_of(settings, table)) == 3

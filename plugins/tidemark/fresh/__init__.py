@@ -16,13 +16,13 @@ lags (``tidemark status`` shows by how much) and the next job's sync catches it 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 from tidemark.errors import InjectedFault
 from tidemark.fresh.iceberg_branch import BranchSync, IcebergFreshBranch
-from tidemark.hourcommit.iceberg import IcebergPublication
 
 if TYPE_CHECKING:
     from tidemark.state.journal import JournalEntry, JournalState
@@ -43,14 +43,16 @@ class FreshRead(Protocol):
         ...
 
 
+# the fresh read of each ``output.table_format`` that has one, chosen once per table
+FRESH_READS: dict[str, Callable[[Table], FreshRead]] = {"iceberg": IcebergFreshBranch.of}
+
+
 def fresh_read(table: Table) -> FreshRead | None:
     """The table's fresh read, or None (``output.fresh: false``, or a format without one)."""
-    if not table.config.output.fresh:
+    kind = FRESH_READS.get(table.config.output.table_format)
+    if not table.config.output.fresh or kind is None:
         return None
-    publication = table.commit.publication
-    if isinstance(publication, IcebergPublication):
-        return IcebergFreshBranch(table, publication)
-    return None
+    return kind(table)
 
 
 def sync_fresh(table: Table, reason: str, fresh: FreshRead | None = None) -> BranchSync | None:

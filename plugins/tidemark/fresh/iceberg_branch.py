@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tidemark.fresh.files import FreshFile, fresh_files
 from tidemark.hourcommit.iceberg_commit import AddedFile, read_footer
@@ -63,6 +63,12 @@ class IcebergFreshBranch:
     def __init__(self, table: Table, publication: IcebergPublication) -> None:
         self.table = table
         self.publication = publication
+
+    @classmethod
+    def of(cls, table: Table) -> IcebergFreshBranch:
+        """The branch of an Iceberg table (``output.table_format: iceberg``: its publication
+        is an ``IcebergPublication``)."""
+        return cls(table, cast("IcebergPublication", table.commit.publication))
 
     def sync(self, reason: str) -> BranchSync:
         """Bring the branch to the fresh read of the table's state now (``reason``: the job

@@ -15,8 +15,9 @@ Protocol (seeds 000/003: commit, rollback and recommit of an in-flight instant):
 7. write the commit record (create-only): the batch is now visible to sealing;
 8. move the late rows and dirty records to their visible directories (``BatchPublisher.finish``,
    rolled forward by the next dump or seal if this job dies first);
-9. commit consumer-group offsets (lag monitoring only; a failure is a warning).
-A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry finishes step 8.
+9. commit consumer-group offsets (lag monitoring only), then bring the table's fresh read
+   in step (``tidemark.fresh``); a failure of either is a warning.
+A crash anywhere before 7 is undone by the retry's step 3; after 7 the retry finishes 8 and 9.
 """
 
 from __future__ import annotations
@@ -337,7 +338,6 @@ def run_dump(
     lock_wait: float | None = None,
 ) -> DumpResult:
     """Run (or finish, or confirm) the batch of ``run_id``. Safe to call any number of times.
-
     ``processing_time`` is the run's logical time (Airflow's data interval end); ``planned_at``
     is the wall clock the job started at (its entry point reads it), recorded in a new plan to
     judge future event times. A retry reuses the plan, so both are decided once. With
@@ -373,8 +373,7 @@ def run_dump(
         steps.finish(commit, staged)
     crash_point("before_group_commit")
     record_group_commit(config, settings, kafka_conf, commit)
-    with watch.phase("fresh"):
-        sync_fresh(table, f"dump run {run_id}: batch {commit.batch_id}")
+    sync_fresh(table, f"dump run {run_id}: batch {commit.batch_id}")
     return replace(_result(commit, "committed"), timings=watch.rounded())
 
 
