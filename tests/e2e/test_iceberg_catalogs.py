@@ -23,7 +23,14 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.iceberg import duckdb_rows, iceberg_table, pyiceberg_rows, snapshots_of, spark_rows
+from tests.helpers.iceberg import (
+    duckdb_rows,
+    fresh_snapshot_ids,
+    iceberg_table,
+    pyiceberg_rows,
+    snapshots_of,
+    spark_rows,
+)
 from tests.helpers.iceberg_rest import CLIENT_ID, in_session, rest_catalog
 from tests.helpers.orders import bootstrapped, duckdb_snapshot, snapshot, three_hours_of_changes, truth
 from tests.helpers.tables import at, fresh_table
@@ -101,8 +108,10 @@ def test_an_iceberg_table_lands_amends_expires_and_every_engine_reads_it(
 
     # expiry: past output.version_retention, v1's snapshot goes, never the current one
     time.sleep(2.5)
+    fresh = fresh_snapshot_ids(settings, table)  # the fresh branch's go too, but for its head
     expired = maintain(Table.open(config, settings), datetime(2100, 1, 1, tzinfo=UTC)).expired
-    assert len(expired) == 1 and [s["tidemark.version"] for s in snapshots_of(settings, table)] == ["2"]
+    assert len(set(expired) - fresh) == 1
+    assert [s["tidemark.version"] for s in snapshots_of(settings, table)] == ["2"]
     # the collector: v1's directory is in no snapshot now; one seal finds it so, the next one
     # after the retention (processing and wall-clock time) deletes it
     for run, hour in (("run-3", 12), ("run-4", 13)):
@@ -112,16 +121,28 @@ def test_an_iceberg_table_lands_amends_expires_and_every_engine_reads_it(
         time.sleep(2.5)
     assert any("/v0001-" in v for v in collected), collected
     assert pyiceberg_rows(settings, table, hour="10") == expected
-    assert _trino_rows(settings, table) == expected  # Trino reads no SQLite catalog; REST by name
+    # Trino reads no SQLite catalog; REST by name: the complete read, and the fresh branch
+    # (the hours sealed, and the open hour 15's batch beside them)
+    complete, fresh = _trino_rows(settings, table)
+    assert complete == expected
+    assert {k: v for k, v in fresh.items() if k in complete} == complete
+    assert {v for k, v in fresh.items() if k not in complete} >= {"run-4-0", "run-4-1"}
 
 
-def _trino_rows(settings: Settings, table: str) -> dict[tuple[int, int], Any]:
+def _trino_rows(
+    settings: Settings, table: str
+) -> tuple[dict[tuple[int, int], Any], dict[tuple[int, int], Any]]:
+    """(hour 10 of the complete read, every row of the fresh branch) as Trino reads them."""
     trino = TrinoService(settings, free_port())
     trino.start()
     try:
         cursor = trino.connect().cursor()
         cursor.execute(f"SELECT _mq_partition, _mq_offset, event_id FROM {table} WHERE hr = '10'")
-        return {(p, o): v for p, o, v in cursor.fetchall()}
+        complete = {(p, o): v for p, o, v in cursor.fetchall()}
+        cursor.execute(f"SELECT _mq_partition, _mq_offset, event_id FROM {table} FOR VERSION AS OF 'fresh'")
+        found = cursor.fetchall()
+        assert len(found) == len({(p, o) for p, o, _ in found}), "a record read twice on the fresh branch"
+        return complete, {(p, o): v for p, o, v in found}
     finally:
         trino.stop()
 

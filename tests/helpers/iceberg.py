@@ -116,6 +116,15 @@ def snapshots_of(settings: Settings, table: str) -> list[dict[str, str]]:
     ]
 
 
+def fresh_snapshot_ids(settings: Settings, table: str) -> set[int]:
+    """The ids of the fresh branch's snapshots (``tidemark.fresh``), as the table holds them now."""
+    return {
+        s.snapshot_id
+        for s in _table(settings, table).snapshots()
+        if s.summary is not None and "tidemark.fresh-reason" in s.summary.additional_properties
+    }
+
+
 def iceberg_table(
     settings: Settings, tmp_path: Path, broker: str, partitions: int, **overrides: Any
 ) -> tuple[TableConfig, Settings]:

@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers.iceberg import duckdb_rows, iceberg_table, pyiceberg_rows, snapshots_of, spark_rows
+from tests.helpers.iceberg import (
+    duckdb_rows,
+    fresh_snapshot_ids,
+    iceberg_table,
+    pyiceberg_rows,
+    snapshots_of,
+    spark_rows,
+)
 from tests.helpers.tables import AMOUNT_AT_MOST_100, at, fresh_table
 from tidemark.config import load_table_file
 from tidemark.errors import (
@@ -268,11 +275,7 @@ def test_maintenance_expires_old_snapshots_and_their_metadata_never_the_current(
     time.sleep(2.5)
     dry = maintain(handle, far, dry_run=True)
     iceberg = open_catalog(settings).load_table(identifier(table))
-    fresh = {
-        s.snapshot_id
-        for s in iceberg.snapshots()
-        if s.summary and "tidemark.fresh-reason" in s.summary.additional_properties
-    }
+    fresh = fresh_snapshot_ids(settings, table)
     # main's two older snapshots, and the fresh branch's but its head
     assert len(set(dry.expired) - fresh) == 2 and len(snapshots_of(settings, table)) == 3
     assert iceberg.metadata.refs["fresh"].snapshot_id not in dry.expired and fresh & set(dry.expired)
