@@ -16,6 +16,7 @@ from tests.helpers.iceberg import duckdb_rows, iceberg_table, pyiceberg_rows, sp
 from tests.helpers.tables import at
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.ingest.dump import run_dump
+from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.table import Table
@@ -65,6 +66,9 @@ def test_the_fresh_branch_holds_every_committed_batch_once_through_seals_and_ame
     (last,) = _fresh_summaries(settings, table)[-1:]
     assert last["tidemark.fresh-reason"].startswith("dump run run-2")
     assert json.loads(last["tidemark.batches"]) == {"1": {"0": [5, 6], "1": [5, 6]}}
+    status = table_status(config, settings)  # next to the sealed lag: the fresh read's
+    assert status["fresh"]["through_batch"] == 1 and status["fresh"]["batches_behind"] == 0
+    assert "fresh read: branch fresh through batch 1 (in step)" in render(status)
 
     # the seal amends hour 10: main changes by the whole hour, the branch keeps every row once
     sealed = run_seal(spark, config, settings, "seal-2")

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemark.errors import InjectedFault
 from tidemark.fresh.iceberg_branch import BranchSync, IcebergFreshBranch
@@ -40,6 +40,10 @@ class FreshRead(Protocol):
 
     def synced_through(self) -> int:
         """The journal step the fresh read reflects (-1: none known)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What readers see now: ``read``, ``through_batch``, ``journal_seq``, ``changed_at``."""
         ...
 
 
@@ -76,6 +80,37 @@ def sync_fresh(table: Table, reason: str, fresh: FreshRead | None = None) -> Bra
             exc,
         )
         return None
+
+
+def fresh_status(table: Table, last_committed: int) -> dict[str, Any] | None:
+    """The fresh read for status pages: what ``describe`` says, and how many committed batches
+    it lacks (``batches_behind``); None where the table has none."""
+    fresh = fresh_read(table)
+    if fresh is None:
+        return None
+    try:
+        info = fresh.describe()
+    except Exception as exc:  # a catalog that does not answer: the page says so and goes on
+        return {"read": fresh.name, "error": f"{type(exc).__name__}: {exc}"}
+    through = info["through_batch"]
+    info["batches_behind"] = last_committed - through if through >= 0 else None
+    return info
+
+
+def describe_fresh(info: dict[str, Any] | None) -> str:
+    """One line of ``fresh_status`` for a person."""
+    if info is None:
+        return "fresh read: none (output.fresh off, or a Hive table: docs/operations.md)"
+    if "error" in info:
+        return f"fresh read: {info['read']}, not readable now: {info['error']}"
+    if info["snapshot_id"] is None:
+        return f"fresh read: {info['read']}, none yet (it starts with the table's first sealed hour)"
+    behind = info["batches_behind"]
+    state = "in step" if behind == 0 else f"{behind} committed batches behind" if behind else "no batch yet"
+    return (
+        f"fresh read: {info['read']} through batch {info['through_batch']} ({state}), "
+        f"last changed {info['changed_at']}"
+    )
 
 
 class FreshGate:

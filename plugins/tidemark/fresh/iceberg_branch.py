@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
 
 from tidemark.fresh.files import FreshFile, fresh_files
 from tidemark.hourcommit.iceberg_commit import AddedFile, read_footer
@@ -91,13 +92,24 @@ class IcebergFreshBranch:
 
     def synced_through(self) -> int:
         """The journal step the branch head reflects, by its summary (-1: none yet)."""
+        return int(self.describe()["journal_seq"])
+
+    def describe(self) -> dict[str, Any]:
+        """The branch head as readers see it: the batch and journal step it reflects (-1: none
+        yet), its snapshot and when it was committed (None: no branch yet)."""
         iceberg = self.publication.load()
         ref = iceberg.metadata.refs.get(BRANCH) if iceberg is not None else None
-        if iceberg is None or ref is None:
-            return -1
-        head = iceberg.snapshot_by_id(ref.snapshot_id)
+        head = iceberg.snapshot_by_id(ref.snapshot_id) if iceberg is not None and ref is not None else None
         summary = head.summary.additional_properties if head is not None and head.summary else {}
-        return int(summary.get(f"{PREFIX}fresh-journal-seq", -1))
+        return {
+            "read": self.name,
+            "through_batch": int(summary.get(f"{PREFIX}fresh-through-batch", -1)),
+            "journal_seq": int(summary.get(f"{PREFIX}fresh-journal-seq", -1)),
+            "snapshot_id": head.snapshot_id if head is not None else None,
+            "changed_at": datetime.fromtimestamp(head.timestamp_ms / 1000, UTC).isoformat()
+            if head is not None
+            else None,
+        }
 
     def _create_branch(self, iceberg: IcebergTable) -> None:
         """The branch, at ``main``'s current snapshot: the complete hours."""

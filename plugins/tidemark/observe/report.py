@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.config import TableConfig
+from tidemark.fresh import describe_fresh, fresh_status
 from tidemark.observe.alerts import describe_overdue, overdue_hours, recent_failures
 from tidemark.observe.batch_table import batch_rows, render_batches
 from tidemark.observe.broker_side import broker_side, describe
@@ -51,7 +52,8 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
     page is drawn for a person looking now: the wall clock by default)."""
 
     as_of = as_of or datetime.now(UTC)
-    table_state = Table.read(config, settings).state
+    table = Table.read(config, settings)
+    table_state = table.state
     commit_log = table_state.commit_log
     state = commit_log.state()
     watermarks, ready, dirty_by_hour = _batch_series(commit_log, state)
@@ -69,6 +71,7 @@ def report_data(config: TableConfig, settings: Settings, as_of: datetime | None 
         "late": state.late,
         "ready_time": state.ready.time if state.ready else None,
         "sealed_through": journal.sealed_through,
+        "fresh": describe_fresh(fresh_status(table, state.last_committed)),
         "retention": str(config.retention.hours) if config.retention.hours else None,
         "oldest_hour_kept": journal.oldest_hour,
         "dropped_by_retention": journal.dropped,
@@ -307,7 +310,7 @@ def _page(data: dict[str, Any], plots: str, rows: str, alerts: str) -> str:
         f"dirty {data['dirty']}, tombstones {data['tombstones']}, late {data['late']}, "
         f"offsets without a message {data.get('without_message', 0)}, "
         f"offsets lost to retention {data.get('lost_to_retention', 0)}; global ready time <b>{e(str(data['ready_time']))}</b>; "
-        f"sealed through <b>{e(str(data['sealed_through']))}</b>"
+        f"sealed through <b>{e(str(data['sealed_through']))}</b>; {e(data.get('fresh', ''))}"
     )
     maintenance = "<br>".join(e(line) for line in data.get("maintenance", []))
     if maintenance:

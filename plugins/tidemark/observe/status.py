@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tidemark.config import TableConfig
+from tidemark.fresh import describe_fresh, fresh_status
 from tidemark.observe.broker_side import broker_side, describe
 from tidemark.settings import Settings
 from tidemark.snapshot.snapshots import SnapshotLog
@@ -18,7 +19,8 @@ from tidemark.time.hours import parse_key
 
 def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) -> dict[str, Any]:
     """Batches, committed offsets, lag per MQ partition and dirty counts."""
-    table_state = Table.read(config, settings).state
+    table = Table.read(config, settings)
+    table_state = table.state
     log = table_state.commit_log
     state = log.state()
     pending = log.pending_plan(state)
@@ -56,6 +58,7 @@ def table_status(config: TableConfig, settings: Settings, *, recent: int = 5) ->
         "ready_held_by": ready.holding if ready else None,
         "idle_partitions": list(ready.idle) if ready else [],
         "sealed_through": journal.sealed_through,
+        "fresh": fresh_status(table, state.last_committed),
         "hours_sealed": sum(1 for e in journal.hours.values() if e.published),
         "hours_quarantined": sorted(h for h, e in journal.hours.items() if e.quarantined),
         "hours_rebuilt": sorted(h for h, e in journal.hours.items() if e.kind is EntryKind.REBUILD),
@@ -189,6 +192,7 @@ def render(status: dict[str, Any]) -> str:
         f"idle {status['idle_partitions'] or 'none'}); sealed through {status['sealed_through']} "
         f"({status['hours_sealed']} hours; quarantined: {', '.join(status['hours_quarantined']) or 'none'})",
     ]
+    lines.append(f"  {describe_fresh(status.get('fresh'))}")
     for line in describe_steps(status.get("maintenance", {})):
         lines.append(f"  last {line}")
     if status.get("retention"):
