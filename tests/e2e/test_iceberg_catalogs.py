@@ -123,10 +123,10 @@ def test_an_iceberg_table_lands_amends_expires_and_every_engine_reads_it(
     assert pyiceberg_rows(settings, table, hour="10") == expected
     # Trino reads no SQLite catalog; REST by name: the complete read, and the fresh branch
     # (the hours sealed, and the open hour 15's batch beside them)
-    complete, fresh = _trino_rows(settings, table)
+    complete, on_branch = _trino_rows(settings, table)
     assert complete == expected
-    assert {k: v for k, v in fresh.items() if k in complete} == complete
-    assert {v for k, v in fresh.items() if k not in complete} >= {"run-4-0", "run-4-1"}
+    assert {k: v for k, v in on_branch.items() if k in complete} == complete
+    assert {v for k, v in on_branch.items() if k not in complete} >= {"run-4-0", "run-4-1"}
 
 
 def _trino_rows(
