@@ -6,14 +6,16 @@ the branch by name."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.iceberg import duckdb_rows, iceberg_table, pyiceberg_rows, spark_rows
+from tests.helpers.iceberg import duckdb_rows, fresh_snapshot_ids, iceberg_table, pyiceberg_rows, spark_rows
 from tests.helpers.tables import at
+from tidemark.fresh import iceberg_branch
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.ingest.dump import run_dump
 from tidemark.observe.status import render, table_status
@@ -94,3 +96,30 @@ def test_the_fresh_branch_holds_every_committed_batch_once_through_seals_and_ame
     expired = Table.open(config, settings).commit.publication.maintain(datetime.now(UTC) + timedelta(hours=1))
     assert expired.expired
     assert pyiceberg_rows(settings, table, hour=None, branch="fresh") == fresh
+
+
+def test_the_branch_lets_go_of_batch_files_and_snapshots_past_the_grace(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An hour's batch files stay in ``_open`` for ``output.fresh_grace`` after the branch stops
+    naming them (a query planned on it a moment before still reads them), then the next seal
+    deletes them; the branch's old snapshots are expired past the grace too."""
+    monkeypatch.setattr(iceberg_branch, "EXPIRE_AT", 2)
+    config, settings = iceberg_table(settings, tmp_path, broker, 1, output__fresh_grace="2s")
+    table, topic = config.table, config.source.topic
+    layout = Table.open(config, settings).layout
+    produce(broker, topic, records([(0, at(10, 10)), (0, at(11, 30))]))
+    run_dump(spark, config, settings, "run-1", at(12))
+    run_seal(spark, config, settings, "seal-1")
+    kept = list((layout.open_dir / "dt=2026-11-22/hr=10").glob("*.parquet"))
+    assert kept, "hour 10's batch files went at once: a reader planned a moment ago would fail"
+    for n in range(2, 5):
+        produce(broker, topic, records([(0, at(11, 30 + n))], prefix=f"r{n}"))
+        run_dump(spark, config, settings, f"run-{n}", at(12, n))
+    time.sleep(2.5)
+    produce(broker, topic, records([(0, at(11, 50))], prefix="last"))
+    run_dump(spark, config, settings, "run-5", at(12, 5))
+    run_seal(spark, config, settings, "seal-2")
+    assert not any(p.exists() for p in kept)  # past the grace, the branch in step: deleted
+    assert len(fresh_snapshot_ids(settings, table)) <= 2  # the head, and the seal's own
+    assert len(pyiceberg_rows(settings, table, hour=None, branch="fresh")) == 6

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BRANCH = "fresh"
+EXPIRE_AT = 50  # the branch's snapshots past their grace before a sync expires them
 
 
 @dataclass
@@ -165,6 +166,8 @@ class IcebergFreshBranch:
         landed = self.publication.load()
         ref = landed.metadata.refs.get(BRANCH) if landed is not None else None
         done.snapshot_id = ref.snapshot_id if ref is not None else None
+        if landed is not None:
+            self._expire(landed)
         log.info(
             "%s: the %s branch now holds batches through %s and journal step %s: added %s files "
             "(%s), removed %s (%s; open hours %s)",
@@ -179,6 +182,39 @@ class IcebergFreshBranch:
             done.open_hours or "none",
         )
         return True
+
+    def _expire(self, iceberg: IcebergTable) -> None:
+        """The branch's snapshots committed more than ``output.fresh_grace`` ago (never a
+        head), once there are ``EXPIRE_AT`` of them: a stream commits one per micro-batch, and
+        every commit rewrites the table's metadata with the whole list. A query planned on one
+        that long ago may find its files gone anyway (``FreshGate``). The metadata files only
+        they used go with the maintenance DAG's expiry."""
+        heads = {ref.snapshot_id for ref in iceberg.metadata.refs.values()}
+        cutoff_ms = (datetime.now(UTC) - self.table.config.output.fresh_grace).timestamp() * 1000
+        old = [
+            s.snapshot_id
+            for s in iceberg.snapshots()
+            if s.summary is not None
+            and f"{PREFIX}fresh-reason" in s.summary.additional_properties
+            and s.snapshot_id not in heads
+            and s.timestamp_ms < cutoff_ms
+        ]
+        if len(old) < EXPIRE_AT:
+            return
+        try:
+            iceberg.maintenance.expire_snapshots().by_ids(old).commit()
+        except Exception as exc:  # the next sync tries again; the branch is in step
+            log.warning(
+                "%s: expiring %s old snapshots of the %s branch failed: %s",
+                self.table.name,
+                len(old),
+                BRANCH,
+                exc,
+            )
+            return
+        log.info(
+            "%s: expired %s snapshots of the %s branch past its grace", self.table.name, len(old), BRANCH
+        )
 
     def _added(self, iceberg: IcebergTable, files: list[FreshFile]) -> list[AddedFile]:
         """Each file as the commit adds it: its partition values, location and footer."""
