@@ -141,11 +141,55 @@ def throughput(bootstrap: str, messages: int, partitions: int, scratch: Path) ->
     print(f"  stream / dump processing throughput: {results['stream'] / results['dump']:.2f}", flush=True)
 
 
+def clock_offset(home: Path, table: str, stream: subprocess.Popen[bytes]) -> float:
+    """The stream's clock minus the wall clock, once its session is up and its query started
+    (its first heartbeat)."""
+    status_file = home / "state" / table / "stream" / "status.json"
+    while not status_file.exists():
+        if stream.poll() is not None:
+            raise SystemExit(f"the stream exited; see {home / 'stream.log'}")
+        time.sleep(0.2)
+    status = json.loads(status_file.read_text())
+    return float(datetime.fromisoformat(status["heartbeat_at"]).timestamp() - time.time())
+
+
+def produce_steadily(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    *,
+    offset: float,
+    produced: dict[tuple[int, int], float],
+    stop: threading.Event,
+) -> None:
+    """One record per MQ partition every 0.5 s until ``stop``, its event time the stream's
+    clock (the wall clock + ``offset``); ``produced``: (partition, offset) -> when it was sent."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    i = 0
+    while not stop.is_set():
+        event_time = datetime.fromtimestamp(time.time() + offset, UTC)
+        for p in range(partitions):
+            value = json.dumps(
+                {"event_id": f"f{i}-{p}", "user_id": i, "app": "web", "event_type": "view",
+                 "amount": "1.00", "event_time": event_time.isoformat()}
+            ).encode()  # fmt: skip
+            sent = time.time()
+
+            def delivered(err: Any, msg: Any, sent: float = sent) -> None:
+                if err is None:
+                    produced[(msg.partition(), msg.offset())] = sent
+
+            producer.produce(topic, value, partition=p, on_delivery=delivered)
+        producer.flush()
+        i += 1
+        stop.wait(0.5)
+
+
 def freshness(
     bootstrap: str, partitions: int, watch_s: float, scratch: Path, interval: str
 ) -> dict[str, float]:
-    from confluent_kafka import Producer
-
     home = scratch / f"freshness-{interval}"
     topic = f"fresh_{uuid.uuid4().hex[:8]}"
     table_yaml(
@@ -174,39 +218,16 @@ def freshness(
     committed: dict[tuple[int, int], float] = {}
     registered_at: float | None = None
     stop = threading.Event()
-    # the stream's clock starts when its session is up; the producer's when the query started
-    while not (home / "state" / "fresh" / "stream" / "status.json").exists():
-        if stream.poll() is not None:
-            raise SystemExit(f"the stream exited; see {home / 'stream.log'}")
-        time.sleep(0.2)
-    status = json.loads((home / "state" / "fresh" / "stream" / "status.json").read_text())
-    # the stream's clock now (its first heartbeat was just written) minus the wall clock
-    offset = datetime.fromisoformat(status["heartbeat_at"]).timestamp() - time.time()
+    offset = clock_offset(home, "fresh", stream)
     hour_end_wall = HOUR_END.timestamp() - offset
     hour_key = (HOUR_END - timedelta(hours=1)).strftime("%Y-%m-%dT%H")
 
-    def produce_loop() -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-        i = 0
-        while not stop.is_set():
-            event_time = datetime.fromtimestamp(time.time() + offset, UTC)
-            for p in range(partitions):
-                value = json.dumps(
-                    {"event_id": f"f{i}-{p}", "user_id": i, "app": "web", "event_type": "view",
-                     "amount": "1.00", "event_time": event_time.isoformat()}
-                ).encode()  # fmt: skip
-                sent = time.time()
-
-                def delivered(err: Any, msg: Any, sent: float = sent) -> None:
-                    if err is None:
-                        produced[(msg.partition(), msg.offset())] = sent
-
-                producer.produce(topic, value, partition=p, on_delivery=delivered)
-            producer.flush()
-            i += 1
-            stop.wait(0.5)
-
-    producer = threading.Thread(target=produce_loop, daemon=True)
+    producer = threading.Thread(
+        target=produce_steadily,
+        args=(bootstrap, topic, partitions),
+        kwargs={"offset": offset, "produced": produced, "stop": stop},
+        daemon=True,
+    )
     producer.start()
     deadline = time.time() + watch_s
     try:

@@ -60,16 +60,21 @@ def local_cores(spark: Any) -> int | None:
 
 
 def map_slices(
-    task: Callable[[Iterator[Any]], Iterable[Any]], items: Sequence[Any], slices: int
+    task: Callable[[Iterator[Any]], Iterable[Any]],
+    items: Sequence[Any],
+    slices: int,
+    *,
+    meanwhile: Callable[[], object] | None = None,
 ) -> list[Any]:
     """``task`` over ``items`` cut into ``slices`` contiguous slices (as Spark's
-    ``parallelize`` cuts them), each in a forked process; every slice's results in order."""
+    ``parallelize`` cuts them), each in a forked process; every slice's results in order
+    (``meanwhile``: run in the driver once they are forked, as ``map_forked``'s)."""
     cuts = [items[len(items) * i // slices : len(items) * (i + 1) // slices] for i in range(slices)]
     cuts = [list(cut) for cut in cuts if cut]
     if not cuts:
         return []
     log.info("%s tasks run in processes forked from the driver (no Spark: a local master)", len(cuts))
-    results = map_forked(functools.partial(_slice_results, task), cuts, len(cuts))
+    results = map_forked(functools.partial(_slice_results, task), cuts, len(cuts), meanwhile=meanwhile)
     return [result for slice_results in results for result in slice_results]
 
 

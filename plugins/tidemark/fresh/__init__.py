@@ -38,6 +38,11 @@ class FreshRead(Protocol):
 
     def sync(self, reason: str) -> BranchSync: ...
 
+    def warm_up(self) -> None:
+        """Pay the sync's fixed costs ahead (imports, the catalog): a job calls it while it
+        waits on something else (the dump's forked readers); a failure is left to the sync."""
+        ...
+
     def synced_through(self) -> int:
         """The journal step the fresh read reflects (-1: none known)."""
         ...

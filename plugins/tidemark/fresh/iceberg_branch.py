@@ -91,6 +91,13 @@ class IcebergFreshBranch:
         self.publication.until_landed(f"syncing the {BRANCH} branch ({reason})", step)
         return done
 
+    def warm_up(self) -> None:
+        """pyiceberg's import and the table's load (the publication keeps its catalog)."""
+        try:
+            self.publication.load()
+        except Exception:  # the sync raises it, named
+            log.debug("%s: the fresh branch's warm-up failed", self.table.name, exc_info=True)
+
     def synced_through(self) -> int:
         """The journal step the branch head reflects, by its summary (-1: none yet)."""
         return int(self.describe()["journal_seq"])

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.config import TableConfig
 from tidemark.errors import DirtyRatioExceededError, LeaseLostError, OffsetsLostToRetentionError
 from tidemark.faults import crash_point
-from tidemark.fresh import sync_fresh
+from tidemark.fresh import fresh_read, sync_fresh
 from tidemark.ingest.batch_time import batch_watermarks
 from tidemark.ingest.counts import FoldedCounts
 from tidemark.ingest.group_offsets import record_group_commit
@@ -70,8 +70,7 @@ class DumpResult:
     late: int = 0
     offsets: dict[int, list[int]] = field(default_factory=dict)
     tombstones: int = 0  # messages without a value: read == rows + dirty + tombstones + late
-    # seconds per phase of this attempt (plan, rollback, read_stage, reconcile, publish, commit)
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase of this attempt
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -80,8 +79,8 @@ class DumpResult:
 class DumpSteps:
     """One attempt at a run's batch, as the steps of the module doc, under the table's lock:
     ``plan`` (or find the run's commit), ``roll_back`` what an earlier attempt left, ``stage``
-    the planned records, ``check`` the dirty ratio, ``publish`` the files, ``commit`` the record,
-    ``finish`` (late rows and dirty records visible). ``run_dump`` sequences them."""
+    the planned records, ``check`` the dirty ratio, ``publish`` the files, ``commit`` the
+    record, ``finish`` (late rows and dirty records visible); ``run_dump`` sequences them."""
 
     def __init__(
         self,
@@ -103,6 +102,7 @@ class DumpSteps:
         self.kafka_conf = kafka_conf
         self.watch = watch
         self.run_id = run_id
+        self.fresh = fresh_read(table)  # kept in step after the commit (step 9)
 
     def plan(
         self,
@@ -222,6 +222,7 @@ class DumpSteps:
                 kafka_conf=self.kafka_conf,
                 state=self.state,
                 stopwatch=self.watch,
+                meanwhile=self.fresh.warm_up if self.fresh is not None else None,
             )
 
     def check(self, staged: Staged) -> None:
@@ -299,8 +300,7 @@ class DumpSteps:
         return commit
 
     def finish(self, commit: Commit, staged: Staged) -> None:
-        """Late rows and dirty records to their visible directories (rolled forward by the next
-        dump or seal if this job dies first)."""
+        """Late rows and dirty records to their visible directories (step 8)."""
         self.publisher.finish(commit.files)
         ready = commit.ready
         log.info(
@@ -373,7 +373,7 @@ def run_dump(
         steps.finish(commit, staged)
     crash_point("before_group_commit")
     record_group_commit(config, settings, kafka_conf, commit)
-    sync_fresh(table, f"dump run {run_id}: batch {commit.batch_id}")
+    sync_fresh(table, f"dump run {run_id}: batch {commit.batch_id}", steps.fresh)
     return replace(_result(commit, "committed"), timings=watch.rounded())
 
 

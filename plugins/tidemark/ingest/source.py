@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: TID253
@@ -147,11 +147,12 @@ def stage_ranges(
     kafka_conf: dict[str, Any],
     spec: ClassifySpec,
     targets: StagingTargets,
+    meanwhile: Callable[[], object] | None = None,
 ) -> list[StagedCount]:
     """Stage exactly ``ranges`` of ``topic`` at ``targets``, the sub-ranges shared by as many
     Spark tasks as cores (on a local master whose session has not started, the same tasks in
-    processes forked from the driver: ``driver_tasks``); return the tasks' counts per MQ
-    partition, hour, lateness and reason."""
+    processes forked from the driver: ``driver_tasks``, ``meanwhile`` running in the driver
+    while they read); return the tasks' counts per MQ partition, hour, lateness and reason."""
     subs = split_ranges(ranges, DEFAULT_SUBRANGE)
     if not subs:
         return []
@@ -166,7 +167,7 @@ def stage_ranges(
     # task's start costs ~0.1 s here, and more tasks than cores only queue
     cores = local_cores(spark)
     if cores is not None:  # a local master, no session yet: the same tasks, no JVM
-        return map_slices(task, subs, min(len(subs), cores))
+        return map_slices(task, subs, min(len(subs), cores), meanwhile=meanwhile)
     slices = min(len(subs), spark.sparkContext.defaultParallelism)
     result: list[StagedCount] = spark.sparkContext.parallelize(subs, slices).mapPartitions(task).collect()
     return result

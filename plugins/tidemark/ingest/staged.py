@@ -6,6 +6,7 @@ dirty records in one pass of tasks); and what the staged files hold once reconci
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -94,8 +95,10 @@ def read_and_stage(
     kafka_conf: dict[str, Any],
     state: LogState,
     stopwatch: Stopwatch,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Staged:
-    """Read the plan's ranges, classify, stage rows and dirty records; return reconciled stats.
+    """Read the plan's ranges, classify, stage rows and dirty records; return reconciled stats
+    (``meanwhile``: the driver's own work while tasks forked from it read, ``stage_ranges``).
 
     Tables without data-derived partition columns stage in the read tasks themselves
     (``staging.py``); the others go through a Spark frame, because bounding partition values
@@ -126,6 +129,7 @@ def read_and_stage(
                 kafka_conf=kafka_conf,
                 spec=spec,
                 targets=targets,
+                meanwhile=meanwhile,
             )
             crash_point("after_staging")
     with stopwatch.phase("reconcile"):
