@@ -123,3 +123,32 @@ def test_the_branch_lets_go_of_batch_files_and_snapshots_past_the_grace(
     assert not any(p.exists() for p in kept)  # past the grace, the branch in step: deleted
     assert len(fresh_snapshot_ids(settings, table)) <= 2  # the head, and the seal's own
     assert len(pyiceberg_rows(settings, table, hour=None, branch="fresh")) == 6
+
+
+def test_the_branch_carries_data_derived_partition_values_from_the_batch_files_paths(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Batch files of a table partitioned by a column of the data hold it in their path, not in
+    the file: the branch's entries carry it, so readers see it and prune by it."""
+    config, settings = iceberg_table(settings, tmp_path, broker, 1, partitioning__columns=["app"])
+    table, topic = config.table, config.source.topic
+    sent = produce(
+        broker,
+        topic,
+        records(
+            [(0, at(10, 5), {"app": "ios"}), (0, at(10, 20), {"app": "web"}), (0, at(11, 30), {"app": "ios"})]
+        ),
+    )
+    run_dump(spark, config, settings, "run-1", at(12))
+    run_seal(spark, config, settings, "seal-1")  # hour 10 sealed, hour 11 on the branch only
+    more = produce(broker, topic, records([(0, at(11, 40), {"app": "tv"})], prefix="b"))
+    run_dump(spark, config, settings, "run-2", at(12, 5))
+    apps = {(p, o): json.loads(m.value or b"{}")["app"] for p, o, m in sent + more}
+    assert pyiceberg_rows(settings, table, hour=None, column="app", branch="fresh") == apps
+    assert pyiceberg_rows(settings, table, hour="11", column="app", branch="fresh") == {
+        k: v for k, v in apps.items() if k[1] >= 2
+    }
+    iceberg = open_catalog(settings).load_table(identifier(table))
+    head = iceberg.metadata.refs["fresh"].snapshot_id
+    tv = iceberg.scan(row_filter="app = 'tv'", snapshot_id=head).plan_files()
+    assert [t.file.partition for t in tv] and all("tv" in str(t.file.partition) for t in tv)
