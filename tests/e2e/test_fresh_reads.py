@@ -106,11 +106,14 @@ def test_the_fresh_read_in_a_loop_through_batch_the_stream_seals_amends_and_back
     run_dump(spark, config, own, "batch-2", NOW)
     assert run_seal(spark, config, own, "seal-2").amended
 
-    # the stream, its own process, micro-batches and seals until it has caught up
+    # the stream, its own process: killed once, then micro-batches and seals until caught up
     writer = TableWriter(own.state_dir, table)
     writer.switch("stream", by="test", reason="fresh reads", at=NOW.isoformat())
     create_metastore(own)
     sampler.expect(produce(broker, topic, _hour(2, 40, SEED + 3) + _late(0, "late-b") + _late(1, "late-c")))
+    # a running stream killed at a random moment (a micro-batch, its branch sync, its seal)
+    running = job(own, "stream", table, "stream-chaos", *STREAM_ARGS)
+    assert killed_at_random(running, random.Random(SEED), 20.0), "the stream ended before its kill"
     code, _, err = run_job_process(own, "stream", table, "stream-1", "--until-caught-up", *STREAM_ARGS)
     assert code == 0, err[-3000:]
 

@@ -159,9 +159,10 @@ class Sealer:
                     partitions.apply(entry)
                     result.amended.append(entry.hour)
         result.sealed_through = partitions.sealed_through
-        with self.watch.phase("fresh"):  # before any file the fresh read may name is deleted
-            if self.files.fresh.sync(f"seal run {self.run_id}") and not self.files.fresh.immediate:
-                self._sweep_batch_files(partitions)
+        if not self.files.fresh.immediate:  # the fresh read in step, then what it let go of
+            with self.watch.phase("fresh"):
+                if self.files.fresh.sync(f"seal run {self.run_id}"):
+                    self._sweep_batch_files(partitions)
         with self.watch.phase("collect"):
             result.versions_deleted = self._collect(state, partitions)
         result.timings, result.cpu_timings = self.watch.rounded(), self.watch.rounded_cpu()
