@@ -363,7 +363,7 @@ def run_dump(
         if done is not None:
             steps.confirm(done)
             record_group_commit(config, settings, kafka_conf, done)
-            sync_fresh(table, f"dump run {run_id}: batch {done.batch_id}, committed before")
+            sync_fresh(table, f"dump run {run_id}: batch {done.batch_id}, committed before", steps.fresh)
             return _result(done, "already_committed")
         steps.roll_back()
         staged = steps.stage()
