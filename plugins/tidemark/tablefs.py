@@ -167,6 +167,12 @@ class Store:
         if not self.object_store:
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
 
+    def make_dir(self, relative: str) -> None:
+        """Create a directory (warehouse-relative) where directories exist (a metastore checks
+        that a local table's location does; an object store has none)."""
+        if not self.object_store:
+            self.fs.create_dir(self.path(relative), recursive=True)
+
     def metastore_location(self, relative: str, local: str) -> str:
         """A warehouse path as the metastore registers it: ``s3a://`` on S3 (Hive knows s3 by
         the s3a FileSystem), the local path (``local``) elsewhere."""
@@ -263,6 +269,31 @@ class Store:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
                 raise
             self.fs.copy_file(self.path(source), aside)
+        os.replace(aside, target_path)
+
+    def link_once(self, source: str, target: str) -> None:
+        """``target`` made the very file ``source`` is, in one step a reader listing its
+        directory sees whole: a hard link (one already there is kept: a retry's, the same
+        file), else a copy under a hidden name renamed into place, or on an object store a
+        server-side copy (a PUT is whole). For directories readers list as they change."""
+        import pyarrow.fs as pafs
+
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            self.copy(source, target)
+            return
+        target_path = self.path(target)
+        self.make_parent(target_path)
+        try:
+            os.link(self.path(source), target_path)
+            return
+        except FileExistsError:
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                raise
+        directory, name = target_path.rsplit("/", 1)
+        aside = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"  # hidden: no reader lists it
+        self.fs.copy_file(self.path(source), aside)
         os.replace(aside, target_path)
 
     def write_json(self, relative: str, payload: Any) -> None:

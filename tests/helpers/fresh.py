@@ -9,20 +9,55 @@ import threading
 from collections import Counter
 from typing import Any
 
+import pyarrow.parquet as pq  # noqa: TID253
+
 from tidemark.iceberg_catalog import identifier, open_catalog
+from tidemark.metastore_service import MetastoreConnection
 from tidemark.settings import Settings
 from tidemark.state.commitlog import CommitLog
+from tidemark.state.layout import Layout
 
 BRANCH = "fresh"
+KEYS = ["_mq_partition", "_mq_offset"]
+
+
+def hive_fresh_locations(settings: Settings, table: str) -> dict[tuple[str, ...], str] | None:
+    """``<table>_fresh``'s partitions and where each points, as the metastore service answers
+    (one call, as a reader plans); None before the table exists."""
+    connection = MetastoreConnection(settings.hive_metastore_uris, table)
+    try:
+        if connection.table(f"{table}_fresh") is None:
+            return None
+        return {tuple(p.values): str(p.sd.location) for p in connection.partitions(f"{table}_fresh")}
+    finally:
+        connection.close()
+
+
+def hive_fresh_rows(settings: Settings, table: str, columns: list[str] = KEYS) -> list[tuple[Any, ...]] | None:
+    """Every row of ``<table>_fresh`` as a Hive reader reads it by name: its partitions from
+    the metastore, then every data file each location holds now (hidden names skipped); the
+    ``columns`` of each row. None before the table exists."""
+    located = hive_fresh_locations(settings, table)
+    if located is None:
+        return None
+    layout = Layout(settings, table)
+    rows: list[tuple[Any, ...]] = []
+    for location in located.values():
+        for relative in layout.store.files(layout.store_relative(location)):
+            with layout.store.fs.open_input_file(layout.store.path(relative)) as handle:
+                read = pq.read_table(handle, columns=columns)
+            rows += list(zip(*(read.column(c).to_pylist() for c in columns), strict=True))
+    return rows
 
 
 class FreshSampler(threading.Thread):
-    """Reads the fresh branch of an Iceberg table in a loop until ``stop`` (pyiceberg, by the
-    table's name in the catalog, its branch's head each time)."""
+    """Reads the fresh read of a table in a loop until ``stop``, by name: an Iceberg table's
+    branch ``fresh`` (pyiceberg, its head each time), a Hive table's ``<table>_fresh`` (its
+    partitions from the metastore service, then their files)."""
 
-    def __init__(self, settings: Settings, table: str) -> None:
+    def __init__(self, settings: Settings, table: str, kind: str = "iceberg") -> None:
         super().__init__(daemon=True)
-        self.settings, self.table = settings, table
+        self.settings, self.table, self.kind = settings, table, kind
         self.sent: set[tuple[int, int]] = set()  # every record produced so far (added before it is)
         self.samples: list[int] = []  # rows per sample
         self.problems: list[str] = []
@@ -33,27 +68,40 @@ class FreshSampler(threading.Thread):
         self.sent.update((p, o) for p, o, _ in delivered)
 
     def run(self) -> None:
-        catalog = open_catalog(self.settings)
         log = CommitLog(self.settings.state_dir, self.table)
+        read = self._iceberg_reader() if self.kind == "iceberg" else self._hive_read
         while not self._stopping.is_set():
-            try:
-                iceberg = catalog.load_table(identifier(self.table))
-            except Exception:  # not created yet (its first seal makes it)
-                self._stopping.wait(0.2)
-                continue
-            ref = iceberg.metadata.refs.get(BRANCH)
-            if ref is None:
-                self._stopping.wait(0.2)
-                continue
-            try:  # every file the head names must be there (a reader's failure is a finding)
-                frame = iceberg.scan(snapshot_id=ref.snapshot_id).to_arrow()
+            try:  # every file a read plans must be there (a reader's failure is a finding)
+                keys = read()
             except Exception as exc:
                 self.problems.append(f"sample {len(self.samples)}: {type(exc).__name__}: {exc}")
                 continue
-            keys = list(zip(frame["_mq_partition"].to_pylist(), frame["_mq_offset"].to_pylist(), strict=True))
+            if keys is None:  # not made yet (the table's first seal makes it)
+                self._stopping.wait(0.2)
+                continue
             self._check(keys, log)
             self.samples.append(len(keys))
             self._stopping.wait(0.05)  # a reader's pace, not a busy loop beside the jobs
+
+    def _iceberg_reader(self) -> Any:
+        catalog = open_catalog(self.settings)
+
+        def read() -> list[tuple[int, int]] | None:
+            try:
+                iceberg = catalog.load_table(identifier(self.table))
+            except Exception:  # not created yet
+                return None
+            ref = iceberg.metadata.refs.get(BRANCH)
+            if ref is None:
+                return None
+            frame = iceberg.scan(snapshot_id=ref.snapshot_id).to_arrow()
+            return list(zip(frame["_mq_partition"].to_pylist(), frame["_mq_offset"].to_pylist(), strict=True))
+
+        return read
+
+    def _hive_read(self) -> list[tuple[int, int]] | None:
+        rows = hive_fresh_rows(self.settings, self.table)
+        return None if rows is None else [(int(p), int(o)) for p, o in rows]
 
     def _check(self, keys: list[tuple[int, int]], log: CommitLog) -> None:
         twice = [k for k, n in Counter(keys).items() if n > 1]

@@ -33,11 +33,16 @@ def _refused() -> Any:
     raise AssertionError("this job was to run without Spark, and asked for it")
 
 
-def jvm_free_session(master: str = "local[2]") -> Any:
+def jvm_free_session(master: str = "local[2]", metastore_uris: str = "") -> Any:
     """What a lazy job (the dump, the seal) gets on ``master`` before anything asks for Spark,
     here one that must never start: a library call with it runs the JVM-free path in this
-    process (the dump's read tasks in processes forked from it) or fails the test."""
-    return LazySession("jvm-free", _refused, {"spark.master": master})
+    process (the dump's read tasks in processes forked from it) or fails the test. With
+    ``metastore_uris`` (a metastore service, whose table exists already) a seal registers its
+    hours over Thrift, as a seal process of that deployment does."""
+    conf = {"spark.master": master}
+    if metastore_uris:
+        conf["spark.hadoop.hive.metastore.uris"] = metastore_uris
+    return LazySession("jvm-free", _refused, conf)
 
 
 def job_env(settings: Settings, fail_at: str | None = None) -> dict[str, str]:

@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.metastore import metastore_service
+from tests.helpers.metastore import hive_made_table, metastore_service
 from tests.helpers.tables import fresh_table
 from tidemark.errors import InjectedFault, MetastoreServiceError
-from tidemark.ingest.columns import data_fields
 from tidemark.seal.metastore import DATABASE, PENDING, HiveClientMetastore
 from tidemark.seal.thrift_metastore import ThriftMetastore, open_metastore
 from tidemark.settings import Settings
@@ -34,39 +33,6 @@ HOUR = {"dt": "2026-11-22", "hr": "10"}
 def service(settings: Settings, postgres: str) -> Iterator[Settings]:
     with metastore_service(settings) as own:
         yield own
-
-
-def _hive_table(metastore: ThriftMetastore, table: str, location: str) -> None:
-    """The table as Hive itself creates one (Parquet serde, string partition columns): what a
-    table made by another tool looks like to the seal."""
-    from pymetastore.hive_metastore.ttypes import FieldSchema, SerDeInfo, StorageDescriptor, Table
-
-    columns = [FieldSchema(name, kind, None) for name, kind in data_fields(metastore.config)]
-    keys = [FieldSchema(k, "string", None) for k in ("dt", "hr", *metastore.config.partitioning.columns)]
-    storage = StorageDescriptor(
-        cols=columns,
-        location=location,
-        inputFormat="org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
-        outputFormat="org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",
-        compressed=False,
-        numBuckets=-1,
-        serdeInfo=SerDeInfo(
-            None, "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe", {"serialization.format": "1"}
-        ),
-        bucketCols=[],
-        sortCols=[],
-        parameters={},
-    )
-    shape = Table(
-        tableName=table,
-        dbName=DATABASE,
-        owner="test",
-        sd=storage,
-        partitionKeys=keys,
-        parameters={"EXTERNAL": "TRUE"},
-        tableType="EXTERNAL_TABLE",
-    )
-    metastore._call("creating the test's table", lambda c: c.create_table(shape))
 
 
 def _located(metastore: ThriftMetastore, table: str) -> dict[str, str]:
@@ -86,7 +52,7 @@ def test_the_seal_registers_over_thrift_and_switches_an_hours_values_together(
     # the test's session keeps its embedded Derby: its jobs would take the service's Thrift API
     # (tests/e2e/test_metastore_service.py), here the Thrift side is built directly
     metastore = ThriftMetastore(own.hive_metastore_uris, config, HiveClientMetastore(spark, config))
-    _hive_table(metastore, table, f"file:{tmp_path}/table")
+    hive_made_table(metastore.connection, metastore.config, table, f"file:{tmp_path}/table")
     metastore.ensure_table(table, tmp_path / "table")  # the columns are the config's: nothing to do
     # ... and nothing went to the session's Hive client (embedded Derby here: a table would appear)
     assert not spark.catalog.tableExists(table)

@@ -46,6 +46,7 @@ def collisions(tables: list[TableConfig]) -> list[tuple[str, str]]:
             ("the late table", other.late_table),
             ("the dirty table", other.dirty_table),
             ("the snapshot table", other.snapshot_table),
+            ("the fresh table", other.fresh_table),
         )
         if name in names
     ]

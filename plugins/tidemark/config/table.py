@@ -197,6 +197,11 @@ class TableConfig(Section):
         return f"{self.table}_snapshot"
 
     @property
+    def fresh_table(self) -> str:
+        """A Hive table's fresh read (``fresh.hive_table``)."""
+        return f"{self.table}_fresh"
+
+    @property
     def late_table(self) -> str:
         return f"{self.table}__late"
 

@@ -4,12 +4,12 @@ batch's commit, beside the complete read (``T``), which changes only by whole ho
 One seam, ``FreshRead``, chosen once per table by its format (``fresh_read``):
 
 - an Iceberg table: the branch ``fresh`` (``fresh.iceberg_branch``);
-- a Hive table: none yet (``<table>_fresh`` is to come: docs/operations.md);
+- a Hive table: the table ``<table>_fresh`` in the metastore service (``fresh.hive_table``);
 - ``output.fresh: false``: none.
 
 What it holds is ``fresh.files``. Jobs keep it in step: the dump (and each stream
 micro-batch) after its commit, the seal after its steps; no file the read names, or named a
-moment ago, is deleted (``FreshGate``). A failed sync never fails the job whose data is committed: the fresh read
+moment ago, is deleted while a query may still read it (``FreshGate``). A failed sync never fails the job whose data is committed: the fresh read
 lags (``tidemark status`` shows by how much) and the next job's sync catches it up.
 """
 
@@ -22,7 +22,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemark.errors import InjectedFault
-from tidemark.fresh.iceberg_branch import BranchSync, IcebergFreshBranch
+from tidemark.fresh.files import FreshSync
+from tidemark.fresh.hive_table import HiveFreshTable
+from tidemark.fresh.iceberg_branch import IcebergFreshBranch
 
 if TYPE_CHECKING:
     from tidemark.state.journal import JournalEntry, JournalState
@@ -35,8 +37,11 @@ class FreshRead(Protocol):
     """A table's fresh read: brought in step with its state by ``sync``."""
 
     name: str  # how readers address it, e.g. "branch fresh"
+    # whether it holds its own links to the files it names (a Hive table's mirrors), so the
+    # files a step replaced may be deleted at once; else they stay ``output.fresh_grace``
+    self_contained: bool
 
-    def sync(self, reason: str) -> BranchSync: ...
+    def sync(self, reason: str) -> FreshSync: ...
 
     def warm_up(self) -> None:
         """Pay the sync's fixed costs ahead (imports, the catalog): a job calls it while it
@@ -48,23 +53,33 @@ class FreshRead(Protocol):
         ...
 
     def describe(self) -> dict[str, Any]:
-        """What readers see now: ``read``, ``through_batch``, ``journal_seq``, ``changed_at``."""
+        """What readers see now: ``read``, ``exists``, ``through_batch``, ``journal_seq``,
+        ``changed_at``."""
+        ...
+
+    def referenced(self) -> list[str]:
+        """The metastore locations it points readers at, which a collector of versions keeps."""
         ...
 
 
 # the fresh read of each ``output.table_format`` that has one, chosen once per table
-FRESH_READS: dict[str, Callable[[Table], FreshRead]] = {"iceberg": IcebergFreshBranch.of}
+# (None: the table's deployment has none: a Hive table without a metastore service)
+FRESH_READS: dict[str, Callable[[Table], FreshRead | None]] = {
+    "iceberg": IcebergFreshBranch.of,
+    "hive": HiveFreshTable.of,
+}
 
 
 def fresh_read(table: Table) -> FreshRead | None:
-    """The table's fresh read, or None (``output.fresh: false``, or a format without one)."""
+    """The table's fresh read, or None (``output.fresh: false``, a format without one, or a
+    Hive table whose metastore is not a service: ``hive_table``)."""
     kind = FRESH_READS.get(table.config.output.table_format)
     if not table.config.output.fresh or kind is None:
         return None
     return kind(table)
 
 
-def sync_fresh(table: Table, reason: str, fresh: FreshRead | None = None) -> BranchSync | None:
+def sync_fresh(table: Table, reason: str, fresh: FreshRead | None = None) -> FreshSync | None:
     """Bring the table's fresh read in step (``fresh``: the one already chosen); what the sync
     did, or None when the table has none or the sync failed (logged: the job goes on)."""
     fresh = fresh if fresh is not None else fresh_read(table)
@@ -105,10 +120,10 @@ def fresh_status(table: Table, last_committed: int) -> dict[str, Any] | None:
 def describe_fresh(info: dict[str, Any] | None) -> str:
     """One line of ``fresh_status`` for a person."""
     if info is None:
-        return "fresh read: none (output.fresh off, or a Hive table: docs/operations.md)"
+        return "fresh read: none (output.fresh: false, or a Hive table without a metastore service)"
     if "error" in info:
         return f"fresh read: {info['read']}, not readable now: {info['error']}"
-    if info["snapshot_id"] is None:
+    if not info["exists"]:
         return f"fresh read: {info['read']}, none yet (it starts with the table's first sealed hour)"
     behind = info["batches_behind"]
     state = "in step" if behind == 0 else f"{behind} committed batches behind" if behind else "no batch yet"
@@ -141,14 +156,37 @@ class FreshGate:
         return done is not None
 
     @property
+    def present(self) -> bool:
+        """Whether the table has a fresh read to keep in step."""
+        return self.fresh is not None
+
+    @property
     def immediate(self) -> bool:
         """Replaced files may go as soon as the step's journal entry is written."""
-        return self.fresh is None
+        return self.fresh is None or self.fresh.self_contained
+
+    def referenced(self) -> list[str] | None:
+        """The metastore locations the fresh read points at (none without one); None where it
+        cannot say now: a collector then deletes nothing this run."""
+        if self.fresh is None:
+            return []
+        try:
+            return self.fresh.referenced()
+        except Exception as exc:
+            log.warning(
+                "%s: where the fresh read (%s) points is unknown now: %s: %s",
+                self.table.name,
+                self.fresh.name,
+                type(exc).__name__,
+                exc,
+            )
+            return None
 
     def deletable(self, entry: JournalEntry) -> bool:
         """Whether the files ``entry``'s step replaced may be deleted now."""
-        if self.fresh is None:
+        if self.immediate:
             return True
+        assert self.fresh is not None
         if self._synced is None:
             self._synced = self.fresh.synced_through()
         past = datetime.fromisoformat(entry.sealed_at) + self.grace <= datetime.now(UTC)
@@ -156,7 +194,7 @@ class FreshGate:
 
     def past_grace(self, journal: JournalState) -> JournalState:
         """``journal`` with only the hours whose replaced files may be deleted now."""
-        if self.fresh is None:
+        if self.immediate:
             return journal
         kept = {key: entry for key, entry in journal.hours.items() if self.deletable(entry)}
         return replace(journal, hours=kept)

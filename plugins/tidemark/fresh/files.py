@@ -18,7 +18,7 @@ files only once the fresh read no longer names them (``seal.sealing``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -31,6 +31,21 @@ if TYPE_CHECKING:
     from tidemark.table import Table
 
 SEALED, OPEN, LATE = "sealed", "open", "late"
+
+
+@dataclass
+class FreshSync:
+    """What one sync of a fresh read did: the files it added and removed, the batch and
+    journal step the read reflects now, and what it committed (an Iceberg snapshot id, a
+    Hive table's partitions moved; None: it was there already)."""
+
+    table: str
+    through_batch: int = -1
+    journal_seq: int = -1
+    added: int = 0
+    removed: int = 0
+    snapshot_id: int | None = None
+    open_hours: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

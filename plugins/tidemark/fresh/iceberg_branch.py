@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from tidemark.fresh.files import FreshFile, fresh_files
+from tidemark.fresh.files import FreshFile, FreshSync, fresh_files
 from tidemark.hourcommit.iceberg_commit import AddedFile, read_footer
 from tidemark.hourcommit.iceberg_files import PREFIX, needs_evolution
 from tidemark.state.layout import batch_of_file
@@ -43,24 +42,11 @@ BRANCH = "fresh"
 EXPIRE_AT = 50  # the branch's snapshots past their grace before a sync expires them
 
 
-@dataclass
-class BranchSync:
-    """What one sync did: the files it added and removed, the batch and journal step the
-    branch reflects now, the snapshot it committed (None: it was there already)."""
-
-    table: str
-    through_batch: int = -1
-    journal_seq: int = -1
-    added: int = 0
-    removed: int = 0
-    snapshot_id: int | None = None
-    open_hours: list[str] = field(default_factory=list)
-
-
 class IcebergFreshBranch:
     """The branch ``fresh`` of one Iceberg table (see the module)."""
 
     name = f"branch {BRANCH}"
+    self_contained = False  # the branch names the batch files themselves: they stay its grace
 
     def __init__(self, table: Table, publication: IcebergPublication) -> None:
         self.table = table
@@ -72,10 +58,10 @@ class IcebergFreshBranch:
         is an ``IcebergPublication``)."""
         return cls(table, cast("IcebergPublication", table.commit.publication))
 
-    def sync(self, reason: str) -> BranchSync:
+    def sync(self, reason: str) -> FreshSync:
         """Bring the branch to the fresh read of the table's state now (``reason``: the job
         that asks, in the snapshot summary and the log)."""
-        done = BranchSync(self.table.name)
+        done = FreshSync(self.table.name)
 
         def step(attempt: int) -> bool:
             iceberg = self.publication.load()
@@ -98,6 +84,10 @@ class IcebergFreshBranch:
         except Exception:  # the sync raises it, named
             log.debug("%s: the fresh branch's warm-up failed", self.table.name, exc_info=True)
 
+    def referenced(self) -> list[str]:
+        """Locations a metastore's collector must keep: none (Iceberg keeps its own files)."""
+        return []
+
     def synced_through(self) -> int:
         """The journal step the branch head reflects, by its summary (-1: none yet)."""
         return int(self.describe()["journal_seq"])
@@ -113,6 +103,7 @@ class IcebergFreshBranch:
             "read": self.name,
             "through_batch": int(summary.get(f"{PREFIX}fresh-through-batch", -1)),
             "journal_seq": int(summary.get(f"{PREFIX}fresh-journal-seq", -1)),
+            "exists": head is not None,
             "snapshot_id": head.snapshot_id if head is not None else None,
             "changed_at": datetime.fromtimestamp(head.timestamp_ms / 1000, UTC).isoformat()
             if head is not None
@@ -138,7 +129,7 @@ class IcebergFreshBranch:
             current.snapshot_id,
         )
 
-    def _step(self, iceberg: IcebergTable, head: int, reason: str, done: BranchSync) -> bool:
+    def _step(self, iceberg: IcebergTable, head: int, reason: str, done: FreshSync) -> bool:
         state = self.table.state.commit_log.state()
         journal = self.table.state.journal.state()
         wanted = fresh_files(self.table, state, journal)

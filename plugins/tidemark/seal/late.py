@@ -85,21 +85,31 @@ class LateRows:
         if not self.versions.own_directories:
             return []  # a version exchanged in place leaves with its writer's scratch
         self.writer.check()  # a zombie's collection would judge by a journal another holder moved on
+        referenced = self._referenced()
+        if referenced is None:
+            log.warning(
+                "%s: no version collected this run (the fresh read's locations unknown)", self.config.table
+            )
+            return []
         return VersionCollector(self.config, self.layout, journal).collect(
-            state, partitions, self.locations(journal), self._referenced()
+            state, partitions, self.locations(journal), referenced
         )
 
-    def _referenced(self) -> list[str]:
-        """What readers are pointed at now: the table's publication's, and the late side
-        table's partitions (a publication outside the metastore asks it, starting its client,
-        only when the late side table has files)."""
+    def _referenced(self) -> list[str] | None:
+        """What readers are pointed at now: the table's publication's, the late side table's
+        partitions (a publication outside the metastore asks it, starting its client, only when
+        the late side table has files) and the fresh read's; None where that is unknown now."""
         metastore = self.files.metastore
         late = self.files.publication.in_metastore or bool(
             self.layout.store.all_files(self.layout.relative(self.layout.late_dir))
         )
+        fresh = self.files.fresh.referenced()
+        if fresh is None:
+            return None
         return [
             *self.files.publication.referenced(metastore),
             *(self.files.late_publication.referenced(metastore) if late else []),
+            *fresh,
         ]
 
     @staticmethod

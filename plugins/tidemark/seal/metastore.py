@@ -18,6 +18,7 @@ from tidemark.evolution import is_widening
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields, partition_columns
 from tidemark.lazy_session import spark_started
+from tidemark.metastore_service import DATABASE
 from tidemark.schema import parse_column
 from tidemark.tableformat import table_format
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DATABASE = "default"
 # Where a partition of a value new to an hour points until the hour's one move: inside its new
 # directory, holding no files (a hidden name: never read as part of the version)
 PENDING = "_tidemark_pending"

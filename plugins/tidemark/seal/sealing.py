@@ -159,9 +159,9 @@ class Sealer:
                     partitions.apply(entry)
                     result.amended.append(entry.hour)
         result.sealed_through = partitions.sealed_through
-        if not self.files.fresh.immediate:  # the fresh read in step, then what it let go of
+        if self.files.fresh.present:  # the fresh read in step, then what it let go of
             with self.watch.phase("fresh"):
-                if self.files.fresh.sync(f"seal run {self.run_id}"):
+                if self.files.fresh.sync(f"seal run {self.run_id}") and not self.files.fresh.immediate:
                     self._sweep_batch_files(partitions)
         with self.watch.phase("collect"):
             result.versions_deleted = self._collect(state, partitions)

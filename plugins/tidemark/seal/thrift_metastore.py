@@ -18,17 +18,16 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 from tidemark.config import TableConfig
 from tidemark.errors import MetastoreServiceError
 from tidemark.faults import crash_point
 from tidemark.ingest.columns import data_fields
 from tidemark.lazy_session import session_conf_value, without_pyspark
+from tidemark.metastore_service import MetastoreConnection, partition_at, same_location, secured_settings
 from tidemark.seal.metastore import DATABASE, PENDING, HiveClientMetastore, Metastore, emptied
 from tidemark.settings import Settings
 
@@ -52,7 +51,7 @@ def open_metastore(spark: SparkSession, config: TableConfig, settings: Settings)
     uris = session_conf_value(spark, "spark.hadoop.hive.metastore.uris")
     if not uris or uris != settings.hive_metastore_uris or settings.metastore_client == "hive":
         return hive_client
-    secured = [k for k in _SECURED if settings.spark_conf.get(k, "").strip().lower() == "true"]
+    secured = secured_settings(settings)
     if secured:
         log.info("%s: registering through the Hive client (%s set)", config.table, ", ".join(secured))
         return hive_client
@@ -68,94 +67,25 @@ class ThriftMetastore:
     def __init__(
         self, uris: str, config: TableConfig, hive_client: HiveClientMetastore, *, timeout_s: float = 60.0
     ) -> None:
-        self.timeout_s = timeout_s  # per call: a service that never answers fails the seal by name
-        self.uris = [u.strip() for u in uris.split(",") if u.strip()]
+        self.connection = MetastoreConnection(uris, config.table, timeout_s=timeout_s)
+        self.uris = self.connection.uris
         self.config = config
         self.hive_client = hive_client  # creates and evolves tables, drops cached listings
-        self.spark = hive_client.spark
-        self._lock = threading.RLock()
-        self._transport: Any = None
-        self._client: Any = None
         self._ensured: set[tuple[str, str]] = set()
 
-    # -- the connection ---------------------------------------------------------------------
+    # -- the connection (``metastore_service``) -------------------------------------------
     @without_pyspark
     def connect(self) -> None:
-        with self._lock:
-            if self._client is None:
-                self._open()
-
-    def _open(self) -> None:
-        from pymetastore.hive_metastore import ThriftHiveMetastore
-        from thrift.protocol import TBinaryProtocol
-        from thrift.transport import TSocket, TTransport
-
-        failures = []
-        for uri in self.uris:
-            address = urlsplit(uri)
-            socket = TSocket.TSocket(address.hostname or "127.0.0.1", address.port or 9083)
-            socket.setTimeout(self.timeout_s * 1000)  # milliseconds: connect and every read
-            transport = TTransport.TBufferedTransport(socket)
-            try:
-                transport.open()
-            except TTransport.TTransportException as exc:
-                failures.append(f"{uri}: {exc}")
-                continue
-            self._transport = transport
-            self._client = ThriftHiveMetastore.Client(TBinaryProtocol.TBinaryProtocol(transport))
-            return
-        raise MetastoreServiceError(
-            f"{self.config.table}: no metastore service answered ({'; '.join(failures)})"
-        )
+        self.connection.connect()
 
     def close(self) -> None:
-        with self._lock:
-            if self._transport is not None:
-                self._transport.close()
-            self._transport = self._client = None
+        self.connection.close()
 
     def _call(self, what: str, call: Callable[[Any], T]) -> T:
-        """One Thrift call; a dropped connection is opened again and the call made once more
-        (every call here is idempotent: reads, adds if absent, a move to the same place)."""
-        from thrift.Thrift import TException
-        from thrift.transport.TTransport import TTransportException
+        return self.connection.call(what, call)
 
-        with self._lock:
-            for attempt in (1, 2):
-                if self._client is None:
-                    self._open()
-                try:
-                    return call(self._client)
-                except TTransportException as exc:
-                    self.close()
-                    if attempt == 2:
-                        raise MetastoreServiceError(
-                            f"{self.config.table}: {what} failed: the connection to {self.uris} broke or "
-                            f"gave no answer within {self.timeout_s:g} s, twice ({exc}); check the service "
-                            "(TIDEMARK_METASTORE_TIMEOUT_S sets the wait); a metastore that wants "
-                            "SASL/Kerberos or TLS is reached only through Hive's client: set "
-                            "TIDEMARK_METASTORE_CLIENT=hive"
-                        ) from exc
-                    log.warning(
-                        "%s: metastore connection lost during %s; reconnecting", self.config.table, what
-                    )
-                except TException as exc:
-                    raise MetastoreServiceError(
-                        f"{self.config.table}: {what} failed: {_message(exc)}"
-                    ) from exc
-        raise AssertionError("unreachable")
-
-    # -- tables -----------------------------------------------------------------------------
     def _table(self, table: str) -> Any | None:
-        from pymetastore.hive_metastore.ttypes import NoSuchObjectException
-
-        def get(client: Any) -> Any | None:
-            try:
-                return client.get_table(DATABASE, table)
-            except NoSuchObjectException:
-                return None
-
-        return self._call(f"reading table {DATABASE}.{table}", get)
+        return self.connection.table(table)
 
     def ensure_table(self, table: str, location: Path | str) -> None:
         """An existing table whose columns are the config's needs nothing; a missing table or
@@ -212,7 +142,7 @@ class ThriftMetastore:
         moved = []
         for key, part in current.items():
             new_location = wanted.get(key) or emptied(part.sd.location)  # a value the version lacks
-            if _same_location(part.sd.location, new_location):
+            if same_location(part.sd.location, new_location):
                 continue
             switched = copy.deepcopy(part)
             switched.sd.location = new_location
@@ -284,21 +214,9 @@ class ThriftMetastore:
         return {tuple(sorted(zip(keys, p.values, strict=True))): p for p in found}
 
 
-_SECURED = (
-    "spark.hadoop.hive.metastore.sasl.enabled",
-    "spark.hadoop.hive.metastore.use.SSL",
-)
-
-
 def _partition(shape: Any, spec: Mapping[str, str], location: str) -> Any:
-    """A partition of ``shape`` (the table) at ``location``: the table's storage (columns,
-    format, serde), as Hive and Spark make one."""
-    from pymetastore.hive_metastore.ttypes import Partition
-
-    storage = copy.deepcopy(shape.sd)
-    storage.location = location
-    values = [_lower(spec)[k.name] for k in shape.partitionKeys]
-    return Partition(values=values, dbName=DATABASE, tableName=shape.tableName, sd=storage, parameters={})
+    """A partition of ``shape`` (the table) at ``location``, by its spec."""
+    return partition_at(shape, [_lower(spec)[k.name] for k in shape.partitionKeys], location)
 
 
 def _lower(spec: Mapping[str, str]) -> dict[str, str]:
@@ -314,17 +232,3 @@ def _same_columns(shape: Any, fields: Sequence[tuple[str, str]]) -> bool:
 
     have = [(c.name.lower(), norm(c.type)) for c in shape.sd.cols]
     return have == [(name.lower(), norm(kind)) for name, kind in fields]
-
-
-def _same_location(registered: str, wanted: str) -> bool:
-    """The metastore qualifies what it stores (``s3a://b/x`` stays, ``/x`` becomes ``file:/x``)."""
-    if registered.rstrip("/") == wanted.rstrip("/"):
-        return True
-    here = urlsplit(registered)
-    return (
-        not urlsplit(wanted).scheme and here.scheme == "file" and here.path.rstrip("/") == wanted.rstrip("/")
-    )
-
-
-def _message(exc: Any) -> str:
-    return str(getattr(exc, "message", None) or exc)
