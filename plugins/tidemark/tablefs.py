@@ -254,7 +254,8 @@ class Store:
         """``target`` made the very file ``source`` is, without rewriting it: a hard link on a
         local filesystem, else :meth:`copy` (a server-side copy on an object store; a copy across
         devices). Both warehouse-relative; whatever a crashed attempt left at ``target`` is
-        replaced."""
+        replaced. A reader listing ``target``'s directory sees it whole or not at all: the
+        link or copy is made under a hidden name, then renamed."""
         import pyarrow.fs as pafs
 
         if not isinstance(self.fs, pafs.LocalFileSystem):
@@ -262,38 +263,14 @@ class Store:
             return
         target_path = self.path(target)
         self.make_parent(target_path)
-        aside = f"{target_path}.{uuid.uuid4().hex}.tmp"
+        directory, name = target_path.rsplit("/", 1)
+        aside = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"  # hidden: no reader lists it
         try:
             os.link(self.path(source), aside)
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
                 raise
             self.fs.copy_file(self.path(source), aside)
-        os.replace(aside, target_path)
-
-    def link_once(self, source: str, target: str) -> None:
-        """``target`` made the very file ``source`` is, in one step a reader listing its
-        directory sees whole: a hard link (one already there is kept: a retry's, the same
-        file), else a copy under a hidden name renamed into place, or on an object store a
-        server-side copy (a PUT is whole). For directories readers list as they change."""
-        import pyarrow.fs as pafs
-
-        if not isinstance(self.fs, pafs.LocalFileSystem):
-            self.copy(source, target)
-            return
-        target_path = self.path(target)
-        self.make_parent(target_path)
-        try:
-            os.link(self.path(source), target_path)
-            return
-        except FileExistsError:
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                raise
-        directory, name = target_path.rsplit("/", 1)
-        aside = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"  # hidden: no reader lists it
-        self.fs.copy_file(self.path(source), aside)
         os.replace(aside, target_path)
 
     def write_json(self, relative: str, payload: Any) -> None:

@@ -33,7 +33,9 @@ def hive_fresh_locations(settings: Settings, table: str) -> dict[tuple[str, ...]
         connection.close()
 
 
-def hive_fresh_rows(settings: Settings, table: str, columns: list[str] = KEYS) -> list[tuple[Any, ...]] | None:
+def hive_fresh_rows(
+    settings: Settings, table: str, columns: list[str] = KEYS
+) -> list[tuple[Any, ...]] | None:
     """Every row of ``<table>_fresh`` as a Hive reader reads it by name: its partitions from
     the metastore, then every data file each location holds now (hidden names skipped); the
     ``columns`` of each row. None before the table exists."""

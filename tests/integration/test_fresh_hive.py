@@ -65,7 +65,9 @@ def _registered(settings: Settings, table: str) -> dict[tuple[str, ...], str]:
     adds with ``file:``, not one it moves a partition to: both are read alike)."""
     connection = MetastoreConnection(settings.hive_metastore_uris, table)
     try:
-        return {tuple(p.values): str(p.sd.location).removeprefix("file:") for p in connection.partitions(table)}
+        return {
+            tuple(p.values): str(p.sd.location).removeprefix("file:") for p in connection.partitions(table)
+        }
     finally:
         connection.close()
 

@@ -196,13 +196,13 @@ class HiveFreshTable:
             have = {f.rsplit("/", 1)[-1] for f in self.store.files(at)}
             if have <= names.keys():
                 for name in sorted(names.keys() - have):
-                    self.store.link_once(names[name].relative, f"{at}/{name}")
+                    self.store.link(names[name].relative, f"{at}/{name}")
                 done.added += len(names.keys() - have)
                 return str(current.sd.location)
         path = "/".join(f"{k}={v}" for k, v in zip(plan.keys, key, strict=True))
         mirror = f"{self.root}/{path}/{plan.tag}"
         for name, file in sorted(names.items()):
-            self.store.link_once(file.relative, f"{mirror}/{name}")
+            self.store.link(file.relative, f"{mirror}/{name}")
         done.added += len(names)
         return self.layout.location(self.layout.warehouse / mirror)
 
