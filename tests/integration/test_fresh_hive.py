@@ -152,6 +152,8 @@ def test_the_fresh_table_holds_every_committed_batch_once_through_seals_and_amen
     left = {p.parent for p in mirrors.rglob("*.parquet")}
     assert left <= kept, left - kept  # only the open hour 13's mirror
     connection = MetastoreConnection(own.hive_metastore_uris, table)
-    params = connection.table(f"{table}_fresh").parameters
+    shape = connection.table(f"{table}_fresh")
     connection.close()
+    assert shape is not None  # what it reflects, for readers (SHOW TBLPROPERTIES)
+    params = shape.parameters
     assert params["tidemark.fresh-through-batch"] == "3" and params["tidemark.fresh-reason"] == "test: sweep"
