@@ -1,13 +1,17 @@
-"""The fresh read of an Iceberg table read by name in a loop while it is written: the batch
-DAG's dumps and seals, late rows amended in, a switch to the stream (its own process, sealing
-as it goes) and back to batch; then the same under jobs killed at random. At every sample no
-record is read twice, every record read was produced and committed, and none leaves the
-fresh read once in it; after the last seal the fresh read and the complete read hold the
-same rows."""
+"""The fresh read of each table kind read by name in a loop while it is written (an Iceberg
+table's branch ``fresh``; a Hive table's ``<table>_fresh`` through the home's metastore
+service, ``make up``'s ``derby-metastore``): the batch DAG's dumps and seals, late rows amended
+in, a switch to the stream (its own process, sealing as it goes) and back to batch; then the
+same under jobs killed at random. At every sample no record is read twice, every record read
+was produced and committed, and none leaves the fresh read once in it; after the last seal
+the fresh read and the complete read hold the same rows, as Spark reads them by name too."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,9 +20,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.chaos import JobClock, job, killed_at_random
-from tests.helpers.fresh import FreshSampler
+from tests.helpers.fresh import FreshSampler, hive_fresh_rows, hive_rows, spark_hive_rows
 from tests.helpers.iceberg import pyiceberg_rows
-from tests.helpers.jobs import create_metastore, run_job_process
+from tests.helpers.jobs import create_metastore, job_result, run_job_process
 from tests.helpers.streams import STREAM_ARGS
 from tests.helpers.tables import fresh_table
 from tidemark.config import TableConfig
@@ -27,7 +31,9 @@ from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
 from tidemark.state.mode import TableWriter
+from tidemark_dev.derby_metastore import DerbyMetastoreService
 from tidemark_dev.generator import create_topic, events, produce, records
+from tidemark_dev.net import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -35,14 +41,41 @@ pytestmark = pytest.mark.e2e
 NOW = datetime.now(UTC)
 HOUR = NOW.replace(minute=0, second=0, microsecond=0) - timedelta(hours=5)
 SEED = 20261129
+KINDS = ["iceberg", "hive"]
 
 
-def _table(settings: Settings, tmp_path: Path, broker: str) -> tuple[TableConfig, Settings]:
-    home = tmp_path / "home"  # its own Derby: the in-process Spark of other tests holds the shared one
-    own = replace(settings, home=home, warehouse=str(home / "warehouse"))
-    config, own = fresh_table(own, tmp_path, output__table_format="iceberg", late_policy="amend")
+@contextmanager
+def _deployment(
+    settings: Settings, tmp_path: Path, broker: str, kind: str
+) -> Iterator[tuple[TableConfig, Settings]]:
+    """A table of ``kind`` in a home of its own (its own Derby: the in-process Spark of other
+    tests holds the shared one); a Hive table's home runs its metastore service, which every
+    job finds, as after `make up`."""
+    home = tmp_path / "home"
+    own = replace(settings, home=home, warehouse=str(home / "warehouse"), metastore_port=free_port())
+    config, own = fresh_table(own, tmp_path, output__table_format=kind, late_policy="amend")
     create_topic(broker, config.source.topic, 2)
-    return config, own
+    if kind == "iceberg":
+        create_metastore(own)
+        yield config, own
+        return
+    service = DerbyMetastoreService(own)
+    service.start()
+    try:
+        yield config, replace(own, hive_metastore_uris=service.address())
+    finally:
+        service.stop()
+
+
+def _seal(spark: Any, config: TableConfig, settings: Settings, run_id: str) -> dict[str, Any]:
+    """A seal run: an Iceberg table's in this process; a Hive table's as its own process, whose
+    session reaches the home's metastore service (this process's session has its own Derby)."""
+    if config.output.table_format == "iceberg":
+        done = run_seal(spark, config, settings, run_id)
+        return {"sealed": done.sealed, "amended": done.amended}
+    code, out, err = run_job_process(settings, "seal", config.table, run_id)
+    assert code == 0, err[-3000:]
+    return job_result(out)
 
 
 def _hour(n: int, count: int, seed: int) -> Any:
@@ -68,11 +101,18 @@ def _sampled(sampler: FreshSampler, settings: Settings, table: str, last: list[t
     assert len(samples) >= 10 and len(set(samples)) >= 3, samples  # it read while the rows grew
     journal = HourJournal(settings.state_dir, table).state()
     assert journal.hours and all(e.published for e in journal.hours.values())
-    fresh = pyiceberg_rows(settings, table, hour=None, branch="fresh")
-    complete = pyiceberg_rows(settings, table, hour=None)
+    if sampler.kind == "hive":
+        fresh_rows, complete_rows = hive_fresh_rows(settings, table), hive_rows(settings, table)
+        assert fresh_rows is not None and complete_rows is not None
+        fresh, complete = Counter(fresh_rows), Counter(complete_rows)
+        assert max(fresh.values()) == 1 and max(complete.values()) == 1
+        assert spark_hive_rows(settings, f"{table}_fresh") == fresh  # Spark, by name
+    else:
+        fresh = Counter(pyiceberg_rows(settings, table, hour=None, branch="fresh"))
+        complete = Counter(pyiceberg_rows(settings, table, hour=None))
     assert set(fresh) == sampler.sent
     assert set(fresh) - set(complete) == {(p, o) for p, o, _ in last}
-    assert {k: v for k, v in fresh.items() if k in complete} == complete
+    assert set(complete) <= set(fresh)
 
 
 def _last_hour(broker: str, topic: str, sampler: FreshSampler) -> list[tuple[int, int, Any]]:
@@ -90,28 +130,32 @@ def _last_hour(broker: str, topic: str, sampler: FreshSampler) -> list[tuple[int
     return last
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_fresh_read_in_a_loop_through_batch_the_stream_seals_amends_and_back(
-    spark: Any, broker: str, settings: Settings, tmp_path: Path
+    spark: Any, broker: str, settings: Settings, tmp_path: Path, kind: str
 ) -> None:
-    config, own = _table(settings, tmp_path, broker)
+    with _deployment(settings, tmp_path, broker, kind) as (config, own):
+        _through_batch_the_stream_and_back(spark, broker, config, own)
+
+
+def _through_batch_the_stream_and_back(spark: Any, broker: str, config: TableConfig, own: Settings) -> None:
     table, topic = config.table, config.source.topic
-    sampler = FreshSampler(own, table)
+    sampler = FreshSampler(own, table, config.output.table_format)
     sampler.start()
 
-    # the batch DAG: hours H and H+1, H sealed (the table and its branch made), then late rows
+    # the batch DAG: hours H and H+1, H sealed (the table and its fresh read made), then late rows
     sampler.expect(produce(broker, topic, _hour(0, 60, SEED) + _hour(1, 20, SEED + 1)))
     run_dump(spark, config, own, "batch-1", NOW)
-    assert run_seal(spark, config, own, "seal-1").sealed == [HOUR.strftime("%Y-%m-%dT%H")]
+    assert _seal(spark, config, own, "seal-1")["sealed"] == [HOUR.strftime("%Y-%m-%dT%H")]
     sampler.expect(produce(broker, topic, _late(0, "late-a") + _hour(1, 10, SEED + 2)))
     run_dump(spark, config, own, "batch-2", NOW)
-    assert run_seal(spark, config, own, "seal-2").amended
+    assert _seal(spark, config, own, "seal-2")["amended"]
 
     # the stream, its own process: killed once, then micro-batches and seals until caught up
     writer = TableWriter(own.state_dir, table)
     writer.switch("stream", by="test", reason="fresh reads", at=NOW.isoformat())
-    create_metastore(own)
     sampler.expect(produce(broker, topic, _hour(2, 40, SEED + 3) + _late(0, "late-b") + _late(1, "late-c")))
-    # a running stream killed at a random moment (a micro-batch, its branch sync, its seal)
+    # a running stream killed at a random moment (a micro-batch, its fresh sync, its seal)
     running = job(own, "stream", table, "stream-chaos", *STREAM_ARGS)
     assert killed_at_random(running, random.Random(SEED), 20.0), "the stream ended before its kill"
     code, _, err = run_job_process(own, "stream", table, "stream-1", "--until-caught-up", *STREAM_ARGS)
@@ -121,22 +165,26 @@ def test_the_fresh_read_in_a_loop_through_batch_the_stream_seals_amends_and_back
     writer.switch("batch", by="test", reason="back to hourly", at=NOW.isoformat())
     sampler.expect(produce(broker, topic, _hour(3, 30, SEED + 4) + _late(2, "late-d")))
     run_dump(spark, config, own, "batch-3", NOW)
-    run_seal(spark, config, own, "seal-3")
+    _seal(spark, config, own, "seal-3")
     last = _last_hour(broker, topic, sampler)
     run_dump(spark, config, own, "batch-4", NOW)
-    run_seal(spark, config, own, "seal-4")
+    _seal(spark, config, own, "seal-4")
     _sampled(sampler, own, table, last)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_fresh_read_in_a_loop_while_dumps_and_seals_are_killed_at_random(
-    broker: str, settings: Settings, tmp_path: Path
+    broker: str, settings: Settings, tmp_path: Path, kind: str
 ) -> None:
-    config, own = _table(settings, tmp_path, broker)
+    with _deployment(settings, tmp_path, broker, kind) as (config, own):
+        _under_random_kills(broker, config, own)
+
+
+def _under_random_kills(broker: str, config: TableConfig, own: Settings) -> None:
     table, topic = config.table, config.source.topic
-    create_metastore(own)
     rng = random.Random(SEED)
     clock = JobClock(first_guess=6.0)
-    sampler = FreshSampler(own, table)
+    sampler = FreshSampler(own, table, config.output.table_format)
     sampler.start()
     kills, last = 0, []
     for r in range(4):

@@ -5,12 +5,16 @@ held missing from a later one (committed records never leave the fresh read)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from collections import Counter
 from typing import Any
 
 import pyarrow.parquet as pq  # noqa: TID253
 
+from tests.helpers.jobs import job_env
 from tidemark.iceberg_catalog import identifier, open_catalog
 from tidemark.metastore_service import MetastoreConnection
 from tidemark.settings import Settings
@@ -21,28 +25,31 @@ BRANCH = "fresh"
 KEYS = ["_mq_partition", "_mq_offset"]
 
 
-def hive_fresh_locations(settings: Settings, table: str) -> dict[tuple[str, ...], str] | None:
-    """``<table>_fresh``'s partitions and where each points, as the metastore service answers
-    (one call, as a reader plans); None before the table exists."""
-    connection = MetastoreConnection(settings.hive_metastore_uris, table)
+def hive_locations(settings: Settings, name: str) -> dict[tuple[str, ...], str] | None:
+    """The Hive table ``name``'s partitions and where each points, as the metastore service
+    answers (one call, as a reader plans); None where the table does not exist."""
+    connection = MetastoreConnection(settings.hive_metastore_uris, name)
     try:
-        if connection.table(f"{table}_fresh") is None:
+        if connection.table(name) is None:
             return None
-        return {tuple(p.values): str(p.sd.location) for p in connection.partitions(f"{table}_fresh")}
+        return {tuple(p.values): str(p.sd.location) for p in connection.partitions(name)}
     finally:
         connection.close()
 
 
-def hive_fresh_rows(
-    settings: Settings, table: str, columns: list[str] = KEYS
-) -> list[tuple[Any, ...]] | None:
-    """Every row of ``<table>_fresh`` as a Hive reader reads it by name: its partitions from
-    the metastore, then every data file each location holds now (hidden names skipped); the
-    ``columns`` of each row. None before the table exists."""
-    located = hive_fresh_locations(settings, table)
+def hive_fresh_locations(settings: Settings, table: str) -> dict[tuple[str, ...], str] | None:
+    """``<table>_fresh``'s partitions and where each points (None before it exists)."""
+    return hive_locations(settings, f"{table}_fresh")
+
+
+def hive_rows(settings: Settings, name: str, columns: list[str] = KEYS) -> list[tuple[Any, ...]] | None:
+    """Every row of the Hive table ``name`` as a Hive reader reads it by name: its partitions
+    from the metastore, then every data file each location holds now (hidden names
+    skipped); the ``columns`` of each row. None where the table does not exist."""
+    located = hive_locations(settings, name)
     if located is None:
         return None
-    layout = Layout(settings, table)
+    layout = Layout(settings, name)
     rows: list[tuple[Any, ...]] = []
     for location in located.values():
         for relative in layout.store.files(layout.store_relative(location)):
@@ -50,6 +57,39 @@ def hive_fresh_rows(
                 read = pq.read_table(handle, columns=columns)
             rows += list(zip(*(read.column(c).to_pylist() for c in columns), strict=True))
     return rows
+
+
+def hive_fresh_rows(
+    settings: Settings, table: str, columns: list[str] = KEYS
+) -> list[tuple[Any, ...]] | None:
+    """Every row of ``<table>_fresh`` as a Hive reader reads it by name (``hive_rows``)."""
+    return hive_rows(settings, f"{table}_fresh", columns)
+
+
+SPARK_HIVE_READER = """
+import json, sys
+from tidemark.settings import Settings
+from tidemark.spark import build_session
+
+spark = build_session("hive-reader", Settings.from_env())
+rows = spark.sql(f"SELECT _mq_partition, _mq_offset FROM default.{sys.argv[1]}").collect()
+print(json.dumps([list(r) for r in rows]))
+"""
+
+
+def spark_hive_rows(settings: Settings, name: str) -> Counter[tuple[int, int]]:
+    """The Hive table ``name`` read by Spark SQL by name through ``settings``' metastore
+    service, in a process of its own (this process's session has its own Derby)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SPARK_HIVE_READER, name],
+        env={**job_env(settings), "TIDEMARK_JVM_CLASS_ARCHIVE": "off"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Counter((int(p), int(o)) for p, o in json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 class FreshSampler(threading.Thread):

@@ -49,6 +49,10 @@ PREFIX = "tidemark.fresh-"  # the fresh table's properties: what it reflects
 MIRROR = "m-"  # a mirror directory's name starts so
 RETIRED = "_retired.json"  # in a mirror no partition points at any more: since when (hidden)
 Key = tuple[str, ...]  # a partition's values, in the table's partition columns' order
+LOCK = "fresh"  # the table's lock syncs take in turn
+LOCK_WAIT_S = 60.0  # past it, a sync gives up (the fresh read lags until the next one)
+# one connection per service and table for the process: a stream syncs every micro-batch
+_CONNECTIONS: dict[tuple[str, str], MetastoreConnection] = {}
 
 
 @dataclass
@@ -89,7 +93,6 @@ class HiveFreshTable:
         self.layout = table.layout
         self.store = table.layout.store
         self.root = self.layout.relative(self.layout.warehouse / f"{table.name}__fresh")
-        self._connection: MetastoreConnection | None = None
 
     @classmethod
     def of(cls, table: Table) -> HiveFreshTable | None:
@@ -101,10 +104,11 @@ class HiveFreshTable:
 
     # -- the metastore ------------------------------------------------------------------------
     def connection(self) -> MetastoreConnection:
-        if self._connection is None:
+        key = (self.uris, self.base)
+        if key not in _CONNECTIONS:
             timeout = self.table.settings.metastore_timeout_s
-            self._connection = MetastoreConnection(self.uris, self.base, timeout_s=timeout)
-        return self._connection
+            _CONNECTIONS[key] = MetastoreConnection(self.uris, self.base, timeout_s=timeout)
+        return _CONNECTIONS[key]
 
     def warm_up(self) -> None:
         """The Thrift connection (the sync raises a failure, named)."""
@@ -116,7 +120,14 @@ class HiveFreshTable:
     # -- the sync -----------------------------------------------------------------------------
     def sync(self, reason: str) -> FreshSync:
         """Bring the fresh table to the fresh read of the table's state now (``reason``: the
-        job that asks, in the table's properties and the log)."""
+        job that asks, in the table's properties and the log). Syncs take turns (the table's
+        ``fresh`` lock: a dump syncs after giving the batch lock back), so each plans on state
+        at least as new as the last one applied, and a partition never moves back to an older
+        view of its hour (one that lacks a batch a newer sync showed)."""
+        with self.table.state.lock(LOCK).hold(f"fresh sync ({reason})", wait=LOCK_WAIT_S):
+            return self._sync(reason)
+
+    def _sync(self, reason: str) -> FreshSync:
         done = FreshSync(self.base)
         ms = self.connection()
         base = ms.table(self.base)
