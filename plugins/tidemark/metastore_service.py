@@ -135,6 +135,30 @@ class MetastoreConnection:
         )
 
 
+# how Hive reads each data file format: input format, output format, SerDe
+HIVE_STORAGE = {
+    "parquet": (
+        "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
+        "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",
+        "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe",
+    ),
+    "orc": (
+        "org.apache.hadoop.hive.ql.io.orc.OrcInputFormat",
+        "org.apache.hadoop.hive.ql.io.orc.OrcOutputFormat",
+        "org.apache.hadoop.hive.ql.io.orc.OrcSerde",
+    ),
+}
+
+
+def stored_as(partition: Any, file_format: str) -> Any:
+    """``partition`` read as ``file_format`` (``parquet``, ``orc``): a partition's storage
+    may differ from its table's (Hive and Trino read each partition by its own)."""
+    inputs, outputs, serde = HIVE_STORAGE[file_format]
+    partition.sd.inputFormat, partition.sd.outputFormat = inputs, outputs
+    partition.sd.serdeInfo.serializationLib = serde
+    return partition
+
+
 def partition_at(shape: Any, values: list[str], location: str) -> Any:
     """A partition of ``shape`` (the table) with ``values`` at ``location``: the table's
     storage (columns, format, serde), as Hive and Spark make one."""

@@ -2,7 +2,9 @@
 sealed hours of a warehouse on S3 by name: the edge values of tests/helpers/exact.py in a
 Parquet and an ORC table, dumped and sealed by the jobs as spark-submit runs them, each
 value equal or its record refused at classification, as Spark, pyarrow and DuckDB read them
-(tests/e2e/test_exact_values_s3.py). Local hours Trino's Hive connector cannot read: its local
+(tests/e2e/test_exact_values_s3.py). Their fresh reads, ``<table>_fresh``, hold the same sealed
+hour (where the table's partition points) and the open hour's committed record (a mirror of
+server-side copies), which the table does not. Local hours Trino's Hive connector cannot read: its local
 file system serves ``local://`` only (``tidemark_dev.trino.hive_catalog``)."""
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ def test_trino_reads_every_edge_value_of_hive_hours_on_s3_exactly(
     for fmt, table in tables.items():
         want, _ = expected(fmt)
         problems += differences(f"trino {fmt}", trino_rows(cursor, table), want)
+        problems += differences(f"trino {fmt} fresh", trino_rows(cursor, f"{table}_fresh"), want)
+        # hour 11 is open: its committed record (the one that closed hour 10) is fresh only
+        for name, ids in ((table, []), (f"{table}_fresh", [["closing"]])):
+            cursor.execute(f"SELECT event_id FROM {name} WHERE dt = '2026-11-22' AND hr = '11'")
+            assert cursor.fetchall() == ids, name
     assert problems == []
 
 

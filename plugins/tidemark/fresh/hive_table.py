@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.errors import TidemarkError
 from tidemark.fresh.files import SEALED, FreshFile, FreshSync, fresh_files
-from tidemark.metastore_service import DATABASE, MetastoreConnection, partition_at, same_location, thrift_uris
+from tidemark.metastore_service import (
+    DATABASE,
+    MetastoreConnection,
+    partition_at,
+    same_location,
+    stored_as,
+    thrift_uris,
+)
 
 if TYPE_CHECKING:
     from tidemark.table import Table
@@ -64,6 +71,7 @@ class _Plan:
     current: dict[Key, Any]
     tag: str
     located: dict[Key, str] = field(default_factory=dict)
+    formats: dict[Key, str] = field(default_factory=dict)  # its files' format: parquet | orc
 
     def added(self) -> list[Key]:
         return [key for key in self.located if key not in self.current]
@@ -192,7 +200,20 @@ class HiveFreshTable:
     def _location(self, plan: _Plan, key: Key, files: list[FreshFile], done: FreshSync) -> str:
         """Where the partition ``key`` reads ``files``: their own directory when it is a sealed
         version's and nothing else, else a mirror (the current one, added to, while it holds
-        nothing else)."""
+        nothing else). A partition reads one format: an ORC table's late rows (Parquet, as
+        every batch file) wait for the amend that writes them into the hour's ORC files."""
+        formats = {f.relative.rsplit(".", 1)[-1] for f in files}
+        if len(formats) > 1:
+            late = [f for f in files if f.kind != SEALED]
+            log.info(
+                "%s: partition %s: %s late files (Parquet) join the fresh read with the amend: an ORC "
+                "partition reads ORC files only",
+                self.base,
+                key,
+                len(late),
+            )
+            files = [f for f in files if f.kind == SEALED]
+        plan.formats[key] = files[0].relative.rsplit(".", 1)[-1]
         parents = {f.relative.rsplit("/", 1)[0] for f in files}
         if len(parents) == 1 and all(f.kind == SEALED for f in files):
             return self.layout.location(self.layout.warehouse / parents.pop())
@@ -222,7 +243,10 @@ class HiveFreshTable:
         from pymetastore.hive_metastore.ttypes import AddPartitionsRequest
 
         if added := plan.added():
-            parts = [partition_at(shape, list(key), plan.located[key]) for key in added]
+            parts = [
+                stored_as(partition_at(shape, list(key), plan.located[key]), plan.formats[key])
+                for key in added
+            ]
             request = AddPartitionsRequest(DATABASE, self.fresh, parts, ifNotExists=True, needResult=False)
             ms.call(
                 f"adding {len(parts)} partitions to {self.fresh}", lambda c: c.add_partitions_req(request)
@@ -230,7 +254,7 @@ class HiveFreshTable:
         if moved := plan.moved():
             switched = []
             for key in moved:
-                part = copy.deepcopy(plan.current[key])
+                part = stored_as(copy.deepcopy(plan.current[key]), plan.formats[key])
                 part.sd.location = plan.located[key]
                 switched.append(part)
             ms.call(
