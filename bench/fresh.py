@@ -1,7 +1,13 @@
 """How fresh the fresh read is: produce -> readable by name on an Iceberg table's branch
-``fresh``, with the stream and with the batch DAG; and how long until complete (sealed).
+``fresh`` (or a Hive table's ``<table>_fresh``), with the stream and with the batch DAG; and
+how long until complete (sealed).
 
     .venv/bin/python bench/fresh.py [--partitions 4] [--watch 150] [--trigger 10s] [--schedule 600]
+        [--table-format iceberg|hive]
+
+A Hive table's home runs its own metastore service (``derby-metastore``, as `make up` does),
+which every job finds; the reader lists ``fresh_fresh``'s partitions over Thrift and reads each
+file it has not read yet (a mirror's files never change).
 
 (1) The stream (``spark_jobs/stream.py``, the table's default ``trigger_interval`` unless
     ``--trigger``) on an Iceberg table with ``max_out_of_orderness: 10s``, ``commit_delay: 30s``.
@@ -30,6 +36,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -38,10 +45,14 @@ from dump_throughput import run_measured
 from stream import HOUR_END, clock_offset, environment, job, produce_steadily, switch_to_stream, table_yaml
 
 from tidemark.iceberg_catalog import identifier, open_catalog
+from tidemark.metastore_service import MetastoreConnection
 from tidemark.settings import Settings
 from tidemark.state.journal import HourJournal
+from tidemark.state.layout import Layout
 from tidemark.state.mode import TableWriter
+from tidemark_dev.derby_metastore import DerbyMetastoreService
 from tidemark_dev.generator import create_topic, produce, records
+from tidemark_dev.net import free_port
 from tidemark_dev.services import TansuService
 
 TABLE = "fresh"
@@ -78,8 +89,39 @@ def _read_loop(
         stop.wait(0.2)
 
 
+def _hive_read_loop(
+    settings: Settings, seen: dict[tuple[int, int], float], made_at: list[float], stop: threading.Event
+) -> None:
+    """Poll ``fresh_fresh``'s partitions by name over Thrift; read every file not read yet;
+    note when each (MQ partition, offset) is first read, and when the table was first there."""
+    import pyarrow.parquet as pq
+
+    connection = MetastoreConnection(settings.hive_metastore_uris, TABLE)
+    layout = Layout(settings, TABLE)
+    read: set[str] = set()
+    while not stop.is_set():
+        if connection.table(f"{TABLE}_fresh") is None:
+            stop.wait(0.2)
+            continue
+        if not made_at:
+            made_at.append(time.time())
+        for part in connection.partitions(f"{TABLE}_fresh"):
+            for relative in layout.store.files(layout.store_relative(str(part.sd.location))):
+                if relative in read:
+                    continue
+                table = pq.read_table(layout.store.path(relative), columns=["_mq_partition", "_mq_offset"])
+                now = time.time()
+                for key in zip(
+                    table["_mq_partition"].to_pylist(), table["_mq_offset"].to_pylist(), strict=True
+                ):
+                    seen.setdefault(key, now)
+                read.add(relative)
+        stop.wait(0.2)
+    connection.close()
+
+
 def stream_freshness(
-    bootstrap: str, partitions: int, watch_s: float, scratch: Path, trigger: str | None
+    bootstrap: str, partitions: int, watch_s: float, scratch: Path, *, trigger: str | None, table_format: str
 ) -> Path:
     home = scratch / "fresh"
     topic = f"fresh_{uuid.uuid4().hex[:8]}"
@@ -88,7 +130,7 @@ def stream_freshness(
         home / "conf",
         TABLE,
         topic,
-        output__table_format="iceberg",
+        output__table_format=table_format,
         watermark__max_out_of_orderness="10s",
         watermark__commit_delay="30s",
         **overrides,
@@ -123,7 +165,11 @@ def stream_freshness(
             kwargs={"offset": offset, "produced": produced, "stop": stop},
             daemon=True,
         ),
-        threading.Thread(target=_read_loop, args=(settings, seen, branch_at, stop), daemon=True),
+        threading.Thread(
+            target=_read_loop if table_format == "iceberg" else _hive_read_loop,
+            args=(settings, seen, branch_at, stop),
+            daemon=True,
+        ),
     ]
     for thread in threads:
         thread.start()
@@ -156,7 +202,8 @@ def stream_freshness(
     unread = [k for k, t in produced.items() if k not in seen and t < deadline - 15.0]
     registered = (registered_at - hour_end_wall) if registered_at else float("nan")
     print(
-        f"(1) stream, trigger {trigger or 'the default'}: {len(seen)} records read on the fresh branch, "
+        f"(1) stream, trigger {trigger or 'the default'}, {table_format}: {len(seen)} records read on the "
+        "fresh read, "
         f"{len(unread)} produced 15 s before the end unread; {len(steady)} steady, {len(at_end)} while the "
         f"stream sealed the hour",
         flush=True,
@@ -204,16 +251,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch", type=float, default=150.0, help="seconds the producer runs")
     parser.add_argument("--trigger", default=None, help="the stream's trigger (default: the table's default)")
     parser.add_argument("--schedule", type=float, default=600.0, help="the batch DAG's interval, s")
+    parser.add_argument("--table-format", choices=["iceberg", "hive"], default="iceberg")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
     broker = TansuService(settings)
     started_here = not broker.status().running
     broker.start()
     scratch = Path(tempfile.mkdtemp(prefix="tidemark-bench-fresh-"))
+    metastore = None
+    if args.table_format == "hive":  # the home's service, found by every job through its pid file
+        home = Settings.from_env(environment(scratch / "fresh", settings.kafka_bootstrap))
+        metastore = DerbyMetastoreService(replace(home, metastore_port=free_port()))
+        metastore.start()
     try:
-        home = stream_freshness(settings.kafka_bootstrap, args.partitions, args.watch, scratch, args.trigger)
-        batch_freshness(home, settings.kafka_bootstrap, args.schedule)
+        home_dir = stream_freshness(
+            settings.kafka_bootstrap,
+            args.partitions,
+            args.watch,
+            scratch,
+            trigger=args.trigger,
+            table_format=args.table_format,
+        )
+        batch_freshness(home_dir, settings.kafka_bootstrap, args.schedule)
     finally:
+        if metastore is not None:
+            metastore.stop()
         shutil.rmtree(scratch, ignore_errors=True)
         if started_here:
             broker.stop()

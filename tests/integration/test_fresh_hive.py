@@ -25,7 +25,7 @@ from tests.helpers.tables import at, fresh_table
 from tidemark.config import TableConfig
 from tidemark.fresh import fresh_read
 from tidemark.ingest.dump import run_dump
-from tidemark.metastore_service import MetastoreConnection
+from tidemark.metastore_service import DATABASE, MetastoreConnection
 from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
@@ -157,3 +157,21 @@ def test_the_fresh_table_holds_every_committed_batch_once_through_seals_and_amen
     assert shape is not None  # what it reflects, for readers (SHOW TBLPROPERTIES)
     params = shape.parameters
     assert params["tidemark.fresh-through-batch"] == "3" and params["tidemark.fresh-reason"] == "test: sweep"
+
+
+def test_a_table_of_the_fresh_name_that_tidemark_did_not_make_is_left_alone(
+    broker: str, service: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config, own = _table(service, tmp_path, broker)
+    table = config.table
+    connection = MetastoreConnection(own.hive_metastore_uris, table)
+    hive_made_table(connection, config, f"{table}_fresh", f"file:{tmp_path}/theirs")
+    before = connection.table(f"{table}_fresh")
+    sent = produce(broker, config.source.topic, records([(0, at(10, 5)), (1, at(10, 35))]))
+    done = run_dump(jvm_free_session(), config, own, "run-1", at(12))
+    assert done.status == "committed" and done.rows == len(sent)  # the batch commits all the same
+    assert f"{DATABASE}.{table}_fresh exists and is not tidemark's fresh read of {table}" in caplog.text
+    assert connection.table(f"{table}_fresh") == before and connection.partitions(f"{table}_fresh") == []
+    connection.close()
+    status = render(table_status(config, own))
+    assert f"fresh read: table {table}_fresh, not readable now: FreshTableConflict" in status, status

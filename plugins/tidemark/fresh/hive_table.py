@@ -54,12 +54,17 @@ log = logging.getLogger(__name__)
 
 PREFIX = "tidemark.fresh-"  # the fresh table's properties: what it reflects
 MIRROR = "m-"  # a mirror directory's name starts so
+OWNER = "tidemark.fresh-of"  # the table property that says whose fresh read a table is
 RETIRED = "_retired.json"  # in a mirror no partition points at any more: since when (hidden)
 Key = tuple[str, ...]  # a partition's values, in the table's partition columns' order
 LOCK = "fresh"  # the table's lock syncs take in turn
 LOCK_WAIT_S = 60.0  # past it, a sync gives up (the fresh read lags until the next one)
 # one connection per service and table for the process: a stream syncs every micro-batch
 _CONNECTIONS: dict[tuple[str, str], MetastoreConnection] = {}
+
+
+class FreshTableConflict(TidemarkError):
+    """A table named ``<table>_fresh`` that tidemark did not make: never altered."""
 
 
 @dataclass
@@ -256,6 +261,7 @@ class HiveFreshTable:
             for key in moved:
                 part = stored_as(copy.deepcopy(plan.current[key]), plan.formats[key])
                 part.sd.location = plan.located[key]
+                part.sd.cols = copy.deepcopy(shape.sd.cols)  # the table's columns now
                 switched.append(part)
             ms.call(
                 f"moving {len(switched)} partitions of {self.fresh}",
@@ -279,7 +285,7 @@ class HiveFreshTable:
         """The fresh table, created as a copy of ``T``'s definition or brought to its columns."""
         from pymetastore.hive_metastore.ttypes import AlreadyExistsException
 
-        found = ms.table(self.fresh)
+        found = self._own(ms.table(self.fresh))
         if found is not None and found.sd.cols == base.sd.cols:
             return found
         shape = copy.deepcopy(base if found is None else found)
@@ -291,6 +297,7 @@ class HiveFreshTable:
                 if k.startswith(PREFIX)
             },
             **{k: v for k, v in base.parameters.items() if k.startswith("spark.sql.") or k == "EXTERNAL"},
+            OWNER: self.base,
             "comment": f"tidemark: the fresh read of {self.base} (every committed record; {self.base} "
             "holds the complete hours)",
         }
@@ -308,9 +315,20 @@ class HiveFreshTable:
         else:
             ms.call(f"evolving {self.fresh}", lambda c: c.alter_table(DATABASE, self.fresh, shape))
             log.info("%s: the fresh table %s took the columns of %s", self.base, self.fresh, self.base)
-        made = ms.table(self.fresh)
+        made = self._own(ms.table(self.fresh))
         assert made is not None
         return made
+
+    def _own(self, shape: Any | None) -> Any | None:
+        """``shape`` (the table named ``<table>_fresh``) if tidemark made it as this table's
+        fresh read; a table of that name made by anyone else is never touched."""
+        if shape is not None and shape.parameters.get(OWNER) != self.base:
+            raise FreshTableConflict(
+                f"{self.base}: {DATABASE}.{self.fresh} exists and is not tidemark's fresh read of {self.base} "
+                f"(no {OWNER}={self.base} property): it is left alone and the table has no fresh read; "
+                f"rename that table, or set output.fresh: false"
+            )
+        return shape
 
     def _record(self, ms: MetastoreConnection, through: int, seq: int, reason: str, *, sweep: bool) -> None:
         """What the fresh table reflects, in its properties (``SHOW TBLPROPERTIES``); the
@@ -374,14 +392,17 @@ class HiveFreshTable:
     def referenced(self) -> list[str]:
         """The locations the fresh table's partitions point at (a collector keeps them)."""
         ms = self.connection()
-        return [str(p.sd.location) for p in ms.partitions(self.fresh)] if ms.table(self.fresh) else []
+        shape = ms.table(self.fresh)
+        if shape is None or shape.parameters.get(OWNER) != self.base:  # none, or not tidemark's
+            return []
+        return [str(p.sd.location) for p in ms.partitions(self.fresh)]
 
     def synced_through(self) -> int:
         return int(self.describe()["journal_seq"])
 
     def describe(self) -> dict[str, Any]:
         """What the fresh table reflects, by its properties (-1: nothing yet)."""
-        shape = self.connection().table(self.fresh)
+        shape = self._own(self.connection().table(self.fresh))
         params = shape.parameters if shape is not None else {}
         return {
             "read": self.name,
