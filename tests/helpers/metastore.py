@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from tidemark.config import TableConfig
-from tidemark.ingest.columns import data_fields
-from tidemark.metastore_service import DATABASE, MetastoreConnection
+from tidemark.fresh.hive_table import table_definition
+from tidemark.metastore_service import MetastoreConnection
 from tidemark.settings import Settings
 from tidemark_dev.net import free_port
 from tidemark_dev.postgres import MetastoreService
@@ -31,31 +31,5 @@ def hive_made_table(connection: MetastoreConnection, config: TableConfig, table:
     """``table`` with ``config``'s columns as Hive itself creates one (Parquet serde, string
     partition columns, no Spark properties): what a table made by another tool looks like to
     the seal, which then registers its hours over Thrift without starting Spark."""
-    from pymetastore.hive_metastore.ttypes import FieldSchema, SerDeInfo, StorageDescriptor, Table
-
-    columns = [FieldSchema(name, kind, None) for name, kind in data_fields(config)]
-    keys = [FieldSchema(k, "string", None) for k in ("dt", "hr", *config.partitioning.columns)]
-    storage = StorageDescriptor(
-        cols=columns,
-        location=location,
-        inputFormat="org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
-        outputFormat="org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",
-        compressed=False,
-        numBuckets=-1,
-        serdeInfo=SerDeInfo(
-            None, "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe", {"serialization.format": "1"}
-        ),
-        bucketCols=[],
-        sortCols=[],
-        parameters={},
-    )
-    shape = Table(
-        tableName=table,
-        dbName=DATABASE,
-        owner="test",
-        sd=storage,
-        partitionKeys=keys,
-        parameters={"EXTERNAL": "TRUE"},
-        tableType="EXTERNAL_TABLE",
-    )
+    shape = table_definition(config, table, location)
     connection.call("creating the test's table", lambda c: c.create_table(shape))

@@ -41,12 +41,16 @@ def service(settings: Settings, postgres: str) -> Iterator[Settings]:
         yield own
 
 
-def _table(service: Settings, tmp_path: Path, broker: str, **overrides: Any) -> tuple[TableConfig, Settings]:
+def _table(
+    service: Settings, tmp_path: Path, broker: str, *, made: bool = True, **overrides: Any
+) -> tuple[TableConfig, Settings]:
+    """A table and its topic; ``made``: the table made in the service as Hive makes one."""
     config, own = fresh_table(service, tmp_path, late_policy="amend", **overrides)
     create_topic(broker, config.source.topic, 2)
-    connection = MetastoreConnection(own.hive_metastore_uris, config.table)
-    hive_made_table(connection, config, config.table, f"file:{own.warehouse}/{config.table}")
-    connection.close()
+    if made:
+        connection = MetastoreConnection(own.hive_metastore_uris, config.table)
+        hive_made_table(connection, config, config.table, f"file:{own.warehouse}/{config.table}")
+        connection.close()
     return config, own
 
 
@@ -175,3 +179,19 @@ def test_a_table_of_the_fresh_name_that_tidemark_did_not_make_is_left_alone(
     connection.close()
     status = render(table_status(config, own))
     assert f"fresh read: table {table}_fresh, not readable now: FreshTableConflict" in status, status
+
+
+def test_a_new_tables_first_batch_is_fresh_before_its_first_seal_makes_the_table(
+    broker: str, service: Settings, tmp_path: Path
+) -> None:
+    config, own = _table(service, tmp_path, broker, made=False)
+    table = config.table
+    status = render(table_status(config, own))
+    assert f"fresh read: table {table}_fresh, none yet" in status, status
+    sent = produce(broker, config.source.topic, records([(0, at(10, 5)), (1, at(10, 35))]))
+    run_dump(jvm_free_session(), config, own, "run-1", at(10, 40))
+    assert _read(own, table) == _keys(sent)  # readable by name, the table itself not made yet
+    connection = MetastoreConnection(own.hive_metastore_uris, table)
+    assert connection.table(table) is None
+    connection.close()
+    assert f"fresh read: table {table}_fresh through batch 0 (in step)" in render(table_status(config, own))

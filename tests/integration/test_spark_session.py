@@ -10,7 +10,7 @@ import pytest
 
 import tidemark
 from tidemark.catalog import load_tables
-from tidemark.ingest.columns import data_fields
+from tidemark.config.columns import data_fields
 from tidemark.schema import arrow_schema_of, to_struct
 from tidemark.settings import Settings
 

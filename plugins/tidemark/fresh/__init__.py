@@ -124,7 +124,10 @@ def describe_fresh(info: dict[str, Any] | None) -> str:
     if "error" in info:
         return f"fresh read: {info['read']}, not readable now: {info['error']}"
     if not info["exists"]:
-        return f"fresh read: {info['read']}, none yet (it starts with the table's first sealed hour)"
+        return (
+            f"fresh read: {info['read']}, none yet (the first sync makes it: a Hive table's first dump, an "
+            "Iceberg table's first sealed hour)"
+        )
     behind = info["batches_behind"]
     state = "in step" if behind == 0 else f"{behind} committed batches behind" if behind else "no batch yet"
     return (

@@ -22,8 +22,9 @@ deletes batch files as soon as their hour is sealed, as it does without a fresh 
 
 The fresh table is kept over the metastore service's Thrift API (``metastore_service``) by every
 job that syncs, the dump among them, which starts no JVM. Without a service (embedded Derby
-admits one process at a time) there is none. It starts with ``T``: the first seal creates ``T``,
-and the next sync the fresh table, a copy of its definition.
+admits one process at a time) there is none. The first sync makes it, from the config before
+``T`` exists (so a new table's first batches are fresh within seconds), then a copy of ``T``'s
+definition once the first seal has made ``T`` (with Spark's properties).
 """
 
 from __future__ import annotations
@@ -32,31 +33,31 @@ import contextlib
 import copy
 import logging
 import uuid
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from tidemark.config.columns import data_fields, partition_columns
 from tidemark.errors import TidemarkError
-from tidemark.fresh.files import SEALED, FreshFile, FreshSync, fresh_files
+from tidemark.fresh.files import FreshFile, FreshSync, fresh_files
+from tidemark.fresh.hive_mirrors import MIRROR, Key, Mirrors, PartitionPlan
 from tidemark.metastore_service import (
     DATABASE,
+    HIVE_STORAGE,
     MetastoreConnection,
     partition_at,
-    same_location,
     stored_as,
     thrift_uris,
 )
+from tidemark.tableformat import table_format
 
 if TYPE_CHECKING:
+    from tidemark.config import TableConfig
     from tidemark.table import Table
 
 log = logging.getLogger(__name__)
 
 PREFIX = "tidemark.fresh-"  # the fresh table's properties: what it reflects
-MIRROR = "m-"  # a mirror directory's name starts so
 OWNER = "tidemark.fresh-of"  # the table property that says whose fresh read a table is
-RETIRED = "_retired.json"  # in a mirror no partition points at any more: since when (hidden)
-Key = tuple[str, ...]  # a partition's values, in the table's partition columns' order
 LOCK = "fresh"  # the table's lock syncs take in turn
 LOCK_WAIT_S = 60.0  # past it, a sync gives up (the fresh read lags until the next one)
 # one connection per service and table for the process: a stream syncs every micro-batch
@@ -65,31 +66,6 @@ _CONNECTIONS: dict[tuple[str, str], MetastoreConnection] = {}
 
 class FreshTableConflict(TidemarkError):
     """A table named ``<table>_fresh`` that tidemark did not make: never altered."""
-
-
-@dataclass
-class _Plan:
-    """One sync's partitions: the table's partition columns, the partitions registered now,
-    the new mirrors' directory name, and where each partition of the fresh read is to point."""
-
-    keys: list[str]
-    current: dict[Key, Any]
-    tag: str
-    located: dict[Key, str] = field(default_factory=dict)
-    formats: dict[Key, str] = field(default_factory=dict)  # its files' format: parquet | orc
-
-    def added(self) -> list[Key]:
-        return [key for key in self.located if key not in self.current]
-
-    def moved(self) -> list[Key]:
-        return [
-            key
-            for key, location in self.located.items()
-            if key in self.current and not same_location(self.current[key].sd.location, location)
-        ]
-
-    def dropped(self) -> list[Key]:
-        return [key for key in self.current if key not in self.located]
 
 
 class HiveFreshTable:
@@ -104,8 +80,7 @@ class HiveFreshTable:
         self.fresh = table.config.fresh_table
         self.name = f"table {self.fresh}"
         self.layout = table.layout
-        self.store = table.layout.store
-        self.root = self.layout.relative(self.layout.warehouse / f"{table.name}__fresh")
+        self.mirrors = Mirrors(table, self.fresh)
 
     @classmethod
     def of(cls, table: Table) -> HiveFreshTable | None:
@@ -143,11 +118,7 @@ class HiveFreshTable:
     def _sync(self, reason: str) -> FreshSync:
         done = FreshSync(self.base)
         ms = self.connection()
-        base = ms.table(self.base)
-        if base is None:
-            log.info("%s: no table in the metastore yet (its first seal makes it): no fresh table", self.base)
-            return done
-        shape = self._ensure(ms, base)
+        shape = self._ensure(ms, ms.table(self.base))
         keys = [k.name for k in shape.partitionKeys]
         current = {tuple(p.values): p for p in ms.partitions(self.fresh)}
         state = self.table.state.commit_log.state()
@@ -157,12 +128,12 @@ class HiveFreshTable:
         done.open_hours = sorted({f.hour.key for f in wanted.values() if not f.complete})
         groups: dict[Key, list[FreshFile]] = {}
         for file in wanted.values():
-            groups.setdefault(self._key(file, keys), []).append(file)
-        plan = _Plan(
+            groups.setdefault(self.mirrors.key(file, keys), []).append(file)
+        plan = PartitionPlan(
             keys, current, f"{MIRROR}b{state.last_committed}-j{journal.last_seq}-{uuid.uuid4().hex[:8]}"
         )
         for key, files in groups.items():
-            plan.located[key] = self._location(plan, key, files, done)
+            plan.located[key] = self.mirrors.locate(plan, key, files, done)
         added, moved, dropped = plan.added(), plan.moved(), plan.dropped()
         self._apply(ms, shape, plan)
         done.removed = len(dropped)
@@ -193,57 +164,7 @@ class HiveFreshTable:
         )
         return done
 
-    def _key(self, file: FreshFile, keys: list[str]) -> Key:
-        values = {k.lower(): v for k, v in file.partition_values(keys).items()}
-        if len(values) != len(keys):
-            raise TidemarkError(
-                f"{self.base}: {file.relative} ({file.kind}, hour {file.hour.key}) lacks values of the "
-                f"partition columns {keys}: the fresh table cannot place it"
-            )
-        return tuple(values[k.lower()] for k in keys)
-
-    def _location(self, plan: _Plan, key: Key, files: list[FreshFile], done: FreshSync) -> str:
-        """Where the partition ``key`` reads ``files``: their own directory when it is a sealed
-        version's and nothing else, else a mirror (the current one, added to, while it holds
-        nothing else). A partition reads one format: an ORC table's late rows (Parquet, as
-        every batch file) wait for the amend that writes them into the hour's ORC files."""
-        formats = {f.relative.rsplit(".", 1)[-1] for f in files}
-        if len(formats) > 1:
-            late = [f for f in files if f.kind != SEALED]
-            log.info(
-                "%s: partition %s: %s late files (Parquet) join the fresh read with the amend: an ORC "
-                "partition reads ORC files only",
-                self.base,
-                key,
-                len(late),
-            )
-            files = [f for f in files if f.kind == SEALED]
-        plan.formats[key] = files[0].relative.rsplit(".", 1)[-1]
-        parents = {f.relative.rsplit("/", 1)[0] for f in files}
-        if len(parents) == 1 and all(f.kind == SEALED for f in files):
-            return self.layout.location(self.layout.warehouse / parents.pop())
-        names = {f"{f.kind}-{f.relative.rsplit('/', 1)[-1]}": f for f in files}
-        current = plan.current.get(key)
-        at = self.layout.store_relative(current.sd.location) if current is not None else ""
-        if (
-            current is not None
-            and at.startswith(f"{self.root}/")
-            and at.rsplit("/", 1)[-1].startswith(MIRROR)
-        ):
-            have = {f.rsplit("/", 1)[-1] for f in self.store.files(at)}
-            if have <= names.keys():
-                for name in sorted(names.keys() - have):
-                    self.store.link(names[name].relative, f"{at}/{name}")
-                done.added += len(names.keys() - have)
-                return str(current.sd.location)
-        path = "/".join(f"{k}={v}" for k, v in zip(plan.keys, key, strict=True))
-        mirror = f"{self.root}/{path}/{plan.tag}"
-        for name, file in sorted(names.items()):
-            self.store.link(file.relative, f"{mirror}/{name}")
-        done.added += len(names)
-        return self.layout.location(self.layout.warehouse / mirror)
-
-    def _apply(self, ms: MetastoreConnection, shape: Any, plan: _Plan) -> None:
+    def _apply(self, ms: MetastoreConnection, shape: Any, plan: PartitionPlan) -> None:
         """New partitions, then every move in one ``alter_partitions`` call, then the drops."""
         from pymetastore.hive_metastore.ttypes import AddPartitionsRequest
 
@@ -281,13 +202,18 @@ class HiveFreshTable:
         ms.call(f"dropping partition {values} of {self.fresh}", drop)
 
     # -- the table ----------------------------------------------------------------------------
-    def _ensure(self, ms: MetastoreConnection, base: Any) -> Any:
-        """The fresh table, created as a copy of ``T``'s definition or brought to its columns."""
+    def _ensure(self, ms: MetastoreConnection, base: Any | None) -> Any:
+        """The fresh table: a copy of ``T``'s definition (``base``), brought to its columns as
+        they change; before ``T`` exists (its first seal makes it), one made from the config
+        as Hive makes an external table, so a new table's first batches are fresh too."""
         from pymetastore.hive_metastore.ttypes import AlreadyExistsException
 
         found = self._own(ms.table(self.fresh))
-        if found is not None and found.sd.cols == base.sd.cols:
+        if found is not None and (base is None or found.sd.cols == base.sd.cols):
             return found
+        if base is None:
+            location = self.layout.location(self.layout.warehouse / self.mirrors.root)
+            base = table_definition(self.table.config, self.base, location)
         shape = copy.deepcopy(base if found is None else found)
         shape.sd.cols = copy.deepcopy(base.sd.cols)
         shape.parameters = {
@@ -303,8 +229,8 @@ class HiveFreshTable:
         }
         if found is None:
             shape.tableName = self.fresh
-            shape.sd.location = self.layout.location(self.layout.warehouse / self.root)
-            self.store.make_dir(self.root)
+            shape.sd.location = self.layout.location(self.layout.warehouse / self.mirrors.root)
+            self.layout.store.make_dir(self.mirrors.root)
 
             def create(client: Any) -> None:
                 with contextlib.suppress(AlreadyExistsException):  # another job's sync made it
@@ -341,7 +267,9 @@ class HiveFreshTable:
         swept = params.get(f"{PREFIX}swept-at")
         grace = self.table.config.output.fresh_grace
         if sweep or swept is None or datetime.fromisoformat(swept) + grace <= now:
-            self._sweep({self.layout.store_relative(p.sd.location) for p in ms.partitions(self.fresh)}, now)
+            self.mirrors.sweep(
+                {self.layout.store_relative(p.sd.location) for p in ms.partitions(self.fresh)}, now
+            )
             params[f"{PREFIX}swept-at"] = now.isoformat()
         elif params.get(f"{PREFIX}through-batch") == str(through) and params.get(
             f"{PREFIX}journal-seq"
@@ -356,37 +284,6 @@ class HiveFreshTable:
             }
         )
         ms.call(f"recording the state of {self.fresh}", lambda c: c.alter_table(DATABASE, self.fresh, shape))
-
-    def _sweep(self, referenced: set[str], now: datetime) -> None:
-        """Mirrors no partition points at: marked retired the first time seen so, deleted once
-        ``output.fresh_grace`` has passed since."""
-        mirrors: dict[str, set[str]] = {}
-        for relative in self.store.all_files(self.root):
-            parts = relative.split("/")
-            at = next((i for i, p in enumerate(parts) if p.startswith(MIRROR)), None)
-            if at is not None:
-                mirrors.setdefault("/".join(parts[: at + 1]), set()).add(parts[-1])
-        grace = self.table.config.output.fresh_grace
-        for mirror, names in sorted(mirrors.items()):
-            marker = f"{mirror}/{RETIRED}"
-            if mirror in referenced:
-                if RETIRED in names:
-                    self.store.delete(marker)
-                continue
-            if RETIRED not in names:
-                self.store.write_json(marker, {"at": now.isoformat()})
-                continue
-            since = (self.store.read_json(marker) or {}).get("at")
-            if since is not None and datetime.fromisoformat(since) + grace <= now:
-                files, size = self.store.delete_counted(mirror)
-                log.info(
-                    "%s: deleted the retired mirror %s of %s (%s files, %s bytes)",
-                    self.base,
-                    mirror,
-                    self.fresh,
-                    files,
-                    size,
-                )
 
     # -- what readers see ---------------------------------------------------------------------
     def referenced(self) -> list[str]:
@@ -411,3 +308,33 @@ class HiveFreshTable:
             "journal_seq": int(params.get(f"{PREFIX}journal-seq", -1)),
             "changed_at": params.get(f"{PREFIX}changed-at"),
         }
+
+
+def table_definition(config: TableConfig, name: str, location: str) -> Any:
+    """The table ``name`` with ``config``'s columns, partition columns and format, as Hive
+    itself makes an external table (string partition columns, no Spark properties)."""
+    from pymetastore.hive_metastore.ttypes import FieldSchema, SerDeInfo, StorageDescriptor
+    from pymetastore.hive_metastore.ttypes import Table as HiveTable
+
+    inputs, outputs, serde = HIVE_STORAGE[table_format(config).name]
+    storage = StorageDescriptor(
+        cols=[FieldSchema(column, kind, None) for column, kind in data_fields(config)],
+        location=location,
+        inputFormat=inputs,
+        outputFormat=outputs,
+        compressed=False,
+        numBuckets=-1,
+        serdeInfo=SerDeInfo(None, serde, {"serialization.format": "1"}),
+        bucketCols=[],
+        sortCols=[],
+        parameters={},
+    )
+    return HiveTable(
+        tableName=name,
+        dbName=DATABASE,
+        owner="tidemark",
+        sd=storage,
+        partitionKeys=[FieldSchema(k, "string", None) for k in partition_columns(config)],
+        parameters={"EXTERNAL": "TRUE"},
+        tableType="EXTERNAL_TABLE",
+    )

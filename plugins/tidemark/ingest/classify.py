@@ -47,8 +47,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from tidemark.config.columns import PARTITION_VALUE_PATTERN, REASONS, TOMBSTONE, dirty_schema
 from tidemark.conversions import Conversion
-from tidemark.ingest.columns import PARTITION_VALUE_PATTERN, REASONS, TOMBSTONE, dirty_schema
 from tidemark.ingest.decoders import Decoded, Verdict, decoder_for
 from tidemark.ingest.exact import reason_of, unrepresentable
 from tidemark.ingest.spec import Classified, ClassifySpec, RawRecords, good_schema

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tidemark.config.columns import TOMBSTONE
 from tidemark.errors import ReconciliationError
-from tidemark.ingest.columns import TOMBSTONE
 from tidemark.state.batches import MqPartitionStats, Plan
 from tidemark.time.hours import hour_path
 from tidemark.time.instants import iso

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tidemark.ingest.columns import (
+from tidemark.config.columns import (
     DIRTY_FIELDS,
     LINEAGE_FIELDS,
     RAW_FIELDS,

@@ -30,9 +30,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tidemark.config import TableConfig
+from tidemark.config.columns import DIRTY_FIELDS, TOMBSTONE
 from tidemark.errors import TidemarkError, TopicChangedError
 from tidemark.ingest.classify import Classifier
-from tidemark.ingest.columns import DIRTY_FIELDS, TOMBSTONE
 from tidemark.ingest.counts import check_files, fold_stats, reconcile_reads
 from tidemark.ingest.frames import as_classified, classified_ddl
 from tidemark.ingest.publishers import publisher

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from tidemark.config.columns import LINEAGE_FIELDS, RAW_FIELDS, arrow_fields
 from tidemark.envelopes import Envelope, envelope_of
-from tidemark.ingest.columns import LINEAGE_FIELDS, RAW_FIELDS, arrow_fields
 from tidemark.schema import Column, parse_column
 from tidemark.time.instants import as_utc
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.ingest.columns import META_COLUMNS
+from tidemark.config.columns import META_COLUMNS
 from tidemark.ingest.counts import StagedCount
 from tidemark.ingest.frames import split_classified
 from tidemark.ingest.spec import Classified, ClassifySpec

@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tidemark.config import TableConfig
+from tidemark.config.columns import data_fields
 from tidemark.hourcommit import publication_kind
-from tidemark.ingest.columns import data_fields
 from tidemark.seal.metastore import DATABASE
 from tidemark.seal.rebuild_plan import plan_rebuild
 from tidemark.settings import Settings

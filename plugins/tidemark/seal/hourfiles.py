@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.config.columns import data_fields
 from tidemark.faults import crash_point
 from tidemark.fresh import FreshGate
 from tidemark.hourcommit.base import Draft, HourNote, PublishedHour, Writer, Written
-from tidemark.ingest.columns import data_fields
 from tidemark.lazy_session import imports_pyspark
 from tidemark.schema import arrow_schema_of
 from tidemark.seal.checks import CheckResult

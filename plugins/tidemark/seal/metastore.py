@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 from tidemark.config import TableConfig
+from tidemark.config.columns import data_fields, partition_columns
 from tidemark.evolution import is_widening
 from tidemark.faults import crash_point
-from tidemark.ingest.columns import data_fields, partition_columns
 from tidemark.lazy_session import spark_started
 from tidemark.metastore_service import DATABASE
 from tidemark.schema import parse_column

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.config.columns import HOUR_COLUMNS, data_fields, table_columns
 from tidemark.errors import QualityGateError, RebuildError, ReconciliationError
 from tidemark.faults import crash_point
 from tidemark.hourcommit.base import Writer
 from tidemark.ingest import cardinality
-from tidemark.ingest.columns import HOUR_COLUMNS, data_fields, table_columns
 from tidemark.ingest.identity import broker_identity
 from tidemark.ingest.kafka import client_properties, partition_offsets
 from tidemark.ingest.registry import registry_failures

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.config.columns import HOUR_COLUMNS, table_columns
 from tidemark.errors import ReconciliationError
 from tidemark.hourcommit.base import PublishedHour, Writer
-from tidemark.ingest.columns import HOUR_COLUMNS, table_columns
 from tidemark.seal.hourfiles import HourFiles, step_entry
 from tidemark.seal.late import LateRows
 from tidemark.seal.metastore import quote_identifier

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidemark.config import TableConfig
+from tidemark.config.columns import data_fields
 from tidemark.errors import MetastoreServiceError
 from tidemark.faults import crash_point
-from tidemark.ingest.columns import data_fields
 from tidemark.lazy_session import session_conf_value, without_pyspark
 from tidemark.metastore_service import MetastoreConnection, partition_at, same_location, secured_settings
 from tidemark.seal.metastore import DATABASE, PENDING, HiveClientMetastore, Metastore, emptied

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidemark.config import TableConfig
+from tidemark.config.columns import arrow_fields
 from tidemark.errors import MergeError
-from tidemark.ingest.columns import arrow_fields
 from tidemark.seal.metastore import quote_identifier
 from tidemark.settings import Settings
 from tidemark.snapshot.delta_catalog import register_delta_table

@@ -12,7 +12,7 @@ A CDC table's envelope is a step between a format's decoding and its typing
 
 Where to add a format: a module here with a class that satisfies ``base.RecordDecoder``, its name in
 ``DECODERS``, the value in ``source.format`` (``config/source.py``), and its reason codes in
-``ingest/columns.REASONS`` and docs/configuration.md (docs/how-tidemark-is-built.md).
+``config/columns.REASONS`` and docs/configuration.md (docs/how-tidemark-is-built.md).
 """
 
 from __future__ import annotations
