@@ -90,7 +90,9 @@ def fresh_files(table: Table, state: LogState, journal: JournalState) -> dict[st
         hour = parse_key(key, zone)
         for relative in entry.files:
             add(relative, hour, SEALED)
-        if table.config.late_policy == "amend" and state.late_per_hour.get(hour.path):
+        # late rows committed beyond those its version folded in (listed only then: a stream
+        # syncs every micro-batch, and an object store lists each hour's late directory)
+        if table.config.late_policy == "amend" and state.late_per_hour.get(hour.path, 0) > entry.late:
             for path in inputs.batch_files(
                 inputs.late_inputs(hour),
                 through=state.last_committed,

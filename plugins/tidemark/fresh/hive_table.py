@@ -138,7 +138,15 @@ class HiveFreshTable:
         self._apply(ms, shape, plan)
         done.removed = len(dropped)
         changed = bool(added or moved or dropped)
-        self._record(ms, state.last_committed, journal.last_seq, reason, sweep=bool(moved or dropped))
+        located = {str(location) for location in plan.located.values()}  # every partition now
+        self._record(
+            ms,
+            shape,
+            state.last_committed,
+            journal.last_seq,
+            reason,
+            sweep=located if moved or dropped else None,
+        )
         if not (changed or done.added):
             log.info(
                 "%s: the fresh table %s holds every committed batch through %s already (%s)",
@@ -256,20 +264,28 @@ class HiveFreshTable:
             )
         return shape
 
-    def _record(self, ms: MetastoreConnection, through: int, seq: int, reason: str, *, sweep: bool) -> None:
-        """What the fresh table reflects, in its properties (``SHOW TBLPROPERTIES``); the
-        mirrors no partition points at, past their grace, deleted (when a partition moved,
-        else at most once a grace)."""
-        shape = ms.table(self.fresh)
-        assert shape is not None
+    def _record(
+        self,
+        ms: MetastoreConnection,
+        shape: Any,
+        through: int,
+        seq: int,
+        reason: str,
+        *,
+        sweep: set[str] | None,
+    ) -> None:
+        """What the fresh table (``shape``, as this sync found it) reflects, in its properties
+        (``SHOW TBLPROPERTIES``); the mirrors no partition points at, past their grace,
+        deleted: when partitions moved (``sweep``: where every partition points now), else at
+        most once a grace."""
         params = shape.parameters
         now = datetime.now(UTC)
         swept = params.get(f"{PREFIX}swept-at")
         grace = self.table.config.output.fresh_grace
-        if sweep or swept is None or datetime.fromisoformat(swept) + grace <= now:
-            self.mirrors.sweep(
-                {self.layout.store_relative(p.sd.location) for p in ms.partitions(self.fresh)}, now
-            )
+        if sweep is not None or swept is None or datetime.fromisoformat(swept) + grace <= now:
+            if sweep is None:
+                sweep = {str(p.sd.location) for p in ms.partitions(self.fresh)}
+            self.mirrors.sweep({self.layout.store_relative(location) for location in sweep}, now)
             params[f"{PREFIX}swept-at"] = now.isoformat()
         elif params.get(f"{PREFIX}through-batch") == str(through) and params.get(
             f"{PREFIX}journal-seq"
