@@ -26,6 +26,7 @@ from tidemark.config import TableConfig
 from tidemark.fresh import fresh_read
 from tidemark.ingest.dump import run_dump
 from tidemark.metastore_service import DATABASE, MetastoreConnection
+from tidemark.observe.report import render_report, report_data
 from tidemark.observe.status import render, table_status
 from tidemark.seal.sealing import run_seal
 from tidemark.settings import Settings
@@ -129,6 +130,8 @@ def test_the_fresh_table_holds_every_committed_batch_once_through_seals_and_amen
     assert _read(own, table) == _keys(sent)
     status = render(table_status(config, own))
     assert f"fresh read: table {table}_fresh through batch 1 (in step)" in status, status
+    page = render_report(report_data(config, own))  # the health page, beside "sealed through"
+    assert f"fresh read: table {table}_fresh through batch 1 (in step)" in page
 
     # the next seal amends hour 10: back to T's location, every row once (an amend reads the
     # late rows with Spark: this process's session, whose Hive client is its own Derby, so
