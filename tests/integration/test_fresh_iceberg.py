@@ -152,3 +152,40 @@ def test_the_branch_carries_data_derived_partition_values_from_the_batch_files_p
     head = iceberg.metadata.refs["fresh"].snapshot_id
     tv = iceberg.scan(row_filter="app = 'tv'", snapshot_id=head).plan_files()
     assert [t.file.partition for t in tv] and all("tv" in str(t.file.partition) for t in tv)
+
+
+def test_a_new_tables_first_seal_makes_the_table_and_branch_before_any_hour_is_due(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """The first seal run after the first batch, with no hour due, makes the table from the
+    batch files (as its first sealed hour would: the same columns) and the branch with them;
+    ``main`` gets its first snapshot when the hour seals."""
+    config, settings = iceberg_table(settings, tmp_path, broker, 2, partitioning__columns=["app"])
+    table, topic = config.table, config.source.topic
+    sent = produce(broker, topic, records([(p, at(10, m), {"app": "web"}) for p in (0, 1) for m in (5, 25)]))
+    run_dump(spark, config, settings, "run-1", at(10, 30))  # hour 10 still open
+    assert run_seal(spark, config, settings, "seal-1").sealed == []
+    assert pyiceberg_rows(settings, table, hour=None, branch="fresh") == _ids(sent)
+    iceberg = open_catalog(settings).load_table(identifier(table))
+    assert pyiceberg_rows(settings, table, hour=None) == {}  # main: no complete hour yet (one empty snapshot)
+    made_from_batches = [(f.name, str(f.field_type)) for f in iceberg.schema().fields]
+    assert "fresh read: branch fresh through batch 0 (in step)" in render(table_status(config, settings))
+
+    # the hour seals into the same table: main holds it, the branch still every row once
+    more = produce(broker, topic, records([(p, at(11, 40), {"app": "ios"}) for p in (0, 1)], prefix="b"))
+    run_dump(spark, config, settings, "run-2", at(12))
+    assert run_seal(spark, config, settings, "seal-2").sealed == ["2026-11-22T10"]
+    assert set(pyiceberg_rows(settings, table, hour=None)) == set(_ids(sent))
+    assert pyiceberg_rows(settings, table, hour=None, branch="fresh") == _ids(sent + more)
+    # the columns a table made by its first sealed hour has (another table, the old way)
+    other, settings = iceberg_table(settings, tmp_path, broker, 1, partitioning__columns=["app"])
+    produce(
+        broker, other.source.topic, records([(0, at(10, 5), {"app": "web"}), (0, at(11, 40), {"app": "ios"})])
+    )
+    run_dump(spark, other, settings, "run-1", at(12))
+    assert run_seal(spark, other, settings, "seal-1").sealed == ["2026-11-22T10"]
+    made_from_hour = [
+        (f.name, str(f.field_type))
+        for f in open_catalog(settings).load_table(identifier(other.table)).schema().fields
+    ]
+    assert made_from_batches == made_from_hour

@@ -41,7 +41,10 @@ class FreshRead(Protocol):
     # files a step replaced may be deleted at once; else they stay ``output.fresh_grace``
     self_contained: bool
 
-    def sync(self, reason: str) -> FreshSync: ...
+    def sync(self, reason: str, *, make_table: bool = False) -> FreshSync:
+        """Bring the fresh read in step with the table's state now; ``make_table``: the caller
+        may start Spark (the seal), so a table not made yet may be made for it."""
+        ...
 
     def warm_up(self) -> None:
         """Pay the sync's fixed costs ahead (imports, the catalog): a job calls it while it
@@ -79,14 +82,17 @@ def fresh_read(table: Table) -> FreshRead | None:
     return kind(table)
 
 
-def sync_fresh(table: Table, reason: str, fresh: FreshRead | None = None) -> FreshSync | None:
-    """Bring the table's fresh read in step (``fresh``: the one already chosen); what the sync
-    did, or None when the table has none or the sync failed (logged: the job goes on)."""
+def sync_fresh(
+    table: Table, reason: str, fresh: FreshRead | None = None, *, make_table: bool = False
+) -> FreshSync | None:
+    """Bring the table's fresh read in step (``fresh``: the one already chosen; ``make_table``:
+    see ``FreshRead.sync``); what the sync did, or None when the table has none or the sync
+    failed (logged: the job goes on)."""
     fresh = fresh if fresh is not None else fresh_read(table)
     if fresh is None:
         return None
     try:
-        return fresh.sync(reason)
+        return fresh.sync(reason, make_table=make_table)
     except InjectedFault:
         raise
     except Exception as exc:  # the batch or hour is committed: the fresh read only lags
@@ -126,7 +132,7 @@ def describe_fresh(info: dict[str, Any] | None) -> str:
     if not info["exists"]:
         return (
             f"fresh read: {info['read']}, none yet (the first sync makes it: a Hive table's first dump, an "
-            "Iceberg table's first sealed hour)"
+            "Iceberg table's first seal)"
         )
     behind = info["batches_behind"]
     state = "in step" if behind == 0 else f"{behind} committed batches behind" if behind else "no batch yet"
@@ -153,7 +159,7 @@ class FreshGate:
         """Bring the fresh read in step (True: it is, or the table has none)."""
         if self.fresh is None:
             return True
-        done = sync_fresh(self.table, reason, self.fresh)
+        done = sync_fresh(self.table, reason, self.fresh, make_table=True)  # the seal's jobs: Spark at hand
         if done is not None:
             self._synced = done.journal_seq
         return done is not None

@@ -106,12 +106,13 @@ class HiveFreshTable:
             log.debug("%s: the fresh table's warm-up failed", self.base, exc_info=True)
 
     # -- the sync -----------------------------------------------------------------------------
-    def sync(self, reason: str) -> FreshSync:
+    def sync(self, reason: str, *, make_table: bool = False) -> FreshSync:
         """Bring the fresh table to the fresh read of the table's state now (``reason``: the
         job that asks, in the table's properties and the log). Syncs take turns (the table's
         ``fresh`` lock: a dump syncs after giving the batch lock back), so each plans on state
         at least as new as the last one applied, and a partition never moves back to an older
-        view of its hour (one that lacks a batch a newer sync showed)."""
+        view of its hour (one that lacks a batch a newer sync showed). Any job makes the fresh
+        table (over Thrift: ``make_table`` is for formats whose creation needs Spark)."""
         with self.table.state.lock(LOCK).hold(f"fresh sync ({reason})", wait=LOCK_WAIT_S):
             return self._sync(reason)
 

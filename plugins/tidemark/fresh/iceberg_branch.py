@@ -13,8 +13,9 @@ and the files: the commit asserts the branch head it planned on (pyiceberg's
 ``AssertRefSnapshotId``), so a sync planned on stale state loses the race and plans again,
 and a seal's sync (which comes before it deletes any batch file) can never be undone by an
 older view. A sync that finds the branch already there commits nothing: every job may sync,
-any number of times. Before the table's first hour is committed there is no table to branch:
-the fresh read starts with it.
+any number of times. The table itself is made by Spark's Iceberg runtime: by its first seal,
+which makes it from the committed batch files when no hour is due yet (``make_table``), so the
+branch starts with the first seal run after the first batch, not with the first sealed hour.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from tidemark.config.columns import partition_columns
 from tidemark.fresh.files import FreshFile, FreshSync, fresh_files
 from tidemark.hourcommit.iceberg_commit import AddedFile, read_footer
-from tidemark.hourcommit.iceberg_files import PREFIX, needs_evolution
+from tidemark.hourcommit.iceberg_files import PREFIX, needs_evolution, table_schema
 from tidemark.state.layout import batch_of_file
 
 if TYPE_CHECKING:
@@ -58,24 +60,55 @@ class IcebergFreshBranch:
         is an ``IcebergPublication``)."""
         return cls(table, cast("IcebergPublication", table.commit.publication))
 
-    def sync(self, reason: str) -> FreshSync:
+    def sync(self, reason: str, *, make_table: bool = False) -> FreshSync:
         """Bring the branch to the fresh read of the table's state now (``reason``: the job
-        that asks, in the snapshot summary and the log)."""
+        that asks, in the snapshot summary and the log). ``make_table``: a job that may start
+        Spark (the seal) creates a table not made yet from its committed batch files, as its
+        first sealed hour would, so the branch starts with the first batches, not the first
+        hour (the dump never does: it starts no JVM)."""
         done = FreshSync(self.table.name)
 
         def step(attempt: int) -> bool:
             iceberg = self.publication.load()
-            if iceberg is None or iceberg.current_snapshot() is None:
-                log.info("%s: no Iceberg snapshot yet (no hour committed): no fresh branch", self.table.name)
+            if iceberg is None and make_table:
+                iceberg = self._create_table()
+            if iceberg is None:
+                log.info(
+                    "%s: no Iceberg table yet (its first seal makes it): no fresh branch", self.table.name
+                )
                 return True
             head = iceberg.metadata.refs.get(BRANCH)
-            if head is None:
+            if head is None and iceberg.current_snapshot() is not None:
                 self._create_branch(iceberg)
                 return False  # planned again on the branch just made
-            return self._step(iceberg, head.snapshot_id, reason, done)
+            return self._step(iceberg, head.snapshot_id if head is not None else None, reason, done)
 
         self.publication.until_landed(f"syncing the {BRANCH} branch ({reason})", step)
         return done
+
+    def _create_table(self) -> IcebergTable | None:
+        """The table, from the first committed batch file of the fresh read: its columns and
+        partition values (None: no committed batch yet)."""
+        wanted = fresh_files(
+            self.table, self.table.state.commit_log.state(), self.table.state.journal.state()
+        )
+        if not wanted:
+            return None
+        first = wanted[min(wanted)]
+        columns = partition_columns(self.table.config)
+        footer = read_footer(self.publication.store, first.relative)
+        log.info(
+            "%s: creating the Iceberg table from batch file %s for its fresh branch",
+            self.table.name,
+            first.relative,
+        )
+        made = self.publication.create(table_schema(footer.schema, first.partition_values(columns)), columns)
+        if made is None or made.current_snapshot() is not None:
+            return made
+        # a branch needs a snapshot to start from: main's first, empty (no hour is complete)
+        summary = {f"{PREFIX}fresh-reason": "the table made for its fresh branch: no complete hour yet"}
+        self.publication.commits.commit(made, remove=[], add=[], evolve_to=None, summary=summary)
+        return self.publication.load()
 
     def warm_up(self) -> None:
         """pyiceberg's import and the table's load (the publication keeps its catalog)."""
@@ -129,14 +162,18 @@ class IcebergFreshBranch:
             current.snapshot_id,
         )
 
-    def _step(self, iceberg: IcebergTable, head: int, reason: str, done: FreshSync) -> bool:
+    def _step(self, iceberg: IcebergTable, head: int | None, reason: str, done: FreshSync) -> bool:
+        """One sync planned on the branch ``head`` (None: no branch yet, nor any snapshot on
+        ``main``: the commit makes the branch)."""
         state = self.table.state.commit_log.state()
         journal = self.table.state.journal.state()
         wanted = fresh_files(self.table, state, journal)
-        have: dict[str, DataFile] = {
-            self.publication.relative_of(task.file.file_path): task.file
-            for task in iceberg.scan(snapshot_id=head).plan_files()
-        }
+        have: dict[str, DataFile] = {}
+        if head is not None:
+            have = {
+                self.publication.relative_of(task.file.file_path): task.file
+                for task in iceberg.scan(snapshot_id=head).plan_files()
+            }
         remove = [data_file for relative, data_file in have.items() if relative not in wanted]
         new = [file for relative, file in sorted(wanted.items()) if relative not in have]
         done.through_batch, done.journal_seq = state.last_committed, journal.last_seq
