@@ -189,3 +189,22 @@ def test_a_new_tables_first_seal_makes_the_table_and_branch_before_any_hour_is_d
         for f in open_catalog(settings).load_table(identifier(other.table)).schema().fields
     ]
     assert made_from_batches == made_from_hour
+
+
+def test_a_table_made_without_a_snapshot_gets_its_branch_from_the_next_dumps_sync(
+    spark: Any, broker: str, settings: Settings, tmp_path: Path
+) -> None:
+    """A seal killed between making the table for its branch and any commit leaves a table
+    without a snapshot: the next sync, a dump's (which starts no JVM), gives ``main`` its
+    empty first snapshot and starts the branch from it."""
+    config, settings = iceberg_table(settings, tmp_path, broker, 2)
+    table, topic = config.table, config.source.topic
+    sent = produce(broker, topic, records([(p, at(10, m)) for p in (0, 1) for m in (5, 25)]))
+    run_dump(spark, config, settings, "run-1", at(10, 30))
+    branch = iceberg_branch.IcebergFreshBranch.of(Table.open(config, settings))
+    made = branch._create_table()  # what the killed seal did, and no more
+    assert made is not None and made.current_snapshot() is None
+    more = produce(broker, topic, records([(0, at(10, 40))], prefix="b"))
+    run_dump(spark, config, settings, "run-2", at(10, 45))
+    assert pyiceberg_rows(settings, table, hour=None, branch="fresh") == _ids(sent + more)
+    assert pyiceberg_rows(settings, table, hour=None) == {}

@@ -78,10 +78,10 @@ class IcebergFreshBranch:
                 )
                 return True
             head = iceberg.metadata.refs.get(BRANCH)
-            if head is None and iceberg.current_snapshot() is not None:
+            if head is None:
                 self._create_branch(iceberg)
                 return False  # planned again on the branch just made
-            return self._step(iceberg, head.snapshot_id if head is not None else None, reason, done)
+            return self._step(iceberg, head.snapshot_id, reason, done)
 
         self.publication.until_landed(f"syncing the {BRANCH} branch ({reason})", step)
         return done
@@ -102,13 +102,7 @@ class IcebergFreshBranch:
             self.table.name,
             first.relative,
         )
-        made = self.publication.create(table_schema(footer.schema, first.partition_values(columns)), columns)
-        if made is None or made.current_snapshot() is not None:
-            return made
-        # a branch needs a snapshot to start from: main's first, empty (no hour is complete)
-        summary = {f"{PREFIX}fresh-reason": "the table made for its fresh branch: no complete hour yet"}
-        self.publication.commits.commit(made, remove=[], add=[], evolve_to=None, summary=summary)
-        return self.publication.load()
+        return self.publication.create(table_schema(footer.schema, first.partition_values(columns)), columns)
 
     def warm_up(self) -> None:
         """pyiceberg's import and the table's load (the publication keeps its catalog)."""
@@ -144,11 +138,18 @@ class IcebergFreshBranch:
         }
 
     def _create_branch(self, iceberg: IcebergTable) -> None:
-        """The branch, at ``main``'s current snapshot: the complete hours."""
+        """The branch, at ``main``'s current snapshot: the complete hours. A table without a
+        snapshot (made for its branch, or its first hour's commit not landed yet) first gets an
+        empty one on ``main``: Iceberg starts a branch only from a snapshot (no hour complete)."""
         from pyiceberg.exceptions import CommitFailedException
 
         current = iceberg.current_snapshot()
-        assert current is not None
+        if current is None:
+            summary = {
+                f"{PREFIX}fresh-reason": "the first snapshot, for the fresh branch: no complete hour yet"
+            }
+            self.publication.commits.commit(iceberg, remove=[], add=[], evolve_to=None, summary=summary)
+            return  # planned again on the snapshot just made (or the one that won the race)
         try:
             iceberg.manage_snapshots().create_branch(current.snapshot_id, BRANCH).commit()
         except CommitFailedException as exc:  # another job made it first: plan again
@@ -162,18 +163,14 @@ class IcebergFreshBranch:
             current.snapshot_id,
         )
 
-    def _step(self, iceberg: IcebergTable, head: int | None, reason: str, done: FreshSync) -> bool:
-        """One sync planned on the branch ``head`` (None: no branch yet, nor any snapshot on
-        ``main``: the commit makes the branch)."""
+    def _step(self, iceberg: IcebergTable, head: int, reason: str, done: FreshSync) -> bool:
         state = self.table.state.commit_log.state()
         journal = self.table.state.journal.state()
         wanted = fresh_files(self.table, state, journal)
-        have: dict[str, DataFile] = {}
-        if head is not None:
-            have = {
-                self.publication.relative_of(task.file.file_path): task.file
-                for task in iceberg.scan(snapshot_id=head).plan_files()
-            }
+        have: dict[str, DataFile] = {
+            self.publication.relative_of(task.file.file_path): task.file
+            for task in iceberg.scan(snapshot_id=head).plan_files()
+        }
         remove = [data_file for relative, data_file in have.items() if relative not in wanted]
         new = [file for relative, file in sorted(wanted.items()) if relative not in have]
         done.through_batch, done.journal_seq = state.last_committed, journal.last_seq
