@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.fresh import hive_fresh_locations, hive_fresh_rows
+from tests.helpers.fresh import hive_fresh_rows, hive_locations
 from tests.helpers.jobs import jvm_free_session
 from tests.helpers.metastore import hive_made_table, metastore_service
 from tests.helpers.tables import at, fresh_table
@@ -65,22 +65,16 @@ def _read(settings: Settings, table: str) -> Counter[tuple[int, int]]:
     return Counter((int(p), int(o)) for p, o in rows)
 
 
-def _registered(settings: Settings, table: str) -> dict[tuple[str, ...], str]:
-    """``table``'s partitions and where each points (the metastore qualifies a local path it
-    adds with ``file:``, not one it moves a partition to: both are read alike)."""
-    connection = MetastoreConnection(settings.hive_metastore_uris, table)
-    try:
-        return {
-            tuple(p.values): str(p.sd.location).removeprefix("file:") for p in connection.partitions(table)
-        }
-    finally:
-        connection.close()
+def _registered(settings: Settings, name: str) -> dict[tuple[str, ...], str]:
+    """The Hive table ``name``'s partitions and where each points (the metastore qualifies a
+    local path it adds with ``file:``, not one it moves a partition to: both are read alike)."""
+    located = hive_locations(settings, name)
+    assert located is not None, f"no table {name}"
+    return {key: location.removeprefix("file:") for key, location in located.items()}
 
 
 def _fresh_located(settings: Settings, table: str) -> dict[tuple[str, ...], str]:
-    located = hive_fresh_locations(settings, table)
-    assert located is not None, "no fresh table"
-    return {key: location.removeprefix("file:") for key, location in located.items()}
+    return _registered(settings, f"{table}_fresh")
 
 
 def test_the_fresh_table_holds_every_committed_batch_once_through_seals_and_amends(

@@ -35,9 +35,10 @@ SEALED, OPEN, LATE = "sealed", "open", "late"
 
 @dataclass
 class FreshSync:
-    """What one sync of a fresh read did: the files it added and removed, the batch and
-    journal step the read reflects now, and what it committed (an Iceberg snapshot id, a
-    Hive table's partitions moved; None: it was there already)."""
+    """What one sync of a fresh read did: the files it added (an Iceberg branch's; a Hive
+    table's links into mirrors) and what it removed (the branch's files; the Hive table's
+    partitions dropped), the batch and journal step the read reflects now, and the Iceberg
+    snapshot it committed (None: none, or it was there already)."""
 
     table: str
     through_batch: int = -1
