@@ -254,10 +254,14 @@ class HiveFreshTable:
         assert made is not None
         return made
 
+    def _ours(self, shape: Any) -> bool:
+        """Whether tidemark made ``shape`` as this table's fresh read."""
+        return bool(shape.parameters.get(OWNER) == self.base)
+
     def _own(self, shape: Any | None) -> Any | None:
         """``shape`` (the table named ``<table>_fresh``) if tidemark made it as this table's
         fresh read; a table of that name made by anyone else is never touched."""
-        if shape is not None and shape.parameters.get(OWNER) != self.base:
+        if shape is not None and not self._ours(shape):
             raise FreshTableConflict(
                 f"{self.base}: {DATABASE}.{self.fresh} exists and is not tidemark's fresh read of {self.base} "
                 f"(no {OWNER}={self.base} property): it is left alone and the table has no fresh read; "
@@ -307,7 +311,7 @@ class HiveFreshTable:
         """The locations the fresh table's partitions point at (a collector keeps them)."""
         ms = self.connection()
         shape = ms.table(self.fresh)
-        if shape is None or shape.parameters.get(OWNER) != self.base:  # none, or not tidemark's
+        if shape is None or not self._ours(shape):  # none, or not tidemark's
             return []
         return [str(p.sd.location) for p in ms.partitions(self.fresh)]
 
